@@ -1,0 +1,60 @@
+import { randomUUID } from 'node:crypto'
+import fastifyRateLimit from '@fastify/rate-limit'
+import Fastify, { type FastifyInstance } from 'fastify'
+import type { DestinationStream } from 'pino'
+import type { AppConfig } from './config.js'
+import { handlers } from './handlers/index.js'
+import authPlugin from './plugins/auth.js'
+import docsPlugin from './plugins/docs.js'
+import errorsPlugin from './plugins/errors.js'
+import eventsPlugin, { type Subscribers } from './plugins/events.js'
+import routesPlugin from './plugins/routes.js'
+import storePlugin from './plugins/store.js'
+import { rateLimitsFor } from './rate-limits.js'
+import { createMemoryStore } from './store/memory-store.js'
+import type { Store } from './store/store.js'
+
+export interface BuildAppOptions {
+  /** Where data is kept; a fresh in-memory store when left out. */
+  store?: Store
+  /** Event handlers to subscribe before the first request, by channel. */
+  subscribers?: Subscribers
+  /** Where the JSON log lines go; standard output when left out. */
+  logStream?: DestinationStream
+}
+
+/** Builds the service, ready to `listen` or to `inject` requests into. */
+export async function buildApp (config: AppConfig, options: BuildAppOptions = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: {
+      level: config.logLevel,
+      redact: {
+        paths: ['req.headers.authorization', '*.password', '*.refreshToken', '*.accessToken'],
+        censor: '[redacted]'
+      },
+      ...(options.logStream === undefined ? {} : { stream: options.logStream })
+    },
+    bodyLimit: config.bodyLimit,
+    genReqId: () => randomUUID(),
+    requestIdHeader: 'x-request-id',
+    connectionTimeout: 10_000,
+    requestTimeout: 30_000,
+    keepAliveTimeout: 72_000,
+    return503OnClosing: true
+  })
+  if (config.jwt.secretGenerated) {
+    app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
+  }
+  // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
+  app.removeContentTypeParser('text/plain')
+  app.addHook('onRequest', async (request, reply) => { reply.header('x-request-id', request.id) })
+
+  await app.register(errorsPlugin)
+  await app.register(storePlugin, { store: options.store ?? createMemoryStore() })
+  await app.register(eventsPlugin, { subscribers: options.subscribers })
+  await app.register(authPlugin, { jwt: config.jwt, refreshTokenTtlSeconds: config.refreshTokenTtlSeconds })
+  if (config.rateLimits !== null) await app.register(fastifyRateLimit, { global: false })
+  await app.register(docsPlugin)
+  await app.register(routesPlugin, { handlers, rateLimits: rateLimitsFor(config) })
+  return app
+}

@@ -1,0 +1,70 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import type { Store } from '../store/store.js'
+
+/** The claims this service puts in an access token besides iat, exp, iss and aud. */
+export interface AccessTokenClaims {
+  sub: string
+  sid: string
+  jti: string
+  typ: 'access'
+}
+
+export interface TokenPair {
+  accessToken: string
+  refreshToken: string
+  expiresIn: number
+}
+
+export interface SessionsOptions {
+  store: Store
+  signAccessToken: (claims: AccessTokenClaims) => string
+  accessTokenTtlSeconds: number
+  refreshTokenTtlSeconds: number
+}
+
+// Refresh tokens are 256 random bits; only their SHA-256 is stored, so a leaked store holds no usable token.
+const hashRefreshToken = (token: string): string => createHash('sha256').update(token).digest('base64url')
+const newRefreshToken = (): string => randomBytes(32).toString('base64url')
+
+/** Opens, refreshes and closes sessions: one per sign-in, each with a single-use refresh token. */
+export class Sessions {
+  readonly #options: SessionsOptions
+
+  constructor (options: SessionsOptions) {
+    this.#options = options
+  }
+
+  async open (userId: string): Promise<TokenPair> {
+    const sessionId = randomUUID()
+    const refreshToken = newRefreshToken()
+    await this.#options.store.sessions.open({
+      id: sessionId,
+      userId,
+      refreshTokenHash: hashRefreshToken(refreshToken),
+      expiresAt: Date.now() + this.#options.refreshTokenTtlSeconds * 1000
+    })
+    return this.#pair(userId, sessionId, refreshToken)
+  }
+
+  /** A new pair for a valid refresh token; undefined for any other token (a reused one also ends its session). */
+  async refresh (refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
+    const nextRefreshToken = newRefreshToken()
+    const outcome = await this.#options.store.sessions.rotateRefreshToken(
+      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), Date.now())
+    if (outcome.status !== 'rotated') return undefined
+    const { userId, id } = outcome.session
+    return { userId, tokens: this.#pair(userId, id, nextRefreshToken) }
+  }
+
+  async close (sessionId: string): Promise<void> {
+    await this.#options.store.sessions.revoke(sessionId)
+  }
+
+  #pair (userId: string, sessionId: string, refreshToken: string): TokenPair {
+    return {
+      accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUUID(), typ: 'access' }),
+      refreshToken,
+      expiresIn: this.#options.accessTokenTtlSeconds
+    }
+  }
+}

@@ -1,0 +1,39 @@
+import type { components } from '../generated/openapi.js'
+
+export type ErrorCode = components['schemas']['ErrorCode']
+export type ErrorBody = components['schemas']['Error']
+export type ValidationErrorBody = components['schemas']['ValidationError']
+
+/** An error whose status, code and message are meant for the client; the error handler sends it as it is. */
+export class ApiError extends Error {
+  constructor (
+    readonly statusCode: number,
+    readonly code: ErrorCode,
+    message: string,
+    readonly headers: Readonly<Record<string, string>> = {}
+  ) {
+    super(message)
+    this.name = 'ApiError'
+  }
+}
+
+// RFC 6750 §3: every 401 from a protected resource names the scheme; a presented but bad token adds the error.
+export function unauthorized (code: 'AUTHENTICATION_REQUIRED' | 'TOKEN_EXPIRED' | 'INVALID_TOKEN', message: string): ApiError {
+  const challenge = code === 'AUTHENTICATION_REQUIRED'
+    ? 'Bearer realm="items"'
+    : `Bearer realm="items", error="invalid_token", error_description="${message}"`
+  return new ApiError(401, code, message, { 'www-authenticate': challenge })
+}
+
+export const invalidCredentials = (): ApiError =>
+  new ApiError(401, 'INVALID_CREDENTIALS', 'The email or password is incorrect.')
+
+export const invalidRefreshToken = (): ApiError =>
+  new ApiError(401, 'INVALID_REFRESH_TOKEN', 'The refresh token is invalid.')
+
+export const forbidden = (message: string): ApiError => new ApiError(403, 'FORBIDDEN', message)
+
+export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
+
+export const emailAlreadyRegistered = (): ApiError =>
+  new ApiError(409, 'EMAIL_ALREADY_REGISTERED', 'This email is already registered.')

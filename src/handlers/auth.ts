@@ -1,0 +1,60 @@
+import { randomUUID } from 'node:crypto'
+import type { components } from '../../generated/openapi.js'
+import type { TokenPair } from '../auth/sessions.js'
+import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
+import type { User } from '../store/store.js'
+import type { Handler } from './handler.js'
+
+type AuthResponse = components['schemas']['AuthResponse']
+
+/** The identity key that makes emails unique: "Ada@Example.com " and "ada@example.com" are one account. */
+export const emailKey = (email: string): string => email.trim().normalize('NFC').toLowerCase()
+
+const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
+  ...tokens,
+  user: { id: user.id, email: user.email, firstName: user.firstName, lastName: user.lastName, role: user.role }
+})
+
+// Tokens must never be kept by a cache between the service and the client (RFC 6749 §5.1).
+const NO_STORE = { 'cache-control': 'no-store' }
+
+export const registerUser: Handler<'registerUser'> = async (request, reply) => {
+  const { store, passwords, sessions } = request.server
+  const { email, password, firstName, lastName, role } = request.body
+  const key = emailKey(email)
+  if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
+  const user = await store.users.add({
+    id: randomUUID(),
+    email,
+    emailKey: key,
+    passwordHash: await passwords.hash(password),
+    firstName,
+    lastName,
+    role,
+    createdAt: new Date().toISOString()
+  })
+  // A concurrent registration of the same email may have won while this one was hashing.
+  if (user === undefined) throw emailAlreadyRegistered()
+  return await reply.headers(NO_STORE).code(201).send(authResponse(user, await sessions.open(user.id)))
+}
+
+export const loginUser: Handler<'loginUser'> = async (request, reply) => {
+  const { store, passwords, sessions } = request.server
+  const user = await store.users.findByEmailKey(emailKey(request.body.email))
+  const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password)
+  if (user === undefined || !passwordMatches) throw invalidCredentials()
+  return await reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
+}
+
+export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {
+  const { store, sessions } = request.server
+  const refreshed = await sessions.refresh(request.body.refreshToken)
+  const user = refreshed === undefined ? undefined : await store.users.get(refreshed.userId)
+  if (refreshed === undefined || user === undefined) throw invalidRefreshToken()
+  return await reply.headers(NO_STORE).code(200).send(authResponse(user, refreshed.tokens))
+}
+
+export const logoutUser: Handler<'logoutUser'> = async (request, reply) => {
+  await request.server.sessions.close(request.user.sessionId)
+  return await reply.code(204).send()
+}

@@ -1,0 +1,16 @@
+import { loginUser, logoutUser, refreshTokens, registerUser } from './auth.js'
+import type { Handlers } from './handler.js'
+import { createItem, deleteItem, getItem, listItems, updateItem } from './items.js'
+
+/** Every operation of the contract, by operationId. */
+export const handlers: Handlers = {
+  registerUser,
+  loginUser,
+  refreshTokens,
+  logoutUser,
+  listItems,
+  createItem,
+  getItem,
+  updateItem,
+  deleteItem
+}

@@ -1,0 +1,101 @@
+import fastifyJwt from '@fastify/jwt'
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
+import fp from 'fastify-plugin'
+import { createPasswords, type Passwords } from '../auth/passwords.js'
+import { type AccessTokenClaims, Sessions } from '../auth/sessions.js'
+import type { AppConfig } from '../config.js'
+import { forbidden, unauthorized } from '../errors.js'
+import type { Role } from '../store/store.js'
+
+/** Who is calling: set by `authenticate` on every protected route. The role is read from the store. */
+export interface Principal {
+  readonly id: string
+  readonly role: Role
+  readonly sessionId: string
+}
+
+declare module '@fastify/jwt' {
+  interface FastifyJWT {
+    payload: AccessTokenClaims
+    user: Principal
+  }
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** onRequest hook: rejects the request with 401 unless it carries a valid access token of a live session. */
+    authenticate: onRequestHookHandler
+    passwords: Passwords
+    sessions: Sessions
+  }
+}
+
+export interface AuthPluginOptions {
+  jwt: AppConfig['jwt']
+  refreshTokenTtlSeconds: number
+}
+
+const BEARER = /^Bearer[ ]+(\S*)$/i
+
+function bearerToken (request: FastifyRequest): string {
+  const header = request.headers.authorization
+  if (header === undefined || !/^Bearer\b/i.test(header)) {
+    throw unauthorized('AUTHENTICATION_REQUIRED', 'An access token is required.')
+  }
+  const token = BEARER.exec(header)?.[1]
+  if (!token) throw unauthorized('INVALID_TOKEN', 'The access token is malformed.')
+  return token
+}
+
+/** onRequest hook for operations with `x-roles`: runs after authenticate, before the body is read. */
+export function requireRole (roles: readonly Role[]): onRequestHookHandler {
+  return async (request) => {
+    if (!roles.includes(request.user.role)) throw forbidden(`This operation is open to ${roles.join(', ')} users only.`)
+  }
+}
+
+export async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Promise<void> {
+  const { secret, issuer, audience, accessTokenTtlSeconds } = options.jwt
+  await app.register(fastifyJwt, {
+    secret,
+    sign: { algorithm: 'HS256', iss: issuer, aud: audience, expiresIn: accessTokenTtlSeconds },
+    // Pinning the algorithm rejects `alg: none` and any other algorithm a forger puts in the header.
+    verify: {
+      algorithms: ['HS256'],
+      allowedIss: issuer,
+      allowedAud: audience,
+      requiredClaims: ['exp', 'iat', 'sub', 'sid', 'jti', 'typ']
+    }
+  })
+
+  app.decorate('passwords', await createPasswords())
+  app.decorate('sessions', new Sessions({
+    store: app.store,
+    signAccessToken: (claims) => app.jwt.sign(claims),
+    accessTokenTtlSeconds,
+    refreshTokenTtlSeconds: options.refreshTokenTtlSeconds
+  }))
+
+  // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would
+  // rebuild its options and run a callback chain on every request.
+  app.decorate('authenticate', async function authenticate (request: FastifyRequest) {
+    const token = bearerToken(request)
+    let claims: AccessTokenClaims
+    try {
+      claims = app.jwt.verify<AccessTokenClaims>(token)
+    } catch (error) {
+      if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') {
+        throw unauthorized('TOKEN_EXPIRED', 'The access token has expired.')
+      }
+      throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
+    }
+    const session = claims.typ === 'access' ? await app.store.sessions.get(claims.sid, Date.now()) : undefined
+    const user = session?.userId === claims.sub ? await app.store.users.get(claims.sub) : undefined
+    if (session === undefined || user === undefined) {
+      throw unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
+    }
+    request.user = { id: user.id, role: user.role, sessionId: session.id }
+  })
+}
+
+export default fp(authPlugin, { name: 'auth', dependencies: ['store'] })

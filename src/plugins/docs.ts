@@ -1,0 +1,13 @@
+import fastifySwagger from '@fastify/swagger'
+import fastifySwaggerUi from '@fastify/swagger-ui'
+import type { FastifyInstance } from 'fastify'
+import { contract } from '../../generated/contract.js'
+
+/** Serves the contract itself (static mode: nothing is derived from the routes), and Swagger UI over it. */
+export default async function docsPlugin (app: FastifyInstance): Promise<void> {
+  await app.register(fastifySwagger, { mode: 'static', specification: { document: contract as never } })
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
+  app.get('/openapi.yaml', { schema: { hide: true } }, async (_request, reply) =>
+    await reply.type('application/yaml').send(app.swagger({ yaml: true })))
+}

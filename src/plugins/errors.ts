@@ -1,0 +1,68 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
+import { ApiError, type ErrorBody, type ErrorCode, type ValidationErrorBody } from '../errors.js'
+
+type ValidationIssue = NonNullable<FastifyError['validation']>[number]
+type ValidationDetail = ValidationErrorBody['details'][number]
+
+// Errors that Fastify and its plugins raise themselves, by status code, mapped onto the contract's codes.
+const codeForStatus: Partial<Record<number, ErrorCode>> = {
+  413: 'PAYLOAD_TOO_LARGE',
+  415: 'UNSUPPORTED_MEDIA_TYPE',
+  429: 'RATE_LIMITED'
+}
+
+function issueText (issue: ValidationIssue): string {
+  switch (issue.keyword) {
+    case 'required': return 'is required'
+    case 'additionalProperties': return 'is not an allowed field'
+    case 'enum': return `must be one of: ${(issue.params.allowedValues as unknown[]).join(', ')}`
+    case 'minProperties': return 'must contain at least one field'
+    default: return String(issue.message)
+  }
+}
+
+// `body.name` for a body field, `pageSize` or `itemId` for a parameter, `body` for the body as a whole.
+function fieldPath (issue: ValidationIssue, context: string): string {
+  const segments = issue.instancePath.split('/').slice(1)
+  const property = issue.params.missingProperty ?? issue.params.additionalProperty
+  if (typeof property === 'string') segments.push(property)
+  return (context === 'body' ? ['body', ...segments] : segments).join('.')
+}
+
+function validationError (details: ValidationDetail[]): ValidationErrorBody {
+  return { code: 'VALIDATION_ERROR', message: 'The request is invalid.', details }
+}
+
+function handleError (error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (error instanceof ApiError) {
+    return reply.code(error.statusCode).headers(error.headers).send({ code: error.code, message: error.message } satisfies ErrorBody)
+  }
+  if (error.validation) {
+    const context = String(error.validationContext)
+    const details = error.validation.map((issue) => ({ field: fieldPath(issue, context), issue: issueText(issue) }))
+    return reply.code(400).send(validationError(details))
+  }
+  const statusCode = error.statusCode ?? 500
+  if (statusCode === 400) {
+    // Malformed or prototype-poisoned JSON, an empty JSON body: the body as a whole is at fault.
+    return reply.code(400).send(validationError([{ field: 'body', issue: error.message }]))
+  }
+  const code = codeForStatus[statusCode]
+  if (code !== undefined) {
+    return reply.code(statusCode).send({ code, message: error.message } satisfies ErrorBody)
+  }
+  request.log.error({ err: error }, 'request failed')
+  return reply.code(500).send({ code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' } satisfies ErrorBody)
+}
+
+/** Turns every error, and every unknown route, into the contract's Error and ValidationError shapes. */
+export async function errorsPlugin (app: FastifyInstance): Promise<void> {
+  app.setErrorHandler(handleError)
+  app.setNotFoundHandler((request, reply) => reply.code(404).send({
+    code: 'NOT_FOUND',
+    message: `Route ${request.method} ${request.url.split('?')[0]} not found.`
+  } satisfies ErrorBody))
+}
+
+export default fp(errorsPlugin, { name: 'errors' })

@@ -1,0 +1,20 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { Store } from '../store/store.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    store: Store
+  }
+}
+
+export interface StorePluginOptions {
+  store: Store
+}
+
+/** Shares the store with every route; which implementation it is, is the caller of buildApp's choice. */
+export async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
+  app.decorate('store', options.store)
+}
+
+export default fp(storePlugin, { name: 'store' })

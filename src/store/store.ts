@@ -1,0 +1,81 @@
+import type { components } from '../../generated/openapi.js'
+
+export type Role = components['schemas']['Role']
+export type Item = Readonly<components['schemas']['Item']>
+export type ItemChanges = components['schemas']['UpdateItemRequest']
+
+export interface User {
+  readonly id: string
+  /** As the user typed it. */
+  readonly email: string
+  /** The identity key that makes emails unique: trimmed, NFC-normalised, lower-cased. */
+  readonly emailKey: string
+  readonly passwordHash: string
+  readonly firstName: string
+  readonly lastName: string
+  readonly role: Role
+  readonly createdAt: string
+}
+
+export interface Session {
+  readonly id: string
+  readonly userId: string
+  /** SHA-256 of the refresh token that is valid now; the token itself is never stored. */
+  readonly refreshTokenHash: string
+  /** Milliseconds since the epoch; the session's absolute end. */
+  readonly expiresAt: number
+}
+
+export type RefreshOutcome =
+  | { readonly status: 'rotated', readonly session: Session }
+  /** The token was valid once and has been used already: its session has been revoked. */
+  | { readonly status: 'reused' }
+  | { readonly status: 'unknown' }
+
+export interface UserStore {
+  /** Adds the user, unless one with the same emailKey exists (then undefined). Atomic. */
+  add (user: User): Promise<User | undefined>
+  get (id: string): Promise<User | undefined>
+  findByEmailKey (emailKey: string): Promise<User | undefined>
+}
+
+export interface SessionStore {
+  open (session: Session): Promise<void>
+  /** The session, while it is neither revoked nor past its end. */
+  get (id: string, now: number): Promise<Session | undefined>
+  /**
+   * Atomically replaces the session's refresh token hash `presentedHash` with `nextHash`. A hash that was
+   * replaced before revokes its session (refresh token reuse detection).
+   */
+  rotateRefreshToken (presentedHash: string, nextHash: string, now: number): Promise<RefreshOutcome>
+  revoke (id: string): Promise<void>
+}
+
+export interface ItemPage {
+  readonly items: Item[]
+  readonly total: number
+}
+
+export interface ItemStore {
+  add (item: Item): Promise<Item>
+  get (id: string): Promise<Item | undefined>
+  /** Items in creation order, oldest first. */
+  page (offset: number, limit: number): Promise<ItemPage>
+  /**
+   * Atomically replaces the item with `change(current)`; undefined when there is no such item. When `change`
+   * throws, the item stays as it was and the error reaches the caller.
+   */
+  update (id: string, change: (current: Item) => Item): Promise<Item | undefined>
+  /**
+   * Atomically removes the item once `confirm(current)` returns, and returns it as it was; undefined when there
+   * is no such item. When `confirm` throws, nothing is removed and the error reaches the caller.
+   */
+  remove (id: string, confirm: (current: Item) => void): Promise<Item | undefined>
+}
+
+/** Everything the service keeps. Items and users handed out are immutable snapshots. */
+export interface Store {
+  readonly users: UserStore
+  readonly sessions: SessionStore
+  readonly items: ItemStore
+}

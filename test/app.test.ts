@@ -1,0 +1,129 @@
+import { Writable } from 'node:stream'
+import t from 'tap'
+import { routes } from '../generated/routes.js'
+import { build } from './helper.js'
+
+t.test('every operation of the contract is routed', async (t) => {
+  const api = await build(t)
+  for (const route of routes) {
+    t.ok(api.app.hasRoute({ method: route.method, url: route.url }), `${route.operationId}: ${route.method} ${route.url}`)
+  }
+})
+
+t.test('an unknown route is a 404 NOT_FOUND in the Error shape', async (t) => {
+  const api = await build(t)
+  const response = await api.inject({ method: 'GET', url: '/v1/nothing-here?x=1' })
+  t.equal(response.statusCode, 404)
+  t.same(response.json(), { code: 'NOT_FOUND', message: 'Route GET /v1/nothing-here not found.' })
+})
+
+t.test('every response carries a request id, and a caller-supplied one is echoed', async (t) => {
+  const api = await build(t)
+  const generated = await api.inject({ method: 'GET', url: '/v1/items' })
+  t.match(generated.headers['x-request-id'], /^[0-9a-f-]{36}$/)
+  const echoed = await api.inject({ method: 'GET', url: '/v1/items', headers: { 'x-request-id': 'trace-42' } })
+  t.equal(echoed.headers['x-request-id'], 'trace-42')
+})
+
+t.test('validation errors list one detail per failing field, with dotted paths', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+
+  const body = await api.call('createItem', { token: accessToken, body: { name: '', description: 5, status: 'active' } })
+  t.equal(body.statusCode, 400)
+  t.same(body.json(), {
+    code: 'VALIDATION_ERROR',
+    message: 'The request is invalid.',
+    details: [
+      { field: 'body.status', issue: 'is not an allowed field' },
+      { field: 'body.name', issue: 'must NOT have fewer than 1 characters' },
+      { field: 'body.description', issue: 'must be string,null' }
+    ]
+  })
+
+  const missing = await api.call('createItem', { token: accessToken, body: {} })
+  t.same(missing.json().details, [{ field: 'body.name', issue: 'is required' }])
+
+  const query = await api.call('listItems', { token: accessToken, query: { page: 0, pageSize: 'many' } })
+  t.equal(query.statusCode, 400)
+  t.same(query.json().details, [
+    { field: 'page', issue: 'must be >= 1' },
+    { field: 'pageSize', issue: 'must be integer' }
+  ])
+
+  const enumValue = await api.call('registerUser', { body: { email: 'a@example.com', password: 'password1', firstName: 'A', lastName: 'B', role: 'admin' } })
+  t.same(enumValue.json().details, [{ field: 'body.role', issue: 'must be one of: contributor, viewer' }])
+
+  const path = await api.call('getItem', { token: accessToken, params: { itemId: 'not-a-uuid' } })
+  t.equal(path.statusCode, 400)
+  t.same(path.json().details, [{ field: 'itemId', issue: 'must match format "uuid"' }])
+
+  const empty = await api.call('updateItem', { token: accessToken, params: { itemId: '00000000-0000-4000-8000-000000000000' }, body: {} })
+  t.same(empty.json().details, [{ field: 'body', issue: 'must contain at least one field' }])
+
+  const array = await api.call('loginUser', { body: [] })
+  t.same(array.json().details, [{ field: 'body', issue: 'must be object' }])
+})
+
+t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t) => {
+  const api = await build(t, { BODY_LIMIT: '2048' })
+  const login = { method: 'POST', url: '/v1/auth/login' }
+
+  const malformed = await api.inject({ ...login, headers: { 'content-type': 'application/json' }, payload: '{"email":' })
+  t.equal(malformed.statusCode, 400)
+  t.match(malformed.json(), { code: 'VALIDATION_ERROR', details: [{ field: 'body', issue: /not valid JSON/ }] })
+
+  const poisoned = await api.inject({ ...login, headers: { 'content-type': 'application/json' }, payload: '{"email":"a@example.com","password":"x","__proto__":{"admin":true}}' })
+  t.equal(poisoned.statusCode, 400)
+  t.match(poisoned.json(), { code: 'VALIDATION_ERROR', details: [{ field: 'body' }] })
+  t.equal(({} as { admin?: boolean }).admin, undefined, 'no prototype was polluted')
+
+  const missingBody = await api.inject({ ...login })
+  t.equal(missingBody.statusCode, 400)
+  t.same(missingBody.json().details, [{ field: 'body', issue: 'must be object' }])
+
+  const text = await api.inject({ ...login, headers: { 'content-type': 'text/plain' }, payload: 'email=a' })
+  t.equal(text.statusCode, 415)
+  t.equal(text.json().code, 'UNSUPPORTED_MEDIA_TYPE')
+
+  const large = await api.inject({ ...login, payload: { email: 'a@example.com', password: 'x'.repeat(4096) } })
+  t.equal(large.statusCode, 413)
+  t.equal(large.json().code, 'PAYLOAD_TOO_LARGE')
+})
+
+t.test('an unexpected failure is a 500 INTERNAL_ERROR that discloses nothing and is logged with the request id', async (t) => {
+  const lines: string[] = []
+  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const api = await build(t, { LOG_LEVEL: 'error' }, { logStream })
+  // The store failing is the kind of fault no request can cause; the handler must not leak it.
+  api.app.store.items.page = async () => { throw new Error('disk on fire at /var/lib/secret') }
+  const { accessToken } = await api.register()
+  const response = await api.call('listItems', { token: accessToken })
+  t.equal(response.statusCode, 500)
+  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  t.notMatch(response.body, /disk on fire/)
+  const logged = lines.map((line) => JSON.parse(line) as { reqId?: string, err?: { message: string } }).find((line) => line.err)
+  t.equal(logged?.reqId, response.headers['x-request-id'])
+  t.equal(logged?.err?.message, 'disk on fire at /var/lib/secret')
+})
+
+t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', async (t) => {
+  const api = await build(t)
+  const json = await api.app.inject({ method: 'GET', url: '/openapi.json' })
+  t.equal(json.statusCode, 200)
+  t.match(json.json(), { openapi: '3.1.0', info: { version: '1.0.0' } })
+  const yaml = await api.app.inject({ method: 'GET', url: '/openapi.yaml' })
+  t.equal(yaml.statusCode, 200)
+  t.match(yaml.headers['content-type'], /yaml/)
+  t.match(yaml.body, /operationId: listItems/)
+  const docs = await api.app.inject({ method: 'GET', url: '/docs/' })
+  t.equal(docs.statusCode, 200)
+  t.match(docs.body, /swagger-ui/i)
+})
+
+t.test('a stale generated/ (a request part without its validator) stops the start, naming the fix', async (t) => {
+  const { requestValidator } = await import('../src/plugins/routes.js')
+  const [route] = routes
+  t.ok(route)
+  if (route !== undefined) t.throws(() => requestValidator(route, 'headers'), { message: /run npm run generate/ })
+})

@@ -1,0 +1,274 @@
+import { Writable } from 'node:stream'
+import t from 'tap'
+import { build, newUser } from '../helper.js'
+import { decodeClaims, forgeToken } from '../tokens.js'
+
+const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
+
+t.test('registerUser', async (t) => {
+  t.test('creates the user, opens a session and answers with a token pair that no cache may keep', async (t) => {
+    const api = await build(t)
+    const body = newUser({ email: 'Ada.Lovelace@Example.com', role: 'viewer' })
+    const response = await api.call('registerUser', { body })
+    t.equal(response.statusCode, 201)
+    t.equal(response.headers['cache-control'], 'no-store')
+    const auth = response.json()
+    t.match(auth.user, { email: 'Ada.Lovelace@Example.com', firstName: body.firstName, lastName: body.lastName, role: 'viewer' })
+    t.equal(auth.expiresIn, 900)
+    t.match(auth.refreshToken, /^[A-Za-z0-9_-]{43}$/, '256 random bits, base64url')
+    const claims = decodeClaims(auth.accessToken)
+    t.match(claims, { sub: auth.user.id, sid: String, jti: String, typ: 'access', iss: 'items-service', aud: 'items-service' })
+    t.equal(Number(claims.exp) - Number(claims.iat), auth.expiresIn, 'expiresIn is the token lifetime')
+    t.notMatch(response.body, /password|argon2/)
+  })
+
+  t.test('ACCESS_TOKEN_TTL sets the access token lifetime', async (t) => {
+    const api = await build(t, { ACCESS_TOKEN_TTL: '60' })
+    const { accessToken, expiresIn } = await api.register()
+    const claims = decodeClaims(accessToken)
+    t.equal(expiresIn, 60)
+    t.equal(Number(claims.exp) - Number(claims.iat), 60)
+  })
+
+  t.test('emails are unique whatever their case, spacing or Unicode form', async (t) => {
+    const api = await build(t)
+    await api.register({ email: 'jose@example.com' })
+    for (const email of ['JOSE@example.com', 'Jose@Example.COM']) {
+      const response = await api.call('registerUser', { body: newUser({ email }) })
+      t.equal(response.statusCode, 409, email)
+      t.same(response.json(), { code: 'EMAIL_ALREADY_REGISTERED', message: 'This email is already registered.' })
+    }
+  })
+
+  t.test('twenty concurrent registrations of one email give exactly one 201 and nineteen 409', async (t) => {
+    const api = await build(t)
+    const body = newUser()
+    const responses = await Promise.all(Array.from({ length: 20 }, async (_, index) =>
+      await api.call('registerUser', { body: { ...body, email: index % 2 === 0 ? body.email : body.email.toUpperCase() } })))
+    const statuses = responses.map((response) => response.statusCode).sort()
+    t.same(statuses, [201, ...Array<number>(19).fill(409)])
+  })
+
+  t.test('passwords of 8 to 128 characters are accepted as typed, never trimmed', async (t) => {
+    const api = await build(t)
+    t.equal((await api.call('registerUser', { body: newUser({ password: 'short12' }) })).statusCode, 400)
+    t.equal((await api.call('registerUser', { body: newUser({ password: 'x'.repeat(129) }) })).statusCode, 400)
+    const password = '  Spaces Around  '
+    const { user } = await api.register({ email: 'spaces@example.com', password })
+    const exact = await api.call('loginUser', { body: { email: 'spaces@example.com', password } })
+    t.equal(exact.statusCode, 200)
+    t.equal(exact.json().user.id, user.id)
+    const trimmed = await api.call('loginUser', { body: { email: 'spaces@example.com', password: password.trim() } })
+    t.equal(trimmed.statusCode, 401)
+  })
+
+  t.test('neither the password nor its hash appears in any log line', async (t) => {
+    const lines: string[] = []
+    const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+    const api = await build(t, { LOG_LEVEL: 'trace' }, { logStream })
+    const password = 'a very distinctive password'
+    await api.register({ email: 'logs@example.com', password })
+    await api.call('loginUser', { body: { email: 'logs@example.com', password } })
+    await api.call('loginUser', { body: { email: 'logs@example.com', password: 'wrong password!' } })
+    t.ok(lines.length > 0)
+    t.notMatch(lines.join('\n'), /distinctive|wrong password|\$argon2/)
+  })
+})
+
+t.test('loginUser', async (t) => {
+  t.test('opens a new session for the right password', async (t) => {
+    const api = await build(t)
+    const registered = await api.register({ email: 'login@example.com' })
+    const response = await api.call('loginUser', { body: { email: 'LOGIN@example.com', password: 'correct horse battery staple' } })
+    t.equal(response.statusCode, 200)
+    t.equal(response.headers['cache-control'], 'no-store')
+    t.same(response.json().user, registered.user)
+    t.not(decodeClaims(response.json().accessToken).sid, decodeClaims(registered.accessToken).sid)
+  })
+
+  t.test('an unknown email and a wrong password get the same answer in about the same time', async (t) => {
+    const api = await build(t)
+    await api.register({ email: 'known@example.com' })
+    const attempt = async (email: string): Promise<{ ms: number, body: string, status: number }> => {
+      const started = process.hrtime.bigint()
+      const response = await api.call('loginUser', { body: { email, password: 'not the password' } })
+      return { ms: Number(process.hrtime.bigint() - started) / 1e6, body: response.body, status: response.statusCode }
+    }
+    const wrongPassword: number[] = []
+    const unknownEmail: number[] = []
+    for (let round = 0; round < 9; round += 1) {
+      const known = await attempt('known@example.com')
+      const unknown = await attempt('nobody@example.com')
+      t.equal(known.status, 401)
+      t.same(JSON.parse(unknown.body), { code: 'INVALID_CREDENTIALS', message: 'The email or password is incorrect.' })
+      t.equal(unknown.body, known.body)
+      wrongPassword.push(known.ms)
+      unknownEmail.push(unknown.ms)
+    }
+    const ratio = median(unknownEmail) / median(wrongPassword)
+    t.ok(ratio > 0.5 && ratio < 2, `median unknown-email / wrong-password login time is ${ratio.toFixed(2)}`)
+  })
+})
+
+t.test('access tokens', async (t) => {
+  const api = await build(t)
+  const { accessToken, user } = await api.register()
+  const claims = decodeClaims(accessToken)
+  const now = Math.floor(Date.now() / 1000)
+  const valid = { ...claims, iat: now, exp: now + 60 }
+  const listWith = async (authorization?: string) =>
+    await api.inject({ method: 'GET', url: '/v1/items', headers: authorization === undefined ? {} : { authorization } })
+
+  t.test('a valid token is accepted', async (t) => {
+    t.equal((await listWith(`Bearer ${accessToken}`)).statusCode, 200)
+    t.equal((await listWith(`bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, valid)}`)).statusCode, 200, 'scheme is case-insensitive')
+  })
+
+  t.test('no token, or another scheme, is AUTHENTICATION_REQUIRED', async (t) => {
+    for (const header of [undefined, 'Basic dXNlcjpwYXNz']) {
+      const response = await listWith(header)
+      t.equal(response.statusCode, 401)
+      t.same(response.json(), { code: 'AUTHENTICATION_REQUIRED', message: 'An access token is required.' })
+      t.equal(response.headers['www-authenticate'], 'Bearer realm="items"')
+    }
+  })
+
+  t.test('an expired token with a valid signature is TOKEN_EXPIRED', async (t) => {
+    const response = await listWith(`Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, iat: now - 120, exp: now - 60 })}`)
+    t.equal(response.statusCode, 401)
+    t.equal(response.json().code, 'TOKEN_EXPIRED')
+    t.match(response.headers['www-authenticate'], /error="invalid_token"/)
+  })
+
+  const forgeries: Record<string, string> = {
+    'Bearer with nothing after it': 'Bearer ',
+    'a token that is not a JWT': 'Bearer not-a-jwt',
+    'a wrong signature': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, valid, 'another-secret-of-at-least-32-bytes!!')}`,
+    'alg none': `Bearer ${forgeToken({ alg: 'none', typ: 'JWT' }, valid).split('.').slice(0, 2).join('.')}.`,
+    'another algorithm in the header': `Bearer ${forgeToken({ alg: 'HS512', typ: 'JWT' }, valid)}`,
+    'nbf in the future': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, nbf: now + 600 })}`,
+    'no exp claim': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, exp: undefined })}`,
+    'another audience': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, aud: 'another-service' })}`,
+    'a token that is not an access token': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, typ: 'refresh' })}`,
+    'a session that does not exist': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, sid: '00000000-0000-4000-8000-000000000000' })}`,
+    'a session of another user': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, sub: '00000000-0000-4000-8000-000000000000' })}`
+  }
+  for (const [name, header] of Object.entries(forgeries)) {
+    t.test(`${name} is INVALID_TOKEN`, async (t) => {
+      const response = await listWith(header)
+      t.equal(response.statusCode, 401)
+      t.equal(response.json().code, 'INVALID_TOKEN')
+      t.match(response.headers['www-authenticate'], /^Bearer realm="items", error="invalid_token"/)
+    })
+  }
+
+  t.test('authentication comes before validation, so an anonymous caller learns nothing about the body', async (t) => {
+    const response = await api.inject({ method: 'POST', url: '/v1/items', payload: { bogus: true } })
+    t.equal(response.statusCode, 401)
+    t.equal(response.json().code, 'AUTHENTICATION_REQUIRED')
+  })
+
+  t.test('the role comes from the store, whatever the token claims', async (t) => {
+    const viewer = await api.register({ role: 'viewer' })
+    const viewerClaims = decodeClaims(viewer.accessToken)
+    const claimsContributor = forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...viewerClaims, role: 'contributor' })
+    const response = await api.call('createItem', { token: claimsContributor, body: { name: 'x' } })
+    t.equal(response.statusCode, 403)
+    t.equal(user.role, 'contributor')
+  })
+})
+
+t.test('refreshTokens', async (t) => {
+  t.test('returns a new pair and makes the old refresh token single-use', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    const response = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
+    t.equal(response.statusCode, 200)
+    t.equal(response.headers['cache-control'], 'no-store')
+    const second = response.json()
+    t.not(second.refreshToken, first.refreshToken)
+    t.not(second.accessToken, first.accessToken)
+    t.same(second.user, first.user)
+    t.equal(decodeClaims(second.accessToken).sid, decodeClaims(first.accessToken).sid, 'same session')
+    t.equal((await api.call('listItems', { token: second.accessToken })).statusCode, 200)
+  })
+
+  t.test('presenting a used refresh token revokes the whole session', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    const second = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
+    const replay = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
+    t.equal(replay.statusCode, 401)
+    t.same(replay.json(), { code: 'INVALID_REFRESH_TOKEN', message: 'The refresh token is invalid.' })
+    t.equal((await api.call('refreshTokens', { body: { refreshToken: second.refreshToken } })).statusCode, 401, 'the newest refresh token is revoked too')
+    const afterRevocation = await api.call('listItems', { token: second.accessToken })
+    t.equal(afterRevocation.statusCode, 401)
+    t.equal(afterRevocation.json().code, 'INVALID_TOKEN', 'and so is the access token')
+  })
+
+  t.test('ten concurrent refreshes with one token give exactly one 200', async (t) => {
+    const api = await build(t)
+    const { refreshToken } = await api.register()
+    const responses = await Promise.all(Array.from({ length: 10 }, async () =>
+      await api.call('refreshTokens', { body: { refreshToken } })))
+    t.same(responses.map((response) => response.statusCode).sort(), [200, ...Array<number>(9).fill(401)])
+  })
+
+  t.test('an unknown or expired refresh token is INVALID_REFRESH_TOKEN', async (t) => {
+    const api = await build(t, { REFRESH_TOKEN_TTL: '1' })
+    const unknown = await api.call('refreshTokens', { body: { refreshToken: 'x'.repeat(43) } })
+    t.equal(unknown.statusCode, 401)
+    t.equal(unknown.json().code, 'INVALID_REFRESH_TOKEN')
+    const { refreshToken, accessToken } = await api.register()
+    const second = await api.register()
+    await new Promise((resolve) => setTimeout(resolve, 1100))
+    t.equal((await api.call('listItems', { token: accessToken })).json().code, 'INVALID_TOKEN', 'the session has ended')
+    t.equal((await api.call('refreshTokens', { body: { refreshToken } })).statusCode, 401)
+    t.equal((await api.call('refreshTokens', { body: { refreshToken: second.refreshToken } })).statusCode, 401)
+  })
+
+  t.test('a missing refresh token is a 400', async (t) => {
+    const api = await build(t)
+    const response = await api.call('refreshTokens', { body: {} })
+    t.equal(response.statusCode, 400)
+    t.same(response.json().details, [{ field: 'body.refreshToken', issue: 'is required' }])
+  })
+})
+
+t.test('logoutUser ends the current session only', async (t) => {
+  const api = await build(t)
+  const first = await api.register({ email: 'two-sessions@example.com' })
+  const second = (await api.call('loginUser', { body: { email: 'two-sessions@example.com', password: 'correct horse battery staple' } })).json()
+  const response = await api.call('logoutUser', { token: first.accessToken })
+  t.equal(response.statusCode, 204)
+  t.equal(response.body, '')
+  const reused = await api.call('logoutUser', { token: first.accessToken })
+  t.equal(reused.statusCode, 401)
+  t.equal(reused.json().code, 'INVALID_TOKEN')
+  t.equal((await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).statusCode, 401)
+  t.equal((await api.call('listItems', { token: second.accessToken })).statusCode, 200, 'the other session still works')
+  t.equal((await api.call('refreshTokens', { body: { refreshToken: second.refreshToken } })).statusCode, 200)
+})
+
+t.test('rate limits', async (t) => {
+  t.test('login attempts are limited per client address and email, with Retry-After', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '2', RATE_LIMIT_WINDOW: '60' })
+    await api.register({ email: 'target@example.com' })
+    const login = async (email: string) => await api.call('loginUser', { body: { email, password: 'guess-guess' } })
+    t.equal((await login('target@example.com')).statusCode, 401)
+    t.equal((await login('TARGET@example.com')).statusCode, 401)
+    const limited = await login('target@example.com')
+    t.equal(limited.statusCode, 429)
+    t.equal(limited.json().code, 'RATE_LIMITED')
+    t.match(limited.headers['retry-after'], /^\d+$/)
+    t.equal((await login('someone-else@example.com')).statusCode, 401, 'other accounts are not throttled')
+  })
+
+  t.test('registration and refresh are limited per client address', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', RATE_LIMIT_REFRESH: '1' })
+    const { refreshToken } = await api.register()
+    t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 429)
+    t.equal((await api.call('refreshTokens', { body: { refreshToken } })).statusCode, 200)
+    t.equal((await api.call('refreshTokens', { body: { refreshToken: 'y'.repeat(43) } })).statusCode, 429)
+  })
+})

@@ -1,0 +1,296 @@
+import t, { type Test } from 'tap'
+import type { DomainEvent } from '../../src/plugins/events.js'
+import { type Api, build, type Schemas } from '../helper.js'
+
+const MISSING_ID = '00000000-0000-4000-8000-000000000000'
+
+interface Cast {
+  api: Api
+  owner: Schemas['AuthResponse']
+  other: Schemas['AuthResponse']
+  viewer: Schemas['AuthResponse']
+}
+
+async function cast (t: Test): Promise<Cast> {
+  const api = await build(t)
+  return { api, owner: await api.register(), other: await api.register(), viewer: await api.register({ role: 'viewer' }) }
+}
+
+t.test('createItem', async (t) => {
+  t.test('adds an active item owned by the caller, with a null description when none is given', async (t) => {
+    const { api, owner } = await cast(t)
+    const response = await api.call('createItem', { token: owner.accessToken, body: { name: 'Difference engine' } })
+    t.equal(response.statusCode, 201)
+    const item = response.json()
+    t.match(item, { name: 'Difference engine', description: null, status: 'active', contributorId: owner.user.id })
+    t.equal(item.createdAt, item.updatedAt)
+    t.equal(response.headers.location, `/v1/items/${item.id}`)
+    t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item)
+  })
+
+  t.test('keeps a given description', async (t) => {
+    const { api, owner } = await cast(t)
+    const item = await api.createItem(owner.accessToken, { name: 'n', description: 'A longer text' })
+    t.equal(item.description, 'A longer text')
+  })
+
+  t.test('fields the server owns are not client-writable', async (t) => {
+    const { api, owner } = await cast(t)
+    for (const field of ['id', 'contributorId', 'status', 'createdAt', 'updatedAt']) {
+      const response = await api.call('createItem', { token: owner.accessToken, body: { name: 'n', [field]: 'x' } })
+      t.equal(response.statusCode, 400, field)
+      t.same(response.json().details, [{ field: `body.${field}`, issue: 'is not an allowed field' }])
+    }
+  })
+
+  t.test('limits from the contract apply: name 1 to 200 characters, description up to 10 000', async (t) => {
+    const { api, owner } = await cast(t)
+    const create = async (body: object) => (await api.call('createItem', { token: owner.accessToken, body })).statusCode
+    t.equal(await create({ name: 'x'.repeat(200), description: 'd'.repeat(10000) }), 201)
+    t.equal(await create({ name: 'x'.repeat(201) }), 400)
+    t.equal(await create({ name: 'x', description: 'd'.repeat(10001) }), 400)
+    t.equal(await create({ name: '😀'.repeat(200) }), 201, 'lengths count characters, not UTF-16 units')
+  })
+
+  t.test('a viewer is FORBIDDEN, before its body is even validated', async (t) => {
+    const { api, viewer } = await cast(t)
+    for (const body of [{ name: 'n' }, { nonsense: true }]) {
+      const response = await api.call('createItem', { token: viewer.accessToken, body })
+      t.equal(response.statusCode, 403)
+      t.equal(response.json().code, 'FORBIDDEN')
+    }
+  })
+
+  t.test('fifty concurrent creates give fifty distinct items', async (t) => {
+    const { api, owner } = await cast(t)
+    const responses = await Promise.all(Array.from({ length: 50 }, async (_, index) =>
+      await api.call('createItem', { token: owner.accessToken, body: { name: `item ${index}` } })))
+    t.ok(responses.every((response) => response.statusCode === 201))
+    t.equal(new Set(responses.map((response) => response.json().id)).size, 50)
+    t.equal((await api.call('listItems', { token: owner.accessToken })).json().pagination.total, 50)
+  })
+})
+
+t.test('getItem', async (t) => {
+  const { api, owner, other, viewer } = await cast(t)
+  const item = await api.createItem(owner.accessToken)
+  for (const [who, caller] of Object.entries({ owner, other, viewer })) {
+    t.test(`the ${who} can read any item`, async (t) => {
+      const response = await api.call('getItem', { token: caller.accessToken, params: { itemId: item.id } })
+      t.equal(response.statusCode, 200)
+      t.same(response.json(), item)
+    })
+  }
+  t.test('a missing item is NOT_FOUND', async (t) => {
+    const response = await api.call('getItem', { token: viewer.accessToken, params: { itemId: MISSING_ID } })
+    t.equal(response.statusCode, 404)
+    t.same(response.json(), { code: 'NOT_FOUND', message: 'Item not found.' })
+  })
+})
+
+t.test('updateItem', async (t) => {
+  t.test('changes only the given fields and moves updatedAt strictly forward', async (t) => {
+    const { api, owner } = await cast(t)
+    const item = await api.createItem(owner.accessToken, { name: 'before', description: 'kept' })
+    const response = await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: 'after' } })
+    t.equal(response.statusCode, 200)
+    const updated = response.json()
+    t.same({ ...updated, updatedAt: item.updatedAt }, { ...item, name: 'after' })
+    t.ok(updated.updatedAt > item.updatedAt)
+    const cleared = await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { description: null } })
+    t.equal(cleared.json().description, null)
+    t.equal(cleared.json().name, 'after')
+  })
+
+  t.test('toggles active ↔ archived any number of times, createdAt never changes', async (t) => {
+    const { api, owner } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    let previous = item
+    for (const status of ['archived', 'active', 'archived', 'active', 'archived'] as const) {
+      const response = await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { status } })
+      t.equal(response.statusCode, 200)
+      const updated = response.json()
+      t.equal(updated.status, status)
+      t.equal(updated.createdAt, item.createdAt)
+      t.ok(updated.updatedAt > previous.updatedAt, 'updatedAt strictly increases')
+      previous = updated
+    }
+  })
+
+  t.test('follows the precedence 401 → 403 role → 400 → 404 → 403 owner', async (t) => {
+    const { api, owner, other, viewer } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    const patch = async (token: string | undefined, itemId: string, body: object) =>
+      await api.call('updateItem', { ...(token === undefined ? {} : { token }), params: { itemId }, body })
+    t.equal((await patch(undefined, 'bad', {})).statusCode, 401)
+    t.equal((await patch(viewer.accessToken, 'bad', {})).statusCode, 403)
+    t.equal((await patch(other.accessToken, 'bad', { name: 'x' })).statusCode, 400)
+    t.equal((await patch(other.accessToken, MISSING_ID, {})).statusCode, 400)
+    t.equal((await patch(other.accessToken, MISSING_ID, { name: 'x' })).statusCode, 404)
+    const notOwner = await patch(other.accessToken, item.id, { name: 'x' })
+    t.equal(notOwner.statusCode, 403)
+    t.same(notOwner.json(), { code: 'FORBIDDEN', message: 'Only the item\'s contributor may change it.' })
+    t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item, 'nothing changed')
+  })
+
+  t.test('a failed edit changes nothing', async (t) => {
+    const { api, owner } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    const response = await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: 'ok', status: 'deleted' } })
+    t.equal(response.statusCode, 400)
+    t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item)
+  })
+})
+
+t.test('deleteItem', async (t) => {
+  t.test('removes the item for everyone; a second delete is NOT_FOUND', async (t) => {
+    const { api, owner, viewer } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    const response = await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })
+    t.equal(response.statusCode, 204)
+    t.equal(response.body, '')
+    t.equal((await api.call('getItem', { token: viewer.accessToken, params: { itemId: item.id } })).statusCode, 404)
+    t.equal((await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })).statusCode, 404)
+    t.equal((await api.call('listItems', { token: viewer.accessToken })).json().pagination.total, 0)
+  })
+
+  t.test('only the owning contributor may delete', async (t) => {
+    const { api, owner, other, viewer } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    for (const caller of [other, viewer]) {
+      const response = await api.call('deleteItem', { token: caller.accessToken, params: { itemId: item.id } })
+      t.equal(response.statusCode, 403)
+      t.equal(response.json().code, 'FORBIDDEN')
+    }
+    t.equal((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).statusCode, 200)
+    t.equal((await api.call('deleteItem', { token: viewer.accessToken, params: { itemId: MISSING_ID } })).statusCode, 403, 'role before existence')
+    t.equal((await api.call('deleteItem', { token: other.accessToken, params: { itemId: MISSING_ID } })).statusCode, 404)
+  })
+
+  t.test('deleting from the middle keeps the order of the rest', async (t) => {
+    const { api, owner } = await cast(t)
+    const items = []
+    for (let index = 0; index < 5; index += 1) items.push(await api.createItem(owner.accessToken, { name: `n${index}` }))
+    for (const index of [2, 0, 4]) await api.call('deleteItem', { token: owner.accessToken, params: { itemId: items[index]?.id ?? '' } })
+    const page = (await api.call('listItems', { token: owner.accessToken })).json()
+    t.same(page.data.map((item: Schemas['Item']) => item.name), ['n1', 'n3'])
+  })
+})
+
+t.test('listItems', async (t) => {
+  const { api, owner, viewer } = await cast(t)
+  const created: Schemas['Item'][] = []
+  for (let index = 0; index < 45; index += 1) created.push(await api.createItem(owner.accessToken, { name: `item ${index}` }))
+
+  t.test('defaults to page 1 of 20, oldest first', async (t) => {
+    const response = await api.call('listItems', { token: viewer.accessToken })
+    t.equal(response.statusCode, 200)
+    const page = response.json()
+    t.same(page.pagination, { page: 1, pageSize: 20, total: 45 })
+    t.same(page.data, created.slice(0, 20))
+  })
+
+  t.test('the last page is partial and a page past the end is empty with the true total', async (t) => {
+    t.same((await api.call('listItems', { token: viewer.accessToken, query: { page: 3 } })).json(),
+      { data: created.slice(40), pagination: { page: 3, pageSize: 20, total: 45 } })
+    t.same((await api.call('listItems', { token: viewer.accessToken, query: { page: 99, pageSize: 100 } })).json(),
+      { data: [], pagination: { page: 99, pageSize: 100, total: 45 } })
+  })
+
+  t.test('walking every page yields each item once', async (t) => {
+    const seen = new Set<string>()
+    for (let page = 1; page <= 7; page += 1) {
+      const { data } = (await api.call('listItems', { token: viewer.accessToken, query: { page, pageSize: 7 } })).json()
+      for (const item of data) seen.add(item.id)
+    }
+    t.equal(seen.size, 45)
+  })
+
+  t.test('bounds: page ≥ 1, 1 ≤ pageSize ≤ 100, integers only', async (t) => {
+    const statusFor = async (query: Record<string, string | number>) =>
+      (await api.call('listItems', { token: viewer.accessToken, query })).statusCode
+    t.equal(await statusFor({ pageSize: 1 }), 200)
+    t.equal(await statusFor({ pageSize: 100 }), 200)
+    const invalid: Array<Record<string, string | number>> = [{ page: 0 }, { page: -1 }, { page: 1.5 }, { page: 'two' }, { pageSize: 0 }, { pageSize: 101 }, { pageSize: '' }]
+    for (const query of invalid) {
+      t.equal(await statusFor(query), 400, JSON.stringify(query))
+    }
+  })
+
+  t.test('needs a token', async (t) => {
+    t.equal((await api.call('listItems')).statusCode, 401)
+  })
+})
+
+t.test('events', async (t) => {
+  t.test('each successful mutation emits exactly one CloudEvent, after the response, and failures emit none', async (t) => {
+    const seen: Array<DomainEvent<'items.item.added' | 'items.item.edited' | 'items.item.removed'>> = []
+    const record = (event: (typeof seen)[number]): void => { seen.push(event) }
+    const api = await build(t, {}, {
+      subscribers: { 'items.item.added': [record], 'items.item.edited': [record], 'items.item.removed': [record] }
+    })
+    const owner = await api.register()
+    const other = await api.register()
+    const settle = async (): Promise<void> => { await new Promise((resolve) => setImmediate(resolve)) }
+
+    const item = await api.createItem(owner.accessToken, { name: 'evented' })
+    await settle()
+    const edited = (await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { status: 'archived' } })).json()
+    await settle()
+    await api.call('updateItem', { token: other.accessToken, params: { itemId: item.id }, body: { name: 'x' } })
+    await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: '' } })
+    await api.call('createItem', { token: owner.accessToken, body: {} })
+    await api.call('deleteItem', { token: other.accessToken, params: { itemId: item.id } })
+    await api.call('deleteItem', { token: owner.accessToken, params: { itemId: MISSING_ID } })
+    await settle()
+    t.equal(seen.length, 2, 'failed requests emit nothing')
+    await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })
+    await settle()
+
+    t.same(seen.map((event) => event.type), ['items.item.added', 'items.item.edited', 'items.item.removed'])
+    t.same(seen.map((event) => event.data.item), [item, edited, edited])
+    for (const event of seen) {
+      t.match(event, {
+        specversion: '1.0',
+        id: /^[0-9a-f-]{36}$/,
+        source: '/v1/items',
+        time: String,
+        subject: item.id,
+        datacontenttype: 'application/json',
+        data: { actorId: owner.user.id }
+      })
+    }
+    t.equal(new Set(seen.map((event) => event.id)).size, 3, 'event ids are unique')
+  })
+
+  t.test('a handler that throws or rejects is logged and changes neither the response nor the other handlers', async (t) => {
+    const delivered: string[] = []
+    const api = await build(t, {}, {
+      subscribers: {
+        'items.item.added': [
+          () => { throw new Error('sync failure') },
+          async () => { throw new Error('async failure') },
+          (event) => { delivered.push(event.subject) }
+        ]
+      }
+    })
+    const owner = await api.register()
+    const response = await api.call('createItem', { token: owner.accessToken, body: { name: 'n' } })
+    t.equal(response.statusCode, 201)
+    await new Promise((resolve) => setImmediate(resolve))
+    t.same(delivered, [response.json().id])
+  })
+
+  t.test('on and off subscribe at run time, and pending handlers finish before close resolves', async (t) => {
+    const api = await build(t)
+    const owner = await api.register()
+    let finished = 0
+    const slow = async (): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, 50)); finished += 1 }
+    api.app.events.on('items.item.added', slow)
+    await api.createItem(owner.accessToken)
+    api.app.events.off('items.item.added', slow)
+    await api.createItem(owner.accessToken)
+    await api.app.close()
+    t.equal(finished, 1)
+  })
+})

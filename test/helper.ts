@@ -1,0 +1,138 @@
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js'
+import ajvFormats from 'ajv-formats'
+import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
+import type { Test } from 'tap'
+import type { components } from '../generated/openapi.js'
+import { type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
+import { type BuildAppOptions, buildApp } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+
+export type Schemas = components['schemas']
+export const TEST_JWT_SECRET = 'a-test-secret-that-is-at-least-32-bytes-long'
+
+const ajv = new Ajv2020({ allErrors: true, strict: false })
+ajvFormats.default(ajv)
+const responseValidators = new Map<string, ValidateFunction>()
+for (const route of routes) {
+  for (const [status, schema] of Object.entries(route.schema.response)) {
+    responseValidators.set(`${route.operationId} ${status}`, ajv.compile(schema))
+  }
+}
+const validateError = ajv.compile({
+  type: 'object',
+  required: ['code', 'message'],
+  properties: { code: { type: 'string' }, message: { type: 'string' } }
+})
+
+function routeFor (method: string, url: string): RouteDefinition | undefined {
+  const path = url.split('?')[0] ?? url
+  return routes.find((route) => route.method === method &&
+    new RegExp(`^${route.url.replace(/:[^/]+/g, '[^/]+')}$`).test(path))
+}
+
+export class ContractViolation extends Error {}
+
+/** Throws when a response is not one the contract allows for the operation that was called. */
+export function assertMatchesContract (method: string, url: string, response: LightMyRequestResponse): void {
+  const route = routeFor(method, url)
+  const where = `${method} ${url} → ${response.statusCode}`
+  if (route === undefined) {
+    // Outside the contract's paths only the catch-all 404 is expected, in the Error shape.
+    if (response.statusCode === 404 && validateError(response.json())) return
+    throw new ContractViolation(`${where}: no operation matches and the response is not a NOT_FOUND error`)
+  }
+  const status = String(response.statusCode)
+  if (!route.statuses.includes(status)) {
+    throw new ContractViolation(`${where}: status not declared for ${route.operationId} (declared: ${route.statuses.join(', ')})`)
+  }
+  const validate = responseValidators.get(`${route.operationId} ${status}`)
+  if (validate === undefined) {
+    if (response.body !== '') throw new ContractViolation(`${where}: the contract declares no body, got ${response.body}`)
+  } else {
+    if (!String(response.headers['content-type']).startsWith('application/json')) {
+      throw new ContractViolation(`${where}: content-type ${String(response.headers['content-type'])} is not application/json`)
+    }
+    if (!validate(response.json())) {
+      throw new ContractViolation(`${where}: body breaks the contract: ${ajv.errorsText(validate.errors)}\n${response.body}`)
+    }
+  }
+  if (status === '401' && route.security.length > 0 && !String(response.headers['www-authenticate']).startsWith('Bearer')) {
+    throw new ContractViolation(`${where}: a 401 of a protected operation must carry WWW-Authenticate: Bearer`)
+  }
+}
+
+export interface CallOptions {
+  params?: Record<string, string>
+  query?: Record<string, string | number>
+  body?: unknown
+  token?: string
+  headers?: Record<string, string>
+}
+
+/** Sends requests into the app and checks every response against the contract before a test sees it. */
+export class Api {
+  constructor (readonly app: FastifyInstance) {}
+
+  async inject (options: InjectOptions & { method: string, url: string }): Promise<LightMyRequestResponse> {
+    const response = await this.app.inject(options)
+    assertMatchesContract(options.method, options.url, response)
+    return response
+  }
+
+  /** Calls an operation by its operationId. */
+  async call (operationId: RouteOperationId, options: CallOptions = {}): Promise<LightMyRequestResponse> {
+    const route = routes.find((candidate) => candidate.operationId === operationId)
+    if (route === undefined) throw new Error(`unknown operation ${operationId}`)
+    const path = route.url.replace(/:([^/]+)/g, (_match, name: string) => encodeURIComponent(options.params?.[name] ?? ''))
+    const query = new URLSearchParams(Object.entries(options.query ?? {}).map(([key, value]): [string, string] => [key, String(value)])).toString()
+    const headers: Record<string, string> = { ...options.headers }
+    if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
+    return await this.inject({
+      method: route.method,
+      url: query === '' ? path : `${path}?${query}`,
+      headers,
+      ...(options.body === undefined ? {} : { payload: options.body as object })
+    })
+  }
+
+  async register (overrides: Partial<Schemas['RegisterRequest']> = {}): Promise<Schemas['AuthResponse']> {
+    const response = await this.call('registerUser', { body: newUser(overrides) })
+    if (response.statusCode !== 201) throw new Error(`register failed: ${response.body}`)
+    return response.json()
+  }
+
+  async createItem (token: string, body: Schemas['CreateItemRequest'] = { name: 'An item' }): Promise<Schemas['Item']> {
+    const response = await this.call('createItem', { token, body })
+    if (response.statusCode !== 201) throw new Error(`createItem failed: ${response.body}`)
+    return response.json()
+  }
+}
+
+let userCount = 0
+export function newUser (overrides: Partial<Schemas['RegisterRequest']> = {}): Schemas['RegisterRequest'] {
+  userCount += 1
+  return {
+    email: `user${userCount}-${process.pid}@example.com`,
+    password: 'correct horse battery staple',
+    firstName: 'Test',
+    lastName: `User ${userCount}`,
+    role: 'contributor',
+    ...overrides
+  }
+}
+
+/** The settings tests run with unless a test overrides them. */
+export const testEnvironment: NodeJS.ProcessEnv = {
+  NODE_ENV: 'test',
+  LOG_LEVEL: 'silent',
+  RATE_LIMIT: 'off',
+  JWT_SECRET: TEST_JWT_SECRET
+}
+
+/** Builds the app for one test and closes it when the test ends. */
+export async function build (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<Api> {
+  const app = await buildApp(loadConfig({ ...testEnvironment, ...env }), options)
+  t.teardown(async () => { await app.close() })
+  await app.ready()
+  return new Api(app)
+}
