@@ -1,44 +1,42 @@
 import { randomBytes } from 'node:crypto'
-import envSchema from 'env-schema'
 
-// Every setting the service reads from the environment. README.md documents each one in the same order.
-const environmentSchema = {
-  type: 'object',
-  properties: {
-    NODE_ENV: { type: 'string', enum: ['development', 'test', 'production'], default: 'development' },
-    HOST: { type: 'string', minLength: 1, default: '127.0.0.1' },
-    PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000 },
-    LOG_LEVEL: { type: 'string', enum: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], default: 'info' },
-    JWT_SECRET: { type: 'string', minLength: 32 },
-    ACCESS_TOKEN_TTL: { type: 'integer', minimum: 1, default: 900 },
-    REFRESH_TOKEN_TTL: { type: 'integer', minimum: 1, default: 604800 },
-    BODY_LIMIT: { type: 'integer', minimum: 1024, default: 65536 },
-    RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on' },
-    RATE_LIMIT_WINDOW: { type: 'integer', minimum: 1, default: 60 },
-    RATE_LIMIT_LOGIN: { type: 'integer', minimum: 1, default: 10 },
-    RATE_LIMIT_REGISTER: { type: 'integer', minimum: 1, default: 20 },
-    RATE_LIMIT_REFRESH: { type: 'integer', minimum: 1, default: 60 },
-    SHUTDOWN_TIMEOUT: { type: 'integer', minimum: 1, default: 10000 }
-  },
-  required: []
-} as const
-
-interface Environment {
-  NODE_ENV: 'development' | 'test' | 'production'
-  HOST: string
-  PORT: number
-  LOG_LEVEL: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
-  JWT_SECRET?: string
-  ACCESS_TOKEN_TTL: number
-  REFRESH_TOKEN_TTL: number
-  BODY_LIMIT: number
-  RATE_LIMIT: 'on' | 'off'
-  RATE_LIMIT_WINDOW: number
-  RATE_LIMIT_LOGIN: number
-  RATE_LIMIT_REGISTER: number
-  RATE_LIMIT_REFRESH: number
-  SHUTDOWN_TIMEOUT: number
+export class ConfigError extends Error {
+  override name = 'ConfigError'
 }
+
+type Reader<T> = (raw: string, name: string) => T
+
+const integer = (min: number, max = Number.MAX_SAFE_INTEGER): Reader<number> => (raw, name) => {
+  const value = Number(raw)
+  if (raw.trim() === '' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`Invalid configuration: ${name} must be an integer from ${min} to ${max}, got "${raw}"`)
+  }
+  return value
+}
+
+const oneOf = <const T extends string>(...choices: T[]): Reader<T> => (raw, name) => {
+  if (!(choices as string[]).includes(raw)) {
+    throw new ConfigError(`Invalid configuration: ${name} must be one of ${choices.join(', ')}, got "${raw}"`)
+  }
+  return raw as T
+}
+
+const text = (minLength: number): Reader<string> => (raw, name) => {
+  if (raw.length < minLength) {
+    throw new ConfigError(`Invalid configuration: ${name} must be at least ${minLength} characters long`)
+  }
+  return raw
+}
+
+function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback: T): T
+function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>): T | undefined
+function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback?: T): T | undefined {
+  const raw = source[name]
+  return raw === undefined ? fallback : reader(raw, name)
+}
+
+const ENVIRONMENTS = ['development', 'test', 'production'] as const
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
 
 export interface RateLimit {
   max: number
@@ -46,10 +44,10 @@ export interface RateLimit {
 }
 
 export interface AppConfig {
-  environment: Environment['NODE_ENV']
+  environment: typeof ENVIRONMENTS[number]
   host: string
   port: number
-  logLevel: Environment['LOG_LEVEL']
+  logLevel: typeof LOG_LEVELS[number]
   jwt: {
     secret: string
     /** True when no JWT_SECRET was given and a random one was made for this process. */
@@ -64,43 +62,38 @@ export interface AppConfig {
   shutdownTimeoutMs: number
 }
 
-export class ConfigError extends Error {
-  override name = 'ConfigError'
-}
-
-/** Reads and validates the configuration; throws a ConfigError naming the variable when a value is bad. */
+/**
+ * Reads and validates every setting the service takes from the environment (README.md documents each one);
+ * throws a ConfigError naming the variable when a value is bad.
+ */
 export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig {
-  let env: Environment
-  try {
-    env = envSchema<Environment>({ schema: environmentSchema, data: source, dotenv: false })
-  } catch (error) {
-    throw new ConfigError(`Invalid configuration: ${(error as Error).message.replace(/env\//g, '')}`)
-  }
-  if (env.NODE_ENV === 'production' && env.JWT_SECRET === undefined) {
+  const environment = read(source, 'NODE_ENV', oneOf(...ENVIRONMENTS), 'development')
+  const jwtSecret = read(source, 'JWT_SECRET', text(32))
+  if (environment === 'production' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV is production')
   }
-  const windowSeconds = env.RATE_LIMIT_WINDOW
+  const windowSeconds = read(source, 'RATE_LIMIT_WINDOW', integer(1), 60)
   return {
-    environment: env.NODE_ENV,
-    host: env.HOST,
-    port: env.PORT,
-    logLevel: env.LOG_LEVEL,
+    environment,
+    host: read(source, 'HOST', text(1), '127.0.0.1'),
+    port: read(source, 'PORT', integer(0, 65535), 3000),
+    logLevel: read(source, 'LOG_LEVEL', oneOf(...LOG_LEVELS), 'info'),
     jwt: {
-      secret: env.JWT_SECRET ?? randomBytes(32).toString('base64url'),
-      secretGenerated: env.JWT_SECRET === undefined,
-      accessTokenTtlSeconds: env.ACCESS_TOKEN_TTL,
+      secret: jwtSecret ?? randomBytes(32).toString('base64url'),
+      secretGenerated: jwtSecret === undefined,
+      accessTokenTtlSeconds: read(source, 'ACCESS_TOKEN_TTL', integer(1), 900),
       issuer: 'items-service',
       audience: 'items-service'
     },
-    refreshTokenTtlSeconds: env.REFRESH_TOKEN_TTL,
-    bodyLimit: env.BODY_LIMIT,
-    rateLimits: env.RATE_LIMIT === 'off'
+    refreshTokenTtlSeconds: read(source, 'REFRESH_TOKEN_TTL', integer(1), 604800),
+    bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
+    rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'
       ? null
       : {
-          login: { max: env.RATE_LIMIT_LOGIN, windowSeconds },
-          register: { max: env.RATE_LIMIT_REGISTER, windowSeconds },
-          refresh: { max: env.RATE_LIMIT_REFRESH, windowSeconds }
+          login: { max: read(source, 'RATE_LIMIT_LOGIN', integer(1), 10), windowSeconds },
+          register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
+          refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds }
         },
-    shutdownTimeoutMs: env.SHUTDOWN_TIMEOUT
+    shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000)
   }
 }

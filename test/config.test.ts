@@ -21,13 +21,16 @@ t.test('defaults make a working development configuration', async (t) => {
 t.test('a bad value stops the start with a message naming the variable', async (t) => {
   const bad: Record<string, string> = {
     PORT: 'eighty',
+    HOST: '',
+    BODY_LIMIT: '1e3',
+    SHUTDOWN_TIMEOUT: ' ',
     ACCESS_TOKEN_TTL: '0',
     JWT_SECRET: 'too short',
     RATE_LIMIT: 'maybe',
     LOG_LEVEL: 'loud'
   }
   for (const [name, value] of Object.entries(bad)) {
-    t.throws(() => loadConfig({ [name]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} `) }, `${name}=${value}`)
+    t.throws(() => loadConfig({ [name]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)
   }
 })
 

@@ -10,14 +10,14 @@ export interface Passwords {
 }
 
 /** argon2 runs on libuv's thread pool, so hashing never blocks the event loop. */
-export async function createPasswords (): Promise<Passwords> {
+export function createPasswords (): Passwords {
   // Verify against a fixed dummy hash when the email is unknown, so the response time does not reveal
-  // which emails are registered.
-  const dummyHash = await argon2.hash('not a password of anyone', hashOptions)
+  // which emails are registered. It is made in the background so that it does not delay startup.
+  const dummyHash = argon2.hash('not a password of anyone', hashOptions)
   return {
     hash: async (password) => await argon2.hash(password, hashOptions),
     async verify (hash, password) {
-      const matches = await argon2.verify(hash ?? dummyHash, password)
+      const matches = await argon2.verify(hash ?? await dummyHash, password)
       return hash !== undefined && matches
     }
   }

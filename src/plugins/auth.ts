@@ -68,7 +68,7 @@ export async function authPlugin (app: FastifyInstance, options: AuthPluginOptio
     }
   })
 
-  app.decorate('passwords', await createPasswords())
+  app.decorate('passwords', createPasswords())
   app.decorate('sessions', new Sessions({
     store: app.store,
     signAccessToken: (claims) => app.jwt.sign(claims),
