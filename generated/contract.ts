@@ -34,9 +34,63 @@ export const contract: Record<string, unknown> = {
     {
       "name": "events",
       "description": "Domain events emitted after successful item changes."
+    },
+    {
+      "name": "ops",
+      "description": "Health checks for orchestrators and load balancers."
     }
   ],
   "paths": {
+    "/health/live": {
+      "get": {
+        "operationId": "checkLiveness",
+        "tags": [
+          "ops"
+        ],
+        "summary": "Liveness",
+        "description": "Answers 200 while the process is running and serving requests.",
+        "security": [],
+        "responses": {
+          "200": {
+            "$ref": "#/components/responses/Healthy"
+          },
+          "400": {
+            "$ref": "#/components/responses/ValidationFailed"
+          },
+          "500": {
+            "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
+          }
+        }
+      }
+    },
+    "/health/ready": {
+      "get": {
+        "operationId": "checkReadiness",
+        "tags": [
+          "ops"
+        ],
+        "summary": "Readiness",
+        "description": "Answers 200 while the service accepts traffic, and 503 (`SERVICE_UNAVAILABLE`) once it has begun shutting\ndown or is shedding load, so a load balancer stops sending requests.\n",
+        "security": [],
+        "responses": {
+          "200": {
+            "$ref": "#/components/responses/Healthy"
+          },
+          "400": {
+            "$ref": "#/components/responses/ValidationFailed"
+          },
+          "500": {
+            "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
+          }
+        }
+      }
+    },
     "/v1/auth/register": {
       "post": {
         "operationId": "registerUser",
@@ -95,6 +149,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -154,6 +211,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -212,6 +272,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -244,6 +307,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -306,6 +372,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       },
@@ -384,6 +453,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -421,6 +493,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       },
@@ -476,6 +551,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       },
@@ -512,6 +590,9 @@ export const contract: Record<string, unknown> = {
           },
           "500": {
             "$ref": "#/components/responses/InternalError"
+          },
+          "503": {
+            "$ref": "#/components/responses/ServiceUnavailable"
           }
         }
       }
@@ -779,7 +860,7 @@ export const contract: Record<string, unknown> = {
         }
       },
       "ValidationFailed": {
-        "description": "The body, a path parameter or a query parameter is invalid, or the body is not valid JSON\n(`VALIDATION_ERROR`). There is one `details` entry per failing field.\n",
+        "description": "The body, a path parameter or a query parameter is invalid, the body is not valid JSON, or the URL is\nmalformed (`VALIDATION_ERROR`). There is one `details` entry per failing field.\n",
         "content": {
           "application/json": {
             "schema": {
@@ -888,6 +969,38 @@ export const contract: Record<string, unknown> = {
             "example": {
               "code": "RATE_LIMITED",
               "message": "Too many requests; retry in 60 seconds."
+            }
+          }
+        }
+      },
+      "ServiceUnavailable": {
+        "description": "The service is overloaded or shutting down (`SERVICE_UNAVAILABLE`); try again after `Retry-After` seconds,\nif given.\n",
+        "headers": {
+          "Retry-After": {
+            "$ref": "#/components/headers/Retry-After"
+          }
+        },
+        "content": {
+          "application/json": {
+            "schema": {
+              "$ref": "#/components/schemas/Error"
+            },
+            "example": {
+              "code": "SERVICE_UNAVAILABLE",
+              "message": "The service is busy; try again shortly."
+            }
+          }
+        }
+      },
+      "Healthy": {
+        "description": "The service is up.",
+        "content": {
+          "application/json": {
+            "schema": {
+              "$ref": "#/components/schemas/Health"
+            },
+            "example": {
+              "status": "ok"
             }
           }
         }
@@ -1104,7 +1217,7 @@ export const contract: Record<string, unknown> = {
       },
       "ErrorCode": {
         "type": "string",
-        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
         "enum": [
           "VALIDATION_ERROR",
           "AUTHENTICATION_REQUIRED",
@@ -1118,8 +1231,21 @@ export const contract: Record<string, unknown> = {
           "PAYLOAD_TOO_LARGE",
           "UNSUPPORTED_MEDIA_TYPE",
           "RATE_LIMITED",
-          "INTERNAL_ERROR"
+          "INTERNAL_ERROR",
+          "SERVICE_UNAVAILABLE"
         ]
+      },
+      "Health": {
+        "type": "object",
+        "required": [
+          "status"
+        ],
+        "properties": {
+          "status": {
+            "type": "string",
+            "const": "ok"
+          }
+        }
       },
       "Error": {
         "type": "object",

@@ -6,7 +6,7 @@ type Role = components['schemas']['Role']
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'registerUser' | 'loginUser' | 'refreshTokens' | 'logoutUser' | 'listItems' | 'createItem' | 'getItem' | 'deleteItem' | 'updateItem'
+export type RouteOperationId = 'checkLiveness' | 'checkReadiness' | 'registerUser' | 'loginUser' | 'refreshTokens' | 'logoutUser' | 'listItems' | 'createItem' | 'getItem' | 'deleteItem' | 'updateItem'
 
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
@@ -29,6 +29,8 @@ export interface RouteDefinition {
 
 /** The parameters of each operation that the request validators fill in with their default when a request leaves them out. */
 export interface DefaultedParameters extends Record<RouteOperationId, string> {
+  checkLiveness: never
+  checkReadiness: never
   registerUser: never
   loginUser: never
   refreshTokens: never
@@ -42,6 +44,270 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
 
 export const routes: readonly RouteDefinition[] = [
   {
+    "operationId": "checkLiveness",
+    "method": "GET",
+    "url": "/health/live",
+    "security": [],
+    "roles": [],
+    "statuses": [
+      "200",
+      "400",
+      "500",
+      "503"
+    ],
+    "schema": {
+      "response": {
+        "200": {
+          "type": "object",
+          "required": [
+            "status"
+          ],
+          "properties": {
+            "status": {
+              "type": "string",
+              "const": "ok"
+            }
+          }
+        },
+        "400": {
+          "type": "object",
+          "required": [
+            "code",
+            "message",
+            "details"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "const": "VALIDATION_ERROR"
+            },
+            "message": {
+              "type": "string"
+            },
+            "details": {
+              "type": "array",
+              "items": {
+                "type": "object",
+                "required": [
+                  "field",
+                  "issue"
+                ],
+                "properties": {
+                  "field": {
+                    "type": "string",
+                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
+                  },
+                  "issue": {
+                    "type": "string",
+                    "description": "What is wrong with it."
+                  }
+                }
+              }
+            }
+          }
+        },
+        "500": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        }
+      }
+    }
+  },
+  {
+    "operationId": "checkReadiness",
+    "method": "GET",
+    "url": "/health/ready",
+    "security": [],
+    "roles": [],
+    "statuses": [
+      "200",
+      "400",
+      "500",
+      "503"
+    ],
+    "schema": {
+      "response": {
+        "200": {
+          "type": "object",
+          "required": [
+            "status"
+          ],
+          "properties": {
+            "status": {
+              "type": "string",
+              "const": "ok"
+            }
+          }
+        },
+        "400": {
+          "type": "object",
+          "required": [
+            "code",
+            "message",
+            "details"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "const": "VALIDATION_ERROR"
+            },
+            "message": {
+              "type": "string"
+            },
+            "details": {
+              "type": "array",
+              "items": {
+                "type": "object",
+                "required": [
+                  "field",
+                  "issue"
+                ],
+                "properties": {
+                  "field": {
+                    "type": "string",
+                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
+                  },
+                  "issue": {
+                    "type": "string",
+                    "description": "What is wrong with it."
+                  }
+                }
+              }
+            }
+          }
+        },
+        "500": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        }
+      }
+    }
+  },
+  {
     "operationId": "registerUser",
     "method": "POST",
     "url": "/v1/auth/register",
@@ -54,7 +320,8 @@ export const routes: readonly RouteDefinition[] = [
       "413",
       "415",
       "429",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -176,7 +443,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -190,7 +457,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -208,7 +476,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -222,7 +490,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -240,7 +509,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -254,7 +523,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -272,7 +542,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -286,7 +556,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -304,7 +575,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -318,7 +589,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -394,7 +699,8 @@ export const routes: readonly RouteDefinition[] = [
       "413",
       "415",
       "429",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -516,7 +822,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -530,7 +836,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -548,7 +855,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -562,7 +869,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -580,7 +888,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -594,7 +902,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -612,7 +921,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -626,7 +935,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -644,7 +954,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -658,7 +968,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -706,7 +1050,8 @@ export const routes: readonly RouteDefinition[] = [
       "413",
       "415",
       "429",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -828,7 +1173,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -842,7 +1187,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -860,7 +1206,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -874,7 +1220,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -892,7 +1239,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -906,7 +1253,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -924,7 +1272,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -938,7 +1286,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -956,7 +1305,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -970,7 +1319,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1009,7 +1392,8 @@ export const routes: readonly RouteDefinition[] = [
       "401",
       "413",
       "415",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -1022,7 +1406,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1036,7 +1420,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1054,7 +1439,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1068,7 +1453,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1086,7 +1472,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1100,7 +1486,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1118,7 +1505,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1132,7 +1519,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1156,7 +1577,8 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -1307,7 +1729,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1321,7 +1743,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1339,7 +1762,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1353,7 +1776,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1400,7 +1857,8 @@ export const routes: readonly RouteDefinition[] = [
       "403",
       "413",
       "415",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -1514,7 +1972,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1528,7 +1986,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1546,7 +2005,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1560,7 +2019,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1578,7 +2038,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1592,7 +2052,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1610,7 +2071,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1624,7 +2085,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1642,7 +2104,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1656,7 +2118,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1709,7 +2205,8 @@ export const routes: readonly RouteDefinition[] = [
       "400",
       "401",
       "404",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -1823,7 +2320,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1837,7 +2334,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1855,7 +2353,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1869,7 +2367,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1887,7 +2386,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -1901,7 +2400,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -1941,7 +2474,8 @@ export const routes: readonly RouteDefinition[] = [
       "401",
       "403",
       "404",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -1991,7 +2525,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2005,7 +2539,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2023,7 +2558,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2037,7 +2572,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2055,7 +2591,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2069,7 +2605,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2087,7 +2624,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2101,7 +2638,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2143,7 +2714,8 @@ export const routes: readonly RouteDefinition[] = [
       "404",
       "413",
       "415",
-      "500"
+      "500",
+      "503"
     ],
     "schema": {
       "response": {
@@ -2257,7 +2829,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2271,7 +2843,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2289,7 +2862,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2303,7 +2876,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2321,7 +2895,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2335,7 +2909,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2353,7 +2928,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2367,7 +2942,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2385,7 +2961,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2399,7 +2975,8 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {
@@ -2417,7 +2994,7 @@ export const routes: readonly RouteDefinition[] = [
           "properties": {
             "code": {
               "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
               "enum": [
                 "VALIDATION_ERROR",
                 "AUTHENTICATION_REQUIRED",
@@ -2431,7 +3008,41 @@ export const routes: readonly RouteDefinition[] = [
                 "PAYLOAD_TOO_LARGE",
                 "UNSUPPORTED_MEDIA_TYPE",
                 "RATE_LIMITED",
-                "INTERNAL_ERROR"
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
+              ]
+            },
+            "message": {
+              "type": "string",
+              "description": "A readable explanation, for people rather than programs."
+            }
+          }
+        },
+        "503": {
+          "type": "object",
+          "required": [
+            "code",
+            "message"
+          ],
+          "properties": {
+            "code": {
+              "type": "string",
+              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+              "enum": [
+                "VALIDATION_ERROR",
+                "AUTHENTICATION_REQUIRED",
+                "TOKEN_EXPIRED",
+                "INVALID_TOKEN",
+                "INVALID_CREDENTIALS",
+                "INVALID_REFRESH_TOKEN",
+                "FORBIDDEN",
+                "NOT_FOUND",
+                "EMAIL_ALREADY_REGISTERED",
+                "PAYLOAD_TOO_LARGE",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "RATE_LIMITED",
+                "INTERNAL_ERROR",
+                "SERVICE_UNAVAILABLE"
               ]
             },
             "message": {

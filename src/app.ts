@@ -6,8 +6,9 @@ import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
 import authPlugin from './plugins/auth.js'
 import docsPlugin from './plugins/docs.js'
-import errorsPlugin from './plugins/errors.js'
+import errorsPlugin, { handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
+import healthPlugin from './plugins/health.js'
 import routesPlugin from './plugins/routes.js'
 import storePlugin from './plugins/store.js'
 import { rateLimitsFor } from './rate-limits.js'
@@ -40,7 +41,10 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     connectionTimeout: 10_000,
     requestTimeout: 30_000,
     keepAliveTimeout: 72_000,
-    return503OnClosing: true
+    // While closing, in-flight and kept-alive requests are still served; readiness reports the draining.
+    return503OnClosing: false,
+    // A malformed URL goes through the one error handler like every other error.
+    frameworkErrors: handleError
   })
   if (config.jwt.secretGenerated) {
     app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
@@ -50,6 +54,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   app.addHook('onRequest', async (request, reply) => { reply.header('x-request-id', request.id) })
 
   await app.register(errorsPlugin)
+  await app.register(healthPlugin, { maxEventLoopDelayMs: config.maxEventLoopDelayMs })
   await app.register(storePlugin, { store: options.store ?? createMemoryStore() })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
   await app.register(authPlugin, { jwt: config.jwt, refreshTokenTtlSeconds: config.refreshTokenTtlSeconds })

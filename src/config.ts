@@ -60,6 +60,7 @@ export interface AppConfig {
   bodyLimit: number
   rateLimits: { login: RateLimit, register: RateLimit, refresh: RateLimit } | null
   shutdownTimeoutMs: number
+  maxEventLoopDelayMs: number
 }
 
 /**
@@ -94,6 +95,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
           refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds }
         },
-    shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000)
+    shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
+    maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000)
   }
 }

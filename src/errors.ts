@@ -35,5 +35,7 @@ export const forbidden = (message: string): ApiError => new ApiError(403, 'FORBI
 
 export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
 
+export const serviceUnavailable = (message: string): ApiError => new ApiError(503, 'SERVICE_UNAVAILABLE', message)
+
 export const emailAlreadyRegistered = (): ApiError =>
   new ApiError(409, 'EMAIL_ALREADY_REGISTERED', 'This email is already registered.')

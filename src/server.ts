@@ -1,22 +1,21 @@
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
-import { ConfigError, loadConfig } from './config.js'
+import { type AppConfig, loadConfig } from './config.js'
 
-let config
+let config: AppConfig
 try {
   config = loadConfig()
 } catch (error) {
-  if (!(error instanceof ConfigError)) throw error
-  console.error(error.message)
+  console.error((error as Error).message)
   process.exit(1)
 }
 
 const app = await buildApp(config)
 
-// On SIGTERM/SIGINT: stop accepting, let in-flight requests and pending event handlers finish, then exit.
-closeWithGrace({ delay: config.shutdownTimeoutMs }, async ({ signal, err }) => {
-  if (err !== undefined) app.log.error({ err }, 'shutting down after an uncaught error')
-  else app.log.info({ signal }, 'shutting down')
+// On SIGTERM/SIGINT (or an uncaught error): stop accepting, let in-flight requests and pending event
+// handlers finish, then exit; past SHUTDOWN_TIMEOUT the process exits anyway.
+closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ signal, err }) => {
+  app.log.warn({ signal, err }, 'shutting down')
   await app.close()
 })
 

@@ -19,9 +19,10 @@ t.test('generated/ is what openapi.yaml produces (run npm run generate after edi
   t.same(await findDrift(), [])
 })
 
-t.test('the route table has the nine operations of the spec', async (t) => {
+t.test('the route table has the nine operations of the spec and the two health checks', async (t) => {
   t.same(routes.map((route) => route.operationId).sort(), [
-    'createItem', 'deleteItem', 'getItem', 'listItems', 'loginUser', 'logoutUser', 'refreshTokens', 'registerUser', 'updateItem'
+    'checkLiveness', 'checkReadiness', 'createItem', 'deleteItem', 'getItem', 'listItems', 'loginUser', 'logoutUser',
+    'refreshTokens', 'registerUser', 'updateItem'
   ])
 })
 

@@ -9,7 +9,8 @@ type ValidationDetail = ValidationErrorBody['details'][number]
 const codeForStatus: Partial<Record<number, ErrorCode>> = {
   413: 'PAYLOAD_TOO_LARGE',
   415: 'UNSUPPORTED_MEDIA_TYPE',
-  429: 'RATE_LIMITED'
+  429: 'RATE_LIMITED',
+  503: 'SERVICE_UNAVAILABLE'
 }
 
 function issueText (issue: ValidationIssue): string {
@@ -34,7 +35,7 @@ function validationError (details: ValidationDetail[]): ValidationErrorBody {
   return { code: 'VALIDATION_ERROR', message: 'The request is invalid.', details }
 }
 
-function handleError (error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   if (error instanceof ApiError) {
     return reply.code(error.statusCode).headers(error.headers).send({ code: error.code, message: error.message } satisfies ErrorBody)
   }
@@ -44,6 +45,9 @@ function handleError (error: FastifyError | ApiError, request: FastifyRequest, r
     return reply.code(400).send(validationError(details))
   }
   const statusCode = error.statusCode ?? 500
+  if (error.code === 'FST_ERR_BAD_URL') {
+    return reply.code(400).send(validationError([{ field: 'url', issue: 'is not a valid URL' }]))
+  }
   if (statusCode === 400) {
     // Malformed or prototype-poisoned JSON, an empty JSON body: the body as a whole is at fault.
     return reply.code(400).send(validationError([{ field: 'body', issue: error.message }]))

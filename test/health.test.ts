@@ -1,0 +1,49 @@
+import t from 'tap'
+import { build } from './helper.js'
+
+t.test('liveness and readiness answer ok while the service runs', async (t) => {
+  const api = await build(t)
+  for (const url of ['/health/live', '/health/ready']) {
+    const response = await api.inject({ method: 'GET', url })
+    t.equal(response.statusCode, 200)
+    t.same(response.json(), { status: 'ok' })
+  }
+})
+
+t.test('closing the app starts draining', async (t) => {
+  const api = await build(t)
+  t.equal(api.app.lifecycle.draining, false)
+  await api.app.close()
+  t.equal(api.app.lifecycle.draining, true)
+})
+
+t.test('a draining service is alive but not ready', async (t) => {
+  const api = await build(t)
+  api.app.lifecycle.draining = true
+  const ready = await api.inject({ method: 'GET', url: '/health/ready' })
+  t.equal(ready.statusCode, 503)
+  t.same(ready.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The service is shutting down.' })
+  t.equal((await api.inject({ method: 'GET', url: '/health/live' })).statusCode, 200)
+})
+
+t.test('an overloaded service sheds requests with 503 and Retry-After', async (t) => {
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
+  // An overload as the event loop sees it: every turn of the loop takes 50 ms, until the sampler notices.
+  const givesUp = Date.now() + 5000
+  while (!api.app.isUnderPressure() && Date.now() < givesUp) {
+    const busyUntil = Date.now() + 50
+    while (Date.now() < busyUntil) { /* busy */ }
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  const response = await api.inject({ method: 'GET', url: '/health/ready' })
+  t.equal(response.statusCode, 503)
+  t.equal(response.json().code, 'SERVICE_UNAVAILABLE')
+  t.equal(response.headers['retry-after'], '5')
+})
+
+t.test('a malformed URL is a 400 in the contract\'s shape, never Fastify\'s own', async (t) => {
+  const api = await build(t)
+  const response = await api.inject({ method: 'GET', url: '/v1/items/%E0%A4%A' })
+  t.equal(response.statusCode, 400)
+  t.same(response.json().details, [{ field: 'url', issue: 'is not a valid URL' }])
+})
