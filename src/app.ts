@@ -51,7 +51,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   }
   // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
   app.removeContentTypeParser('text/plain')
-  app.addHook('onRequest', async (request, reply) => { reply.header('x-request-id', request.id) })
+  app.addHook('onRequest', (request, reply, done) => { reply.header('x-request-id', request.id); done() })
 
   await app.register(errorsPlugin)
   await app.register(healthPlugin, { maxEventLoopDelayMs: config.maxEventLoopDelayMs })

@@ -35,7 +35,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   })
   // A concurrent registration of the same email may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
-  return await reply.headers(NO_STORE).code(201).send(authResponse(user, await sessions.open(user.id)))
+  return reply.headers(NO_STORE).code(201).send(authResponse(user, await sessions.open(user.id)))
 }
 
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {
@@ -43,7 +43,7 @@ export const loginUser: Handler<'loginUser'> = async (request, reply) => {
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
   const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password)
   if (user === undefined || !passwordMatches) throw invalidCredentials()
-  return await reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
+  return reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
 }
 
 export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {
@@ -51,10 +51,10 @@ export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) =>
   const refreshed = await sessions.refresh(request.body.refreshToken)
   const user = refreshed === undefined ? undefined : await store.users.get(refreshed.userId)
   if (refreshed === undefined || user === undefined) throw invalidRefreshToken()
-  return await reply.headers(NO_STORE).code(200).send(authResponse(user, refreshed.tokens))
+  return reply.headers(NO_STORE).code(200).send(authResponse(user, refreshed.tokens))
 }
 
 export const logoutUser: Handler<'logoutUser'> = async (request, reply) => {
   await request.server.sessions.close(request.user.sessionId)
-  return await reply.code(204).send()
+  return reply.code(204).send()
 }

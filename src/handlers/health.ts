@@ -2,9 +2,9 @@ import { serviceUnavailable } from '../errors.js'
 import type { Handler } from './handler.js'
 
 export const checkLiveness: Handler<'checkLiveness'> = async (_request, reply) =>
-  await reply.code(200).send({ status: 'ok' })
+  reply.code(200).send({ status: 'ok' })
 
 export const checkReadiness: Handler<'checkReadiness'> = async (request, reply) => {
   if (request.server.lifecycle.draining) throw serviceUnavailable('The service is shutting down.')
-  return await reply.code(200).send({ status: 'ok' })
+  return reply.code(200).send({ status: 'ok' })
 }

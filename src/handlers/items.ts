@@ -15,7 +15,7 @@ const nextTimestamp = (previous: string): string =>
 export const listItems: Handler<'listItems'> = async (request, reply) => {
   const { page, pageSize } = request.query
   const { items, total } = await request.server.store.items.page((page - 1) * pageSize, pageSize)
-  return await reply.code(200).send({ data: items, pagination: { page, pageSize, total } })
+  return reply.code(200).send({ data: items, pagination: { page, pageSize, total } })
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
@@ -30,13 +30,13 @@ export const createItem: Handler<'createItem'> = async (request, reply) => {
     updatedAt: now
   })
   request.server.events.emit('items.item.added', item.id, { item, actorId: request.user.id })
-  return await reply.header('location', `/v1/items/${item.id}`).code(201).send(item)
+  return reply.header('location', `/v1/items/${item.id}`).code(201).send(item)
 }
 
 export const getItem: Handler<'getItem'> = async (request, reply) => {
   const item = await request.server.store.items.get(request.params.itemId)
   if (item === undefined) throw notFound('Item')
-  return await reply.code(200).send(item)
+  return reply.code(200).send(item)
 }
 
 export const updateItem: Handler<'updateItem'> = async (request, reply) => {
@@ -46,7 +46,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
   })
   if (updated === undefined) throw notFound('Item')
   request.server.events.emit('items.item.edited', updated.id, { item: updated, actorId: request.user.id })
-  return await reply.code(200).send(updated)
+  return reply.code(200).send(updated)
 }
 
 export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {
@@ -55,5 +55,5 @@ export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {
   })
   if (removed === undefined) throw notFound('Item')
   request.server.events.emit('items.item.removed', removed.id, { item: removed, actorId: request.user.id })
-  return await reply.code(204).send()
+  return reply.code(204).send()
 }

@@ -9,5 +9,5 @@ export default async function docsPlugin (app: FastifyInstance): Promise<void> {
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/openapi.yaml', { schema: { hide: true } }, async (_request, reply) =>
-    await reply.type('application/yaml').send(app.swagger({ yaml: true })))
+    reply.type('application/yaml').send(app.swagger({ yaml: true })))
 }

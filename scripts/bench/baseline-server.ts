@@ -1,0 +1,19 @@
+// The bound the service is measured against: bare Fastify serving a fixed page of items with the same response
+// schema (so the same serializer). BASELINE=jwt adds the usual auth setup, `await request.jwtVerify()` in onRequest.
+import fastifyJwt from '@fastify/jwt'
+import Fastify from 'fastify'
+import { routes } from '../../generated/routes.js'
+
+const listItems = routes.find((route) => route.operationId === 'listItems')
+const page: unknown = JSON.parse(process.env.BASELINE_PAGE ?? '{}')
+const app = Fastify({ logger: false })
+
+if (process.env.BASELINE === 'jwt') {
+  await app.register(fastifyJwt, { secret: String(process.env.JWT_SECRET) })
+  app.addHook('onRequest', async (request) => { await request.jwtVerify() })
+}
+app.get('/v1/items', { schema: { response: { 200: listItems?.schema.response['200'] } } }, async () => page)
+
+const address = await app.listen({ host: '127.0.0.1', port: 0 })
+console.log(`listening at ${address}`)
+process.on('SIGTERM', () => { void app.close() })
