@@ -413,6 +413,7 @@ export const contract: Record<string, unknown> = {
             "headers": {
               "Location": {
                 "description": "The address of the new item.",
+                "required": true,
                 "schema": {
                   "type": "string",
                   "format": "uri-reference"
@@ -792,6 +793,7 @@ export const contract: Record<string, unknown> = {
     "headers": {
       "WWW-Authenticate": {
         "description": "The authentication scheme to use (RFC 6750), with the error when a token was presented.",
+        "required": true,
         "schema": {
           "type": "string"
         },
@@ -799,6 +801,7 @@ export const contract: Record<string, unknown> = {
       },
       "Cache-Control": {
         "description": "Token-bearing responses must not be stored by any cache.",
+        "required": true,
         "schema": {
           "type": "string",
           "const": "no-store"
@@ -806,6 +809,7 @@ export const contract: Record<string, unknown> = {
       },
       "Retry-After": {
         "description": "Seconds to wait before trying again.",
+        "required": true,
         "schema": {
           "type": "integer",
           "minimum": 0
@@ -977,7 +981,11 @@ export const contract: Record<string, unknown> = {
         "description": "The service is overloaded or shutting down (`SERVICE_UNAVAILABLE`); try again after `Retry-After` seconds,\nif given.\n",
         "headers": {
           "Retry-After": {
-            "$ref": "#/components/headers/Retry-After"
+            "description": "Seconds to wait before trying again, when the service can tell (it does when shedding load).",
+            "schema": {
+              "type": "integer",
+              "minimum": 0
+            }
           }
         },
         "content": {

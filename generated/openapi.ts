@@ -603,7 +603,8 @@ export interface components {
          */
         ServiceUnavailable: {
             headers: {
-                "Retry-After": components["headers"]["Retry-After"];
+                /** @description Seconds to wait before trying again, when the service can tell (it does when shedding load). */
+                "Retry-After"?: number;
                 [name: string]: unknown;
             };
             content: {
@@ -941,7 +942,7 @@ export interface operations {
             201: {
                 headers: {
                     /** @description The address of the new item. */
-                    Location?: string;
+                    Location: string;
                     [name: string]: unknown;
                 };
                 content: {

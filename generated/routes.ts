@@ -18,6 +18,8 @@ export interface RouteDefinition {
   readonly roles: readonly Role[]
   /** Every status code the contract declares for the operation, with or without a body. */
   readonly statuses: readonly string[]
+  /** The response headers the contract marks required, lower-cased, by status code. */
+  readonly requiredHeaders: { readonly [status: string]: readonly string[] }
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
@@ -55,6 +57,7 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {},
     "schema": {
       "response": {
         "200": {
@@ -187,6 +190,7 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {},
     "schema": {
       "response": {
         "200": {
@@ -323,6 +327,14 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "201": [
+        "cache-control"
+      ],
+      "429": [
+        "retry-after"
+      ]
+    },
     "schema": {
       "response": {
         "201": {
@@ -702,6 +714,14 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "200": [
+        "cache-control"
+      ],
+      "429": [
+        "retry-after"
+      ]
+    },
     "schema": {
       "response": {
         "200": {
@@ -1053,6 +1073,14 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "200": [
+        "cache-control"
+      ],
+      "429": [
+        "retry-after"
+      ]
+    },
     "schema": {
       "response": {
         "200": {
@@ -1395,6 +1423,11 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "401": {
@@ -1580,6 +1613,11 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "200": {
@@ -1860,6 +1898,14 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "201": [
+        "location"
+      ],
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "201": {
@@ -2208,6 +2254,11 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "200": {
@@ -2477,6 +2528,11 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "400": {
@@ -2717,6 +2773,11 @@ export const routes: readonly RouteDefinition[] = [
       "500",
       "503"
     ],
+    "requiredHeaders": {
+      "401": [
+        "www-authenticate"
+      ]
+    },
     "schema": {
       "response": {
         "200": {

@@ -64,12 +64,23 @@ interface RouteEntry {
   security: string[]
   roles: string[]
   statuses: string[]
+  requiredHeaders: Record<string, string[]>
   schema: {
     params?: JsonObject
     querystring?: JsonObject
     body?: JsonObject
     response: Record<string, JsonObject>
   }
+}
+
+function requiredResponseHeaders (responses: JsonObject): Record<string, string[]> {
+  return Object.fromEntries(Object.entries(responses).flatMap(([status, response]) => {
+    const headers = isObject(response) && isObject(response.headers) ? response.headers : {}
+    const required = Object.entries(headers)
+      .filter(([, header]) => isObject(header) && header.required === true)
+      .map(([name]) => name.toLowerCase())
+    return required.length === 0 ? [] : [[status, required]]
+  }))
 }
 
 function buildRouteTable (document: JsonObject): RouteEntry[] {
@@ -104,6 +115,7 @@ function buildRouteTable (document: JsonObject): RouteEntry[] {
         security,
         roles: Array.isArray(operation['x-roles']) ? operation['x-roles'].map(String) : [],
         statuses: Object.keys(operation.responses as JsonObject),
+        requiredHeaders: requiredResponseHeaders(operation.responses as JsonObject),
         schema
       })
     }
@@ -138,6 +150,8 @@ export interface RouteDefinition {
   readonly roles: readonly Role[]
   /** Every status code the contract declares for the operation, with or without a body. */
   readonly statuses: readonly string[]
+  /** The response headers the contract marks required, lower-cased, by status code. */
+  readonly requiredHeaders: { readonly [status: string]: readonly string[] }
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
@@ -157,7 +171,7 @@ export const routes: readonly RouteDefinition[] = ${JSON.stringify(routes, null,
 }
 
 // Ajv's ESM output still loads its runtime helpers (ucs2length, formats) with require(): turn those into imports,
-// and give every exported validator the RequestValidator type (the rest of the file is Ajv's and unchecked).
+// and give every exported validator the Validator type (the rest of the file is Ajv's and unchecked).
 function validatorModuleSource (code: string): string {
   const modules = new Map<string, string>()
   const body = code
@@ -167,43 +181,54 @@ function validatorModuleSource (code: string): string {
       modules.set(specifier, name)
       return name
     })
-    .replace(/^export const (\w+) = /gm, 'export const $1: RequestValidator = ')
+    .replace(/^export const (\w+) = /gm, 'export const $1: Validator = ')
   const imports = [...modules].map(([specifier, name]) => `import ${name} from '${specifier}.js'`)
-  return `${BANNER}// @ts-nocheck\nimport type { RequestValidator } from './request-validator.js'\n${imports.join('\n')}\n${body}\n`
+  return `${BANNER}// @ts-nocheck\nimport type { Validator } from './validator.js'\n${imports.join('\n')}\n${body}\n`
 }
 
-const requestValidatorModule = `${BANNER}import type { ErrorObject } from 'ajv'
+const validatorTypeModule = `${BANNER}import type { ErrorObject } from 'ajv'
 
-/** A standalone Ajv validator for one part (body, params or querystring) of one operation's request. */
-export interface RequestValidator {
+/** A standalone Ajv validator generated from one schema of the contract. */
+export interface Validator {
   (data: unknown): boolean
   errors?: ErrorObject[] | null
 }
 `
 
-function validatorModules (routes: RouteEntry[]): GeneratedFile[] {
-  // Bodies are validated as sent; path and query parameters arrive as strings and are coerced to their types.
-  const parts = [
-    { file: 'request-body-validators', httpParts: ['body'] as const, options: { coerceTypes: false, useDefaults: false } },
-    { file: 'request-parameter-validators', httpParts: ['params', 'querystring'] as const, options: { coerceTypes: true, useDefaults: true } }
-  ]
-  return parts.map(({ file, httpParts, options }) => {
-    const ajvOptions: AjvOptions = { ...options, allErrors: true, removeAdditional: false, strict: true, code: { source: true, esm: true, lines: true } }
-    const ajv = new Ajv2020(ajvOptions)
-    ajvFormats.default(ajv)
-    const exportNames: Record<string, string> = {}
-    for (const route of routes) {
-      for (const httpPart of httpParts) {
-        const schema = route.schema[httpPart]
-        if (!schema) continue
-        const name = `${route.operationId}_${httpPart}`
-        ajv.addSchema(schema, name)
-        exportNames[name] = name
-      }
-    }
-    return { path: `${file}.ts`, contents: validatorModuleSource(ajvStandalone.default(ajv, exportNames)) }
-  })
+/** One module of standalone validators, exported under the given names, compiled ahead of time. */
+function validatorModule (file: string, options: AjvOptions, schemas: Record<string, JsonObject>): GeneratedFile {
+  const ajv = new Ajv2020({ ...options, allErrors: true, removeAdditional: false, strict: true, code: { source: true, esm: true, lines: true } })
+  ajvFormats.default(ajv)
+  for (const [name, schema] of Object.entries(schemas)) ajv.addSchema(schema, name)
+  const exportNames = Object.fromEntries(Object.keys(schemas).map((name) => [name, name]))
+  return { path: `${file}.ts`, contents: validatorModuleSource(ajvStandalone.default(ajv, exportNames)) }
 }
+
+function schemasByName (routes: RouteEntry[], parts: ReadonlyArray<'params' | 'querystring' | 'body'>): Record<string, JsonObject> {
+  return Object.fromEntries(routes.flatMap((route) => parts.flatMap((part) => {
+    const schema = route.schema[part]
+    return schema === undefined ? [] : [[`${route.operationId}_${part}`, schema]]
+  })))
+}
+
+function validatorModules (routes: RouteEntry[]): GeneratedFile[] {
+  const responses = Object.fromEntries(routes.flatMap((route) =>
+    Object.entries(route.schema.response).map(([status, schema]) => [`${route.operationId}_${status}`, schema])))
+  return [
+    // Bodies are validated as sent; path and query parameters arrive as strings and are coerced to their types.
+    validatorModule('request-body-validators', { coerceTypes: false, useDefaults: false }, schemasByName(routes, ['body'])),
+    validatorModule('request-parameter-validators', { coerceTypes: true, useDefaults: true }, schemasByName(routes, ['params', 'querystring'])),
+    // For the tests and CONTRACT_STRICT_RESPONSES: the body the contract allows for each status of each operation.
+    validatorModule('response-validators', { coerceTypes: false, useDefaults: false }, responses)
+  ]
+}
+
+const clientModule = `${BANNER}import createClient, { type Client, type ClientOptions } from 'openapi-fetch'
+import type { paths } from './openapi.js'
+
+/** A client typed by the contract (openapi-fetch over the openapi-typescript types), as client teams use it. */
+export const createItemsClient = (options: ClientOptions): Client<paths> => createClient<paths>(options)
+`
 
 export async function generate (): Promise<GeneratedFile[]> {
   const source = await readFile(contractUrl, 'utf8')
@@ -214,8 +239,9 @@ export async function generate (): Promise<GeneratedFile[]> {
     { path: 'openapi.ts', contents: BANNER + types },
     { path: 'contract.ts', contents: `${BANNER}/** The contract, as served at /openapi.json and /openapi.yaml. */\nexport const contract: Record<string, unknown> = ${JSON.stringify(document, null, 2)}\n` },
     { path: 'routes.ts', contents: routeTableModule(routes) },
-    { path: 'request-validator.ts', contents: requestValidatorModule },
-    ...validatorModules(routes)
+    { path: 'validator.ts', contents: validatorTypeModule },
+    ...validatorModules(routes),
+    { path: 'client.ts', contents: clientModule }
   ]
 }
 

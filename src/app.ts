@@ -60,6 +60,6 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   await app.register(authPlugin, { jwt: config.jwt, refreshTokenTtlSeconds: config.refreshTokenTtlSeconds })
   if (config.rateLimits !== null) await app.register(fastifyRateLimit, { global: false })
   await app.register(docsPlugin)
-  await app.register(routesPlugin, { handlers, rateLimits: rateLimitsFor(config) })
+  await app.register(routesPlugin, { handlers, rateLimits: rateLimitsFor(config), strictResponses: config.strictResponses })
   return app
 }

@@ -61,6 +61,8 @@ export interface AppConfig {
   rateLimits: { login: RateLimit, register: RateLimit, refresh: RateLimit } | null
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
+  /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
+  strictResponses: boolean
 }
 
 /**
@@ -72,6 +74,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   const jwtSecret = read(source, 'JWT_SECRET', text(32))
   if (environment === 'production' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV is production')
+  }
+  const strictResponses = read(source, 'CONTRACT_STRICT_RESPONSES', oneOf('0', '1'), '0') === '1'
+  if (environment === 'production' && strictResponses) {
+    throw new ConfigError('Invalid configuration: CONTRACT_STRICT_RESPONSES is for development and test, not production')
   }
   const windowSeconds = read(source, 'RATE_LIMIT_WINDOW', integer(1), 60)
   return {
@@ -96,6 +102,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds }
         },
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
-    maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000)
+    maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
+    strictResponses
   }
 }

@@ -81,6 +81,10 @@ t.test('getItem', async (t) => {
       t.same(response.json(), item)
     })
   }
+  t.test('a non-uuid id is a 400 and no token is a 401', async (t) => {
+    t.equal((await api.call('getItem', { token: viewer.accessToken, params: { itemId: 'item-1' } })).statusCode, 400)
+    t.equal((await api.call('getItem', { params: { itemId: item.id } })).statusCode, 401)
+  })
   t.test('a missing item is NOT_FOUND', async (t) => {
     const response = await api.call('getItem', { token: viewer.accessToken, params: { itemId: MISSING_ID } })
     t.equal(response.statusCode, 404)
@@ -152,6 +156,12 @@ t.test('deleteItem', async (t) => {
     t.equal((await api.call('getItem', { token: viewer.accessToken, params: { itemId: item.id } })).statusCode, 404)
     t.equal((await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })).statusCode, 404)
     t.equal((await api.call('listItems', { token: viewer.accessToken })).json().pagination.total, 0)
+  })
+
+  t.test('a non-uuid id is a 400 and no token is a 401', async (t) => {
+    const { api, owner } = await cast(t)
+    t.equal((await api.call('deleteItem', { token: owner.accessToken, params: { itemId: 'item-1' } })).statusCode, 400)
+    t.equal((await api.call('deleteItem', { params: { itemId: MISSING_ID } })).statusCode, 401)
   })
 
   t.test('only the owning contributor may delete', async (t) => {

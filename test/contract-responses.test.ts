@@ -1,0 +1,81 @@
+// The statuses every operation shares (500, 503, 413, 415), exercised on every operation from one table of
+// valid requests; together with the other tests this covers every response the contract documents.
+import t from 'tap'
+import { type RouteOperationId, routes } from '../generated/routes.js'
+import type { Store } from '../src/store/store.js'
+import { type CallOptions, build, newUser, TEST_JWT_SECRET } from './helper.js'
+import { forgeToken } from './tokens.js'
+
+const ITEM_ID = '00000000-0000-4000-8000-000000000000'
+const now = Math.floor(Date.now() / 1000)
+// Signed with the test secret; its session exists only where a store says so.
+const forgedToken = forgeToken({ alg: 'HS256', typ: 'JWT' }, {
+  sub: '00000000-0000-4000-8000-000000000001',
+  sid: '00000000-0000-4000-8000-000000000002',
+  jti: '00000000-0000-4000-8000-000000000003',
+  typ: 'access',
+  iss: 'items-service',
+  aud: 'items-service',
+  iat: now,
+  exp: now + 600
+}, TEST_JWT_SECRET)
+
+/** A request each operation would accept, given a store that works and a signed-in contributor's token. */
+const validRequests = (token: string): Record<RouteOperationId, CallOptions> => ({
+  checkLiveness: {},
+  checkReadiness: {},
+  registerUser: { body: newUser() },
+  loginUser: { body: { email: 'someone@example.com', password: 'a password' } },
+  refreshTokens: { body: { refreshToken: 'r'.repeat(43) } },
+  logoutUser: { token },
+  listItems: { token },
+  createItem: { token, body: { name: 'n' } },
+  getItem: { token, params: { itemId: ITEM_ID } },
+  updateItem: { token, params: { itemId: ITEM_ID }, body: { name: 'n' } },
+  deleteItem: { token, params: { itemId: ITEM_ID } }
+})
+
+const usesStore = routes.filter((route) => !route.operationId.startsWith('check'))
+const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
+
+t.test('a failing store is a 500 INTERNAL_ERROR on every operation that uses it', async (t) => {
+  const broken = new Proxy({}, { get: () => async () => { throw new Error('store unavailable') } })
+  const store: Store = { users: broken as Store['users'], sessions: broken as Store['sessions'], items: broken as Store['items'] }
+  const api = await build(t, {}, { store })
+  const validRequest = validRequests(forgedToken)
+  for (const route of usesStore) {
+    const response = await api.call(route.operationId, validRequest[route.operationId])
+    t.equal(response.statusCode, 500, route.operationId)
+    t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  }
+})
+
+t.test('an overloaded service sheds every operation with 503', async (t) => {
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
+  const givesUp = Date.now() + 5000
+  while (!api.app.isUnderPressure() && Date.now() < givesUp) {
+    const busyUntil = Date.now() + 50
+    while (Date.now() < busyUntil) { /* an overload, as the event loop sees it */ }
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  const validRequest = validRequests(forgedToken)
+  for (const route of routes) {
+    const response = await api.call(route.operationId, validRequest[route.operationId])
+    t.equal(response.statusCode, 503, route.operationId)
+    t.equal(response.json().code, 'SERVICE_UNAVAILABLE')
+  }
+})
+
+t.test('every operation that takes a body answers 413 for an oversized one and 415 for one that is not JSON', async (t) => {
+  const api = await build(t, { BODY_LIMIT: '1024' })
+  const validRequest = validRequests((await api.register()).accessToken)
+  for (const route of acceptsBody) {
+    const request = validRequest[route.operationId]
+    const large = await api.call(route.operationId, { ...request, body: { padding: 'x'.repeat(2048) } })
+    t.equal(large.statusCode, 413, route.operationId)
+    t.equal(large.json().code, 'PAYLOAD_TOO_LARGE')
+    const text = await api.call(route.operationId, { ...request, body: 'name=n', headers: { 'content-type': 'text/plain' } })
+    t.equal(text.statusCode, 415, route.operationId)
+    t.equal(text.json().code, 'UNSUPPORTED_MEDIA_TYPE')
+  }
+})

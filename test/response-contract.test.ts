@@ -1,0 +1,60 @@
+import { Writable } from 'node:stream'
+import t from 'tap'
+import { routes } from '../generated/routes.js'
+import { loadConfig } from '../src/config.js'
+import { findResponseViolation } from '../src/response-contract.js'
+import { build } from './helper.js'
+
+const route = (operationId: string) => {
+  const found = routes.find((candidate) => candidate.operationId === operationId)
+  if (found === undefined) throw new Error(operationId)
+  return found
+}
+const json = { 'content-type': 'application/json; charset=utf-8' }
+const item = {
+  id: '00000000-0000-4000-8000-000000000000',
+  name: 'n',
+  description: null,
+  status: 'active',
+  contributorId: '00000000-0000-4000-8000-000000000001',
+  createdAt: '2026-11-21T09:30:00.000Z',
+  updatedAt: '2026-11-21T09:30:00.000Z'
+}
+
+t.test('findResponseViolation names each way a response can break the contract', async (t) => {
+  const getItem = route('getItem')
+  t.equal(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify(item) }), undefined)
+  t.match(findResponseViolation(getItem, { statusCode: 409, headers: json, body: '{}' }), /status 409 is not declared for getItem/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify({ ...item, name: undefined }) }), /breaks the schema: .*name/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify({ ...item, status: 'deleted' }) }), /breaks the schema: \/status/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: { 'content-type': 'text/html' }, body: '<p>' }), /content-type text\/html/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: '{"id":' }), /not JSON/)
+  t.match(findResponseViolation(route('deleteItem'), { statusCode: 204, headers: json, body: '{}' }), /declares no body/)
+  t.match(findResponseViolation(route('createItem'), { statusCode: 201, headers: json, body: JSON.stringify(item) }), /required header missing: location/)
+  t.match(findResponseViolation(getItem, { statusCode: 401, headers: json, body: '{"code":"INVALID_TOKEN","message":"m"}' }), /required header missing: www-authenticate/)
+})
+
+t.test('with CONTRACT_STRICT_RESPONSES the service answers a logged 500 instead of a response that breaks the contract', async (t) => {
+  const lines: string[] = []
+  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const api = await build(t, { CONTRACT_STRICT_RESPONSES: '1', LOG_LEVEL: 'error' }, { logStream })
+  const { accessToken } = await api.register()
+  // A store that hands out an item with a status the contract does not know, as a buggy store might.
+  api.app.store.items.get = async () => ({ ...item, status: 'deleted' as 'active' })
+  const response = await api.call('getItem', { token: accessToken, params: { itemId: item.id } })
+  t.equal(response.statusCode, 500)
+  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  t.match(lines.join(''), /"operationId":"getItem".*"violation":"the body breaks the schema: \/status/)
+})
+
+t.test('without it the response leaves as it is, and the test helper catches it', async (t) => {
+  const api = await build(t, { CONTRACT_STRICT_RESPONSES: '0' })
+  const { accessToken } = await api.register()
+  api.app.store.items.get = async () => ({ ...item, status: 'deleted' as 'active' })
+  await t.rejects(api.call('getItem', { token: accessToken, params: { itemId: item.id } }), { name: 'ContractViolation', message: /breaks the schema: \/status/ })
+})
+
+t.test('strict responses cannot be switched on in production', async (t) => {
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32), CONTRACT_STRICT_RESPONSES: '1' }),
+    { message: /CONTRACT_STRICT_RESPONSES is for development and test/ })
+})
