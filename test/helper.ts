@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
+import type { Middleware } from 'openapi-fetch'
 import type { Test } from 'tap'
 import type { components } from '../generated/openapi.js'
 import { type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
@@ -24,6 +25,20 @@ function routeFor (method: string, url: string): RouteDefinition | undefined {
   const path = url.split('?')[0] ?? url
   return routes.find((route) => route.method === method &&
     new RegExp(`^${route.url.replace(/:[^/]+/g, '[^/]+')}$`).test(path))
+}
+
+/** openapi-fetch middleware: checks every response a typed client receives, like Api.inject does. */
+export const contractMiddleware: Middleware = {
+  async onResponse ({ request, response, schemaPath }) {
+    const route = routes.find((candidate) => candidate.method === request.method &&
+      candidate.url === schemaPath.replace(/\{([^}]+)\}/g, ':$1'))
+    if (route === undefined) throw new ContractViolation(`${request.method} ${schemaPath} is not an operation of the contract`)
+    seen.add(`${route.operationId} ${response.status}`)
+    const headers = Object.fromEntries(response.headers.entries())
+    const violation = findResponseViolation(route, { statusCode: response.status, headers, body: await response.clone().text() })
+    if (violation !== undefined) throw new ContractViolation(`${request.method} ${request.url} → ${response.status}: ${violation}`)
+    return undefined
+  }
 }
 
 export class ContractViolation extends Error {

@@ -1,0 +1,71 @@
+// The whole spec walked the way a client team would: a real server on an ephemeral port and the client generated
+// from the contract (generated/client.ts). A contract change that breaks these calls fails to compile; a server
+// that breaks the contract fails the middleware's check.
+import t from 'tap'
+import { createItemsClient } from '../generated/client.js'
+import { buildApp } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+import { contractMiddleware, testEnvironment } from './helper.js'
+
+t.test('a client team walks the whole spec', async (t) => {
+  const app = await buildApp(loadConfig(testEnvironment))
+  t.teardown(async () => { await app.close() })
+  const client = createItemsClient({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
+  client.use(contractMiddleware)
+  const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } })
+
+  const password = 'correct horse battery staple'
+  const ada = await client.POST('/v1/auth/register', { body: { email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' } })
+  t.equal(ada.response.status, 201)
+  t.equal(ada.data?.user.role, 'contributor')
+  const grace = await client.POST('/v1/auth/register', { body: { email: 'grace@example.com', password, firstName: 'Grace', lastName: 'Hopper', role: 'viewer' } })
+  t.equal(grace.data?.user.role, 'viewer')
+  const duplicate = await client.POST('/v1/auth/register', { body: { email: 'ADA@example.com', password, firstName: 'A', lastName: 'L', role: 'viewer' } })
+  t.equal(duplicate.error?.code, 'EMAIL_ALREADY_REGISTERED')
+
+  const login = await client.POST('/v1/auth/login', { body: { email: 'ada@example.com', password } })
+  t.equal(login.response.status, 200)
+  const wrong = await client.POST('/v1/auth/login', { body: { email: 'ada@example.com', password: 'not it' } })
+  t.equal(wrong.error?.code, 'INVALID_CREDENTIALS')
+  const refreshed = await client.POST('/v1/auth/refresh', { body: { refreshToken: login.data?.refreshToken ?? '' } })
+  t.equal(refreshed.response.status, 200)
+  const contributor = refreshed.data?.accessToken ?? ''
+  const viewer = grace.data?.accessToken ?? ''
+
+  const created = await client.POST('/v1/items', { ...bearer(contributor), body: { name: 'Difference engine', description: 'Mechanical.' } })
+  t.equal(created.response.status, 201)
+  t.equal(created.response.headers.get('location'), `/v1/items/${created.data?.id}`)
+  const itemId = created.data?.id ?? ''
+  for (let index = 0; index < 4; index += 1) await client.POST('/v1/items', { ...bearer(contributor), body: { name: `Part ${index}` } })
+  t.equal((await client.POST('/v1/items', { ...bearer(viewer), body: { name: 'x' } })).error?.code, 'FORBIDDEN')
+  t.equal((await client.POST('/v1/items', { ...bearer(contributor), body: { name: '' } })).error?.code, 'VALIDATION_ERROR')
+
+  const firstPage = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { page: 1, pageSize: 2 } } })
+  t.same(firstPage.data?.pagination, { page: 1, pageSize: 2, total: 5 })
+  t.equal(firstPage.data?.data[0]?.id, itemId, 'oldest first')
+  const lastPage = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { page: 3, pageSize: 2 } } })
+  t.equal(lastPage.data?.data.length, 1)
+  t.equal((await client.GET('/v1/items', { ...bearer(viewer), params: { query: { pageSize: 101 } } })).error?.code, 'VALIDATION_ERROR')
+
+  const fetched = await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } } })
+  t.same(fetched.data, created.data)
+  const edited = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { name: 'Analytical engine' } })
+  t.equal(edited.data?.name, 'Analytical engine')
+  const archived = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'archived' } })
+  t.equal(archived.data?.status, 'archived')
+  const reactivated = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'active' } })
+  t.equal(reactivated.data?.status, 'active')
+  t.equal((await client.PATCH('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } }, body: { name: 'x' } })).error?.code, 'FORBIDDEN')
+
+  t.equal((await client.DELETE('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } } })).response.status, 204)
+  t.equal((await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } } })).error?.code, 'NOT_FOUND')
+  t.equal((await client.DELETE('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } } })).error?.code, 'NOT_FOUND')
+
+  t.equal((await client.POST('/v1/auth/logout', bearer(contributor))).response.status, 204)
+  const afterLogout = await client.GET('/v1/items', bearer(contributor))
+  t.equal(afterLogout.error?.code, 'INVALID_TOKEN')
+  t.equal(afterLogout.response.headers.get('www-authenticate')?.startsWith('Bearer'), true)
+  t.equal((await client.GET('/v1/items', {})).error?.code, 'AUTHENTICATION_REQUIRED')
+
+  t.same((await client.GET('/health/ready')).data, { status: 'ok' })
+})
