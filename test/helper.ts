@@ -23,8 +23,9 @@ process.once('exit', () => {
 
 function routeFor (method: string, url: string): RouteDefinition | undefined {
   const path = url.split('?')[0] ?? url
+  // Like Fastify's router, an empty path parameter still matches: /v1/items/ is getItem with itemId ''.
   return routes.find((route) => route.method === method &&
-    new RegExp(`^${route.url.replace(/:[^/]+/g, '[^/]+')}$`).test(path))
+    new RegExp(`^${route.url.replace(/:[^/]+/g, '[^/]*')}$`).test(path))
 }
 
 /** openapi-fetch middleware: checks every response a typed client receives, like Api.inject does. */
