@@ -52,7 +52,8 @@ export function enforceResponseContract (route: RouteDefinition): onSendHookHand
     })
     if (violation === undefined) return payload
     request.log.error({ operationId: route.operationId, statusCode: reply.statusCode, violation }, 'response breaks the contract')
-    reply.code(500)
+    // The response being replaced may have had no body, and so no content type.
+    reply.code(500).header('content-type', 'application/json; charset=utf-8')
     return JSON.stringify({ code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' } satisfies ErrorBody)
   }
 }

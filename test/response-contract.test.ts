@@ -1,8 +1,9 @@
 import { Writable } from 'node:stream'
+import Fastify from 'fastify'
 import t from 'tap'
 import { routes } from '../generated/routes.js'
 import { loadConfig } from '../src/config.js'
-import { findResponseViolation } from '../src/response-contract.js'
+import { enforceResponseContract, findResponseViolation } from '../src/response-contract.js'
 import { build } from './helper.js'
 
 const route = (operationId: string) => {
@@ -45,6 +46,17 @@ t.test('with CONTRACT_STRICT_RESPONSES the service answers a logged 500 instead 
   t.equal(response.statusCode, 500)
   t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
   t.match(lines.join(''), /"operationId":"getItem".*"violation":"the body breaks the schema: \/status/)
+})
+
+t.test('a bodiless response with an undeclared status becomes a JSON 500', async (t) => {
+  const app = Fastify({ logger: false })
+  t.teardown(async () => { await app.close() })
+  // deleteItem declares 204; a handler answering 200 with no body breaks the contract.
+  app.delete('/v1/items/:itemId', { onSend: [enforceResponseContract(route('deleteItem'))] }, async (_request, reply) => reply.code(200).send())
+  const response = await app.inject({ method: 'DELETE', url: `/v1/items/${item.id}` })
+  t.equal(response.statusCode, 500)
+  t.match(response.headers['content-type'], /^application\/json/)
+  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
 })
 
 t.test('without it the response leaves as it is, and the test helper catches it', async (t) => {
