@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import fastifyRateLimit from '@fastify/rate-limit'
-import Fastify, { type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
@@ -9,11 +9,13 @@ import docsPlugin from './plugins/docs.js'
 import errorsPlugin, { handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
 import healthPlugin from './plugins/health.js'
-import routesPlugin from './plugins/routes.js'
+import routesPlugin, { generatedValidators } from './plugins/routes.js'
 import storePlugin from './plugins/store.js'
 import { rateLimitsFor } from './rate-limits.js'
 import { createMemoryStore } from './store/memory-store.js'
 import type { Store } from './store/store.js'
+
+type ValidatorFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']
 
 export interface BuildAppOptions {
   /** Where data is kept; a fresh in-memory store when left out. */
@@ -44,7 +46,12 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     // While closing, in-flight and kept-alive requests are still served; readiness reports the draining.
     return503OnClosing: false,
     // A malformed URL goes through the one error handler like every other error.
-    frameworkErrors: handleError
+    frameworkErrors: handleError,
+    // Fastify declares this factory with Ajv's compile signature, but calls what it returns as a
+    // FastifySchemaCompiler (with the route's method, url and httpPart), which is what generatedValidators is.
+    schemaController: { compilersFactory: { buildValidator: generatedValidators as unknown as ValidatorFactory } },
+    // Only what the contract declares is served: no HEAD twin of every GET.
+    exposeHeadRoutes: false
   })
   if (config.jwt.secretGenerated) {
     app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
