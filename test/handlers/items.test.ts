@@ -1,5 +1,6 @@
 import t, { type Test } from 'tap'
 import type { DomainEvent } from '../../src/plugins/events.js'
+import type { RouteOperationId } from '../../generated/routes.js'
 import { type Api, build, type Schemas } from '../helper.js'
 
 const MISSING_ID = '00000000-0000-4000-8000-000000000000'
@@ -303,4 +304,32 @@ t.test('events', async (t) => {
     await api.app.close()
     t.equal(finished, 1)
   })
+})
+
+t.test('the spec\'s permission matrix, row by row', async (t) => {
+  const { api, owner, other, viewer } = await cast(t)
+  const callers = { 'owning contributor': owner, 'other contributor': other, viewer }
+  // Section 5 of the spec: who may do what to an existing item, and what a missing item gives each caller.
+  const matrix: Array<[RouteOperationId, Record<keyof typeof callers, number>, Record<keyof typeof callers, number>]> = [
+    ['listItems', { 'owning contributor': 200, 'other contributor': 200, viewer: 200 }, { 'owning contributor': 200, 'other contributor': 200, viewer: 200 }],
+    ['getItem', { 'owning contributor': 200, 'other contributor': 200, viewer: 200 }, { 'owning contributor': 404, 'other contributor': 404, viewer: 404 }],
+    ['updateItem', { 'owning contributor': 200, 'other contributor': 403, viewer: 403 }, { 'owning contributor': 404, 'other contributor': 404, viewer: 403 }],
+    ['deleteItem', { 'owning contributor': 204, 'other contributor': 403, viewer: 403 }, { 'owning contributor': 404, 'other contributor': 404, viewer: 403 }],
+    ['logoutUser', { 'owning contributor': 204, 'other contributor': 204, viewer: 204 }, { 'owning contributor': 204, 'other contributor': 204, viewer: 204 }]
+  ]
+  for (const [operationId, existing, missing] of matrix) {
+    for (const [who, caller] of Object.entries(callers) as Array<[keyof typeof callers, Schemas['AuthResponse']]>) {
+      for (const [which, expected] of [['an existing item', existing[who]], ['a missing item', missing[who]]] as const) {
+        const item = await api.createItem(owner.accessToken)
+        // Each caller signs in afresh, so that logging out in one row does not end its session for the next.
+        const { accessToken } = (await api.call('loginUser', { body: { email: caller.user.email, password: 'correct horse battery staple' } })).json()
+        const itemId = which === 'an existing item' ? item.id : MISSING_ID
+        const body = operationId === 'updateItem' ? { status: 'archived' } : undefined
+        const response = await api.call(operationId, { token: accessToken, params: { itemId }, ...(body === undefined ? {} : { body }) })
+        t.equal(response.statusCode, expected, `${operationId} by the ${who} on ${which}`)
+      }
+    }
+  }
+  t.equal((await api.call('createItem', { token: owner.accessToken, body: { name: 'n' } })).statusCode, 201, 'createItem by a contributor')
+  t.equal((await api.call('createItem', { token: viewer.accessToken, body: { name: 'n' } })).statusCode, 403, 'createItem by a viewer')
 })
