@@ -47,7 +47,7 @@ export class ContractViolation extends Error {
 }
 
 /** Throws when a response is not one the contract allows for the operation that was called. */
-export function assertMatchesContract (method: string, url: string, response: LightMyRequestResponse): void {
+function assertMatchesContract (method: string, url: string, response: LightMyRequestResponse): void {
   const route = routeFor(method, url)
   const where = `${method} ${url} → ${response.statusCode}`
   if (route === undefined) {

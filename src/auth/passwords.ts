@@ -11,7 +11,7 @@ export interface Passwords {
 }
 
 /** Runs at most `concurrency` tasks at once; the others wait in arrival order. */
-export function limitConcurrency (concurrency: number): <T>(task: () => Promise<T>) => Promise<T> {
+function limitConcurrency (concurrency: number): <T>(task: () => Promise<T>) => Promise<T> {
   let active = 0
   const waiting: Array<() => void> = []
   return async (task) => {

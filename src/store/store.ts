@@ -2,7 +2,6 @@ import type { components } from '../../generated/openapi.js'
 
 export type Role = components['schemas']['Role']
 export type Item = Readonly<components['schemas']['Item']>
-export type ItemChanges = components['schemas']['UpdateItemRequest']
 
 export interface User {
   readonly id: string
