@@ -1,8 +1,8 @@
 import type { RateLimitOptions } from '@fastify/rate-limit'
 import type { FastifyRequest } from 'fastify'
+import { emailKey } from './auth/email.js'
 import type { AppConfig, RateLimit } from './config.js'
 import type { OperationId } from './handlers/handler.js'
-import { emailKey } from './handlers/auth.js'
 
 const limit = ({ max, windowSeconds }: RateLimit): RateLimitOptions => ({ max, timeWindow: windowSeconds * 1000 })
 

@@ -1,14 +1,12 @@
 import { randomUUID } from 'node:crypto'
 import type { components } from '../../generated/openapi.js'
+import { emailKey } from '../auth/email.js'
 import type { TokenPair } from '../auth/sessions.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import type { User } from '../store/store.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
-
-/** The identity key that makes emails unique: "Ada@Example.com " and "ada@example.com" are one account. */
-export const emailKey = (email: string): string => email.trim().normalize('NFC').toLowerCase()
 
 const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
   ...tokens,
