@@ -140,6 +140,18 @@ t.test('access tokens', async (t) => {
     t.match(response.headers['www-authenticate'], /error="invalid_token"/)
   })
 
+  t.test('a token accepted before is refused once it has expired', async (t) => {
+    const expiresAt = now + 60
+    const header = `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, exp: expiresAt })}`
+    t.equal((await listWith(header)).statusCode, 200)
+    t.capture(Date, 'now', () => expiresAt * 1000)
+    t.equal((await listWith(header)).statusCode, 200, 'still valid in the second it expires')
+    t.capture(Date, 'now', () => expiresAt * 1000 + 1)
+    const response = await listWith(header)
+    t.equal(response.statusCode, 401)
+    t.equal(response.json().code, 'TOKEN_EXPIRED')
+  })
+
   const forgeries: Record<string, string> = {
     'Bearer with nothing after it': 'Bearer ',
     'a token that is not a JWT': 'Bearer not-a-jwt',
