@@ -1,8 +1,5 @@
 import { availableParallelism } from 'node:os'
-import argon2 from 'argon2'
-
-// OWASP's minimum for argon2id: 19 MiB of memory, two passes, one lane.
-const hashOptions = { type: argon2.argon2id, memoryCost: 19456, timeCost: 2, parallelism: 1 } as const
+import { HashingProcess } from './hashing-process.js'
 
 export interface Passwords {
   hash (password: string): Promise<string>
@@ -28,22 +25,18 @@ function limitConcurrency (concurrency: number): <T>(task: () => Promise<T>) => 
   }
 }
 
+// One per service process, like libuv's thread pool: every app built in this process shares it.
+const hashingProcess = new HashingProcess()
+
 /**
- * argon2 runs on libuv's thread pool, so hashing never blocks the event loop; but a storm of sign-ins would keep
- * every core busy with it and starve the event loop of CPU. So at most one hash runs per core beyond the event
- * loop's (at least one), and further sign-ins queue.
+ * Hashing runs in a low-priority process (see HashingProcess), and at most one hash runs per core beyond the
+ * event loop's (at least one), so a storm of sign-ins queues rather than taking every core and all the memory
+ * argon2 asks for (19 MiB a hash).
  */
 export function createPasswords (concurrency = Math.max(1, availableParallelism() - 1)): Passwords {
   const limit = limitConcurrency(concurrency)
-  // Verify against a fixed dummy hash when the email is unknown, so the response time does not reveal
-  // which emails are registered. It is made in the background so that it does not delay startup.
-  const dummyHash = limit(async () => await argon2.hash('not a password of anyone', hashOptions))
   return {
-    hash: async (password) => await limit(async () => await argon2.hash(password, hashOptions)),
-    async verify (hash, password) {
-      const reference = hash ?? await dummyHash
-      const matches = await limit(async () => await argon2.verify(reference, password))
-      return hash !== undefined && matches
-    }
+    hash: async (password) => await limit(async () => await hashingProcess.hash(password)),
+    verify: async (hash, password) => await limit(async () => await hashingProcess.verify(hash, password))
   }
 }
