@@ -15,6 +15,9 @@ import { rateLimitsFor } from './rate-limits.js'
 import { createMemoryStore } from './store/memory-store.js'
 import type { Store } from './store/store.js'
 
+// Censored in log lines as top-level keys and one level down ({ body: { password } }).
+const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
+
 type ValidatorFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']
 
 export interface BuildAppOptions {
@@ -32,7 +35,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     logger: {
       level: config.logLevel,
       redact: {
-        paths: ['req.headers.authorization', '*.password', '*.refreshToken', '*.accessToken'],
+        paths: ['req.headers.authorization', ...SECRET_LOG_KEYS, ...SECRET_LOG_KEYS.map((key) => `*.${key}`)],
         censor: '[redacted]'
       },
       ...(options.logStream === undefined ? {} : { stream: options.logStream })

@@ -91,6 +91,23 @@ t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t
   t.equal(large.json().code, 'PAYLOAD_TOO_LARGE')
 })
 
+t.test('passwords and tokens are censored in log lines, at the top level and one level down', async (t) => {
+  const lines: string[] = []
+  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const api = await build(t, { LOG_LEVEL: 'info' }, { logStream })
+  api.app.log.info({
+    password: 'p1',
+    accessToken: 'a1',
+    body: { password: 'p2', refreshToken: 'r2', name: 'kept' }
+  }, 'secrets')
+  const logged: unknown = JSON.parse(lines.find((line) => line.includes('"secrets"')) ?? '{}')
+  t.match(logged, {
+    password: '[redacted]',
+    accessToken: '[redacted]',
+    body: { password: '[redacted]', refreshToken: '[redacted]', name: 'kept' }
+  })
+})
+
 t.test('an unexpected failure is a 500 INTERNAL_ERROR that discloses nothing and is logged with the request id', async (t) => {
   const lines: string[] = []
   const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
