@@ -1,7 +1,6 @@
-import { Writable } from 'node:stream'
 import t from 'tap'
 import { routes } from '../generated/routes.js'
-import { build } from './helper.js'
+import { build, captureLogs } from './helper.js'
 
 t.test('every operation of the contract is routed', async (t) => {
   const api = await build(t)
@@ -92,8 +91,7 @@ t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t
 })
 
 t.test('passwords and tokens are censored in log lines, at the top level and one level down', async (t) => {
-  const lines: string[] = []
-  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const { lines, logStream } = captureLogs()
   const api = await build(t, { LOG_LEVEL: 'info' }, { logStream })
   api.app.log.info({
     password: 'p1',
@@ -109,8 +107,7 @@ t.test('passwords and tokens are censored in log lines, at the top level and one
 })
 
 t.test('an unexpected failure is a 500 INTERNAL_ERROR that discloses nothing and is logged with the request id', async (t) => {
-  const lines: string[] = []
-  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const { lines, logStream } = captureLogs()
   const api = await build(t, { LOG_LEVEL: 'error' }, { logStream })
   // The store failing is the kind of fault no request can cause; the handler must not leak it.
   api.app.store.items.page = async () => { throw new Error('disk on fire at /var/lib/secret') }

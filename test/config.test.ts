@@ -1,6 +1,6 @@
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
-import { build } from './helper.js'
+import { build, captureLogs } from './helper.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})
@@ -44,9 +44,7 @@ t.test('RATE_LIMIT=off switches every limit off', async (t) => {
 })
 
 t.test('a generated secret is announced with a warning at startup', async (t) => {
-  const lines: string[] = []
-  const { Writable } = await import('node:stream')
-  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const { lines, logStream } = captureLogs()
   await build(t, { JWT_SECRET: undefined, LOG_LEVEL: 'warn' }, { logStream })
   t.match(lines.join(''), /JWT_SECRET is not set/)
 })

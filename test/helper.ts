@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
+import { Writable } from 'node:stream'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import type { Middleware } from 'openapi-fetch'
 import type { Test } from 'tap'
@@ -109,6 +110,13 @@ export class Api {
 }
 
 let userCount = 0
+/** A log stream for `build`'s options that keeps every line written to it. */
+export function captureLogs (): { lines: string[], logStream: Writable } {
+  const lines: string[] = []
+  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  return { lines, logStream }
+}
+
 export function newUser (overrides: Partial<Schemas['RegisterRequest']> = {}): Schemas['RegisterRequest'] {
   userCount += 1
   return {

@@ -1,10 +1,9 @@
-import { Writable } from 'node:stream'
 import Fastify from 'fastify'
 import t from 'tap'
 import { routes } from '../generated/routes.js'
 import { loadConfig } from '../src/config.js'
 import { enforceResponseContract, findResponseViolation } from '../src/response-contract.js'
-import { build } from './helper.js'
+import { build, captureLogs } from './helper.js'
 
 const route = (operationId: string) => {
   const found = routes.find((candidate) => candidate.operationId === operationId)
@@ -36,8 +35,7 @@ t.test('findResponseViolation names each way a response can break the contract',
 })
 
 t.test('with CONTRACT_STRICT_RESPONSES the service answers a logged 500 instead of a response that breaks the contract', async (t) => {
-  const lines: string[] = []
-  const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+  const { lines, logStream } = captureLogs()
   const api = await build(t, { CONTRACT_STRICT_RESPONSES: '1', LOG_LEVEL: 'error' }, { logStream })
   const { accessToken } = await api.register()
   // A store that hands out an item with a status the contract does not know, as a buggy store might.

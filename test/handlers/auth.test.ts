@@ -1,6 +1,5 @@
-import { Writable } from 'node:stream'
 import t from 'tap'
-import { build, newUser } from '../helper.js'
+import { build, captureLogs, newUser } from '../helper.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
 
 const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
@@ -63,8 +62,7 @@ t.test('registerUser', async (t) => {
   })
 
   t.test('neither the password nor its hash appears in any log line', async (t) => {
-    const lines: string[] = []
-    const logStream = new Writable({ write (chunk, _encoding, done) { lines.push(String(chunk)); done() } })
+    const { lines, logStream } = captureLogs()
     const api = await build(t, { LOG_LEVEL: 'trace' }, { logStream })
     const password = 'a very distinctive password'
     await api.register({ email: 'logs@example.com', password })
