@@ -20,6 +20,7 @@ export interface RouteDefinition {
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */
   readonly requiredHeaders: { readonly [status: string]: readonly string[] }
+  /** JSON Schemas that refer to the component schemas of ./schemas.ts by their `$id`. */
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
@@ -61,119 +62,16 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "status"
-          ],
-          "properties": {
-            "status": {
-              "type": "string",
-              "const": "ok"
-            }
-          }
+          "$ref": "Health"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       }
     }
@@ -194,119 +92,16 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "status"
-          ],
-          "properties": {
-            "status": {
-              "type": "string",
-              "const": "ok"
-            }
-          }
+          "$ref": "Health"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       }
     }
@@ -338,363 +133,32 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "201": {
-          "type": "object",
-          "required": [
-            "accessToken",
-            "refreshToken",
-            "expiresIn",
-            "user"
-          ],
-          "properties": {
-            "accessToken": {
-              "type": "string",
-              "description": "A JWT to send as `Authorization: Bearer <accessToken>`."
-            },
-            "refreshToken": {
-              "type": "string",
-              "description": "An opaque, single-use token for `refreshTokens`."
-            },
-            "expiresIn": {
-              "type": "integer",
-              "minimum": 1,
-              "description": "The access token's lifetime in seconds."
-            },
-            "user": {
-              "type": "object",
-              "required": [
-                "id",
-                "email",
-                "firstName",
-                "lastName",
-                "role"
-              ],
-              "properties": {
-                "id": {
-                  "type": "string",
-                  "format": "uuid"
-                },
-                "email": {
-                  "type": "string",
-                  "format": "email",
-                  "maxLength": 254,
-                  "examples": [
-                    "ada@example.com"
-                  ]
-                },
-                "firstName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "lastName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "role": {
-                  "type": "string",
-                  "description": "A `contributor` adds items and edits and removes its own; a `viewer` only reads.",
-                  "enum": [
-                    "contributor",
-                    "viewer"
-                  ]
-                }
-              }
-            }
-          }
+          "$ref": "AuthResponse"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "409": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "429": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "body": {
-        "type": "object",
-        "additionalProperties": false,
-        "required": [
-          "email",
-          "password",
-          "firstName",
-          "lastName",
-          "role"
-        ],
-        "properties": {
-          "email": {
-            "type": "string",
-            "format": "email",
-            "maxLength": 254,
-            "examples": [
-              "ada@example.com"
-            ]
-          },
-          "password": {
-            "type": "string",
-            "minLength": 8,
-            "maxLength": 128,
-            "description": "Used as typed; never trimmed or case-folded."
-          },
-          "firstName": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 100,
-            "examples": [
-              "Ada"
-            ]
-          },
-          "lastName": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 100,
-            "examples": [
-              "Ada"
-            ]
-          },
-          "role": {
-            "type": "string",
-            "description": "A `contributor` adds items and edits and removes its own; a `viewer` only reads.",
-            "enum": [
-              "contributor",
-              "viewer"
-            ]
-          }
-        }
+        "$ref": "RegisterRequest"
       }
     }
   },
@@ -725,335 +189,32 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "accessToken",
-            "refreshToken",
-            "expiresIn",
-            "user"
-          ],
-          "properties": {
-            "accessToken": {
-              "type": "string",
-              "description": "A JWT to send as `Authorization: Bearer <accessToken>`."
-            },
-            "refreshToken": {
-              "type": "string",
-              "description": "An opaque, single-use token for `refreshTokens`."
-            },
-            "expiresIn": {
-              "type": "integer",
-              "minimum": 1,
-              "description": "The access token's lifetime in seconds."
-            },
-            "user": {
-              "type": "object",
-              "required": [
-                "id",
-                "email",
-                "firstName",
-                "lastName",
-                "role"
-              ],
-              "properties": {
-                "id": {
-                  "type": "string",
-                  "format": "uuid"
-                },
-                "email": {
-                  "type": "string",
-                  "format": "email",
-                  "maxLength": 254,
-                  "examples": [
-                    "ada@example.com"
-                  ]
-                },
-                "firstName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "lastName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "role": {
-                  "type": "string",
-                  "description": "A `contributor` adds items and edits and removes its own; a `viewer` only reads.",
-                  "enum": [
-                    "contributor",
-                    "viewer"
-                  ]
-                }
-              }
-            }
-          }
+          "$ref": "AuthResponse"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "429": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "body": {
-        "type": "object",
-        "additionalProperties": false,
-        "required": [
-          "email",
-          "password"
-        ],
-        "properties": {
-          "email": {
-            "type": "string",
-            "format": "email",
-            "maxLength": 254,
-            "examples": [
-              "ada@example.com"
-            ]
-          },
-          "password": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 128
-          }
-        }
+        "$ref": "LoginRequest"
       }
     }
   },
@@ -1084,326 +245,32 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "accessToken",
-            "refreshToken",
-            "expiresIn",
-            "user"
-          ],
-          "properties": {
-            "accessToken": {
-              "type": "string",
-              "description": "A JWT to send as `Authorization: Bearer <accessToken>`."
-            },
-            "refreshToken": {
-              "type": "string",
-              "description": "An opaque, single-use token for `refreshTokens`."
-            },
-            "expiresIn": {
-              "type": "integer",
-              "minimum": 1,
-              "description": "The access token's lifetime in seconds."
-            },
-            "user": {
-              "type": "object",
-              "required": [
-                "id",
-                "email",
-                "firstName",
-                "lastName",
-                "role"
-              ],
-              "properties": {
-                "id": {
-                  "type": "string",
-                  "format": "uuid"
-                },
-                "email": {
-                  "type": "string",
-                  "format": "email",
-                  "maxLength": 254,
-                  "examples": [
-                    "ada@example.com"
-                  ]
-                },
-                "firstName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "lastName": {
-                  "type": "string",
-                  "minLength": 1,
-                  "maxLength": 100,
-                  "examples": [
-                    "Ada"
-                  ]
-                },
-                "role": {
-                  "type": "string",
-                  "description": "A `contributor` adds items and edits and removes its own; a `viewer` only reads.",
-                  "enum": [
-                    "contributor",
-                    "viewer"
-                  ]
-                }
-              }
-            }
-          }
+          "$ref": "AuthResponse"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "429": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "body": {
-        "type": "object",
-        "additionalProperties": false,
-        "required": [
-          "refreshToken"
-        ],
-        "properties": {
-          "refreshToken": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 512
-          }
-        }
+        "$ref": "RefreshRequest"
       }
     }
   },
@@ -1431,169 +298,19 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       }
     }
@@ -1621,241 +338,19 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "data",
-            "pagination"
-          ],
-          "properties": {
-            "data": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "id",
-                  "name",
-                  "description",
-                  "status",
-                  "contributorId",
-                  "createdAt",
-                  "updatedAt"
-                ],
-                "properties": {
-                  "id": {
-                    "type": "string",
-                    "format": "uuid"
-                  },
-                  "name": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 200,
-                    "examples": [
-                      "Difference engine"
-                    ]
-                  },
-                  "description": {
-                    "type": [
-                      "string",
-                      "null"
-                    ],
-                    "maxLength": 10000,
-                    "description": "Longer free text, or `null` when there is none.",
-                    "examples": [
-                      "A mechanical calculator for polynomial functions."
-                    ]
-                  },
-                  "status": {
-                    "type": "string",
-                    "description": "An item is `active` when created; its owner may archive and re-activate it any number of times.",
-                    "enum": [
-                      "active",
-                      "archived"
-                    ]
-                  },
-                  "contributorId": {
-                    "type": "string",
-                    "format": "uuid",
-                    "description": "The id of the contributor who added the item."
-                  },
-                  "createdAt": {
-                    "type": "string",
-                    "format": "date-time",
-                    "examples": [
-                      "2026-11-21T09:30:00.000Z"
-                    ]
-                  },
-                  "updatedAt": {
-                    "type": "string",
-                    "format": "date-time",
-                    "examples": [
-                      "2026-11-21T09:30:00.000Z"
-                    ]
-                  }
-                }
-              }
-            },
-            "pagination": {
-              "type": "object",
-              "required": [
-                "page",
-                "pageSize",
-                "total"
-              ],
-              "properties": {
-                "page": {
-                  "type": "integer",
-                  "minimum": 1,
-                  "description": "The page returned."
-                },
-                "pageSize": {
-                  "type": "integer",
-                  "minimum": 1,
-                  "description": "The page size used."
-                },
-                "total": {
-                  "type": "integer",
-                  "minimum": 0,
-                  "description": "How many items the whole catalogue holds."
-                }
-              }
-            }
-          }
+          "$ref": "ItemList"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "querystring": {
@@ -1909,332 +404,32 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "201": {
-          "type": "object",
-          "required": [
-            "id",
-            "name",
-            "description",
-            "status",
-            "contributorId",
-            "createdAt",
-            "updatedAt"
-          ],
-          "properties": {
-            "id": {
-              "type": "string",
-              "format": "uuid"
-            },
-            "name": {
-              "type": "string",
-              "minLength": 1,
-              "maxLength": 200,
-              "examples": [
-                "Difference engine"
-              ]
-            },
-            "description": {
-              "type": [
-                "string",
-                "null"
-              ],
-              "maxLength": 10000,
-              "description": "Longer free text, or `null` when there is none.",
-              "examples": [
-                "A mechanical calculator for polynomial functions."
-              ]
-            },
-            "status": {
-              "type": "string",
-              "description": "An item is `active` when created; its owner may archive and re-activate it any number of times.",
-              "enum": [
-                "active",
-                "archived"
-              ]
-            },
-            "contributorId": {
-              "type": "string",
-              "format": "uuid",
-              "description": "The id of the contributor who added the item."
-            },
-            "createdAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            },
-            "updatedAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            }
-          }
+          "$ref": "Item"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "403": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "body": {
-        "type": "object",
-        "additionalProperties": false,
-        "required": [
-          "name"
-        ],
-        "properties": {
-          "name": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 200,
-            "examples": [
-              "Difference engine"
-            ]
-          },
-          "description": {
-            "type": [
-              "string",
-              "null"
-            ],
-            "maxLength": 10000,
-            "description": "Longer free text, or `null` when there is none.",
-            "examples": [
-              "A mechanical calculator for polynomial functions."
-            ]
-          }
-        }
+        "$ref": "CreateItemRequest"
       }
     }
   },
@@ -2262,237 +457,22 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "id",
-            "name",
-            "description",
-            "status",
-            "contributorId",
-            "createdAt",
-            "updatedAt"
-          ],
-          "properties": {
-            "id": {
-              "type": "string",
-              "format": "uuid"
-            },
-            "name": {
-              "type": "string",
-              "minLength": 1,
-              "maxLength": 200,
-              "examples": [
-                "Difference engine"
-              ]
-            },
-            "description": {
-              "type": [
-                "string",
-                "null"
-              ],
-              "maxLength": 10000,
-              "description": "Longer free text, or `null` when there is none.",
-              "examples": [
-                "A mechanical calculator for polynomial functions."
-              ]
-            },
-            "status": {
-              "type": "string",
-              "description": "An item is `active` when created; its owner may archive and re-activate it any number of times.",
-              "enum": [
-                "active",
-                "archived"
-              ]
-            },
-            "contributorId": {
-              "type": "string",
-              "format": "uuid",
-              "description": "The id of the contributor who added the item."
-            },
-            "createdAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            },
-            "updatedAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            }
-          }
+          "$ref": "Item"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "404": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "params": {
@@ -2536,206 +516,22 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "403": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "404": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "params": {
@@ -2781,336 +577,31 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "200": {
-          "type": "object",
-          "required": [
-            "id",
-            "name",
-            "description",
-            "status",
-            "contributorId",
-            "createdAt",
-            "updatedAt"
-          ],
-          "properties": {
-            "id": {
-              "type": "string",
-              "format": "uuid"
-            },
-            "name": {
-              "type": "string",
-              "minLength": 1,
-              "maxLength": 200,
-              "examples": [
-                "Difference engine"
-              ]
-            },
-            "description": {
-              "type": [
-                "string",
-                "null"
-              ],
-              "maxLength": 10000,
-              "description": "Longer free text, or `null` when there is none.",
-              "examples": [
-                "A mechanical calculator for polynomial functions."
-              ]
-            },
-            "status": {
-              "type": "string",
-              "description": "An item is `active` when created; its owner may archive and re-activate it any number of times.",
-              "enum": [
-                "active",
-                "archived"
-              ]
-            },
-            "contributorId": {
-              "type": "string",
-              "format": "uuid",
-              "description": "The id of the contributor who added the item."
-            },
-            "createdAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            },
-            "updatedAt": {
-              "type": "string",
-              "format": "date-time",
-              "examples": [
-                "2026-11-21T09:30:00.000Z"
-              ]
-            }
-          }
+          "$ref": "Item"
         },
         "400": {
-          "type": "object",
-          "required": [
-            "code",
-            "message",
-            "details"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "const": "VALIDATION_ERROR"
-            },
-            "message": {
-              "type": "string"
-            },
-            "details": {
-              "type": "array",
-              "items": {
-                "type": "object",
-                "required": [
-                  "field",
-                  "issue"
-                ],
-                "properties": {
-                  "field": {
-                    "type": "string",
-                    "description": "Where the problem is, as a dotted path such as `body.name` or `pageSize`."
-                  },
-                  "issue": {
-                    "type": "string",
-                    "description": "What is wrong with it."
-                  }
-                }
-              }
-            }
-          }
+          "$ref": "ValidationError"
         },
         "401": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "403": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "404": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "413": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "415": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "500": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         },
         "503": {
-          "type": "object",
-          "required": [
-            "code",
-            "message"
-          ],
-          "properties": {
-            "code": {
-              "type": "string",
-              "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
-              "enum": [
-                "VALIDATION_ERROR",
-                "AUTHENTICATION_REQUIRED",
-                "TOKEN_EXPIRED",
-                "INVALID_TOKEN",
-                "INVALID_CREDENTIALS",
-                "INVALID_REFRESH_TOKEN",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "EMAIL_ALREADY_REGISTERED",
-                "PAYLOAD_TOO_LARGE",
-                "UNSUPPORTED_MEDIA_TYPE",
-                "RATE_LIMITED",
-                "INTERNAL_ERROR",
-                "SERVICE_UNAVAILABLE"
-              ]
-            },
-            "message": {
-              "type": "string",
-              "description": "A readable explanation, for people rather than programs."
-            }
-          }
+          "$ref": "Error"
         }
       },
       "params": {
@@ -3126,38 +617,7 @@ export const routes: readonly RouteDefinition[] = [
         ]
       },
       "body": {
-        "type": "object",
-        "additionalProperties": false,
-        "minProperties": 1,
-        "properties": {
-          "name": {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": 200,
-            "examples": [
-              "Difference engine"
-            ]
-          },
-          "description": {
-            "type": [
-              "string",
-              "null"
-            ],
-            "maxLength": 10000,
-            "description": "Longer free text, or `null` when there is none.",
-            "examples": [
-              "A mechanical calculator for polynomial functions."
-            ]
-          },
-          "status": {
-            "type": "string",
-            "description": "An item is `active` when created; its owner may archive and re-activate it any number of times.",
-            "enum": [
-              "active",
-              "archived"
-            ]
-          }
-        }
+        "$ref": "UpdateItemRequest"
       }
     }
   }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
-import fastifyRateLimit from '@fastify/rate-limit'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { StandaloneValidator } from '@fastify/ajv-compiler'
+import Fastify, { type FastifyInstance } from 'fastify'
 import type { DestinationStream } from 'pino'
 import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
@@ -9,16 +9,14 @@ import docsPlugin from './plugins/docs.js'
 import errorsPlugin, { handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
 import healthPlugin from './plugins/health.js'
-import routesPlugin, { generatedValidators } from './plugins/routes.js'
+import rateLimitsPlugin from './plugins/rate-limits.js'
+import routesPlugin, { generatedValidator } from './plugins/routes.js'
 import storePlugin from './plugins/store.js'
-import { rateLimitsFor } from './rate-limits.js'
 import { createMemoryStore } from './store/memory-store.js'
 import type { Store } from './store/store.js'
 
 // Censored in log lines as top-level keys and one level down ({ body: { password } }).
 const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
-
-type ValidatorFactory = NonNullable<NonNullable<FastifyServerOptions['schemaController']>['compilersFactory']>['buildValidator']
 
 export interface BuildAppOptions {
   /** Where data is kept; a fresh in-memory store when left out. */
@@ -50,9 +48,8 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     return503OnClosing: false,
     // A malformed URL goes through the one error handler like every other error.
     frameworkErrors: handleError,
-    // Fastify declares this factory with Ajv's compile signature, but calls what it returns as a
-    // FastifySchemaCompiler (with the route's method, url and httpPart), which is what generatedValidators is.
-    schemaController: { compilersFactory: { buildValidator: generatedValidators as unknown as ValidatorFactory } },
+    // Request validators are generated ahead of time from the contract; nothing is compiled at startup.
+    schemaController: { compilersFactory: { buildValidator: StandaloneValidator({ readMode: true, restoreFunction: generatedValidator }) } },
     // Only what the contract declares is served: no HEAD twin of every GET.
     exposeHeadRoutes: false
   })
@@ -68,8 +65,8 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   await app.register(storePlugin, { store: options.store ?? createMemoryStore() })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
   await app.register(authPlugin, { jwt: config.jwt, refreshTokenTtlSeconds: config.refreshTokenTtlSeconds })
-  if (config.rateLimits !== null) await app.register(fastifyRateLimit, { global: false })
+  await app.register(rateLimitsPlugin, { limits: config.rateLimits })
   await app.register(docsPlugin)
-  await app.register(routesPlugin, { handlers, rateLimits: rateLimitsFor(config), strictResponses: config.strictResponses })
+  await app.register(routesPlugin, { handlers, strictResponses: config.strictResponses })
   return app
 }

@@ -35,6 +35,9 @@ export const forbidden = (message: string): ApiError => new ApiError(403, 'FORBI
 
 export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
 
+/** The only body a 500 ever has: nothing about what failed leaves the service. */
+export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }
+
 export const serviceUnavailable = (message: string): ApiError => new ApiError(503, 'SERVICE_UNAVAILABLE', message)
 
 export const emailAlreadyRegistered = (): ApiError =>

@@ -1,10 +1,7 @@
 import type { onSendHookHandler } from 'fastify'
-import * as responseValidators from '../generated/response-validators.js'
 import type { RouteDefinition } from '../generated/routes.js'
-import type { Validator } from '../generated/validator.js'
-import type { ErrorBody } from './errors.js'
-
-const validators: Record<string, Validator> = responseValidators
+import { validators } from '../generated/validators.js'
+import { INTERNAL_ERROR_BODY } from './errors.js'
 
 export interface SentResponse {
   statusCode: number
@@ -21,7 +18,7 @@ export function findResponseViolation (route: RouteDefinition, response: SentRes
   }
   const missing = (route.requiredHeaders[status] ?? []).filter((name) => response.headers[name] === undefined)
   if (missing.length > 0) return `required header missing: ${missing.join(', ')}`
-  const validate = validators[`${route.operationId}_${status}`]
+  const validate = validators[route.operationId].responses[status]
   if (validate === undefined) {
     return response.body === '' ? undefined : 'the contract declares no body for this status'
   }
@@ -54,6 +51,6 @@ export function enforceResponseContract (route: RouteDefinition): onSendHookHand
     request.log.error({ operationId: route.operationId, statusCode: reply.statusCode, violation }, 'response breaks the contract')
     // The response being replaced may have had no body, and so no content type.
     reply.code(500).header('content-type', 'application/json; charset=utf-8')
-    return JSON.stringify({ code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' } satisfies ErrorBody)
+    return JSON.stringify(INTERNAL_ERROR_BODY)
   }
 }

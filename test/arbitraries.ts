@@ -2,12 +2,14 @@
 // values mutated the ways clients get requests wrong.
 import fc from 'fast-check'
 import type { JsonSchema } from '../generated/routes.js'
+import { schemas } from '../generated/schemas.js'
 
 type Schema = JsonSchema & {
-  type?: string | string[]
+  $ref?: string
+  type?: string | readonly string[]
   properties?: Record<string, Schema>
-  required?: string[]
-  enum?: unknown[]
+  required?: readonly string[]
+  enum?: readonly unknown[]
   const?: unknown
   format?: string
   minLength?: number
@@ -18,7 +20,17 @@ type Schema = JsonSchema & {
   additionalProperties?: boolean
 }
 
-const types = (schema: Schema): string[] => Array.isArray(schema.type) ? schema.type : [schema.type ?? 'object']
+const componentSchemas: Readonly<Record<string, Schema>> = schemas
+
+// The route table refers to the contract's component schemas by their $id.
+const resolved = (schema: Schema): Schema => {
+  if (schema.$ref === undefined) return schema
+  const target = componentSchemas[schema.$ref]
+  if (target === undefined) throw new Error(`unknown schema ${schema.$ref}`)
+  return resolved(target)
+}
+
+const types = (schema: Schema): readonly string[] => typeof schema.type === 'string' ? [schema.type] : schema.type ?? ['object']
 
 function validString (schema: Schema): fc.Arbitrary<string> {
   const minLength = schema.minLength ?? 0
@@ -35,7 +47,8 @@ function validString (schema: Schema): fc.Arbitrary<string> {
 }
 
 /** Values the schema accepts. */
-export function valid (schema: Schema): fc.Arbitrary<unknown> {
+export function valid (reference: Schema): fc.Arbitrary<unknown> {
+  const schema = resolved(reference)
   if (schema.const !== undefined) return fc.constant(schema.const)
   if (schema.enum !== undefined) return fc.constantFrom(...schema.enum)
   return fc.oneof(...types(schema).map((type): fc.Arbitrary<unknown> => {
@@ -47,7 +60,7 @@ export function valid (schema: Schema): fc.Arbitrary<unknown> {
         const properties = schema.properties ?? {}
         const record = fc.record(
           Object.fromEntries(Object.entries(properties).map(([name, property]) => [name, valid(property)])),
-          { requiredKeys: schema.required ?? [] }
+          { requiredKeys: [...schema.required ?? []] }
         )
         return record.filter((value) => Object.keys(value).length >= (schema.minProperties ?? 0))
       }
@@ -91,7 +104,8 @@ function mutatedObject (schema: Schema): fc.Arbitrary<unknown> {
 }
 
 /** Values that are wrong somewhere: the wrong type, out of bounds, missing or unknown fields (or now and then valid). */
-export function mutated (schema: Schema): fc.Arbitrary<unknown> {
+export function mutated (reference: Schema): fc.Arbitrary<unknown> {
+  const schema = resolved(reference)
   const kinds = types(schema)
   const mutations: Array<fc.Arbitrary<unknown>> = [anyJson]
   if (kinds.includes('object')) mutations.push(mutatedObject(schema))

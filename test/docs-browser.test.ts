@@ -65,5 +65,5 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token and r
 
   await mkdir('test-artifacts', { recursive: true })
   await page.screenshot({ path: SCREENSHOT, fullPage: true })
-  t.ok(existsSync(SCREENSHOT), `screenshot saved to ${SCREENSHOT}`)
+  t.comment(`screenshot saved to ${SCREENSHOT}`)
 })

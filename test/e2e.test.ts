@@ -1,8 +1,9 @@
-// The whole spec walked the way a client team would: a real server on an ephemeral port and the client generated
-// from the contract (generated/client.ts). A contract change that breaks these calls fails to compile; a server
+// The whole spec walked the way a client team would: a real server on an ephemeral port and openapi-fetch typed by
+// the contract's generated types (generated/openapi.ts). A contract change that breaks these calls fails to compile; a server
 // that breaks the contract fails the middleware's check.
 import t from 'tap'
-import { createItemsClient } from '../generated/client.js'
+import createClient from 'openapi-fetch'
+import type { paths } from '../generated/openapi.js'
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { contractMiddleware, testEnvironment } from './helper.js'
@@ -10,7 +11,7 @@ import { contractMiddleware, testEnvironment } from './helper.js'
 t.test('a client team walks the whole spec', async (t) => {
   const app = await buildApp(loadConfig(testEnvironment))
   t.teardown(async () => { await app.close() })
-  const client = createItemsClient({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
+  const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
   client.use(contractMiddleware)
   const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } })
 

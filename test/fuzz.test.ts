@@ -3,18 +3,14 @@
 // A failure prints the seed and the shrunk counterexample, so it can be replayed with FUZZ_SEED.
 import fc from 'fast-check'
 import t from 'tap'
-import * as bodyValidators from '../generated/request-body-validators.js'
-import * as parameterValidators from '../generated/request-parameter-validators.js'
 import { type JsonSchema, type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
-import type { Validator } from '../generated/validator.js'
+import { validators } from '../generated/validators.js'
 import { mutated, valid } from './arbitraries.js'
 import { build, type Schemas } from './helper.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20261121)
 const RUNS = Number(process.env.FUZZ_RUNS ?? 150)
 const EXISTING_ITEM = 'an item the caller owns'
-
-const validators: Record<string, Validator> = { ...bodyValidators, ...parameterValidators }
 
 // What a request the contract accepts, from a signed-in contributor, may get. Fuzzed emails, passwords and
 // refresh tokens are random, so sign-in and refresh mostly fail; random item ids mostly do not exist.
@@ -67,7 +63,7 @@ const asStrings = (values: Record<string, unknown> = {}): Record<string, string>
 // Whether the contract accepts the request as the service receives it (parameters as strings).
 function isValid (route: RouteDefinition, request: { body?: unknown, query: Record<string, string>, params: Record<string, string> }): boolean {
   const check = (part: 'body' | 'querystring' | 'params', value: unknown): boolean => {
-    const validate = validators[`${route.operationId}_${part}`]
+    const validate = validators[route.operationId][part]
     return validate === undefined || validate(structuredClone(value))
   }
   return check('body', request.body) && check('querystring', request.query) && check('params', request.params)

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { build } from './helper.js'
+import { build, overloadEventLoop } from './helper.js'
 
 t.test('liveness and readiness answer ok while the service runs', async (t) => {
   const api = await build(t)
@@ -28,13 +28,7 @@ t.test('a draining service is alive but not ready', async (t) => {
 
 t.test('an overloaded service sheds requests with 503 and Retry-After', async (t) => {
   const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
-  // An overload as the event loop sees it: every turn of the loop takes 50 ms, until the sampler notices.
-  const givesUp = Date.now() + 5000
-  while (!api.app.isUnderPressure() && Date.now() < givesUp) {
-    const busyUntil = Date.now() + 50
-    while (Date.now() < busyUntil) { /* busy */ }
-    await new Promise((resolve) => setImmediate(resolve))
-  }
+  await overloadEventLoop(api.app)
   const response = await api.inject({ method: 'GET', url: '/health/ready' })
   t.equal(response.statusCode, 503)
   t.equal(response.json().code, 'SERVICE_UNAVAILABLE')

@@ -1,9 +1,10 @@
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { Writable } from 'node:stream'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import type { Middleware } from 'openapi-fetch'
 import type { Test } from 'tap'
+import { parse } from 'yaml'
 import type { components } from '../generated/openapi.js'
 import { type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
 import { type BuildAppOptions, buildApp } from '../src/app.js'
@@ -136,6 +137,32 @@ export const testEnvironment: NodeJS.ProcessEnv = {
   RATE_LIMIT: 'off',
   JWT_SECRET: TEST_JWT_SECRET,
   CONTRACT_STRICT_RESPONSES: '1'
+}
+
+export interface ContractOperation {
+  operationId: string
+  method: string
+  /** The path as openapi.yaml writes it, with {parameters}. */
+  path: string
+}
+
+/** Every operation that openapi.yaml itself declares under `paths`, read from the file, not from generated/. */
+export function contractOperations (): ContractOperation[] {
+  const document = parse(readFileSync('openapi.yaml', 'utf8')) as { paths: Record<string, Record<string, unknown>> }
+  return Object.entries(document.paths).flatMap(([path, pathItem]) => Object.entries(pathItem).flatMap(([method, operation]) =>
+    typeof operation === 'object' && operation !== null && 'operationId' in operation
+      ? [{ operationId: String(operation.operationId), method: method.toUpperCase(), path }]
+      : []))
+}
+
+/** Makes every turn of the event loop take 50 ms, an overload as load shedding sees it, until the app notices. */
+export async function overloadEventLoop (app: FastifyInstance): Promise<void> {
+  const givesUp = Date.now() + 5000
+  while (!app.isUnderPressure() && Date.now() < givesUp) {
+    const busyUntil = Date.now() + 50
+    while (Date.now() < busyUntil) { /* busy */ }
+    await new Promise((resolve) => setImmediate(resolve))
+  }
 }
 
 /** Builds the app for one test and closes it when the test ends. */

@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import t from 'tap'
 import { createMemoryStore } from '../src/store/memory-store.js'
 import { build, newUser } from './helper.js'
+import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 interface ProcessStat { pid: number, parentPid: number, niceness: number, cpuTicks: number }
 
@@ -69,6 +70,6 @@ t.test('a stored hash argon2 cannot read fails that sign-in with a 500, not the 
   const api = await build(t, {}, { store })
   const response = await api.call('loginUser', { body: { email: user.email, password: user.password } })
   t.equal(response.statusCode, 500)
-  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  t.same(response.json(), INTERNAL_ERROR_BODY)
   t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 201)
 })

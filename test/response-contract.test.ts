@@ -4,6 +4,7 @@ import { routes } from '../generated/routes.js'
 import { loadConfig } from '../src/config.js'
 import { enforceResponseContract, findResponseViolation } from '../src/response-contract.js'
 import { build, captureLogs } from './helper.js'
+import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 const route = (operationId: string) => {
   const found = routes.find((candidate) => candidate.operationId === operationId)
@@ -42,7 +43,7 @@ t.test('with CONTRACT_STRICT_RESPONSES the service answers a logged 500 instead 
   api.app.store.items.get = async () => ({ ...item, status: 'deleted' as 'active' })
   const response = await api.call('getItem', { token: accessToken, params: { itemId: item.id } })
   t.equal(response.statusCode, 500)
-  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  t.same(response.json(), INTERNAL_ERROR_BODY)
   t.match(lines.join(''), /"operationId":"getItem".*"violation":"the body breaks the schema: \/status/)
 })
 
@@ -54,7 +55,7 @@ t.test('a bodiless response with an undeclared status becomes a JSON 500', async
   const response = await app.inject({ method: 'DELETE', url: `/v1/items/${item.id}` })
   t.equal(response.statusCode, 500)
   t.match(response.headers['content-type'], /^application\/json/)
-  t.same(response.json(), { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' })
+  t.same(response.json(), INTERNAL_ERROR_BODY)
 })
 
 t.test('without it the response leaves as it is, and the test helper catches it', async (t) => {

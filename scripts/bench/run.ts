@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { type AddressInfo, createServer } from 'node:net'
 import autocannon from 'autocannon'
+import { median } from '../statistics.js'
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -107,8 +108,6 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
     errors: result.errors + result.timeouts
   }
 }
-
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? NaN
 
 // Seed the service and take its first page, so the baselines serve the very same payload.
 const service = await startService()

@@ -1,8 +1,6 @@
 import type { RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault, RouteHandlerMethod } from 'fastify'
 import type { operations } from '../../generated/openapi.js'
-import type { DefaultedParameters, RouteOperationId } from '../../generated/routes.js'
-
-export type OperationId = RouteOperationId
+import type { DefaultedParameters, RouteOperationId as OperationId } from '../../generated/routes.js'
 
 type JsonContent<T> = T extends { content: { 'application/json': infer Body } } ? Body : undefined
 type Parameters<Id extends OperationId, Location extends 'path' | 'query'> =

@@ -31,7 +31,7 @@ declare module 'fastify' {
   }
 }
 
-export interface AuthPluginOptions {
+interface AuthPluginOptions {
   jwt: AppConfig['jwt']
   refreshTokenTtlSeconds: number
 }
@@ -57,7 +57,7 @@ export function requireRole (roles: readonly Role[]): onRequestHookHandler {
   }
 }
 
-export async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Promise<void> {
+async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Promise<void> {
   const { secret, issuer, audience, accessTokenTtlSeconds } = options.jwt
   await app.register(fastifyJwt, {
     secret,

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, type ValidationErrorBody } from '../errors.js'
+import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, type ValidationErrorBody } from '../errors.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -57,11 +57,11 @@ export function handleError (error: FastifyError | ApiError, request: FastifyReq
     return reply.code(statusCode).send({ code, message: error.message } satisfies ErrorBody)
   }
   request.log.error({ err: error }, 'request failed')
-  return reply.code(500).send({ code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' } satisfies ErrorBody)
+  return reply.code(500).send(INTERNAL_ERROR_BODY)
 }
 
 /** Turns every error, and every unknown route, into the contract's Error and ValidationError shapes. */
-export async function errorsPlugin (app: FastifyInstance): Promise<void> {
+async function errorsPlugin (app: FastifyInstance): Promise<void> {
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => reply.code(404).send({
     code: 'NOT_FOUND',

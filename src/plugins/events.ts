@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../generated/openapi.js'
+import { schemas } from '../../generated/schemas.js'
 
 /** The channels are the contract's webhooks; an event is the CloudEvents envelope declared there. */
 export type Channel = keyof webhooks
@@ -23,11 +24,14 @@ declare module 'fastify' {
   }
 }
 
-export interface EventsPluginOptions {
+// The constant fields of every event's envelope, as the contract's ItemEvent schema fixes them.
+const { specversion, source, datacontenttype } = schemas.ItemEvent.properties
+
+interface EventsPluginOptions {
   subscribers?: Subscribers
 }
 
-export async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions): Promise<void> {
+async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions): Promise<void> {
   const handlers = new Map<Channel, Set<EventHandler<Channel>>>()
   const deliveries = new Set<Promise<void>>()
 
@@ -52,13 +56,13 @@ export async function eventsPlugin (app: FastifyInstance, options: EventsPluginO
       const targets = [...(handlers.get(channel) ?? [])]
       if (targets.length === 0) return
       const event = {
-        specversion: '1.0',
+        specversion: specversion.const,
         id: randomUUID(),
-        source: '/v1/items',
+        source: source.const,
         type: channel,
         time: new Date().toISOString(),
         subject,
-        datacontenttype: 'application/json',
+        datacontenttype: datacontenttype.const,
         data
       } as DomainEvent<typeof channel>
       // setImmediate runs after the reply has been written, so no handler can delay or change the response.

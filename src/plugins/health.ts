@@ -8,13 +8,13 @@ declare module 'fastify' {
   }
 }
 
-export interface HealthPluginOptions {
+interface HealthPluginOptions {
   /** Shed requests with 503 while the event loop lags by more than this many milliseconds; 0 never sheds. */
   maxEventLoopDelayMs: number
 }
 
 /** Readiness turns false once shutdown begins; under overload every request is shed with a 503. */
-export async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions): Promise<void> {
+async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions): Promise<void> {
   app.decorate('lifecycle', { draining: false })
   // server.close() only ends the keep-alive connections idle at that moment; those of in-flight requests
   // would linger until their keep-alive timeout, so keep ending them as they become idle while draining.

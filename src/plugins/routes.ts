@@ -1,29 +1,33 @@
-import type { RateLimitOptions } from '@fastify/rate-limit'
-import type { FastifyInstance, FastifySchemaCompiler, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
-import * as bodyValidators from '../../generated/request-body-validators.js'
-import * as parameterValidators from '../../generated/request-parameter-validators.js'
-import { type RouteDefinition, routes } from '../../generated/routes.js'
-import type { Validator } from '../../generated/validator.js'
-import type { Handlers, OperationId } from '../handlers/handler.js'
+import type { ValidateFunction } from 'ajv'
+import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
+import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
+import { schemas } from '../../generated/schemas.js'
+import { validators } from '../../generated/validators.js'
+import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
 
-export interface RoutesPluginOptions {
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The operation of the contract that the route serves. */
+    operationId?: RouteOperationId
+  }
+}
+
+interface RoutesPluginOptions {
   handlers: Handlers
-  /** Request limits of the operations that have one. */
-  rateLimits: Partial<Record<OperationId, RateLimitOptions>>
   /** Check every response against the contract before it leaves (CONTRACT_STRICT_RESPONSES). */
   strictResponses: boolean
 }
 
-const validators: Record<string, Validator> = { ...bodyValidators, ...parameterValidators }
-const operationIds = new Map(routes.map((route) => [`${route.method} ${route.url}`, route.operationId]))
+const validatorsByRoute = new Map(routes.map((route) => [`${route.method} ${route.url}`, validators[route.operationId]]))
 
 /**
- * Fastify's validator compiler, as a lookup: every request validator was generated ahead of time from the
- * contract, so nothing is compiled at startup (and Fastify's own Ajv compiler is never loaded).
+ * The restore function of Fastify's standalone validator compiler: every request validator was generated ahead of
+ * time from the contract, so none is compiled at startup.
  */
-export const generatedValidators = (): FastifySchemaCompiler<unknown> => ({ method, url, httpPart }) => {
-  const validator = validators[`${operationIds.get(`${method} ${url}`)}_${httpPart}`]
+export function generatedValidator ({ method, url, httpPart }: { method: string, url: string, httpPart: string }): ValidateFunction {
+  const operation = validatorsByRoute.get(`${method} ${url}`)
+  const validator = httpPart === 'body' || httpPart === 'params' || httpPart === 'querystring' ? operation?.[httpPart] : undefined
   if (validator === undefined) throw new Error(`No generated validator for ${method} ${url} ${httpPart}; run npm run generate`)
   return validator
 }
@@ -35,6 +39,8 @@ function securityHooks (app: FastifyInstance, route: RouteDefinition): onRequest
 
 /** One route per operation of the contract: match → authenticate → role → validate → handler. */
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
+  // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
+  for (const schema of Object.values(schemas)) app.addSchema(schema)
   // Loaded only when wanted, so that it costs production nothing, not even the loading.
   const { enforceResponseContract } = options.strictResponses ? await import('../response-contract.js') : { enforceResponseContract: undefined }
   for (const route of routes) {
@@ -45,7 +51,7 @@ export default async function routesPlugin (app: FastifyInstance, options: Route
       onRequest: securityHooks(app, route),
       onSend: enforceResponseContract === undefined ? [] : [enforceResponseContract(route)],
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
-      config: { rateLimit: options.rateLimits[route.operationId] ?? false }
+      config: { operationId: route.operationId }
     })
   }
 }

@@ -8,12 +8,12 @@ declare module 'fastify' {
   }
 }
 
-export interface StorePluginOptions {
+interface StorePluginOptions {
   store: Store
 }
 
 /** Shares the store with every route; which implementation it is, is the caller of buildApp's choice. */
-export async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
+async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
   app.decorate('store', options.store)
 }
 
