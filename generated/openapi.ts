@@ -331,17 +331,19 @@ export interface components {
          *     - `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.
          *     - `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.
          *     - `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.
+         *     - `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.
          *     - `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
          *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.
+         *     - `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.
          *     - `RATE_LIMITED` (429): too many attempts; see `Retry-After`.
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "FORBIDDEN" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
         Health: {
             /** @constant */
             status: "ok";
@@ -438,6 +440,7 @@ export interface components {
         Authenticated: {
             headers: {
                 "Cache-Control": components["headers"]["Cache-Control"];
+                Pragma: components["headers"]["Pragma"];
                 [name: string]: unknown;
             };
             content: {
@@ -673,6 +676,8 @@ export interface components {
         "WWW-Authenticate": string;
         /** @description Token-bearing responses must not be stored by any cache. */
         "Cache-Control": "no-store";
+        /** @description The same rule for HTTP/1.0 caches (RFC 6749 §5.1). */
+        Pragma: "no-cache";
         /** @description Seconds to wait before trying again. */
         "Retry-After": number;
     };

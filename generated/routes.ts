@@ -124,7 +124,8 @@ export const routes: readonly RouteDefinition[] = [
     ],
     "requiredHeaders": {
       "201": [
-        "cache-control"
+        "cache-control",
+        "pragma"
       ],
       "429": [
         "retry-after"
@@ -180,7 +181,8 @@ export const routes: readonly RouteDefinition[] = [
     ],
     "requiredHeaders": {
       "200": [
-        "cache-control"
+        "cache-control",
+        "pragma"
       ],
       "429": [
         "retry-after"
@@ -236,7 +238,8 @@ export const routes: readonly RouteDefinition[] = [
     ],
     "requiredHeaders": {
       "200": [
-        "cache-control"
+        "cache-control",
+        "pragma"
       ],
       "429": [
         "retry-after"

@@ -4,6 +4,7 @@ import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { type $Refs, resolve as resolveReferences } from '@apidevtools/json-schema-ref-parser'
 import { Ajv2020, type Options as AjvOptions } from 'ajv/dist/2020.js'
+import { _, type KeywordCxt } from 'ajv/dist/2020.js'
 import ajvStandalone from 'ajv/dist/standalone/index.js'
 import ajvFormats from 'ajv-formats'
 import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript'
@@ -222,6 +223,24 @@ function validatorModuleSource (code: string): string {
   return `${BANNER}// @ts-nocheck\nimport type { ValidateFunction } from 'ajv'\n${imports.join('\n')}\n${body}\n`
 }
 
+/**
+ * Ajv coerces the parameter "Infinity" or "1e400" to a number that is not finite, and then skips every numeric
+ * keyword (minimum, maximum) for it, so it would reach a handler. Every coerced numeric parameter is marked with
+ * this keyword, which fails such a number.
+ */
+const FINITE_KEYWORD = {
+  keyword: 'x-finite',
+  schemaType: 'boolean',
+  error: { message: 'must be a finite number' },
+  code (cxt: KeywordCxt) { cxt.fail(_`typeof ${cxt.data} == "number" && !isFinite(${cxt.data})`) }
+} as const
+
+function withFiniteNumbers (parameters: JsonObject): JsonObject {
+  const properties = Object.fromEntries(Object.entries(parameters.properties as Record<string, JsonObject>).map(([name, schema]) =>
+    [name, schema.type === 'integer' || schema.type === 'number' ? { ...schema, 'x-finite': true } : schema]))
+  return { ...parameters, properties }
+}
+
 /** The name under which a validator module exports the validator of one part of one operation. */
 const exportName = (operationId: string, part: string): string => `${operationId}_${part}`
 
@@ -232,6 +251,7 @@ const exportName = (operationId: string, part: string): string => `${operationId
 function validatorModule (file: string, options: AjvOptions, components: Record<string, JsonObject>, schemas: Record<string, JsonObject>): GeneratedFile {
   const ajv = new Ajv2020({ ...options, allErrors: true, removeAdditional: false, strict: true, inlineRefs: false, code: { source: true, esm: true, lines: true } })
   ajvFormats.default(ajv)
+  ajv.addKeyword(FINITE_KEYWORD)
   ajv.addSchema(Object.values(components))
   for (const [name, schema] of Object.entries(schemas)) ajv.addSchema(schema, name)
   const exportNames = Object.fromEntries(Object.keys(schemas).map((name) => [name, name]))
@@ -241,7 +261,8 @@ function validatorModule (file: string, options: AjvOptions, components: Record<
 function requestSchemas (routes: RouteEntry[], parts: ReadonlyArray<typeof REQUEST_PARTS[number]>): Record<string, JsonObject> {
   return Object.fromEntries(routes.flatMap((route) => parts.flatMap((part) => {
     const schema = route.schema[part]
-    return schema === undefined ? [] : [[exportName(route.operationId, part), schema]]
+    if (schema === undefined) return []
+    return [[exportName(route.operationId, part), part === 'body' ? schema : withFiniteNumbers(schema)]]
   })))
 }
 

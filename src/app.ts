@@ -15,6 +15,9 @@ import storePlugin from './plugins/store.js'
 import { createMemoryStore } from './store/memory-store.js'
 import type { Store } from './store/store.js'
 
+// A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
+const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
+
 // Censored in log lines as top-level keys and one level down ({ body: { password } }).
 const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
 
@@ -39,8 +42,11 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
       ...(options.logStream === undefined ? {} : { stream: options.logStream })
     },
     bodyLimit: config.bodyLimit,
-    genReqId: () => randomUUID(),
-    requestIdHeader: 'x-request-id',
+    requestIdHeader: false,
+    genReqId: (request) => {
+      const callerId = request.headers['x-request-id']
+      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
+    },
     connectionTimeout: 10_000,
     requestTimeout: 30_000,
     keepAliveTimeout: 72_000,
@@ -50,6 +56,9 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     frameworkErrors: handleError,
     // Request validators are generated ahead of time from the contract; nothing is compiled at startup.
     schemaController: { compilersFactory: { buildValidator: StandaloneValidator({ readMode: true, restoreFunction: generatedValidator }) } },
+    // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an
+    // undeclared 414 past 100 characters). Node's header limit (16 KiB) bounds the whole URL anyway.
+    maxParamLength: 16_384,
     // Only what the contract declares is served: no HEAD twin of every GET.
     exposeHeadRoutes: false
   })

@@ -1,3 +1,4 @@
+import { get } from 'node:http'
 import t from 'tap'
 import { build, captureLogs, contractOperations } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
@@ -22,6 +23,53 @@ t.test('every response carries a request id, and a caller-supplied one is echoed
   t.match(generated.headers['x-request-id'], /^[0-9a-f-]{36}$/)
   const echoed = await api.inject({ method: 'GET', url: '/v1/items', headers: { 'x-request-id': 'trace-42' } })
   t.equal(echoed.headers['x-request-id'], 'trace-42')
+})
+
+t.test('a caller\'s request id is kept only when it is short and of a safe alphabet', async (t) => {
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { LOG_LEVEL: 'info' }, { logStream })
+  const kept = 'A-z_0.9:trace/42'
+  t.equal((await api.inject({ method: 'GET', url: '/health/live', headers: { 'x-request-id': kept } })).headers['x-request-id'], kept)
+  for (const hostile of ['x'.repeat(129), '{"level":60,"msg":"forged"}', 'a b', '\u00e9t\u00e9', '"quoted"']) {
+    const response = await api.inject({ method: 'GET', url: '/health/live', headers: { 'x-request-id': hostile } })
+    t.match(response.headers['x-request-id'], /^[0-9a-f-]{36}$/, `replaced: ${hostile.slice(0, 20)}`)
+  }
+  t.notOk(lines.some((line) => line.includes('forged')), 'the hostile id reaches no log line')
+})
+
+t.test('numbers that are not finite, in any parameter, are a 400 VALIDATION_ERROR, never a 500', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  for (const hostile of ['Infinity', '-Infinity', 'NaN', '1e400', '1e309', '-1e309', '9'.repeat(5000)]) {
+    for (const name of ['page', 'pageSize']) {
+      const response = await api.call('listItems', { token: accessToken, query: { [name]: hostile } })
+      t.equal(response.statusCode, 400, `${name}=${hostile.slice(0, 12)}`)
+      t.match(response.json().details, [{ field: name, issue: /must be (integer|a finite number)/ }])
+    }
+  }
+})
+
+t.test('an error a plugin raises with a 4xx status keeps that status, in the Error shape', async (t) => {
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { LOG_LEVEL: 'error' }, { logStream })
+  // Sent as-is over a socket: app.inject would normalise the dots away.
+  const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const traversal = await new Promise<{ statusCode?: number, body: string }>((resolve, reject) => {
+    get(`${address}/docs/static/../../package.json`, { path: '/docs/static/../../package.json' }, (response) => {
+      let body = ''
+      response.on('data', (chunk: Buffer) => { body += String(chunk) })
+      response.on('end', () => { resolve({ statusCode: response.statusCode, body }) })
+    }).on('error', reject)
+  })
+  t.equal(traversal.statusCode, 403)
+  t.match(JSON.parse(traversal.body), { code: 'FORBIDDEN', message: String })
+  const range = await api.app.inject({ method: 'GET', url: '/docs/static/swagger-ui.css', headers: { range: 'bytes=99999999-' } })
+  t.equal(range.statusCode, 416)
+  t.match(range.json(), { code: 'RANGE_NOT_SATISFIABLE', message: String })
+  const precondition = await api.app.inject({ method: 'GET', url: '/docs/static/swagger-ui.css', headers: { 'if-match': '"another version"' } })
+  t.equal(precondition.statusCode, 412)
+  t.match(precondition.json(), { code: 'BAD_REQUEST', message: String }, 'any other 4xx keeps its status')
+  t.same(lines, [], 'nothing is logged as a server error')
 })
 
 t.test('validation errors list one detail per failing field, with dotted paths', async (t) => {

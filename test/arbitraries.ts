@@ -81,6 +81,10 @@ const anyJson: fc.Arbitrary<unknown> = fc.oneof(
   fc.dictionary(fc.string({ maxLength: 5 }), fc.integer(), { maxKeys: 3 })
 )
 
+// What a number or an id may arrive as from a hostile or careless client: text that coerces to a number that is
+// not finite, to -0 or to hex, padded digits, a digit run no number holds, an encoded NUL.
+const HOSTILE_TEXT = ['Infinity', '-Infinity', 'NaN', '1e400', '-1e309', '-0', '0x10', ' 10', '9'.repeat(5000), '%00', '\u0000']
+
 function mutatedObject (schema: Schema): fc.Arbitrary<unknown> {
   const properties = schema.properties ?? {}
   const names = Object.keys(properties)
@@ -112,10 +116,10 @@ export function mutated (reference: Schema): fc.Arbitrary<unknown> {
   if (kinds.includes('string')) {
     if (schema.maxLength !== undefined) mutations.push(fc.constant('x'.repeat(schema.maxLength + 1)))
     if ((schema.minLength ?? 0) > 0) mutations.push(fc.constant(''))
-    if (schema.format !== undefined) mutations.push(fc.string({ unit: 'binary', maxLength: 40 }))
+    if (schema.format !== undefined) mutations.push(fc.string({ unit: 'binary', maxLength: 40 }), fc.constantFrom(...HOSTILE_TEXT))
   }
   if (kinds.includes('integer')) {
-    mutations.push(fc.constantFrom((schema.minimum ?? 0) - 1, (schema.maximum ?? 2 ** 53) + 1, 1.5, '12abc'))
+    mutations.push(fc.constantFrom((schema.minimum ?? 0) - 1, (schema.maximum ?? 2 ** 53) + 1, 1.5, '12abc', ...HOSTILE_TEXT))
   }
   return fc.oneof(...mutations)
 }

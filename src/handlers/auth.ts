@@ -14,7 +14,7 @@ const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
 })
 
 // Tokens must never be kept by a cache between the service and the client (RFC 6749 §5.1).
-const NO_STORE = { 'cache-control': 'no-store' }
+const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   const { store, passwords, sessions } = request.server

@@ -36,7 +36,10 @@ interface AuthPluginOptions {
   refreshTokenTtlSeconds: number
 }
 
-type VerifiedClaims = AccessTokenClaims & { readonly exp: number }
+type VerifiedClaims = AccessTokenClaims & { readonly exp: number, readonly iat: number }
+
+// How far another clock (an instance of the service) may run ahead when a token says when it was issued.
+const CLOCK_TOLERANCE_SECONDS = 30
 
 const BEARER = /^Bearer[ ]+(\S*)$/i
 
@@ -91,6 +94,11 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
       if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') {
         throw unauthorized('TOKEN_EXPIRED', 'The access token has expired.')
       }
+      throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
+    }
+    // fast-jwt checks exp and nbf only. A token issued in the future, or living longer than this service issues
+    // them, was not issued by it, whatever its signature says (a leaked secret, or a misconfigured twin).
+    if (claims.iat > Date.now() / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
       throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
     }
     verifiedTokens.remember(token, claims)

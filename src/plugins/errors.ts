@@ -7,8 +7,11 @@ type ValidationDetail = ValidationErrorBody['details'][number]
 
 // Errors that Fastify and its plugins raise themselves, by status code, mapped onto the contract's codes.
 const codeForStatus: Partial<Record<number, ErrorCode>> = {
+  403: 'FORBIDDEN',
+  404: 'NOT_FOUND',
   413: 'PAYLOAD_TOO_LARGE',
   415: 'UNSUPPORTED_MEDIA_TYPE',
+  416: 'RANGE_NOT_SATISFIABLE',
   429: 'RATE_LIMITED',
   503: 'SERVICE_UNAVAILABLE'
 }
@@ -52,7 +55,8 @@ export function handleError (error: FastifyError | ApiError, request: FastifyReq
     // Malformed or prototype-poisoned JSON, an empty JSON body: the body as a whole is at fault.
     return reply.code(400).send(validationError([{ field: 'body', issue: error.message }]))
   }
-  const code = codeForStatus[statusCode]
+  // Any other status a plugin gives an error it raises (a client's fault, 4xx) is kept.
+  const code = codeForStatus[statusCode] ?? (statusCode >= 400 && statusCode < 500 ? 'BAD_REQUEST' : undefined)
   if (code !== undefined) {
     return reply.code(statusCode).send({ code, message: error.message } satisfies ErrorBody)
   }

@@ -9,6 +9,7 @@ t.test('registerUser', async (t) => {
     const body = newUser({ email: 'Ada.Lovelace@Example.com', role: 'viewer' })
     const response = await api.call('registerUser', { body })
     t.equal(response.statusCode, 201)
+    t.equal(response.headers.pragma, 'no-cache', 'RFC 6749 §5.1: Pragma beside Cache-Control for HTTP/1.0 caches')
     t.equal(response.headers['cache-control'], 'no-store')
     const auth = response.json()
     t.match(auth.user, { email: 'Ada.Lovelace@Example.com', firstName: body.firstName, lastName: body.lastName, role: 'viewer' })
@@ -156,6 +157,8 @@ t.test('access tokens', async (t) => {
     'alg none': `Bearer ${forgeToken({ alg: 'none', typ: 'JWT' }, valid).split('.').slice(0, 2).join('.')}.`,
     'another algorithm in the header': `Bearer ${forgeToken({ alg: 'HS512', typ: 'JWT' }, valid)}`,
     'nbf in the future': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, nbf: now + 600 })}`,
+    'iat ten years ahead': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, iat: now + 10 * 365 * 86400, exp: now + 10 * 365 * 86400 + 60 })}`,
+    'a lifetime longer than the service issues': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, exp: 1e20 })}`,
     'no exp claim': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, exp: undefined })}`,
     'another audience': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, aud: 'another-service' })}`,
     'a token that is not an access token': `Bearer ${forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...valid, typ: 'refresh' })}`,
