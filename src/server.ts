@@ -19,4 +19,11 @@ closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ si
   await app.close()
 })
 
-await app.listen({ host: config.host, port: config.port })
+try {
+  await app.listen({ host: config.host, port: config.port })
+} catch (error) {
+  // On standard error whatever LOG_LEVEL says: a service that cannot start must always say why.
+  console.error(`Cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
+  await app.close()
+  process.exit(1)
+}

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { type AddressInfo, createServer } from 'node:net'
 import t from 'tap'
 import { newUser, testEnvironment } from './helper.js'
 
@@ -45,14 +46,35 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
   t.match(server.output(), /"signal":"SIGTERM".*"msg":"shutting down"/)
 })
 
-t.test('a bad setting stops the start with one line naming the variable', async (t) => {
+// Runs src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.
+async function failedStart (env: NodeJS.ProcessEnv): Promise<{ code: number | null, stderr: string }> {
   const child = spawn(process.execPath, [...process.execArgv, 'src/server.ts'], {
-    env: { ...process.env, ...testEnvironment, PORT: 'eighty' },
+    env: { ...process.env, ...testEnvironment, ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
   let stderr = ''
   child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
-  const [code] = await once(child, 'exit')
+  const [code] = await once(child, 'exit') as [number | null]
+  return { code, stderr }
+}
+
+t.test('a bad setting stops the start with one line naming the variable', async (t) => {
+  const { code, stderr } = await failedStart({ PORT: 'eighty' })
   t.equal(code, 1)
   t.match(stderr, /^Invalid configuration: PORT must be an integer from 0 to 65535, got "eighty"$/m)
+})
+
+t.test('a failed listen says why in one line on standard error and exits 1, at any log level', async (t) => {
+  const taken = createServer()
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { taken.close() })
+  const { port } = taken.address() as AddressInfo
+  for (const LOG_LEVEL of ['silent', 'error', 'info']) {
+    const inUse = await failedStart({ PORT: String(port), LOG_LEVEL })
+    t.equal(inUse.code, 1)
+    t.match(inUse.stderr, new RegExp(`^Cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE.*$`, 'm'), `port in use, LOG_LEVEL=${LOG_LEVEL}`)
+  }
+  const badHost = await failedStart({ HOST: '999.1.1.1', LOG_LEVEL: 'silent' })
+  t.equal(badHost.code, 1)
+  t.match(badHost.stderr, /^Cannot listen on 999\.1\.1\.1:3000: .*(ENOTFOUND|EAI_AGAIN|EADDRNOTAVAIL).*$/m)
 })
