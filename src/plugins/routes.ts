@@ -3,6 +3,7 @@ import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from '
 import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 import { validators } from '../../generated/validators.js'
+import { enforceResponseContract } from '../response-contract.js'
 import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
 
@@ -37,19 +38,20 @@ function securityHooks (app: FastifyInstance, route: RouteDefinition): onRequest
   return route.roles.length === 0 ? [app.authenticate] : [app.authenticate, requireRole(route.roles)]
 }
 
-/** One route per operation of the contract: match → authenticate → role → validate → handler. */
+/**
+ * One route per operation of the contract: match → per-address limit (rate-limits plugin) → authenticate → role
+ * → parse and validate → sign-in limit (preHandler) → handler → serialize with the contract's response schema.
+ */
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
   for (const schema of Object.values(schemas)) app.addSchema(schema)
-  // Loaded only when wanted, so that it costs production nothing, not even the loading.
-  const { enforceResponseContract } = options.strictResponses ? await import('../response-contract.js') : { enforceResponseContract: undefined }
   for (const route of routes) {
     app.route({
       method: route.method,
       url: route.url,
       schema: route.schema,
       onRequest: securityHooks(app, route),
-      onSend: enforceResponseContract === undefined ? [] : [enforceResponseContract(route)],
+      onSend: options.strictResponses ? [enforceResponseContract(route)] : [],
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
       config: { operationId: route.operationId }
     })
