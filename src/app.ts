@@ -6,7 +6,7 @@ import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
 import authPlugin from './plugins/auth.js'
 import docsPlugin from './plugins/docs.js'
-import errorsPlugin, { handleError } from './plugins/errors.js'
+import errorsPlugin, { handleClientError, handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
 import healthPlugin from './plugins/health.js'
 import rateLimitsPlugin from './plugins/rate-limits.js'
@@ -48,12 +48,17 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
       return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
     },
     connectionTimeout: 10_000,
-    requestTimeout: 30_000,
+    requestTimeout: config.requestTimeoutMs,
+    // Node checks request deadlines on this interval (30 s by default, which let a slow client run up to twice its
+    // deadline): a request that has not fully arrived is answered 408 at most REQUEST_TIMEOUT + 1 s after it began.
+    // Node enforces the deadline on a body only while headersTimeout is no longer than requestTimeout.
+    http: { connectionsCheckingInterval: 1_000, headersTimeout: config.requestTimeoutMs },
     keepAliveTimeout: 72_000,
     // While closing, in-flight and kept-alive requests are still served; readiness reports the draining.
     return503OnClosing: false,
     // A malformed URL goes through the one error handler like every other error.
     frameworkErrors: handleError,
+    clientErrorHandler: handleClientError,
     // Request validators are generated ahead of time from the contract; nothing is compiled at startup.
     schemaController: { compilersFactory: { buildValidator: StandaloneValidator({ readMode: true, restoreFunction: generatedValidator }) } },
     // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an

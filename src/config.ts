@@ -58,6 +58,8 @@ export interface AppConfig {
   }
   refreshTokenTtlSeconds: number
   bodyLimit: number
+  /** How long a request's headers and body together may take to arrive. */
+  requestTimeoutMs: number
   rateLimits: { login: RateLimit, register: RateLimit, refresh: RateLimit } | null
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
@@ -94,6 +96,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     },
     refreshTokenTtlSeconds: read(source, 'REFRESH_TOKEN_TTL', integer(1), 604800),
     bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
+    requestTimeoutMs: read(source, 'REQUEST_TIMEOUT', integer(1000), 30000),
     rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'
       ? null
       : {

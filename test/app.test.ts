@@ -1,4 +1,6 @@
+import { once } from 'node:events'
 import { get } from 'node:http'
+import { connect } from 'node:net'
 import t from 'tap'
 import { build, captureLogs, contractOperations } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
@@ -46,6 +48,60 @@ t.test('numbers that are not finite, in any parameter, are a 400 VALIDATION_ERRO
       t.equal(response.statusCode, 400, `${name}=${hostile.slice(0, 12)}`)
       t.match(response.json().details, [{ field: name, issue: /must be (integer|a finite number)/ }])
     }
+  }
+})
+
+// Writes raw bytes to a listening app and reads what comes back until the server closes the connection.
+async function rawExchange (address: string, request: string): Promise<string> {
+  const { hostname, port } = new URL(address)
+  const socket = connect(Number(port), hostname)
+  let received = ''
+  socket.on('data', (chunk: Buffer) => { received += String(chunk) })
+  socket.on('error', () => { /* the server resets after answering */ })
+  socket.write(request)
+  await once(socket, 'close')
+  return received
+}
+
+t.test('a request that Node\'s HTTP parser refuses is answered in the contract\'s shapes', async (t) => {
+  const api = await build(t)
+  const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const parse = (raw: string): { status: string, body: unknown } => ({
+    status: raw.slice(0, raw.indexOf('\r\n')),
+    body: JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))
+  })
+  const oversized = parse(await rawExchange(address, `GET /v1/items HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(100_000)}\r\n\r\n`))
+  t.equal(oversized.status, 'HTTP/1.1 431 Request Header Fields Too Large')
+  t.match(oversized.body, { code: 'BAD_REQUEST', message: /headers/ })
+  const garbage = parse(await rawExchange(address, 'NOT HTTP AT ALL\r\n\r\n'))
+  t.equal(garbage.status, 'HTTP/1.1 400 Bad Request')
+  t.same(garbage.body, { code: 'VALIDATION_ERROR', message: 'The request is invalid.', details: [{ field: 'request', issue: 'is not valid HTTP' }] })
+
+  const { port } = new URL(address)
+  const resetting = connect(Number(port), '127.0.0.1')
+  await once(resetting, 'connect')
+  resetting.write('GET /health/live HTTP/1.1\r\nHo')
+  // Long enough for the server to be parsing the request when the reset arrives.
+  await new Promise((resolve) => setTimeout(resolve, 100))
+  resetting.resetAndDestroy()
+  await once(resetting, 'close')
+  t.equal((await fetch(`${address}/health/live`)).status, 200, 'a client that resets mid-request is not answered, and the service goes on')
+})
+
+t.test('a client too slow with its headers or its body gets a 408 and its connection closed, within REQUEST_TIMEOUT + 1 s', async (t) => {
+  const api = await build(t, { REQUEST_TIMEOUT: '1000' })
+  const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const requests = {
+    'stuck half-way through its headers': 'GET /health/live HTTP/1.1\r\nHost: x\r\n',
+    'a body that never ends': 'POST /v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email":'
+  }
+  for (const [name, request] of Object.entries(requests)) {
+    const started = Date.now()
+    const raw = await rawExchange(address, request)
+    const elapsed = Date.now() - started
+    t.match(raw, /^HTTP\/1\.1 408 Request Timeout\r\n/, name)
+    t.match(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)), { code: 'BAD_REQUEST', message: String })
+    t.ok(elapsed < 3000, `${name}: closed after ${elapsed} ms`)
   }
 })
 

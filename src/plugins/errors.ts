@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, type ValidationErrorBody } from '../errors.js'
@@ -62,6 +64,23 @@ export function handleError (error: FastifyError | ApiError, request: FastifyReq
   }
   request.log.error({ err: error }, 'request failed')
   return reply.code(500).send(INTERNAL_ERROR_BODY)
+}
+
+// What a connection gets when Node's HTTP parser refuses its request, before Fastify sees any request at all.
+const refusals: Record<string, { status: number, body: ErrorBody | ValidationErrorBody }> = {
+  ERR_HTTP_REQUEST_TIMEOUT: { status: 408, body: { code: 'BAD_REQUEST', message: 'The request took too long to arrive.' } },
+  HPE_HEADER_OVERFLOW: { status: 431, body: { code: 'BAD_REQUEST', message: 'The request headers are larger than the service accepts.' } }
+}
+const malformed = { status: 400, body: validationError([{ field: 'request', issue: 'is not valid HTTP' }]) }
+
+/** Fastify's clientErrorHandler: Fastify's own, with bodies in the contract's shapes. */
+export function handleClientError (error: Error & { code?: string }, socket: Socket): void {
+  // A reset connection has nobody left to answer.
+  if (error.code === 'ECONNRESET') return
+  const { status, body } = refusals[String(error.code)] ?? malformed
+  const json = JSON.stringify(body)
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(json)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${json}`)
+  socket.destroySoon()
 }
 
 /** Turns every error, and every unknown route, into the contract's Error and ValidationError shapes. */
