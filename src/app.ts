@@ -78,7 +78,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   await app.register(healthPlugin, { maxEventLoopDelayMs: config.maxEventLoopDelayMs })
   await app.register(storePlugin, { store: options.store ?? createMemoryStore() })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
-  await app.register(authPlugin, { jwt: config.jwt, refreshTokenTtlSeconds: config.refreshTokenTtlSeconds })
+  await app.register(authPlugin, config)
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })
   await app.register(docsPlugin)
   await app.register(routesPlugin, { handlers, strictResponses: config.strictResponses })

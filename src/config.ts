@@ -57,6 +57,9 @@ export interface AppConfig {
     audience: string
   }
   refreshTokenTtlSeconds: number
+  refreshReuseLeewaySeconds: number
+  maxSessionsPerUser: number
+  sessionSweepIntervalMs: number
   bodyLimit: number
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
@@ -95,6 +98,9 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       audience: 'items-service'
     },
     refreshTokenTtlSeconds: read(source, 'REFRESH_TOKEN_TTL', integer(1), 604800),
+    refreshReuseLeewaySeconds: read(source, 'REFRESH_REUSE_LEEWAY', integer(0, 60), 5),
+    maxSessionsPerUser: read(source, 'MAX_SESSIONS_PER_USER', integer(1), 20),
+    sessionSweepIntervalMs: read(source, 'SESSION_SWEEP_INTERVAL', integer(10), 60000),
     bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
     requestTimeoutMs: read(source, 'REQUEST_TIMEOUT', integer(1000), 30000),
     rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'

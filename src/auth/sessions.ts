@@ -20,6 +20,9 @@ export interface SessionsOptions {
   signAccessToken: (claims: AccessTokenClaims) => string
   accessTokenTtlSeconds: number
   refreshTokenTtlSeconds: number
+  /** How long a just-replaced refresh token is still accepted (a retry, a second tab); 0 for never. */
+  refreshReuseLeewaySeconds: number
+  maxSessionsPerUser: number
 }
 
 // Refresh tokens are 256 random bits; only their SHA-256 is stored, so a leaked store holds no usable token.
@@ -37,12 +40,11 @@ export class Sessions {
   async open (userId: string): Promise<TokenPair> {
     const sessionId = randomUUID()
     const refreshToken = newRefreshToken()
-    await this.#options.store.sessions.open({
-      id: sessionId,
-      userId,
-      refreshTokenHash: hashRefreshToken(refreshToken),
-      expiresAt: Date.now() + this.#options.refreshTokenTtlSeconds * 1000
-    })
+    await this.#options.store.sessions.open(
+      { id: sessionId, userId, expiresAt: Date.now() + this.#options.refreshTokenTtlSeconds * 1000 },
+      hashRefreshToken(refreshToken),
+      this.#options.maxSessionsPerUser
+    )
     return this.#pair(userId, sessionId, refreshToken)
   }
 
@@ -50,7 +52,7 @@ export class Sessions {
   async refresh (refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
     const nextRefreshToken = newRefreshToken()
     const outcome = await this.#options.store.sessions.rotateRefreshToken(
-      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), Date.now())
+      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), Date.now(), this.#options.refreshReuseLeewaySeconds * 1000)
     if (outcome.status !== 'rotated') return undefined
     const { userId, id } = outcome.session
     return { userId, tokens: this.#pair(userId, id, nextRefreshToken) }

@@ -31,10 +31,10 @@ declare module 'fastify' {
   }
 }
 
-interface AuthPluginOptions {
-  jwt: AppConfig['jwt']
-  refreshTokenTtlSeconds: number
-}
+type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs'>
+
+// Sessions forgotten per sweep at most, so a sweep never holds the event loop for long (about a millisecond).
+const SESSIONS_PER_SWEEP = 10_000
 
 type VerifiedClaims = AccessTokenClaims & { readonly exp: number, readonly iat: number }
 
@@ -79,8 +79,17 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     store: app.store,
     signAccessToken: (claims) => app.jwt.sign(claims),
     accessTokenTtlSeconds,
-    refreshTokenTtlSeconds: options.refreshTokenTtlSeconds
+    refreshTokenTtlSeconds: options.refreshTokenTtlSeconds,
+    refreshReuseLeewaySeconds: options.refreshReuseLeewaySeconds,
+    maxSessionsPerUser: options.maxSessionsPerUser
   }))
+
+  // Ended sessions are forgotten when next looked up, and by this sweep, so that no session outlives its end by
+  // more than an interval however many sign-ins never come back.
+  const sweeper = setInterval(() => {
+    app.store.sessions.sweep(Date.now(), SESSIONS_PER_SWEEP).catch((err: unknown) => { app.log.error({ err }, 'session sweep failed') })
+  }, options.sessionSweepIntervalMs).unref()
+  app.addHook('onClose', async () => { clearInterval(sweeper) })
 
   // Revocation is still checked on every request, against the session: the cache only skips the signature.
   const verifiedTokens = new VerifiedTokens<VerifiedClaims>(10_000)

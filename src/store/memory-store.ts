@@ -21,59 +21,96 @@ class MemoryUserStore implements UserStore {
   }
 }
 
-class MemorySessionStore implements SessionStore {
-  readonly #byId = new Map<string, Session>()
-  readonly #byRefreshTokenHash = new Map<string, Session>()
-  // Refresh token hashes that were rotated away, kept until their session ends so that a replay can be detected.
-  readonly #retiredHashes = new Map<string, string>()
-  readonly #retiredHashesBySession = new Map<string, string[]>()
+// Reuse detection remembers this many refresh tokens per session after they were replaced; an older one is merely
+// unknown. Together with the fan-out cap below, this bounds what one session holds however often it refreshes.
+const REMEMBERED_REPLACED_TOKENS = 16
+// How many pairs one rotation may fan out into while the reuse leeway lasts (parallel retries, several tabs).
+const MAX_PAIRS_PER_ROTATION = 32
 
-  async open (session: Session): Promise<void> {
-    const stored = Object.freeze({ ...session })
-    this.#byId.set(stored.id, stored)
-    this.#byRefreshTokenHash.set(stored.refreshTokenHash, stored)
+interface SessionEntry {
+  readonly session: Session
+  /** Hashes of the refresh tokens valid now. */
+  current: Set<string>
+  /** Hashes the last rotation replaced, at `rotatedAt`: accepted again while the reuse leeway lasts. */
+  previous: Set<string>
+  rotatedAt: number
+  /** Hashes replaced before that, newest last: presenting one is a replay. */
+  replaced: string[]
+}
+
+class MemorySessionStore implements SessionStore {
+  // In opening order; every session of a process has the same lifetime, so that is also the order they end in.
+  readonly #byId = new Map<string, SessionEntry>()
+  // Every refresh token hash a live session remembers: current, previous and replaced.
+  readonly #byTokenHash = new Map<string, SessionEntry>()
+  // Session ids by user, oldest first.
+  readonly #byUser = new Map<string, Set<string>>()
+
+  async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
+    const entry: SessionEntry = { session: Object.freeze({ ...session }), current: new Set([refreshTokenHash]), previous: new Set(), rotatedAt: 0, replaced: [] }
+    this.#byId.set(session.id, entry)
+    this.#byTokenHash.set(refreshTokenHash, entry)
+    const ofUser = this.#byUser.get(session.userId) ?? new Set()
+    this.#byUser.set(session.userId, ofUser.add(session.id))
+    for (const oldest of ofUser) {
+      if (ofUser.size <= maxPerUser) break
+      await this.revoke(oldest)
+    }
   }
 
   async get (id: string, now: number): Promise<Session | undefined> {
-    const session = this.#byId.get(id)
-    if (session === undefined || session.expiresAt > now) return session
-    this.#forget(session)
+    const entry = this.#byId.get(id)
+    if (entry === undefined || entry.session.expiresAt > now) return entry?.session
+    this.#forget(entry)
     return undefined
   }
 
-  async rotateRefreshToken (presentedHash: string, nextHash: string, now: number): Promise<RefreshOutcome> {
-    const session = this.#byRefreshTokenHash.get(presentedHash)
-    if (session === undefined) {
-      const reusedSessionId = this.#retiredHashes.get(presentedHash)
-      if (reusedSessionId === undefined) return { status: 'unknown' }
-      await this.revoke(reusedSessionId)
-      return { status: 'reused' }
-    }
-    if (session.expiresAt <= now) {
-      this.#forget(session)
+  async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
+    const entry = this.#byTokenHash.get(presentedHash)
+    if (entry === undefined) return { status: 'unknown' }
+    if (entry.session.expiresAt <= now) {
+      this.#forget(entry)
       return { status: 'unknown' }
     }
-    const rotated = Object.freeze({ ...session, refreshTokenHash: nextHash })
-    this.#byRefreshTokenHash.delete(presentedHash)
-    this.#byRefreshTokenHash.set(nextHash, rotated)
-    this.#byId.set(rotated.id, rotated)
-    this.#retiredHashes.set(presentedHash, session.id)
-    const retired = this.#retiredHashesBySession.get(session.id) ?? []
-    retired.push(presentedHash)
-    this.#retiredHashesBySession.set(session.id, retired)
-    return { status: 'rotated', session: rotated }
+    if (entry.current.has(presentedHash)) {
+      entry.replaced.push(...entry.previous)
+      for (const forgotten of entry.replaced.splice(0, entry.replaced.length - REMEMBERED_REPLACED_TOKENS)) this.#byTokenHash.delete(forgotten)
+      entry.previous = entry.current
+      entry.current = new Set([nextHash])
+      entry.rotatedAt = now
+    } else if (entry.previous.has(presentedHash) && now - entry.rotatedAt < reuseLeewayMs) {
+      if (entry.current.size >= MAX_PAIRS_PER_ROTATION) return { status: 'unknown' }
+      entry.current.add(nextHash)
+    } else {
+      this.#forget(entry)
+      return { status: 'reused' }
+    }
+    this.#byTokenHash.set(nextHash, entry)
+    return { status: 'rotated', session: entry.session }
   }
 
   async revoke (id: string): Promise<void> {
-    const session = this.#byId.get(id)
-    if (session !== undefined) this.#forget(session)
+    const entry = this.#byId.get(id)
+    if (entry !== undefined) this.#forget(entry)
   }
 
-  #forget (session: Session): void {
-    this.#byId.delete(session.id)
-    this.#byRefreshTokenHash.delete(session.refreshTokenHash)
-    for (const hash of this.#retiredHashesBySession.get(session.id) ?? []) this.#retiredHashes.delete(hash)
-    this.#retiredHashesBySession.delete(session.id)
+  async sweep (now: number, limit: number): Promise<number> {
+    let forgotten = 0
+    for (const entry of this.#byId.values()) {
+      if (forgotten === limit || entry.session.expiresAt > now) break
+      this.#forget(entry)
+      forgotten += 1
+    }
+    return forgotten
+  }
+
+  #forget (entry: SessionEntry): void {
+    const { id, userId } = entry.session
+    this.#byId.delete(id)
+    for (const hash of [...entry.current, ...entry.previous, ...entry.replaced]) this.#byTokenHash.delete(hash)
+    const ofUser = this.#byUser.get(userId)
+    ofUser?.delete(id)
+    if (ofUser?.size === 0) this.#byUser.delete(userId)
   }
 }
 

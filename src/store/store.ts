@@ -19,15 +19,13 @@ export interface User {
 export interface Session {
   readonly id: string
   readonly userId: string
-  /** SHA-256 of the refresh token that is valid now; the token itself is never stored. */
-  readonly refreshTokenHash: string
   /** Milliseconds since the epoch; the session's absolute end. */
   readonly expiresAt: number
 }
 
 export type RefreshOutcome =
   | { readonly status: 'rotated', readonly session: Session }
-  /** The token was valid once and has been used already: its session has been revoked. */
+  /** The token was replaced before and is presented again out of the leeway: its session has been revoked. */
   | { readonly status: 'reused' }
   | { readonly status: 'unknown' }
 
@@ -38,16 +36,25 @@ export interface UserStore {
   findByEmailKey (emailKey: string): Promise<User | undefined>
 }
 
+/**
+ * Sessions and their refresh tokens, by the SHA-256 of each token (a token itself is never stored). Each store
+ * bounds what one session remembers, and says how.
+ */
 export interface SessionStore {
-  open (session: Session): Promise<void>
+  /** Opens a session with its first refresh token; past `maxPerUser` live sessions, the user's oldest ends. */
+  open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void>
   /** The session, while it is neither revoked nor past its end. */
   get (id: string, now: number): Promise<Session | undefined>
   /**
-   * Atomically replaces the session's refresh token hash `presentedHash` with `nextHash`. A hash that was
-   * replaced before revokes its session (refresh token reuse detection).
+   * Atomically exchanges the refresh token `presentedHash` for `nextHash`. A token is accepted when it is current,
+   * or when the session's last rotation replaced it less than `reuseLeewayMs` ago (a retry after a lost response,
+   * a second tab): then `nextHash` joins the current tokens, so every pair issued in that window keeps working.
+   * Any other token the session had is a replay, and revokes the session.
    */
-  rotateRefreshToken (presentedHash: string, nextHash: string, now: number): Promise<RefreshOutcome>
+  rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome>
   revoke (id: string): Promise<void>
+  /** Forgets up to `limit` sessions that ended before `now`, oldest first; how many it forgot. */
+  sweep (now: number, limit: number): Promise<number>
 }
 
 export interface ItemPage {

@@ -193,6 +193,44 @@ t.test('access tokens', async (t) => {
   })
 })
 
+t.test('sessions', async (t) => {
+  t.test('a user has at most MAX_SESSIONS_PER_USER live sessions; the oldest ends first', async (t) => {
+    const api = await build(t, { MAX_SESSIONS_PER_USER: '2' })
+    const body = newUser()
+    const first = (await api.call('registerUser', { body })).json()
+    const signIn = async (): Promise<{ accessToken: string }> =>
+      (await api.call('loginUser', { body: { email: body.email, password: body.password } })).json()
+    const second = await signIn()
+    const third = await signIn()
+    t.equal((await api.call('listItems', { token: first.accessToken })).json().code, 'INVALID_TOKEN', 'the oldest session ended')
+    t.equal((await api.call('listItems', { token: second.accessToken })).statusCode, 200)
+    t.equal((await api.call('listItems', { token: third.accessToken })).statusCode, 200)
+  })
+
+  t.test('ended sessions are swept on a timer, and a failing sweep is logged, not fatal', async (t) => {
+    const { lines, logStream } = captureLogs()
+    const api = await build(t, { REFRESH_TOKEN_TTL: '1', SESSION_SWEEP_INTERVAL: '50', LOG_LEVEL: 'error' }, { logStream })
+    await api.register()
+    await api.register()
+    const sessions = api.app.store.sessions
+    const sweep = sessions.sweep.bind(sessions)
+    const forgotten: number[] = []
+    t.capture(sessions, 'sweep', async (now: number, limit: number) => {
+      const count = await sweep(now, limit)
+      forgotten.push(count)
+      return count
+    })
+    const ended = Date.now() + 1001
+    t.capture(Date, 'now', () => ended)
+    while (forgotten.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+    t.equal(forgotten[0], 2, 'both ended sessions forgotten in one sweep')
+
+    t.capture(sessions, 'sweep', async () => { throw new Error('store unreachable') })
+    while (!lines.some((line) => line.includes('session sweep failed'))) await new Promise((resolve) => setTimeout(resolve, 10))
+    t.equal((await api.call('checkLiveness')).statusCode, 200)
+  })
+})
+
 t.test('refreshTokens', async (t) => {
   t.test('returns a new pair and makes the old refresh token single-use', async (t) => {
     const api = await build(t)
@@ -208,8 +246,8 @@ t.test('refreshTokens', async (t) => {
     t.equal((await api.call('listItems', { token: second.accessToken })).statusCode, 200)
   })
 
-  t.test('presenting a used refresh token revokes the whole session', async (t) => {
-    const api = await build(t)
+  t.test('with REFRESH_REUSE_LEEWAY=0, presenting a used refresh token revokes the whole session', async (t) => {
+    const api = await build(t, { REFRESH_REUSE_LEEWAY: '0' })
     const first = await api.register()
     const second = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
     const replay = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
@@ -221,12 +259,77 @@ t.test('refreshTokens', async (t) => {
     t.equal(afterRevocation.json().code, 'INVALID_TOKEN', 'and so is the access token')
   })
 
-  t.test('ten concurrent refreshes with one token give exactly one 200', async (t) => {
-    const api = await build(t)
+  t.test('with REFRESH_REUSE_LEEWAY=0, ten concurrent refreshes with one token give exactly one 200', async (t) => {
+    const api = await build(t, { REFRESH_REUSE_LEEWAY: '0' })
     const { refreshToken } = await api.register()
     const responses = await Promise.all(Array.from({ length: 10 }, async () =>
       await api.call('refreshTokens', { body: { refreshToken } })))
     t.same(responses.map((response) => response.statusCode).sort(), [200, ...Array<number>(9).fill(401)])
+  })
+
+  t.test('within the leeway, 20 parallel refreshes with one token all succeed, and every pair keeps working', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    const responses = await Promise.all(Array.from({ length: 20 }, async () =>
+      await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })))
+    t.same(responses.map((response) => response.statusCode), Array<number>(20).fill(200))
+    const pairs = responses.map((response) => response.json() as { accessToken: string, refreshToken: string })
+    t.equal(new Set(pairs.map((pair) => decodeClaims(pair.accessToken).sid)).size, 1, 'one session')
+    for (const pair of pairs) t.equal((await api.call('listItems', { token: pair.accessToken })).statusCode, 200)
+    const refreshed = await Promise.all(pairs.map(async (pair) => await api.call('refreshTokens', { body: { refreshToken: pair.refreshToken } })))
+    t.same(refreshed.map((response) => response.statusCode), Array<number>(20).fill(200), 'each refresh token of the window works once more')
+  })
+
+  t.test('a retry after a lost response gets a working pair; after the leeway the replay ends the session', async (t) => {
+    const api = await build(t, { REFRESH_REUSE_LEEWAY: '5' })
+    const first = await api.register()
+    const lost = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
+    const retry = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
+    t.equal(retry.statusCode, 200, 'the just-replaced token, again, within 5 s')
+    t.equal((await api.call('listItems', { token: retry.json().accessToken })).statusCode, 200)
+    t.equal((await api.call('listItems', { token: lost.accessToken })).statusCode, 200, 'the pair whose response was lost works too')
+
+    const rotatedAt = Date.now()
+    const next = (await api.call('refreshTokens', { body: { refreshToken: retry.json().refreshToken } })).json()
+    t.capture(Date, 'now', () => rotatedAt + 5001)
+    const late = await api.call('refreshTokens', { body: { refreshToken: retry.json().refreshToken } })
+    t.equal(late.statusCode, 401, 'the same replay after the leeway')
+    t.equal(late.json().code, 'INVALID_REFRESH_TOKEN')
+    t.equal((await api.call('listItems', { token: next.accessToken })).json().code, 'INVALID_TOKEN', 'ends the session')
+  })
+
+  t.test('a token replaced before the last rotation revokes the session even within the leeway', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    const second = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
+    const third = (await api.call('refreshTokens', { body: { refreshToken: second.refreshToken } })).json()
+    t.equal((await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).statusCode, 401)
+    t.equal((await api.call('listItems', { token: third.accessToken })).statusCode, 401, 'the session has ended')
+  })
+
+  t.test('a replay of a token replaced more than 16 rotations ago is refused, but no longer ends the session', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    let current = first
+    for (let rotation = 0; rotation < 18; rotation += 1) {
+      current = (await api.call('refreshTokens', { body: { refreshToken: current.refreshToken } })).json()
+    }
+    const ancient = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
+    t.equal(ancient.statusCode, 401)
+    t.equal(ancient.json().code, 'INVALID_REFRESH_TOKEN')
+    t.equal((await api.call('listItems', { token: current.accessToken })).statusCode, 200, 'the session lives on')
+  })
+
+  t.test('one rotation fans out into at most 32 pairs within the leeway; beyond that a retry is refused, not fatal', async (t) => {
+    const api = await build(t)
+    const first = await api.register()
+    const responses = await Promise.all(Array.from({ length: 40 }, async () =>
+      await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })))
+    const statuses = responses.map((response) => response.statusCode)
+    t.equal(statuses.filter((status) => status === 200).length, 32, 'the rotation and 31 retries')
+    t.equal(statuses.filter((status) => status === 401).length, 8)
+    const winner = responses.find((response) => response.statusCode === 200)?.json() as { accessToken: string }
+    t.equal((await api.call('listItems', { token: winner.accessToken })).statusCode, 200, 'the session lives on')
   })
 
   t.test('an unknown or expired refresh token is INVALID_REFRESH_TOKEN', async (t) => {
