@@ -60,10 +60,12 @@ export interface AppConfig {
   refreshReuseLeewaySeconds: number
   maxSessionsPerUser: number
   sessionSweepIntervalMs: number
+  /** Sign-ins and registrations that may wait for a password hash at once. */
+  passwordQueueLimit: number
   bodyLimit: number
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
-  rateLimits: { login: RateLimit, register: RateLimit, refresh: RateLimit } | null
+  rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit } | null
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
   /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
@@ -101,12 +103,14 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     refreshReuseLeewaySeconds: read(source, 'REFRESH_REUSE_LEEWAY', integer(0, 60), 5),
     maxSessionsPerUser: read(source, 'MAX_SESSIONS_PER_USER', integer(1), 20),
     sessionSweepIntervalMs: read(source, 'SESSION_SWEEP_INTERVAL', integer(10), 60000),
+    passwordQueueLimit: read(source, 'PASSWORD_QUEUE_LIMIT', integer(1), 32),
     bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
     requestTimeoutMs: read(source, 'REQUEST_TIMEOUT', integer(1000), 30000),
     rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'
       ? null
       : {
           login: { max: read(source, 'RATE_LIMIT_LOGIN', integer(1), 10), windowSeconds },
+          loginAddress: { max: read(source, 'RATE_LIMIT_LOGIN_ADDRESS', integer(1), 60), windowSeconds },
           register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
           refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds }
         },

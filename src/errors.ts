@@ -38,7 +38,11 @@ export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND
 /** The only body a 500 ever has: nothing about what failed leaves the service. */
 export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }
 
-export const serviceUnavailable = (message: string): ApiError => new ApiError(503, 'SERVICE_UNAVAILABLE', message)
+export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
+  new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })
+
+export const rateLimited = (retryAfterSeconds: number): ApiError =>
+  new ApiError(429, 'RATE_LIMITED', 'Too many attempts; try again later.', { 'retry-after': String(retryAfterSeconds) })
 
 export const emailAlreadyRegistered = (): ApiError =>
   new ApiError(409, 'EMAIL_ALREADY_REGISTERED', 'This email is already registered.')

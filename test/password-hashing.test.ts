@@ -1,4 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs'
+import { connect } from 'node:net'
+import { availableParallelism } from 'node:os'
 import t from 'tap'
 import { createMemoryStore } from '../src/store/memory-store.js'
 import { build, newUser } from './helper.js'
@@ -72,4 +74,46 @@ t.test('a stored hash argon2 cannot read fails that sign-in with a 500, not the 
   t.equal(response.statusCode, 500)
   t.same(response.json(), INTERNAL_ERROR_BODY)
   t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 201)
+})
+
+t.test('sign-ins beyond the hashing queue are answered 503 with Retry-After at once, not queued', async (t) => {
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '2' })
+  const started = Date.now()
+  const responses = await Promise.all(Array.from({ length: 12 }, async () => {
+    const response = await api.call('loginUser', { body: { email: 'nobody@example.com', password: 'guess-guess' } })
+    return { status: response.statusCode, body: response.json() as unknown, retryAfter: response.headers['retry-after'], after: Date.now() - started }
+  }))
+  const refused = responses.filter((response) => response.status === 503)
+  t.ok(refused.length >= 12 - 2 - availableParallelism(), `${refused.length} refused`)
+  t.same(responses.filter((response) => response.status !== 503).map((response) => response.status), Array<number>(12 - refused.length).fill(401))
+  for (const response of refused) {
+    t.match(response, { body: { code: 'SERVICE_UNAVAILABLE' }, retryAfter: /^\d+$/ })
+  }
+  const slowestRefusal = Math.max(...refused.map((response) => response.after))
+  const fastestCheck = Math.min(...responses.filter((response) => response.status === 401).map((response) => response.after))
+  t.ok(slowestRefusal < fastestCheck, `refusals within ${slowestRefusal} ms, before the first password check ended (${fastestCheck} ms)`)
+})
+
+t.test('a sign-in whose client has hung up is dropped before its password is hashed', async (t) => {
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '100' })
+  const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const { port } = new URL(address)
+  const body = JSON.stringify({ email: 'nobody@example.com', password: 'guess-guess' })
+  const signIn = async (): Promise<number> => {
+    const started = Date.now()
+    await fetch(`${address}/v1/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+    return Date.now() - started
+  }
+  await signIn()
+  const idle = await signIn()
+  const abandoned = Array.from({ length: 60 }, () => {
+    const socket = connect(Number(port), '127.0.0.1')
+    socket.write(`POST /v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
+    return socket
+  })
+  await sleep(100)
+  for (const socket of abandoned) socket.destroy()
+  const afterFlood = await signIn()
+  // Had the 60 abandoned checks been hashed, this one would have waited for all of them (60 × idle).
+  t.ok(afterFlood < idle * 20 + 200, `a sign-in after 60 abandoned ones took ${afterFlood} ms (idle: ${idle} ms)`)
 })

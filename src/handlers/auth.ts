@@ -25,7 +25,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
     id: randomUUID(),
     email,
     emailKey: key,
-    passwordHash: await passwords.hash(password),
+    passwordHash: await passwords.hash(password, () => !request.raw.socket.destroyed),
     firstName,
     lastName,
     role,
@@ -39,7 +39,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {
   const { store, passwords, sessions } = request.server
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
-  const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password)
+  const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, () => !request.raw.socket.destroyed)
   if (user === undefined || !passwordMatches) throw invalidCredentials()
   return reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
 }

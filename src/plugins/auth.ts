@@ -31,7 +31,7 @@ declare module 'fastify' {
   }
 }
 
-type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs'>
+type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs' | 'passwordQueueLimit'>
 
 // Sessions forgotten per sweep at most, so a sweep never holds the event loop for long (about a millisecond).
 const SESSIONS_PER_SWEEP = 10_000
@@ -74,7 +74,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     }
   })
 
-  app.decorate('passwords', createPasswords())
+  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit }))
   app.decorate('sessions', new Sessions({
     store: app.store,
     signAccessToken: (claims) => app.jwt.sign(claims),

@@ -383,6 +383,15 @@ t.test('rate limits', async (t) => {
     t.equal((await login('someone-else@example.com')).statusCode, 401, 'other accounts are not throttled')
   })
 
+  t.test('sign-in attempts are also limited per client address alone, before any password is checked', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '3', RATE_LIMIT_WINDOW: '60' })
+    const statuses: number[] = []
+    for (let attempt = 0; attempt < 5; attempt += 1) {
+      statuses.push((await api.call('loginUser', { body: { email: `nobody${attempt}@example.com`, password: 'guess-guess' } })).statusCode)
+    }
+    t.same(statuses, [401, 401, 401, 429, 429], 'distinct emails from one address')
+  })
+
   t.test('registration and refresh are limited per client address', async (t) => {
     const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', RATE_LIMIT_REFRESH: '1' })
     const { refreshToken } = await api.register()
