@@ -333,17 +333,18 @@ export interface components {
          *     - `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.
          *     - `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.
          *     - `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.
+         *     - `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
          *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.
          *     - `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.
-         *     - `RATE_LIMITED` (429): too many attempts; see `Retry-After`.
+         *     - `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
         Health: {
             /** @constant */
             status: "ok";
@@ -524,7 +525,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description The caller's role may not do this, or the caller does not own the item (`FORBIDDEN`). */
+        /** @description The caller's role may not do this, the caller does not own the item (`FORBIDDEN`), or a contributor's item quota is reached (`ITEM_QUOTA_EXCEEDED`). */
         Forbidden: {
             headers: {
                 [name: string]: unknown;
@@ -584,7 +585,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Too many attempts from this client; try again after `Retry-After` seconds (`RATE_LIMITED`). */
+        /** @description Too many requests from this client, or item changes by this user; try again after `Retry-After` seconds (`RATE_LIMITED`). */
         TooManyRequests: {
             headers: {
                 "Retry-After": components["headers"]["Retry-After"];
@@ -970,6 +971,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1023,6 +1025,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -1058,6 +1061,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -284,7 +284,7 @@ validate55.evaluated = {"props":{"code":true,"message":true,"details":true},"dyn
 export const checkLiveness_500: ValidateFunction = validate58;
 const schema23 = {"$ref":"Error"};
 const schema24 = {"$id":"Error","type":"object","required":["code","message"],"properties":{"code":{"$ref":"ErrorCode"},"message":{"type":"string","description":"A readable explanation, for people rather than programs."}}};
-const schema25 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","NOT_FOUND","EMAIL_ALREADY_REGISTERED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE"]};
+const schema25 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","EMAIL_ALREADY_REGISTERED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE"]};
 
 function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorCode" */;
@@ -307,7 +307,7 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(!((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "NOT_FOUND")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE"))){
+if(!(((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE"))){
 const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema25.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
@@ -2356,7 +2356,7 @@ return errors === 0;
 }
 validate175.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_500: ValidateFunction = validate177;
+export const createItem_429: ValidateFunction = validate177;
 const schema83 = {"$ref":"Error"};
 
 function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2378,7 +2378,7 @@ return errors === 0;
 }
 validate177.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_503: ValidateFunction = validate179;
+export const createItem_500: ValidateFunction = validate179;
 const schema84 = {"$ref":"Error"};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2400,8 +2400,8 @@ return errors === 0;
 }
 validate179.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_200: ValidateFunction = validate181;
-const schema85 = {"$ref":"Item"};
+export const createItem_503: ValidateFunction = validate181;
+const schema85 = {"$ref":"Error"};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2413,17 +2413,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
 errors = vErrors.length;
 }
 validate181.errors = vErrors;
 return errors === 0;
 }
-validate181.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate181.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_400: ValidateFunction = validate183;
-const schema86 = {"$ref":"ValidationError"};
+export const getItem_200: ValidateFunction = validate183;
+const schema86 = {"$ref":"Item"};
 
 function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2435,17 +2435,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
 errors = vErrors.length;
 }
 validate183.errors = vErrors;
 return errors === 0;
 }
-validate183.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate183.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_401: ValidateFunction = validate185;
-const schema87 = {"$ref":"Error"};
+export const getItem_400: ValidateFunction = validate185;
+const schema87 = {"$ref":"ValidationError"};
 
 function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2457,16 +2457,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate185.errors = vErrors;
 return errors === 0;
 }
-validate185.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate185.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_404: ValidateFunction = validate187;
+export const getItem_401: ValidateFunction = validate187;
 const schema88 = {"$ref":"Error"};
 
 function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2488,7 +2488,7 @@ return errors === 0;
 }
 validate187.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_500: ValidateFunction = validate189;
+export const getItem_404: ValidateFunction = validate189;
 const schema89 = {"$ref":"Error"};
 
 function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2510,7 +2510,7 @@ return errors === 0;
 }
 validate189.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_503: ValidateFunction = validate191;
+export const getItem_500: ValidateFunction = validate191;
 const schema90 = {"$ref":"Error"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2532,8 +2532,8 @@ return errors === 0;
 }
 validate191.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_400: ValidateFunction = validate193;
-const schema91 = {"$ref":"ValidationError"};
+export const getItem_503: ValidateFunction = validate193;
+const schema91 = {"$ref":"Error"};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2545,17 +2545,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
 errors = vErrors.length;
 }
 validate193.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate193.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_401: ValidateFunction = validate195;
-const schema92 = {"$ref":"Error"};
+export const deleteItem_400: ValidateFunction = validate195;
+const schema92 = {"$ref":"ValidationError"};
 
 function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2567,16 +2567,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate195.errors = vErrors;
 return errors === 0;
 }
-validate195.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate195.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_403: ValidateFunction = validate197;
+export const deleteItem_401: ValidateFunction = validate197;
 const schema93 = {"$ref":"Error"};
 
 function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2598,7 +2598,7 @@ return errors === 0;
 }
 validate197.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_404: ValidateFunction = validate199;
+export const deleteItem_403: ValidateFunction = validate199;
 const schema94 = {"$ref":"Error"};
 
 function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2620,7 +2620,7 @@ return errors === 0;
 }
 validate199.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_500: ValidateFunction = validate201;
+export const deleteItem_404: ValidateFunction = validate201;
 const schema95 = {"$ref":"Error"};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2642,7 +2642,7 @@ return errors === 0;
 }
 validate201.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_503: ValidateFunction = validate203;
+export const deleteItem_429: ValidateFunction = validate203;
 const schema96 = {"$ref":"Error"};
 
 function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2664,8 +2664,8 @@ return errors === 0;
 }
 validate203.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_200: ValidateFunction = validate205;
-const schema97 = {"$ref":"Item"};
+export const deleteItem_500: ValidateFunction = validate205;
+const schema97 = {"$ref":"Error"};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2677,17 +2677,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
 errors = vErrors.length;
 }
 validate205.errors = vErrors;
 return errors === 0;
 }
-validate205.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate205.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_400: ValidateFunction = validate207;
-const schema98 = {"$ref":"ValidationError"};
+export const deleteItem_503: ValidateFunction = validate207;
+const schema98 = {"$ref":"Error"};
 
 function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2699,17 +2699,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
 errors = vErrors.length;
 }
 validate207.errors = vErrors;
 return errors === 0;
 }
-validate207.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate207.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_401: ValidateFunction = validate209;
-const schema99 = {"$ref":"Error"};
+export const updateItem_200: ValidateFunction = validate209;
+const schema99 = {"$ref":"Item"};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2721,17 +2721,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate143(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate143.errors : vErrors.concat(validate143.errors);
 errors = vErrors.length;
 }
 validate209.errors = vErrors;
 return errors === 0;
 }
-validate209.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate209.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_403: ValidateFunction = validate211;
-const schema100 = {"$ref":"Error"};
+export const updateItem_400: ValidateFunction = validate211;
+const schema100 = {"$ref":"ValidationError"};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2743,16 +2743,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate211.errors = vErrors;
 return errors === 0;
 }
-validate211.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate211.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_404: ValidateFunction = validate213;
+export const updateItem_401: ValidateFunction = validate213;
 const schema101 = {"$ref":"Error"};
 
 function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2774,7 +2774,7 @@ return errors === 0;
 }
 validate213.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_413: ValidateFunction = validate215;
+export const updateItem_403: ValidateFunction = validate215;
 const schema102 = {"$ref":"Error"};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2796,7 +2796,7 @@ return errors === 0;
 }
 validate215.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_415: ValidateFunction = validate217;
+export const updateItem_404: ValidateFunction = validate217;
 const schema103 = {"$ref":"Error"};
 
 function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2818,7 +2818,7 @@ return errors === 0;
 }
 validate217.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_500: ValidateFunction = validate219;
+export const updateItem_413: ValidateFunction = validate219;
 const schema104 = {"$ref":"Error"};
 
 function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2840,7 +2840,7 @@ return errors === 0;
 }
 validate219.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_503: ValidateFunction = validate221;
+export const updateItem_415: ValidateFunction = validate221;
 const schema105 = {"$ref":"Error"};
 
 function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2861,4 +2861,70 @@ validate221.errors = vErrors;
 return errors === 0;
 }
 validate221.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_429: ValidateFunction = validate223;
+const schema106 = {"$ref":"Error"};
+
+function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate223.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+errors = vErrors.length;
+}
+validate223.errors = vErrors;
+return errors === 0;
+}
+validate223.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_500: ValidateFunction = validate225;
+const schema107 = {"$ref":"Error"};
+
+function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate225.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+errors = vErrors.length;
+}
+validate225.errors = vErrors;
+return errors === 0;
+}
+validate225.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_503: ValidateFunction = validate227;
+const schema108 = {"$ref":"Error"};
+
+function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate227.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate59(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate59.errors : vErrors.concat(validate59.errors);
+errors = vErrors.length;
+}
+validate227.errors = vErrors;
+return errors === 0;
+}
+validate227.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

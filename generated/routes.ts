@@ -393,6 +393,7 @@ export const routes: readonly RouteDefinition[] = [
       "403",
       "413",
       "415",
+      "429",
       "500",
       "503"
     ],
@@ -402,6 +403,9 @@ export const routes: readonly RouteDefinition[] = [
       ],
       "401": [
         "www-authenticate"
+      ],
+      "429": [
+        "retry-after"
       ]
     },
     "schema": {
@@ -422,6 +426,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Error"
         },
         "415": {
+          "$ref": "Error"
+        },
+        "429": {
           "$ref": "Error"
         },
         "500": {
@@ -508,12 +515,16 @@ export const routes: readonly RouteDefinition[] = [
       "401",
       "403",
       "404",
+      "429",
       "500",
       "503"
     ],
     "requiredHeaders": {
       "401": [
         "www-authenticate"
+      ],
+      "429": [
+        "retry-after"
       ]
     },
     "schema": {
@@ -528,6 +539,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Error"
         },
         "404": {
+          "$ref": "Error"
+        },
+        "429": {
           "$ref": "Error"
         },
         "500": {
@@ -569,12 +583,16 @@ export const routes: readonly RouteDefinition[] = [
       "404",
       "413",
       "415",
+      "429",
       "500",
       "503"
     ],
     "requiredHeaders": {
       "401": [
         "www-authenticate"
+      ],
+      "429": [
+        "retry-after"
       ]
     },
     "schema": {
@@ -598,6 +616,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Error"
         },
         "415": {
+          "$ref": "Error"
+        },
+        "429": {
           "$ref": "Error"
         },
         "500": {

@@ -44,7 +44,7 @@ export const validators: { readonly [Id in RouteOperationId]: OperationValidator
   },
   createItem: {
     body: bodies.createItem_body,
-    responses: { '201': responses.createItem_201, '400': responses.createItem_400, '401': responses.createItem_401, '403': responses.createItem_403, '413': responses.createItem_413, '415': responses.createItem_415, '500': responses.createItem_500, '503': responses.createItem_503 }
+    responses: { '201': responses.createItem_201, '400': responses.createItem_400, '401': responses.createItem_401, '403': responses.createItem_403, '413': responses.createItem_413, '415': responses.createItem_415, '429': responses.createItem_429, '500': responses.createItem_500, '503': responses.createItem_503 }
   },
   getItem: {
     params: parameters.getItem_params,
@@ -52,11 +52,11 @@ export const validators: { readonly [Id in RouteOperationId]: OperationValidator
   },
   deleteItem: {
     params: parameters.deleteItem_params,
-    responses: { '400': responses.deleteItem_400, '401': responses.deleteItem_401, '403': responses.deleteItem_403, '404': responses.deleteItem_404, '500': responses.deleteItem_500, '503': responses.deleteItem_503 }
+    responses: { '400': responses.deleteItem_400, '401': responses.deleteItem_401, '403': responses.deleteItem_403, '404': responses.deleteItem_404, '429': responses.deleteItem_429, '500': responses.deleteItem_500, '503': responses.deleteItem_503 }
   },
   updateItem: {
     body: bodies.updateItem_body,
     params: parameters.updateItem_params,
-    responses: { '200': responses.updateItem_200, '400': responses.updateItem_400, '401': responses.updateItem_401, '403': responses.updateItem_403, '404': responses.updateItem_404, '413': responses.updateItem_413, '415': responses.updateItem_415, '500': responses.updateItem_500, '503': responses.updateItem_503 }
+    responses: { '200': responses.updateItem_200, '400': responses.updateItem_400, '401': responses.updateItem_401, '403': responses.updateItem_403, '404': responses.updateItem_404, '413': responses.updateItem_413, '415': responses.updateItem_415, '429': responses.updateItem_429, '500': responses.updateItem_500, '503': responses.updateItem_503 }
   }
 }

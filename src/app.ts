@@ -63,7 +63,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     schemaController: { compilersFactory: { buildValidator: StandaloneValidator({ readMode: true, restoreFunction: generatedValidator }) } },
     // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an
     // undeclared 414 past 100 characters). Node's header limit (16 KiB) bounds the whole URL anyway.
-    maxParamLength: 16_384,
+    routerOptions: { maxParamLength: 16_384 },
     // Only what the contract declares is served: no HEAD twin of every GET.
     exposeHeadRoutes: false
   })
@@ -76,7 +76,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
 
   await app.register(errorsPlugin)
   await app.register(healthPlugin, { maxEventLoopDelayMs: config.maxEventLoopDelayMs })
-  await app.register(storePlugin, { store: options.store ?? createMemoryStore() })
+  await app.register(storePlugin, { store: options.store ?? createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser }) })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
   await app.register(authPlugin, config)
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })

@@ -65,7 +65,9 @@ export interface AppConfig {
   bodyLimit: number
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
-  rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit } | null
+  rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit, writes: RateLimit } | null
+  /** Items one contributor may own at once. */
+  maxItemsPerUser: number
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
   /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
@@ -112,8 +114,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           login: { max: read(source, 'RATE_LIMIT_LOGIN', integer(1), 10), windowSeconds },
           loginAddress: { max: read(source, 'RATE_LIMIT_LOGIN_ADDRESS', integer(1), 60), windowSeconds },
           register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
-          refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds }
+          refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds },
+          writes: { max: read(source, 'RATE_LIMIT_WRITES', integer(1), 60), windowSeconds }
         },
+    maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000),
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
     maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
     strictResponses

@@ -33,6 +33,9 @@ export const invalidRefreshToken = (): ApiError =>
 
 export const forbidden = (message: string): ApiError => new ApiError(403, 'FORBIDDEN', message)
 
+export const itemQuotaExceeded = (): ApiError =>
+  new ApiError(403, 'ITEM_QUOTA_EXCEEDED', 'You already own as many items as the service allows; delete one first.')
+
 export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
 
 /** The only body a 500 ever has: nothing about what failed leaves the service. */

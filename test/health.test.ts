@@ -1,3 +1,4 @@
+import { getHeapStatistics } from 'node:v8'
 import t from 'tap'
 import { build, overloadEventLoop } from './helper.js'
 
@@ -40,4 +41,17 @@ t.test('a malformed URL is a 400 in the contract\'s shape, never Fastify\'s own'
   const response = await api.inject({ method: 'GET', url: '/v1/items/%E0%A4%A' })
   t.equal(response.statusCode, 400)
   t.same(response.json().details, [{ field: 'url', issue: 'is not a valid URL' }])
+})
+
+t.test('short of memory, every request but a GET is shed with 503 and Retry-After; reads go on', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const actual = process.memoryUsage()
+  t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))
+  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await new Promise((resolve) => setTimeout(resolve, 20))
+  const write = await api.call('createItem', { token: accessToken, body: { name: 'x' } })
+  t.equal(write.statusCode, 503)
+  t.same(write.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The service is short of memory; try again later.' })
+  t.equal(write.headers['retry-after'], '5')
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
 })

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Principal } from '../plugins/auth.js'
-import { forbidden, notFound } from '../errors.js'
+import { forbidden, itemQuotaExceeded, notFound } from '../errors.js'
 import type { Item } from '../store/store.js'
 import type { Handler } from './handler.js'
 
@@ -29,6 +29,7 @@ export const createItem: Handler<'createItem'> = async (request, reply) => {
     createdAt: now,
     updatedAt: now
   })
+  if (item === undefined) throw itemQuotaExceeded()
   request.server.events.emit('items.item.added', item.id, { item, actorId: request.user.id })
   return reply.header('location', `/v1/items/${item.id}`).code(201).send(item)
 }

@@ -1,5 +1,5 @@
 import fastifyRateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyRequest, preHandlerAsyncHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
@@ -15,6 +15,9 @@ interface RateLimitsPluginOptions {
 // pushing a locked key out takes this many keys from many addresses within one window.
 const KEYS_PER_LIMIT = 50_000
 
+// Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
+const ITEM_WRITES: ReadonlySet<RouteOperationId> = new Set(['createItem', 'updateItem', 'deleteItem'])
+
 const limit = ({ max, windowSeconds }: RateLimit): RateLimitOptions => ({ max, timeWindow: windowSeconds * 1000 })
 
 // Sign-in attempts count per client address and email too: guessing one account's password is slowed down more
@@ -26,31 +29,40 @@ const loginKey = (request: FastifyRequest): string => {
 
 /**
  * Every request limit, by operationId. Limits keyed by the client address are checked first, in `onRequest`,
- * before any body is read or password checked; the sign-in limit per address and email needs the email, so it
- * is checked in `preHandler`, once the body has been validated.
+ * before any body is read or password checked. The sign-in limit per address and email needs the email, and
+ * item writes count per user, so those are checked in `preHandler`, after authentication and validation.
  */
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
   if (options.limits === null) return
-  const { login, loginAddress, register, refresh } = options.limits
+  const { login, loginAddress, register, refresh, writes } = options.limits
   const perAddress: Partial<Record<RouteOperationId, RateLimitOptions>> = {
     loginUser: limit(loginAddress),
     registerUser: limit(register),
     refreshTokens: limit(refresh)
   }
+  // Made once @fastify/rate-limit is registered, below; routes are added after this plugin, so both are set by then.
+  let loginPerEmail: preHandlerAsyncHookHandler
+  let writesPerUser: preHandlerAsyncHookHandler
   // Added before @fastify/rate-limit's own onRoute hook, which reads the per-address limit from the route's config.
   app.addHook('onRoute', (route) => {
     const operationId = route.config?.operationId
     const rateLimit = operationId === undefined ? undefined : perAddress[operationId]
     if (rateLimit !== undefined) route.config = { ...route.config, rateLimit }
     if (operationId === 'loginUser') route.preHandler = loginPerEmail
+    // After authentication, the role guard and validation: the limit is the user's, and counts only writes that can succeed.
+    if (operationId !== undefined && ITEM_WRITES.has(operationId)) route.preHandler = writesPerUser
   })
   await app.register(fastifyRateLimit, { global: false, cache: KEYS_PER_LIMIT })
-  // A second limit on one route: @fastify/rate-limit's route hook runs once per request, so this one is checked here.
-  const countLogin = app.createRateLimit({ ...limit(login), keyGenerator: loginKey })
-  async function loginPerEmail (request: FastifyRequest): Promise<void> {
-    const counted = await countLogin(request)
-    if (!counted.isAllowed && counted.isExceeded) throw rateLimited(counted.ttlInSeconds)
+  // @fastify/rate-limit runs one route hook per request, so the second limit of a route is checked by a hook of ours.
+  const hookFor = (options: RateLimitOptions) => {
+    const count = app.createRateLimit(options)
+    return async (request: FastifyRequest): Promise<void> => {
+      const counted = await count(request)
+      if (!counted.isAllowed && counted.isExceeded) throw rateLimited(counted.ttlInSeconds)
+    }
   }
+  loginPerEmail = hookFor({ ...limit(login), keyGenerator: loginKey })
+  writesPerUser = hookFor({ ...limit(writes), keyGenerator: (request) => `writes ${request.user.id}` })
 }
 
 export default fp(rateLimitsPlugin, { name: 'rate-limits' })

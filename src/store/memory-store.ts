@@ -120,12 +120,21 @@ interface ItemEntry {
 }
 
 class MemoryItemStore implements ItemStore {
+  readonly #maxPerContributor: number
+  readonly #countByContributor = new Map<string, number>()
   readonly #byId = new Map<string, ItemEntry>()
   // Creation order; a page is a slice of it, so listing costs O(pageSize) whatever the page number.
   readonly #inOrder: ItemEntry[] = []
   #nextSequence = 0
 
-  async add (item: Item): Promise<Item> {
+  constructor (maxPerContributor: number) {
+    this.#maxPerContributor = maxPerContributor
+  }
+
+  async add (item: Item): Promise<Item | undefined> {
+    const owned = this.#countByContributor.get(item.contributorId) ?? 0
+    if (owned >= this.#maxPerContributor) return undefined
+    this.#countByContributor.set(item.contributorId, owned + 1)
     const entry = { item: Object.freeze({ ...item }), sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
     this.#inOrder.push(entry)
@@ -156,6 +165,10 @@ class MemoryItemStore implements ItemStore {
     confirm(entry.item)
     this.#byId.delete(id)
     this.#inOrder.splice(this.#positionOf(entry.sequence), 1)
+    // add counted the item, so its contributor has a count.
+    const owned = this.#countByContributor.get(entry.item.contributorId)! - 1
+    if (owned === 0) this.#countByContributor.delete(entry.item.contributorId)
+    else this.#countByContributor.set(entry.item.contributorId, owned)
     return entry.item
   }
 
@@ -173,10 +186,15 @@ class MemoryItemStore implements ItemStore {
   }
 }
 
-export function createMemoryStore (): Store {
+export interface MemoryStoreOptions {
+  /** Items one contributor may own at once; unbounded when left out. */
+  maxItemsPerContributor?: number
+}
+
+export function createMemoryStore ({ maxItemsPerContributor = Infinity }: MemoryStoreOptions = {}): Store {
   return {
     users: new MemoryUserStore(),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore()
+    items: new MemoryItemStore(maxItemsPerContributor)
   }
 }

@@ -63,7 +63,8 @@ export interface ItemPage {
 }
 
 export interface ItemStore {
-  add (item: Item): Promise<Item>
+  /** Adds the item, unless its contributor already owns as many as the store allows each one (then undefined). Atomic. */
+  add (item: Item): Promise<Item | undefined>
   get (id: string): Promise<Item | undefined>
   /** Items in creation order, oldest first. */
   page (offset: number, limit: number): Promise<ItemPage>

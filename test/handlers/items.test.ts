@@ -333,3 +333,38 @@ t.test('the spec\'s permission matrix, row by row', async (t) => {
   t.equal((await api.call('createItem', { token: owner.accessToken, body: { name: 'n' } })).statusCode, 201, 'createItem by a contributor')
   t.equal((await api.call('createItem', { token: viewer.accessToken, body: { name: 'n' } })).statusCode, 403, 'createItem by a viewer')
 })
+
+t.test('item writes are bounded per user', async (t) => {
+  t.test('creates, edits and deletes share one limit per user, answered 429 with Retry-After', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '3' })
+    const { accessToken } = await api.register()
+    const item = await api.createItem(accessToken)
+    t.equal((await api.call('updateItem', { token: accessToken, params: { itemId: item.id }, body: { name: 'b' } })).statusCode, 200)
+    t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId: item.id } })).statusCode, 204)
+    for (const [operationId, options] of [
+      ['createItem', { body: { name: 'c' } }],
+      ['updateItem', { params: { itemId: item.id }, body: { name: 'c' } }],
+      ['deleteItem', { params: { itemId: item.id } }]
+    ] as const) {
+      const limited = await api.call(operationId, { token: accessToken, ...options })
+      t.equal(limited.statusCode, 429, operationId)
+      t.equal(limited.json().code, 'RATE_LIMITED')
+      t.match(limited.headers['retry-after'], /^\d+$/)
+    }
+    const other = await api.register()
+    t.equal((await api.call('createItem', { token: other.accessToken, body: { name: 'd' } })).statusCode, 201, 'another user is not limited')
+  })
+
+  t.test('a contributor owns at most MAX_ITEMS_PER_USER items; a delete makes room', async (t) => {
+    const api = await build(t, { MAX_ITEMS_PER_USER: '2' })
+    const { accessToken } = await api.register()
+    await api.createItem(accessToken)
+    const second = await api.createItem(accessToken)
+    const refused = await api.call('createItem', { token: accessToken, body: { name: 'third' } })
+    t.equal(refused.statusCode, 403)
+    t.equal(refused.json().code, 'ITEM_QUOTA_EXCEEDED')
+    t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 2, 'nothing was added')
+    await api.call('deleteItem', { token: accessToken, params: { itemId: second.id } })
+    t.equal((await api.call('createItem', { token: accessToken, body: { name: 'third' } })).statusCode, 201)
+  })
+})
