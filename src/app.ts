@@ -75,7 +75,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   app.addHook('onRequest', (request, reply, done) => { reply.header('x-request-id', request.id); done() })
 
   await app.register(errorsPlugin)
-  await app.register(healthPlugin, { maxEventLoopDelayMs: config.maxEventLoopDelayMs })
+  await app.register(healthPlugin, config)
   await app.register(storePlugin, { store: options.store ?? createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser }) })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
   await app.register(authPlugin, config)

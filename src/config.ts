@@ -28,6 +28,8 @@ const text = (minLength: number): Reader<string> => (raw, name) => {
   return raw
 }
 
+const mebibytes = (value: number | undefined): number | undefined => value === undefined ? undefined : value * 1024 * 1024
+
 function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback: T): T
 function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>): T | undefined
 function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback?: T): T | undefined {
@@ -70,6 +72,8 @@ export interface AppConfig {
   maxItemsPerUser: number
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
+  /** Heap in use, in bytes, past which every request but a GET is shed; undefined for the derived default. */
+  maxHeapUsedBytes: number | undefined
   /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
   strictResponses: boolean
 }
@@ -120,6 +124,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000),
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
     maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
+    maxHeapUsedBytes: mebibytes(read(source, 'MAX_HEAP_USED', integer(16))),
     strictResponses
   }
 }

@@ -43,8 +43,8 @@ t.test('a malformed URL is a 400 in the contract\'s shape, never Fastify\'s own'
   t.same(response.json().details, [{ field: 'url', issue: 'is not a valid URL' }])
 })
 
-t.test('short of memory, every request but a GET is shed with 503 and Retry-After; reads go on', async (t) => {
-  const api = await build(t)
+t.test('past MAX_HEAP_USED, every request but a GET is shed with 503 and Retry-After; reads go on', async (t) => {
+  const api = await build(t, { MAX_HEAP_USED: '1024' })
   const { accessToken } = await api.register()
   const actual = process.memoryUsage()
   t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))

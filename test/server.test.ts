@@ -80,7 +80,7 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
 })
 
 t.test('a flood of maximum-size items from several accounts cannot exhaust a small heap: writes shed, reads go on', async (t) => {
-  const server = await start({ RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000' }, ['--max-old-space-size=128'])
+  const server = await start({ RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED: '96' }, ['--max-old-space-size=128'])
   t.teardown(() => { server.process.kill('SIGKILL') })
   const post = async (path: string, body: unknown, token?: string): Promise<Response> => await fetch(`${server.url}${path}`, {
     method: 'POST',
@@ -106,7 +106,7 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
     shed = answers.includes(503)
   }
   t.ok(shed, `writes were shed: ${JSON.stringify(Object.fromEntries(statuses))}`)
-  t.ok((statuses.get(201) ?? 0) > 500, 'after hundreds were stored')
+  t.ok((statuses.get(201) ?? 0) > 100, 'after more than a hundred were stored')
   t.same([...statuses.keys()].filter((status) => status !== 201 && status !== 503), [], 'every write was stored or shed')
   t.same(reads.filter((status) => status !== 200), [], `all ${reads.length} reads beside the writes answered 200`)
   const list = await fetch(`${server.url}/v1/items?pageSize=5`, { headers: { authorization: `Bearer ${tokens[0] ?? ''}` } })
