@@ -237,6 +237,12 @@ t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', asyn
   const docs = await api.app.inject({ method: 'GET', url: '/docs/' })
   t.equal(docs.statusCode, 200)
   t.match(docs.body, /swagger-ui/i)
+  t.match(docs.headers, {
+    'content-security-policy': /default-src 'self'.*frame-ancestors 'self'/,
+    'x-content-type-options': 'nosniff',
+    'x-frame-options': 'SAMEORIGIN',
+    'referrer-policy': 'no-referrer'
+  }, 'the docs carry helmet\'s headers')
 })
 
 t.test('a stale generated/ (a request part without its validator) stops the start, naming the fix', async (t) => {

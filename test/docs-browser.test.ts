@@ -36,6 +36,8 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token and r
   })
   t.teardown(async () => { await browser.close() })
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+  const refusals: string[] = []
+  page.on('console', (message) => { if (/Content Security Policy/i.test(message.text())) refusals.push(message.text()) })
   await page.goto(`${baseUrl}/docs/`)
 
   for (const route of routes) {
@@ -62,6 +64,8 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token and r
   t.equal(await tryItOut('createItem', 'items'), '201', 'Try it out on createItem, with the example body')
   const listed = await (await fetch(`${baseUrl}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })).json() as { pagination: { total: number } }
   t.equal(listed.pagination.total, 1, 'the item created from Swagger UI is in the catalogue')
+
+  t.same(refusals, [], 'the Content Security Policy of /docs blocks nothing Swagger UI needs')
 
   await mkdir('test-artifacts', { recursive: true })
   await page.screenshot({ path: SCREENSHOT, fullPage: true })

@@ -1,3 +1,4 @@
+import fastifyHelmet from '@fastify/helmet'
 import fastifySwagger from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
@@ -5,6 +6,9 @@ import { contract } from '../../generated/contract.js'
 
 /** Serves the contract itself (static mode: nothing is derived from the routes), and Swagger UI over it. */
 export default async function docsPlugin (app: FastifyInstance): Promise<void> {
+  // Browser-facing pages get helmet's headers (a Content Security Policy, no framing, no sniffing, no referrer);
+  // registered inside this plugin, they cost the API's JSON responses nothing.
+  await app.register(fastifyHelmet)
   await app.register(fastifySwagger, { mode: 'static', specification: { document: contract as never } })
   await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
