@@ -4,6 +4,7 @@
 import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
 import { routes } from '../../generated/routes.js'
+import { schemas } from '../../generated/schemas.js'
 
 const listItems = routes.find((route) => route.operationId === 'listItems')
 const page: unknown = JSON.parse(process.env.BASELINE_PAGE ?? '{}')
@@ -13,6 +14,8 @@ if (process.env.BASELINE === 'jwt') {
   await app.register(fastifyJwt, { secret: String(process.env.JWT_SECRET) })
   app.addHook('onRequest', async (request) => { await request.jwtVerify() })
 }
+// The route table's schemas refer to the contract's component schemas by $id, as in the service.
+for (const schema of Object.values(schemas)) app.addSchema(schema)
 app.get('/v1/items', { schema: { response: { 200: listItems?.schema.response['200'] } } }, async () => page)
 
 const address = await app.listen({ host: '127.0.0.1', port: 0 })

@@ -4,6 +4,7 @@
 // scenarios so that a slow spell of the machine hits them alike, and each figure is the median of the rounds.
 // BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds.
 import { type ChildProcess, spawn } from 'node:child_process'
+import { request } from 'node:http'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { type AddressInfo, createServer } from 'node:net'
 import autocannon from 'autocannon'
@@ -39,8 +40,10 @@ async function stop (server: Server): Promise<void> {
 }
 
 // Production defaults but for these: a known secret, no rate limits (the login scenarios come from one address),
-// and no log line per request (at the default `info`, two JSON lines per request go to standard output).
-const serviceEnv = { JWT_SECRET, LOG_LEVEL: 'warn', RATE_LIMIT: 'off' }
+// no log line per request (at the default `info`, two JSON lines per request go to standard output), and no
+// per-user caps (the write scenarios make one user's items by the ten thousand, and the login storm signs in the
+// user whose session the list uses).
+const serviceEnv = { JWT_SECRET, LOG_LEVEL: 'warn', RATE_LIMIT: 'off', MAX_ITEMS_PER_USER: '1000000000', MAX_SESSIONS_PER_USER: '1000000000' }
 
 async function freePort (): Promise<number> {
   const server = createServer()
@@ -51,11 +54,11 @@ async function freePort (): Promise<number> {
 }
 
 /** Starts the built service and resolves once it answers its readiness check. */
-async function startService (): Promise<Server & { startupMs: number }> {
+async function startService (env: NodeJS.ProcessEnv = {}): Promise<Server & { startupMs: number }> {
   const port = await freePort()
   const started = performance.now()
   const [executable = '', ...args] = pin(['node', 'dist/src/server.js'])
-  const child = spawn(executable, args, { env: { ...process.env, ...serviceEnv, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(executable, args, { env: { ...process.env, ...serviceEnv, ...env, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] })
   const url = `http://127.0.0.1:${port}`
   while (!await fetch(`${url}/health/ready`).then((response) => response.ok, () => false)) {
     await new Promise((resolve) => setTimeout(resolve, 2))
@@ -151,6 +154,58 @@ for (let run = 0; run < 5; run += 1) {
   await stop(fresh)
 }
 
+// A sign-in flood, with the production defaults (rate limits on): one address (127.0.0.1) floods sign-ins with
+// distinct unknown emails while another (127.0.0.2) signs in to real accounts, one at a time; its latency is
+// compared with the same sign-ins on an idle service. The loopback range is this machine's own.
+const FLOOD_SIGN_INS = 20
+async function postFrom (localAddress: string, url: string, body: unknown): Promise<{ status: number, ms: number }> {
+  const started = performance.now()
+  const payload = JSON.stringify(body)
+  const status = await new Promise<number>((resolve, reject) => {
+    const outgoing = request(url, { method: 'POST', localAddress, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (response) => {
+      response.resume()
+      response.on('end', () => { resolve(response.statusCode ?? 0) })
+    })
+    outgoing.on('error', reject)
+    outgoing.end(payload)
+  })
+  return { status, ms: performance.now() - started }
+}
+const flooded = await startService({ RATE_LIMIT: 'on' })
+const accounts = Array.from({ length: FLOOD_SIGN_INS }, (_, index) => ({ email: `member${index}@example.com`, password: 'benchmark password' }))
+for (const account of accounts) await postFrom('127.0.0.3', `${flooded.url}/v1/auth/register`, { ...account, firstName: 'Flood', lastName: 'Bench', role: 'viewer' })
+const signInAll = async (): Promise<Array<{ status: number, ms: number }>> => {
+  const answers = []
+  for (const account of accounts) answers.push(await postFrom('127.0.0.2', `${flooded.url}/v1/auth/login`, account))
+  return answers
+}
+const idleSignIns = await signInAll()
+let floodEmail = 0
+const flood = autocannon({
+  url: `${flooded.url}/v1/auth/login`,
+  connections: CONNECTIONS,
+  duration: DURATION,
+  requests: [{
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    setupRequest: (sent) => ({ ...sent, body: JSON.stringify({ email: `flood${floodEmail++}@example.com`, password: 'guess guess' }) })
+  }]
+})
+const floodedSignIns = await signInAll()
+const floodResult = await flood
+await stop(flooded)
+const percentile = (samples: Array<{ ms: number }>, share: number): number => {
+  const sorted = samples.map((sample) => sample.ms).sort((a, b) => a - b)
+  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(share * sorted.length))] ?? NaN)
+}
+const signInFlood = {
+  idle: { p50: percentile(idleSignIns, 0.5), p99: percentile(idleSignIns, 0.99) },
+  flooded: { p50: percentile(floodedSignIns, 0.5), p99: percentile(floodedSignIns, 0.99) },
+  failedSignIns: [...idleSignIns, ...floodedSignIns].filter((answer) => answer.status !== 200).length,
+  floodRequests: floodResult.requests.total,
+  floodStatuses: { '2xx': floodResult['2xx'], non2xx: floodResult.non2xx }
+}
+
 // Medians of the rounds; a single non-2xx response or error in any round shows.
 const summarise = (measurements: Measurement[]): Measurement => ({
   requestsPerSecond: median(measurements.map((m) => m.requestsPerSecond)),
@@ -178,6 +233,7 @@ const report = {
   rows,
   runs: Object.fromEntries(runs),
   loginStormP99Ratio: Number((listDuringStorm / Math.max(listAlone, 1)).toFixed(2)),
+  signInFlood,
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
 
@@ -187,6 +243,7 @@ const table = [
   ...rows.map((row) => `| ${row.name} | ${row.requestsPerSecond} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.errors} | ${row.ratio} | ${row.p99Ratio} |`),
   '',
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
+  `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${signInFlood.floodRequests} sign-ins with unknown emails: p50 ${signInFlood.flooded.p50} ms, p99 ${signInFlood.flooded.p99} ms (idle: p50 ${signInFlood.idle.p50} ms, p99 ${signInFlood.idle.p99} ms; p99 ${(signInFlood.flooded.p99 / Math.max(signInFlood.idle.p99, 1)).toFixed(2)}× idle); ${signInFlood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`,
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })
