@@ -1,13 +1,15 @@
-// The bound the service is measured against: bare Fastify serving a fixed page of items with the same response
-// schema (so the same serializer). BASELINE=jwt adds the usual auth setup, `await request.jwtVerify()` in onRequest;
-// BASELINE=logger adds only Fastify's logger at the service's benchmark level, which writes no line per request.
+// The bounds the service is measured against: bare Fastify answering fixed payloads with the contract's schemas
+// (so the same validators' rules and the same serializers). The list answers a page of items, as a page does in the
+// service; the get, create and edit answer one item, after validating the same path parameter and body as the
+// service does. BASELINE=jwt adds the usual auth setup, `await request.jwtVerify()` in onRequest; BASELINE=logger
+// adds only Fastify's logger at the service's benchmark level, which writes no line per request.
 import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
-import { routes } from '../../generated/routes.js'
+import { type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 
-const listItems = routes.find((route) => route.operationId === 'listItems')
-const page: unknown = JSON.parse(process.env.BASELINE_PAGE ?? '{}')
+const page = JSON.parse(process.env.BASELINE_PAGE ?? '{}') as { data: unknown[] }
+const item = page.data[0]
 const app = Fastify({ logger: process.env.BASELINE === 'logger' ? { level: 'warn' } : false })
 
 if (process.env.BASELINE === 'jwt') {
@@ -16,7 +18,25 @@ if (process.env.BASELINE === 'jwt') {
 }
 // The route table's schemas refer to the contract's component schemas by $id, as in the service.
 for (const schema of Object.values(schemas)) app.addSchema(schema)
-app.get('/v1/items', { schema: { response: { 200: listItems?.schema.response['200'] } } }, async () => page)
+
+// The list keeps to the bare minimum: no query validation, the response schema only.
+const answers: Array<{ operationId: RouteOperationId, status: number, payload: unknown, validate: boolean }> = [
+  { operationId: 'listItems', status: 200, payload: page, validate: false },
+  { operationId: 'getItem', status: 200, payload: item, validate: true },
+  { operationId: 'createItem', status: 201, payload: item, validate: true },
+  { operationId: 'updateItem', status: 200, payload: item, validate: true }
+]
+for (const { operationId, status, payload, validate } of answers) {
+  const route = routes.find((candidate) => candidate.operationId === operationId)
+  if (route === undefined) throw new Error(`The contract has no ${operationId}`)
+  const { params, body, response } = route.schema
+  app.route({
+    method: route.method,
+    url: route.url,
+    schema: { ...(validate ? { params, body } : {}), response: { [status]: response[status] } },
+    handler: async (_request, reply) => await reply.code(status).send(payload)
+  })
+}
 
 const address = await app.listen({ host: '127.0.0.1', port: 0 })
 console.log(`listening at ${address}`)

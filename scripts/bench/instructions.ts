@@ -1,0 +1,194 @@
+// npm run bench:instructions: instructions per request, counted by valgrind's callgrind, for the built service and
+// the bare-Fastify baseline, scenario by scenario. Wall-clock ratios move ±15 % run to run on these machines; these
+// counts repeat to a fraction of a percent, so they are what a change is judged by.
+//
+// Each server runs under callgrind. After a warm-up (WARM_UP requests of every scenario, on connections that close
+// and reopen, so that the optimising compiler has settled), each scenario is counted in WINDOWS windows: the
+// counters are zeroed, exactly COUNTED requests are sent, and the counters dumped; a window's total over COUNTED,
+// every thread of the process included, is its instructions per request. The figure is the median window: a
+// window in which a full garbage collection ran (its cost depends on when it comes, not on the request) shows
+// as the outlier it is. INSTRUCTIONS_WARM_UP, INSTRUCTIONS_COUNTED and INSTRUCTIONS_WINDOWS set them (default
+// 6 000, 1 000 and 3).
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { Agent, request } from 'node:http'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { type AddressInfo, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { median } from '../statistics.js'
+
+const WARM_UP = Number(process.env.INSTRUCTIONS_WARM_UP ?? 6000)
+const COUNTED = Number(process.env.INSTRUCTIONS_COUNTED ?? 1000)
+const WINDOWS = Number(process.env.INSTRUCTIONS_WINDOWS ?? 3)
+const CONNECTIONS = 10
+const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
+// callgrind_control finds a process's control pipes by a name that valgrind derives from HOST, so the servers and
+// callgrind_control must see the same one.
+const HOST = '127.0.0.1'
+const run = promisify(execFile)
+
+// Every feature on, as in production: rate limits registered (with limits the benchmark cannot reach), logging at
+// warn with redaction, load shedding (but for the event loop's lag, which valgrind's slowness would trip).
+const serviceEnv = {
+  JWT_SECRET,
+  LOG_LEVEL: 'warn',
+  RATE_LIMIT: 'on',
+  RATE_LIMIT_WRITES: '1000000000',
+  MAX_ITEMS_PER_USER: '1000000000',
+  MAX_EVENT_LOOP_DELAY: '0'
+}
+
+interface Server { process: ChildProcess, url: string, profiles: string }
+
+async function freePort (): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, HOST, resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+async function underCallgrind (command: string[], env: NodeJS.ProcessEnv): Promise<Server> {
+  const port = await freePort()
+  const profiles = await mkdtemp(join(tmpdir(), 'callgrind-'))
+  const child = spawn('valgrind', [
+    '--tool=callgrind', '--dump-instr=no', '--collect-jumps=no', `--callgrind-out-file=${profiles}/out.%p`, ...command
+  ], { env: { ...process.env, ...env, HOST, PORT: String(port) }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let errors = ''
+  child.stderr?.on('data', (chunk: Buffer) => { errors = (errors + chunk.toString()).slice(-4000) })
+  const url = await new Promise<string>((resolve, reject) => {
+    let output = ''
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+      const match = /listening at (http:\/\/[\d.]+:\d+)/.exec(output)
+      if (match?.[1] !== undefined) resolve(match[1])
+    })
+    child.once('exit', (code) => { reject(new Error(`${command.join(' ')} exited with ${code}:\n${errors}`)) })
+    if (command.includes('dist/src/server.js')) {
+      const ready = async (): Promise<void> => {
+        const ok = await fetch(`http://${HOST}:${port}/health/ready`).then((response) => response.ok, () => false)
+        if (ok) resolve(`http://${HOST}:${port}`)
+        else setTimeout(() => { void ready() }, 200)
+      }
+      void ready()
+    }
+  })
+  return { process: child, url, profiles }
+}
+
+async function stop (server: Server): Promise<void> {
+  const exited = new Promise((resolve) => server.process.once('exit', resolve))
+  server.process.kill('SIGTERM')
+  await exited
+  await rm(server.profiles, { recursive: true, force: true })
+}
+
+const callgrindControl = async (server: Server, option: string): Promise<void> => {
+  await run('callgrind_control', [option, String(server.process.pid)], { env: { ...process.env, HOST } })
+}
+
+interface Scenario {
+  method: 'GET' | 'POST' | 'PATCH'
+  path: string
+  body?: unknown
+  status: number
+}
+
+/** Sends `count` requests of the scenario over `CONNECTIONS` keep-alive connections; fails on any other status. */
+async function send (url: string, scenario: Scenario, count: number, agent: Agent, token?: string): Promise<void> {
+  const payload = scenario.body === undefined ? undefined : JSON.stringify(scenario.body)
+  const headers: Record<string, string | number> = token === undefined ? {} : { authorization: `Bearer ${token}` }
+  if (payload !== undefined) Object.assign(headers, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) })
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      next += 1
+      const status = await new Promise<number>((resolve, reject) => {
+        const outgoing = request(`${url}${scenario.path}`, { method: scenario.method, headers, agent }, (response) => {
+          response.resume()
+          response.on('end', () => { resolve(response.statusCode ?? 0) })
+        })
+        outgoing.on('error', reject)
+        outgoing.end(payload)
+      })
+      if (status !== scenario.status) throw new Error(`${scenario.method} ${scenario.path}: ${status}, not ${scenario.status}`)
+    }
+  }
+  await Promise.all(Array.from({ length: CONNECTIONS }, worker))
+}
+
+/** Instructions per request of each scenario in each window, in one process under callgrind. */
+async function count (server: Server, scenarios: Record<string, Scenario>, token?: string): Promise<Record<string, number[]>> {
+  // Five rounds of warm-up, each on new connections.
+  for (let round = 0; round < 5; round += 1) {
+    const agent = new Agent({ keepAlive: true, maxSockets: CONNECTIONS })
+    for (const scenario of Object.values(scenarios)) await send(server.url, scenario, WARM_UP / 5, agent, token)
+    agent.destroy()
+  }
+  const agent = new Agent({ keepAlive: true, maxSockets: CONNECTIONS })
+  for (const scenario of Object.values(scenarios)) await send(server.url, scenario, CONNECTIONS, agent, token)
+  const counts: Record<string, number[]> = {}
+  let dump = 0
+  for (const [name, scenario] of Object.entries(scenarios)) {
+    counts[name] = []
+    for (let window = 0; window < WINDOWS; window += 1) {
+      await callgrindControl(server, '--zero')
+      await send(server.url, scenario, COUNTED, agent, token)
+      await callgrindControl(server, '--dump')
+      dump += 1
+      const profile = await readFile(join(server.profiles, `out.${server.process.pid}.${dump}`), 'utf8')
+      const total = /^summary: (\d+)$/m.exec(profile)?.[1]
+      if (total === undefined) throw new Error(`No summary in callgrind's dump ${dump}`)
+      counts[name].push(Math.round(Number(total) / COUNTED))
+    }
+  }
+  agent.destroy()
+  return counts
+}
+
+async function call (url: string, method: string, body?: unknown, token?: string): Promise<any> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' }
+  if (token !== undefined) headers.authorization = `Bearer ${token}`
+  const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
+  if (!response.ok) throw new Error(`${method} ${url}: ${response.status} ${await response.text()}`)
+  return await response.json()
+}
+
+const started = performance.now()
+console.log(`Counting instructions: ${WARM_UP} warm-up requests per scenario, then ${WINDOWS} windows of ${COUNTED}; the service, then the baseline (about four minutes)`)
+const service = await underCallgrind(['node', 'dist/src/server.js'], serviceEnv)
+const { accessToken: token } = await call(`${service.url}/v1/auth/register`, 'POST', { email: 'bench@example.com', password: 'benchmark password', firstName: 'Bench', lastName: 'Mark', role: 'contributor' })
+for (let index = 0; index < 100; index += 1) await call(`${service.url}/v1/items`, 'POST', { name: `Item ${index}`, description: 'A benchmark item with a short description.' }, token)
+const page = await call(`${service.url}/v1/items?pageSize=20`, 'GET', undefined, token)
+const itemPath = `/v1/items/${String(page.data[0].id)}`
+const scenarios: Record<string, Scenario> = {
+  'GET /v1/items?pageSize=20': { method: 'GET', path: '/v1/items?pageSize=20', status: 200 },
+  'GET /v1/items/{id}': { method: 'GET', path: itemPath, status: 200 },
+  'POST /v1/items': { method: 'POST', path: '/v1/items', body: { name: 'Created', description: null }, status: 201 },
+  'PATCH /v1/items/{id}': { method: 'PATCH', path: itemPath, body: { name: 'Edited' }, status: 200 }
+}
+const serviceCounts = await count(service, scenarios, token)
+await stop(service)
+console.log(`service counted (${Math.round((performance.now() - started) / 1000)} s)`)
+
+const baseline = await underCallgrind(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) })
+const baselineCounts = await count(baseline, scenarios)
+await stop(baseline)
+
+const rows = Object.keys(scenarios).map((name) => {
+  const windows = { service: serviceCounts[name] ?? [], baseline: baselineCounts[name] ?? [] }
+  const instructions = median(windows.service)
+  const bare = median(windows.baseline)
+  return { name, instructions, baseline: bare, ratio: Number((instructions / bare).toFixed(3)), windows }
+})
+const table = [
+  '| scenario | service instructions/request | bare Fastify | ratio | service windows | baseline windows |',
+  '|---|---:|---:|---:|---|---|',
+  ...rows.map((row) => `| ${row.name} | ${row.instructions} | ${row.baseline} | ${row.ratio} | ${row.windows.service.join(', ')} | ${row.windows.baseline.join(', ')} |`)
+].join('\n')
+await mkdir('bench-results', { recursive: true })
+await writeFile('bench-results/instructions.json', `${JSON.stringify({ date: new Date().toISOString(), node: process.version, warmUp: WARM_UP, counted: COUNTED, windows: WINDOWS, rows }, null, 2)}\n`)
+await writeFile('bench-results/instructions.md', `${table}\n`)
+console.log(table)
+console.log(`(${Math.round((performance.now() - started) / 1000)} s)`)
