@@ -18,8 +18,11 @@ import type { Store } from './store/store.js'
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
 const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
 
-// Censored in log lines as top-level keys and one level down ({ body: { password } }).
+// Censored in log lines as top-level keys and in a logged body ({ body: { password } }). The paths are spelt
+// out: a wildcard path (`*.password`) makes pino run its redactor over every child logger's bindings, the request
+// id of every request included.
 const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
+const REDACTED_LOG_PATHS = ['req.headers.authorization', ...SECRET_LOG_KEYS, ...SECRET_LOG_KEYS.map((key) => `body.${key}`)]
 
 export interface BuildAppOptions {
   /** Where data is kept; a fresh in-memory store when left out. */
@@ -36,7 +39,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     logger: {
       level: config.logLevel,
       redact: {
-        paths: ['req.headers.authorization', ...SECRET_LOG_KEYS, ...SECRET_LOG_KEYS.map((key) => `*.${key}`)],
+        paths: REDACTED_LOG_PATHS,
         censor: '[redacted]'
       },
       ...(options.logStream === undefined ? {} : { stream: options.logStream })

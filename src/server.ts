@@ -1,3 +1,5 @@
+// First of all, before any other module loads: see the module.
+import './tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
 import { buildApp } from './app.js'
 import { type AppConfig, loadConfig } from './config.js'

@@ -194,7 +194,7 @@ t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t
   t.equal(large.json().code, 'PAYLOAD_TOO_LARGE')
 })
 
-t.test('passwords and tokens are censored in log lines, at the top level and one level down', async (t) => {
+t.test('passwords and tokens are censored in log lines, at the top level and in a logged body', async (t) => {
   const { lines, logStream } = captureLogs()
   const api = await build(t, { LOG_LEVEL: 'info' }, { logStream })
   api.app.log.info({

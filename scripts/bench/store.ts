@@ -12,8 +12,10 @@ const heapBefore = process.memoryUsage().heapUsed
 const { items } = createMemoryStore()
 const now = new Date().toISOString()
 const contributorId = randomUUID()
+// As the service does: each item answered once, serialized. That matters to memory: randomUUID() returns a tree of
+// concatenated strings (~480 bytes), which serializing flattens to one 36-character string (56 bytes) for good.
 for (let index = 0; index < ITEMS; index += 1) {
-  await items.add({ id: randomUUID(), name: `Item ${index}`, description: null, status: 'active', contributorId, createdAt: now, updatedAt: now })
+  JSON.stringify(await items.add({ id: randomUUID(), name: `Item ${index}`, description: null, status: 'active', contributorId, createdAt: now, updatedAt: now }))
 }
 collectGarbage()
 const bytesPerItem = (process.memoryUsage().heapUsed - heapBefore) / ITEMS

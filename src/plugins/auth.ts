@@ -5,7 +5,7 @@ import { createPasswords, type Passwords } from '../auth/passwords.js'
 import { type AccessTokenClaims, Sessions } from '../auth/sessions.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
-import { forbidden, unauthorized } from '../errors.js'
+import { type ApiError, forbidden, unauthorized } from '../errors.js'
 import type { Role } from '../store/store.js'
 
 /** Who is calling: set by `authenticate` on every protected route. The role is read from the store. */
@@ -43,11 +43,10 @@ const CLOCK_TOLERANCE_SECONDS = 30
 
 const BEARER = /^Bearer[ ]+(\S*)$/i
 
-function bearerToken (request: FastifyRequest): string {
-  const header = request.headers.authorization
-  if (header === undefined || !/^Bearer\b/i.test(header)) {
-    throw unauthorized('AUTHENTICATION_REQUIRED', 'An access token is required.')
-  }
+const tokenRequired = (): ApiError => unauthorized('AUTHENTICATION_REQUIRED', 'An access token is required.')
+
+function bearerToken (header: string): string {
+  if (!/^Bearer\b/i.test(header)) throw tokenRequired()
   const token = BEARER.exec(header)?.[1]
   if (!token) throw unauthorized('INVALID_TOKEN', 'The access token is malformed.')
   return token
@@ -95,7 +94,8 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   const verifiedTokens = new VerifiedTokens<VerifiedClaims>(10_000)
   // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would
   // rebuild its options and run a callback chain on every request.
-  const verify = (token: string): VerifiedClaims => {
+  const verify = (header: string, connection: object): VerifiedClaims => {
+    const token = bearerToken(header)
     let claims: VerifiedClaims
     try {
       claims = app.jwt.verify<VerifiedClaims>(token)
@@ -110,14 +110,16 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     if (claims.iat > Date.now() / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
       throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
     }
-    verifiedTokens.remember(token, claims)
+    verifiedTokens.remember(header, connection, claims)
     return claims
   }
 
   app.decorate('authenticate', async function authenticate (request: FastifyRequest) {
-    const token = bearerToken(request)
+    const { authorization } = request.headers
+    if (authorization === undefined) throw tokenRequired()
+    const connection = request.raw.socket
     const now = Date.now()
-    const claims = verifiedTokens.get(token, now) ?? verify(token)
+    const claims = verifiedTokens.get(authorization, connection, now) ?? verify(authorization, connection)
     const session = claims.typ === 'access' ? await app.store.sessions.get(claims.sid, now) : undefined
     const user = session?.userId === claims.sub ? await app.store.users.get(claims.sub) : undefined
     if (session === undefined || user === undefined) {
