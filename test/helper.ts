@@ -69,6 +69,8 @@ export interface CallOptions {
   body?: unknown
   token?: string
   headers?: Record<string, string>
+  /** The client's address, as the service sees it (127.0.0.1 when left out). */
+  remoteAddress?: string
 }
 
 /** Sends requests into the app and checks every response against the contract before a test sees it. */
@@ -93,6 +95,7 @@ export class Api {
       method: route.method,
       url: query === '' ? path : `${path}?${query}`,
       headers,
+      ...(options.remoteAddress === undefined ? {} : { remoteAddress: options.remoteAddress }),
       ...(options.body === undefined ? {} : { payload: options.body as object })
     })
   }

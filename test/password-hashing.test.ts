@@ -94,6 +94,24 @@ t.test('sign-ins beyond the hashing queue are answered 503 with Retry-After at o
   t.ok(slowestRefusal < fastestCheck, `refusals within ${slowestRefusal} ms, before the first password check ended (${fastestCheck} ms)`)
 })
 
+t.test('clients take turns for the hashing queue: a flood from one address neither fills it nor delays another for long', async (t) => {
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '32', RATE_LIMIT: 'off' })
+  const signIn = async (remoteAddress: string, email: string): Promise<{ status: number, at: number }> => {
+    const response = await api.call('loginUser', { remoteAddress, body: { email, password: 'guess-guess' } })
+    return { status: response.statusCode, at: performance.now() }
+  }
+  const flood = Promise.all(Array.from({ length: 40 }, async (_, index) => await signIn('192.0.2.1', `flood${index}@example.com`)))
+  await sleep(20)
+  const other = await signIn('192.0.2.2', 'someone@example.com')
+  const flooded = await flood
+  t.equal(other.status, 401, 'the other address was queued, not refused')
+  const checked = flooded.filter((answer) => answer.status === 401)
+  t.ok(checked.length <= 8 + availableParallelism(), `one address held ${checked.length} places: a quarter of the queue, and those hashing`)
+  t.ok(flooded.every((answer) => answer.status === 401 || answer.status === 503))
+  const after = checked.filter((answer) => answer.at > other.at).length
+  t.ok(after >= checked.length - 2 * availableParallelism(), `the other address was answered before ${after} of the flood's ${checked.length} checks`)
+})
+
 t.test('a sign-in whose client has hung up is dropped before its password is hashed', async (t) => {
   const api = await build(t, { PASSWORD_QUEUE_LIMIT: '100' })
   const address = await api.app.listen({ host: '127.0.0.1', port: 0 })

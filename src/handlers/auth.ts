@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto'
+import type { FastifyRequest } from 'fastify'
 import type { components } from '../../generated/openapi.js'
 import { emailKey } from '../auth/email.js'
+import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/sessions.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import type { User } from '../store/store.js'
@@ -12,6 +14,9 @@ const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
   ...tokens,
   user: { id: user.id, email: user.email, firstName: user.firstName, lastName: user.lastName, role: user.role }
 })
+
+// The hashing queue serves client addresses in turn, and drops the work of a client that has hung up.
+const requester = (request: FastifyRequest): Requester => ({ address: request.ip, stillWanted: () => !request.raw.socket.destroyed })
 
 // Tokens must never be kept by a cache between the service and the client (RFC 6749 §5.1).
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
@@ -25,7 +30,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
     id: randomUUID(),
     email,
     emailKey: key,
-    passwordHash: await passwords.hash(password, () => !request.raw.socket.destroyed),
+    passwordHash: await passwords.hash(password, requester(request)),
     firstName,
     lastName,
     role,
@@ -39,7 +44,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {
   const { store, passwords, sessions } = request.server
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
-  const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, () => !request.raw.socket.destroyed)
+  const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, requester(request))
   if (user === undefined || !passwordMatches) throw invalidCredentials()
   return reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
 }
