@@ -245,6 +245,22 @@ t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', asyn
   }, 'the docs carry helmet\'s headers')
 })
 
+t.test('every API response, error or not, forbids content sniffing and carries its request id', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const responses = [
+    await api.call('listItems', { token: accessToken }),
+    await api.call('listItems'),
+    await api.call('checkLiveness'),
+    await api.inject({ method: 'GET', url: '/v1/nowhere' }),
+    await api.call('getItem', { token: accessToken, params: { itemId: 'not-an-id' } })
+  ]
+  t.same(responses.map((response) => response.statusCode), [200, 401, 200, 404, 400])
+  for (const response of responses) {
+    t.match(response.headers, { 'x-content-type-options': 'nosniff', 'x-request-id': /\S/ })
+  }
+})
+
 t.test('a stale generated/ (a request part without its validator) stops the start, naming the fix', async (t) => {
   const { generatedValidator } = await import('../src/plugins/routes.js')
   t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate/ })

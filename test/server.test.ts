@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { type AddressInfo, createServer } from 'node:net'
+import { Agent, request } from 'node:http'
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import t from 'tap'
 import { newUser, testEnvironment } from './helper.js'
 
@@ -45,6 +46,65 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
   const [code] = await exited
   t.equal(code, 0)
   t.match(server.output(), /"signal":"SIGTERM".*"msg":"shutting down"/)
+})
+
+t.test('SIGTERM during keep-alive load: no request fails, no connection is reset, every client is told to close', async (t) => {
+  const server = await start({})
+  let signalled = false
+  // Each client sends one request after another on its own kept-alive connection, as a balancer does, and stops
+  // once a response says Connection: close.
+  const client = async (): Promise<{ ok: number, failed: string[], toldToClose: boolean }> => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    const outcome = { ok: 0, failed: [] as string[], toldToClose: false }
+    while (!outcome.toldToClose) {
+      const answer = await new Promise<{ status: number, connection?: string } | Error>((resolve) => {
+        request(`${server.url}/health/live`, { agent }, (response) => {
+          response.resume()
+          response.on('end', () => { resolve({ status: response.statusCode ?? 0, connection: response.headers.connection }) })
+        }).on('error', resolve).end()
+      })
+      if (answer instanceof Error || answer.status !== 200) {
+        outcome.failed.push(answer instanceof Error ? String(answer) : String(answer.status))
+        break
+      }
+      outcome.ok += 1
+      outcome.toldToClose = answer.connection === 'close'
+      if (!signalled && outcome.toldToClose) outcome.failed.push('told to close before the signal')
+    }
+    agent.destroy()
+    return outcome
+  }
+  const clients = Array.from({ length: 10 }, client)
+  await new Promise((resolve) => setTimeout(resolve, 300))
+  const exited = once(server.process, 'exit')
+  signalled = true
+  server.process.kill('SIGTERM')
+  const outcomes = await Promise.all(clients)
+  t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed')
+  t.ok(outcomes.every((outcome) => outcome.toldToClose && outcome.ok > 1), 'every client served, then told to close')
+  const [code] = await exited
+  t.equal(code, 0)
+})
+
+t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 within SHUTDOWN_TIMEOUT', async (t) => {
+  const server = await start({ SHUTDOWN_TIMEOUT: '3000' })
+  const { port } = new URL(server.url)
+  const stuck = (request: string): Socket => {
+    const socket = connect(Number(port), '127.0.0.1').on('error', () => {})
+    socket.write(request)
+    return socket
+  }
+  const inHeaders = stuck('GET /health/live HTTP/1.1\r\nHost: localhost\r\n')
+  const inBody = stuck('POST /v1/auth/login HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email"')
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  const exited = once(server.process, 'exit')
+  const signalledAt = Date.now()
+  server.process.kill('SIGTERM')
+  const [code] = await exited
+  t.equal(code, 0)
+  t.ok(Date.now() - signalledAt < 3000, `exited ${Date.now() - signalledAt} ms after the signal`)
+  inHeaders.destroy()
+  inBody.destroy()
 })
 
 // Runs src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.

@@ -1,3 +1,6 @@
+import type { ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { getHeapStatistics } from 'node:v8'
 import fastifyUnderPressure, { TYPE_EVENT_LOOP_DELAY } from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
@@ -11,7 +14,7 @@ declare module 'fastify' {
   }
 }
 
-type HealthPluginOptions = Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes'>
+type HealthPluginOptions = Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes' | 'shutdownTimeoutMs'>
 
 // V8's heap limit counts the young generation too, which a small --max-old-space-size makes a large part of it
 // (on Node 24, 207 of the 335 MB that --max-old-space-size=128 gives): set MAX_HEAP_USED for such a heap.
@@ -21,18 +24,54 @@ const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
 const MEMORY_SAMPLE_INTERVAL_MS = 250
 const RETRY_AFTER_SECONDS = 5
+// Once shutdown begins, kept-alive connections stay open this long (at most a quarter of SHUTDOWN_TIMEOUT), so
+// that a request already on its way over one is answered, with Connection: close, rather than met by a reset.
+const DRAIN_GRACE_MS = 1000
+const DRAIN_POLL_MS = 10
+// The share of SHUTDOWN_TIMEOUT after which the connections still open are closed, whatever they are doing, so
+// that the process ends by itself (exit 0) before close-with-grace gives up on it.
+const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
 
-/** Readiness turns false once shutdown begins; under overload every request is shed with a 503. */
+/**
+ * Readiness turns false once shutdown begins; under overload every request is shed with a 503.
+ *
+ * Shutdown drains: every response still to be written, or written while draining, says Connection: close, so no
+ * client sends another request over a connection about to close; kept-alive connections get a short grace for
+ * requests already on their way; then the connections with no request in progress (idle, or a client stuck in
+ * its headers) are closed, the others when their response is written, and any left at 80 % of SHUTDOWN_TIMEOUT.
+ */
 async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions): Promise<void> {
   app.decorate('lifecycle', { draining: false })
-  // server.close() only ends the keep-alive connections idle at that moment; those of in-flight requests
-  // would linger until their keep-alive timeout, so keep ending them as they become idle while draining.
-  let reaper: NodeJS.Timeout | undefined
+  const connections = new Set<Socket>()
+  // The response of each connection's latest request: the only way to tell, at shutdown, which ones are in flight.
+  const responses = new WeakMap<Socket, ServerResponse>()
+  app.server.on('connection', (socket: Socket) => {
+    connections.add(socket)
+    socket.once('close', () => connections.delete(socket))
+  })
+  app.addHook('onRequest', (request, reply, done) => {
+    responses.set(request.raw.socket, reply.raw)
+    done()
+  })
+  // The response of the request in progress on a connection, if any: one not written yet (this service writes
+  // each response at once, headers and body).
+  const unwritten = (socket: Socket): ServerResponse | undefined => {
+    const response = responses.get(socket)
+    return response?.headersSent === false ? response : undefined
+  }
+  let forceClose: NodeJS.Timeout | undefined
   app.addHook('preClose', async () => {
     app.lifecycle.draining = true
-    reaper = setInterval(() => { app.server.closeIdleConnections() }, 50).unref()
+    forceClose = setTimeout(() => { for (const socket of connections) socket.destroy() }, options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE).unref()
+    // Fastify adds Connection: close to the responses of requests that arrive from now on.
+    for (const socket of connections) unwritten(socket)?.setHeader('connection', 'close')
+    const graceEnds = Date.now() + Math.min(DRAIN_GRACE_MS, options.shutdownTimeoutMs / 4)
+    while (connections.size > 0 && Date.now() < graceEnds) await sleep(DRAIN_POLL_MS)
+    for (const socket of connections) {
+      if (unwritten(socket) === undefined) socket.destroy()
+    }
   })
-  app.addHook('onClose', async () => { clearInterval(reaper) })
+  app.addHook('onClose', async () => { clearTimeout(forceClose) })
   // Memory limits derived from the heap V8 may grow to (--max-old-space-size): past them the service stops taking
   // what would grow it, well before V8 gives up, while what only reads goes on.
   const heapLimit = getHeapStatistics().heap_size_limit
