@@ -4,6 +4,7 @@ import fp from 'fastify-plugin'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import { rateLimited } from '../errors.js'
+import { lockingRateLimitStore } from './locking-rate-limit-store.js'
 import type { AppConfig, RateLimit } from '../config.js'
 
 interface RateLimitsPluginOptions {
@@ -11,8 +12,8 @@ interface RateLimitsPluginOptions {
   limits: AppConfig['rateLimits']
 }
 
-// Keys the limiter keeps per limit. Junk keys from one address are held back by the per-address limits, so
-// pushing a locked key out takes this many keys from many addresses within one window.
+// Keys the limiter keeps per limit, those under it and, as many again, those over it (which new keys cannot push
+// out): about 300 bytes each with an email in the key, so at most 30 MB per limit.
 const KEYS_PER_LIMIT = 50_000
 
 // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
@@ -52,7 +53,7 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     // After authentication, the role guard and validation: the limit is the user's, and counts only writes that can succeed.
     if (operationId !== undefined && ITEM_WRITES.has(operationId)) route.preHandler = writesPerUser
   })
-  await app.register(fastifyRateLimit, { global: false, cache: KEYS_PER_LIMIT })
+  await app.register(fastifyRateLimit, { global: false, store: lockingRateLimitStore(KEYS_PER_LIMIT) })
   // @fastify/rate-limit runs one route hook per request, so the second limit of a route is checked by a hook of ours.
   const hookFor = (options: RateLimitOptions) => {
     const count = app.createRateLimit(options)

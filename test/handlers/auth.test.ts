@@ -394,6 +394,15 @@ t.test('rate limits', async (t) => {
     t.same(statuses, [401, 401, 401, 429, 429], 'distinct emails from one address')
   })
 
+  t.test('a locked key stays locked however many other keys are counted after it', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '2', RATE_LIMIT_WINDOW: '60' })
+    const attempt = async (remoteAddress: string, body: unknown = {}) => (await api.call('loginUser', { remoteAddress, body })).statusCode
+    t.same([await attempt('198.51.100.1'), await attempt('198.51.100.1'), await attempt('198.51.100.1')], [400, 400, 429])
+    // More client addresses than the limiter keeps keys for, each counted once (an invalid body costs no hash).
+    for (let address = 0; address < 50_001; address += 1) await attempt(`10.${address >> 16}.${(address >> 8) & 255}.${address & 255}`)
+    t.equal(await attempt('198.51.100.1'), 429)
+  })
+
   t.test('registration and refresh are limited per client address', async (t) => {
     const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', RATE_LIMIT_REFRESH: '1' })
     const { refreshToken } = await api.register()

@@ -1,0 +1,45 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import { lockingRateLimitStore } from '../src/plugins/locking-rate-limit-store.js'
+
+const WINDOW_MS = 60_000
+
+function storeOf (capacity: number): (key: string, max?: number, windowMs?: number) => number {
+  const Store = lockingRateLimitStore(capacity)
+  const store = new Store({}).child({ path: '/', prefix: '' } as never)
+  return (key, max = 1, windowMs = WINDOW_MS) => {
+    let current = NaN
+    store.incr(key, (_error, result) => { current = result?.current ?? NaN }, windowMs, max)
+    return current
+  }
+}
+
+t.test('counts each key in its window, and forgets the least recently counted one past its capacity', async (t) => {
+  const count = storeOf(2)
+  t.same([count('a', 10), count('b', 10), count('a', 10), count('c', 10)], [1, 1, 2, 1])
+  t.equal(count('b', 10), 1, 'b was the least recently counted: forgotten')
+  t.equal(count('c', 10), 2)
+})
+
+t.test('a key over its limit is kept however many keys follow, and forgotten once its window ends', async (t) => {
+  const count = storeOf(2)
+  t.same([count('locked', 1, 20), count('locked', 1, 20)], [1, 2])
+  for (const junk of ['j1', 'j2', 'j3', 'j4']) count(junk, 1, 20)
+  t.equal(count('locked', 1, 20), 3, 'still counted')
+  await sleep(25)
+  t.equal(count('locked', 1, 20), 1, 'a new window')
+})
+
+t.test('once as many keys as it keeps are locked, a further one stays evictable until an ended lock makes room', async (t) => {
+  const count = storeOf(1)
+  const WINDOW = 20
+  t.same([count('first', 1, WINDOW), count('first', 1, WINDOW)], [1, 2], 'locked: the one place is taken')
+  t.same([count('second', 1, WINDOW), count('second', 1, WINDOW)], [1, 2], 'over its limit, but not locked')
+  count('third', 1, WINDOW)
+  t.equal(count('second', 1, WINDOW), 1, 'so it was pushed out')
+  await sleep(WINDOW + 5)
+  t.same([count('second', 1, WINDOW), count('second', 1, WINDOW)], [1, 2], 'locked, in the place of the ended lock')
+  count('fourth', 1, WINDOW)
+  count('fifth', 1, WINDOW)
+  t.equal(count('second', 1, WINDOW), 3, 'never pushed out')
+})
