@@ -53,7 +53,7 @@ t.test('a failing store is a 500 INTERNAL_ERROR on every operation that uses it'
 
 t.test('an overloaded service sheds every operation with 503', async (t) => {
   const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
-  await overloadEventLoop(api.app)
+  await overloadEventLoop(api.app, 20)
   const validRequest = validRequests(forgedToken)
   for (const route of routes) {
     const response = await api.call(route.operationId, validRequest[route.operationId])

@@ -29,7 +29,7 @@ t.test('a draining service is alive but not ready', async (t) => {
 
 t.test('an overloaded service sheds requests with 503 and Retry-After', async (t) => {
   const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
-  await overloadEventLoop(api.app)
+  await overloadEventLoop(api.app, 20)
   const response = await api.inject({ method: 'GET', url: '/health/ready' })
   t.equal(response.statusCode, 503)
   t.equal(response.json().code, 'SERVICE_UNAVAILABLE')

@@ -158,10 +158,10 @@ export function contractOperations (): ContractOperation[] {
       : []))
 }
 
-/** Makes every turn of the event loop take 50 ms, an overload as load shedding sees it, until the app notices. */
-export async function overloadEventLoop (app: FastifyInstance): Promise<void> {
+/** Makes every turn of the event loop take 50 ms, until the app has measured a delay over `maxEventLoopDelayMs`. */
+export async function overloadEventLoop (app: FastifyInstance, maxEventLoopDelayMs: number): Promise<void> {
   const givesUp = Date.now() + 5000
-  while (!app.isUnderPressure() && Date.now() < givesUp) {
+  while (app.memoryUsage().eventLoopDelay <= maxEventLoopDelayMs && Date.now() < givesUp) {
     const busyUntil = Date.now() + 50
     while (Date.now() < busyUntil) { /* busy */ }
     await new Promise((resolve) => setImmediate(resolve))

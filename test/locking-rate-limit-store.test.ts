@@ -6,7 +6,7 @@ const WINDOW_MS = 60_000
 
 function storeOf (capacity: number): (key: string, max?: number, windowMs?: number) => number {
   const Store = lockingRateLimitStore(capacity)
-  const store = new Store({}).child({ path: '/', prefix: '' } as never)
+  const store = new Store().child()
   return (key, max = 1, windowMs = WINDOW_MS) => {
     let current = NaN
     store.incr(key, (_error, result) => { current = result?.current ?? NaN }, windowMs, max)

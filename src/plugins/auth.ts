@@ -54,8 +54,8 @@ function bearerToken (header: string): string {
 
 /** onRequest hook for operations with `x-roles`: runs after authenticate, before the body is read. */
 export function requireRole (roles: readonly Role[]): onRequestHookHandler {
-  return async (request) => {
-    if (!roles.includes(request.user.role)) throw forbidden(`This operation is open to ${roles.join(', ')} users only.`)
+  return (request, _reply, done) => {
+    done(roles.includes(request.user.role) ? undefined : forbidden(`This operation is open to ${roles.join(', ')} users only.`))
   }
 }
 

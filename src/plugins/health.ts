@@ -2,11 +2,11 @@ import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { getHeapStatistics } from 'node:v8'
-import fastifyUnderPressure, { TYPE_EVENT_LOOP_DELAY } from '@fastify/under-pressure'
+import fastifyUnderPressure from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { AppConfig } from '../config.js'
-import { serviceUnavailable } from '../errors.js'
+import { type ApiError, serviceUnavailable } from '../errors.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -49,9 +49,28 @@ async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions)
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
   })
+  // Memory limits derived from the heap V8 may grow to (--max-old-space-size): past them the service stops taking
+  // what would grow it, well before V8 gives up, while what only reads goes on.
+  const heapLimit = getHeapStatistics().heap_size_limit
+  const maxHeapUsedBytes = options.maxHeapUsedBytes ?? Math.round(heapLimit * HEAP_SHARE_BEFORE_SHEDDING)
+  const maxRssBytes = 2 * heapLimit + RSS_ALLOWANCE_BYTES
+  // Under-pressure only samples here (no limits given, so it adds no hook of its own, whose reading of
+  // request.routeOptions built an object on every request); the hook below sheds from its samples: every request
+  // while the event loop lags, only writes while memory is short.
+  await app.register(fastifyUnderPressure, { sampleInterval: MEMORY_SAMPLE_INTERVAL_MS })
+  const shed = (method: string): ApiError | undefined => {
+    const { eventLoopDelay, heapUsed, rssBytes } = app.memoryUsage()
+    if (options.maxEventLoopDelayMs > 0 && eventLoopDelay > options.maxEventLoopDelayMs) {
+      return serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
+    }
+    if (method !== 'GET' && (heapUsed > maxHeapUsedBytes || rssBytes > maxRssBytes)) {
+      return serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS)
+    }
+    return undefined
+  }
   app.addHook('onRequest', (request, reply, done) => {
     responses.set(request.raw.socket, reply.raw)
-    done()
+    done(shed(request.method))
   })
   // The response of the request in progress on a connection, if any: one not written yet (this service writes
   // each response at once, headers and body).
@@ -72,21 +91,6 @@ async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions)
     }
   })
   app.addHook('onClose', async () => { clearTimeout(forceClose) })
-  // Memory limits derived from the heap V8 may grow to (--max-old-space-size): past them the service stops taking
-  // what would grow it, well before V8 gives up, while what only reads goes on.
-  const heapLimit = getHeapStatistics().heap_size_limit
-  await app.register(fastifyUnderPressure, {
-    maxEventLoopDelay: options.maxEventLoopDelayMs,
-    maxHeapUsedBytes: options.maxHeapUsedBytes ?? Math.round(heapLimit * HEAP_SHARE_BEFORE_SHEDDING),
-    maxRssBytes: 2 * heapLimit + RSS_ALLOWANCE_BYTES,
-    sampleInterval: MEMORY_SAMPLE_INTERVAL_MS,
-    // Under-pressure calls this instead of answering 503 itself: every request is shed while the event loop lags,
-    // only writes while memory is short.
-    pressureHandler: async (request, _reply, type) => {
-      if (type === TYPE_EVENT_LOOP_DELAY) throw serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
-      if (request.method !== 'GET') throw serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS)
-    }
-  })
 }
 
 export default fp(healthPlugin, { name: 'health' })

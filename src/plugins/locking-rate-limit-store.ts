@@ -1,4 +1,11 @@
-import type { FastifyRateLimitStore, FastifyRateLimitStoreCtor } from '@fastify/rate-limit'
+import type { FastifyRateLimitStore } from '@fastify/rate-limit'
+
+export interface Counted {
+  /** Requests counted in the key's window so far, this one included. */
+  readonly current: number
+  /** Milliseconds until the window ends. */
+  readonly ttl: number
+}
 
 interface Counter {
   current: number
@@ -14,14 +21,15 @@ interface Counter {
  * cannot push anything out of: it stays until its window ends. Only while `capacity` keys of one limit are
  * locked at once does a further key go on counting among the evictable ones.
  */
-export function lockingRateLimitStore (capacity: number): FastifyRateLimitStoreCtor {
+export function lockingRateLimitStore (capacity: number) {
   return class LockingRateLimitStore implements FastifyRateLimitStore {
     // Under their limit, least recently counted first.
     readonly #open = new Map<string, Counter>()
     // Over their limit, in the order they were locked.
     readonly #locked = new Map<string, Counter>()
 
-    incr (key: string, callback: (error: Error | null, result?: { current: number, ttl: number }) => void, timeWindow: number, max: number): void {
+    /** Counts a request of `key`; answers at once, never with an error. */
+    incr (key: string, callback: (error: null, counted: Counted) => void, timeWindow: number, max: number): void {
       const now = Date.now()
       const existing = this.#locked.get(key) ?? this.#open.get(key)
       const counter = existing !== undefined && existing.startedAt + timeWindow > now ? existing : { current: 0, startedAt: now }
