@@ -9,7 +9,14 @@
 // every thread of the process included, is its instructions per request. The figure is the median window: a
 // window in which a full garbage collection ran (its cost depends on when it comes, not on the request) shows
 // as the outlier it is. INSTRUCTIONS_WARM_UP, INSTRUCTIONS_COUNTED and INSTRUCTIONS_WINDOWS set them (default
-// 6 000, 1 000 and 3).
+// 6 000, 1 000 and 5).
+//
+// Both servers run with V8's memory reducer off, and only that: it starts full garbage collections when the
+// allocation rate per second of wall time is low, which, 50 times slower under valgrind, it always is, and
+// most of all in the pauses between windows. Each such collection drops the hidden classes of objects no request
+// holds at that moment and with them the optimised code that relies on them ("reason: weak objects" under
+// --trace-deopt: 74 functions at once), so the next window spends 100 to 250 thousand instructions a request
+// compiling again. A process under real load does not see that collection every few seconds.
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { Agent, request } from 'node:http'
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
@@ -21,7 +28,7 @@ import { median } from '../statistics.js'
 
 const WARM_UP = Number(process.env.INSTRUCTIONS_WARM_UP ?? 6000)
 const COUNTED = Number(process.env.INSTRUCTIONS_COUNTED ?? 1000)
-const WINDOWS = Number(process.env.INSTRUCTIONS_WINDOWS ?? 3)
+const WINDOWS = Number(process.env.INSTRUCTIONS_WINDOWS ?? 5)
 const CONNECTIONS = 10
 const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
 // callgrind_control finds a process's control pipes by a name that valgrind derives from HOST, so the servers and
@@ -159,8 +166,8 @@ async function call (url: string, method: string, body?: unknown, token?: string
 }
 
 const started = performance.now()
-console.log(`Counting instructions: ${WARM_UP} warm-up requests per scenario, then ${WINDOWS} windows of ${COUNTED}; the service, then the baseline (about four minutes)`)
-const service = await underCallgrind(['node', 'dist/src/server.js'], serviceEnv)
+console.log(`Counting instructions: ${WARM_UP} warm-up requests per scenario, then ${WINDOWS} windows of ${COUNTED}; the service, then the baseline (about six minutes)`)
+const service = await underCallgrind(['node', '--no-memory-reducer', 'dist/src/server.js'], serviceEnv)
 const { accessToken: token } = await call(`${service.url}/v1/auth/register`, 'POST', { email: 'bench@example.com', password: 'benchmark password', firstName: 'Bench', lastName: 'Mark', role: 'contributor' })
 for (let index = 0; index < 100; index += 1) await call(`${service.url}/v1/items`, 'POST', { name: `Item ${index}`, description: 'A benchmark item with a short description.' }, token)
 const page = await call(`${service.url}/v1/items?pageSize=20`, 'GET', undefined, token)
@@ -175,7 +182,7 @@ const serviceCounts = await count(service, scenarios, token)
 await stop(service)
 console.log(`service counted (${Math.round((performance.now() - started) / 1000)} s)`)
 
-const baseline = await underCallgrind(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) })
+const baseline = await underCallgrind(['node', '--no-memory-reducer', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) })
 const baselineCounts = await count(baseline, scenarios)
 await stop(baseline)
 
