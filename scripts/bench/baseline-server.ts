@@ -33,7 +33,11 @@ for (const { operationId, status, payload, validate } of answers) {
   app.route({
     method: route.method,
     url: route.url,
-    schema: { ...(validate ? { params, body } : {}), response: { [status]: response[status] } },
+    schema: {
+      ...(validate && params !== undefined ? { params } : {}),
+      ...(validate && body !== undefined ? { body } : {}),
+      response: { [status]: response[status] }
+    },
     handler: async (_request, reply) => await reply.code(status).send(payload)
   })
 }
