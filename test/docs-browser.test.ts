@@ -16,7 +16,7 @@ const skip = existsSync(CHROMIUM) || process.env.CI === 'true'
   ? false
   : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`
 
-t.test('Swagger UI at /docs shows every operation, authorizes with a token and runs requests', { skip }, async (t) => {
+t.test('Swagger UI at /docs shows every operation, authorizes with a token that survives a reload, and runs requests', { skip }, async (t) => {
   const app = await buildApp(loadConfig(testEnvironment))
   t.teardown(async () => { await app.close() })
   const baseUrl = await app.listen({ host: '127.0.0.1', port: 0 })
@@ -64,6 +64,10 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token and r
   t.equal(await tryItOut('createItem', 'items'), '201', 'Try it out on createItem, with the example body')
   const listed = await (await fetch(`${baseUrl}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })).json() as { pagination: { total: number } }
   t.equal(listed.pagination.total, 1, 'the item created from Swagger UI is in the catalogue')
+
+  // The authorization survives a reload (persistAuthorization): a request right after it still gets a 200.
+  await page.reload()
+  t.equal(await tryItOut('listItems', 'items'), '200', 'still authorized after a reload')
 
   t.same(refusals, [], 'the Content Security Policy of /docs blocks nothing Swagger UI needs')
 

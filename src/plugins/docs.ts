@@ -10,7 +10,8 @@ export default async function docsPlugin (app: FastifyInstance): Promise<void> {
   // registered inside this plugin, they cost the API's JSON responses nothing.
   await app.register(fastifyHelmet)
   await app.register(fastifySwagger, { mode: 'static', specification: { document: contract as never } })
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs' })
+  // The token given to Authorize is kept in the browser's local storage, so a reload does not lose it.
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { persistAuthorization: true } })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/openapi.yaml', { schema: { hide: true } }, async (_request, reply) =>
     reply.type('application/yaml').send(app.swagger({ yaml: true })))
