@@ -20,44 +20,28 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { Agent, request } from 'node:http'
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
-import { type AddressInfo, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
+import { call, freePort, serviceEnv } from './service.js'
 
 const WARM_UP = Number(process.env.INSTRUCTIONS_WARM_UP ?? 6000)
 const COUNTED = Number(process.env.INSTRUCTIONS_COUNTED ?? 1000)
 const WINDOWS = Number(process.env.INSTRUCTIONS_WINDOWS ?? 5)
 const CONNECTIONS = 10
-const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
 // callgrind_control finds a process's control pipes by a name that valgrind derives from HOST, so the servers and
 // callgrind_control must see the same one.
 const HOST = '127.0.0.1'
 const run = promisify(execFile)
 
-// Every feature on, as in production: rate limits registered (with limits the benchmark cannot reach), logging at
-// warn with redaction, load shedding (but for the event loop's lag, which valgrind's slowness would trip).
-const serviceEnv = {
-  JWT_SECRET,
-  LOG_LEVEL: 'warn',
-  RATE_LIMIT: 'on',
-  RATE_LIMIT_WRITES: '1000000000',
-  MAX_ITEMS_PER_USER: '1000000000',
-  MAX_EVENT_LOOP_DELAY: '0'
-}
+// As in npm run bench, and so every feature on, but for load shedding on the event loop's lag, which valgrind's
+// slowness would trip.
+const countedEnv = { ...serviceEnv, MAX_EVENT_LOOP_DELAY: '0' }
 
 interface Server { process: ChildProcess, url: string, profiles: string }
 
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, HOST, resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
 async function underCallgrind (command: string[], env: NodeJS.ProcessEnv): Promise<Server> {
-  const port = await freePort()
+  const port = await freePort(HOST)
   const profiles = await mkdtemp(join(tmpdir(), 'callgrind-'))
   const child = spawn('valgrind', [
     '--tool=callgrind', '--dump-instr=no', '--collect-jumps=no', `--callgrind-out-file=${profiles}/out.%p`, ...command
@@ -156,17 +140,9 @@ async function count (server: Server, scenarios: Record<string, Scenario>, token
   return counts
 }
 
-async function call (url: string, method: string, body?: unknown, token?: string): Promise<any> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' }
-  if (token !== undefined) headers.authorization = `Bearer ${token}`
-  const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
-  if (!response.ok) throw new Error(`${method} ${url}: ${response.status} ${await response.text()}`)
-  return await response.json()
-}
-
 const started = performance.now()
 console.log(`Counting instructions: ${WARM_UP} warm-up requests per scenario, then ${WINDOWS} windows of ${COUNTED}; the service, then the baseline (about six minutes)`)
-const service = await underCallgrind(['node', '--no-memory-reducer', 'dist/src/server.js'], serviceEnv)
+const service = await underCallgrind(['node', '--no-memory-reducer', 'dist/src/server.js'], countedEnv)
 const { accessToken: token } = await call(`${service.url}/v1/auth/register`, 'POST', { email: 'bench@example.com', password: 'benchmark password', firstName: 'Bench', lastName: 'Mark', role: 'contributor' })
 for (let index = 0; index < 100; index += 1) await call(`${service.url}/v1/items`, 'POST', { name: `Item ${index}`, description: 'A benchmark item with a short description.' }, token)
 const page = await call(`${service.url}/v1/items?pageSize=20`, 'GET', undefined, token)

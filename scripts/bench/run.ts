@@ -7,14 +7,13 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { request } from 'node:http'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { once } from 'node:events'
-import { type AddressInfo, createServer } from 'node:net'
 import autocannon from 'autocannon'
 import { median } from '../statistics.js'
+import { call, freePort, JWT_SECRET, serviceEnv } from './service.js'
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const CONNECTIONS = 10
-const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
 const pin = (command: string[]): string[] => ['taskset', '-c', '0', ...command]
 
 interface Server { process: ChildProcess, url: string }
@@ -40,31 +39,6 @@ async function stop (server: Server): Promise<void> {
   await exited
 }
 
-// Production defaults but for these: a known secret, no log line per request (at the default `info`, two JSON
-// lines per request go to standard output), and limits the benchmark cannot reach, though every limit is still
-// counted (the sign-in scenarios all come from one address, the write scenarios make one user's items by the ten
-// thousand, and the login storm signs in the user whose session the list uses).
-const UNREACHABLE = '1000000000'
-const serviceEnv = {
-  JWT_SECRET,
-  LOG_LEVEL: 'warn',
-  RATE_LIMIT_LOGIN: UNREACHABLE,
-  RATE_LIMIT_LOGIN_ADDRESS: UNREACHABLE,
-  RATE_LIMIT_REGISTER: UNREACHABLE,
-  RATE_LIMIT_WRITES: UNREACHABLE,
-  PASSWORD_QUEUE_LIMIT: '1000',
-  MAX_ITEMS_PER_USER: UNREACHABLE,
-  MAX_SESSIONS_PER_USER: UNREACHABLE
-}
-
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
-
 /** Starts the built service (with `serviceEnv` unless told otherwise) and resolves once it answers its readiness check. */
 async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned = true): Promise<Server & { startupMs: number }> {
   const port = await freePort()
@@ -77,14 +51,6 @@ async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned = true)
     await new Promise((resolve) => setTimeout(resolve, 2))
   }
   return { process: child, url, startupMs: performance.now() - started }
-}
-
-async function call (url: string, method: string, body?: unknown, token?: string): Promise<any> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' }
-  if (token !== undefined) headers.authorization = `Bearer ${token}`
-  const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
-  if (!response.ok) throw new Error(`${method} ${url}: ${response.status} ${await response.text()}`)
-  return await response.json()
 }
 
 interface Load {
@@ -126,7 +92,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
 }
 
 const SCENARIOS = 12
-const FLOOD_SECONDS = 2 * (DURATION + 10)
+const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
 console.log(`npm run bench: ${SCENARIOS} scenarios × ${ROUNDS} rounds of ${DURATION} s, five starts, a sign-in flood: about ${Math.ceil(expectedSeconds / 60)} minutes`)
 
@@ -196,6 +162,7 @@ for (let run = 0; run < 5; run += 1) {
 // from this process. It runs twice: with the service (and so its hashing process) on one core, as every other
 // scenario; and with the service free to use both cores (this process and the flood stay on the other one).
 const FLOOD_SIGN_INS = 20
+const FLOOD_START_MS = 2000
 async function postFrom (localAddress: string, url: string, body: unknown): Promise<{ status: number, ms: number }> {
   const started = performance.now()
   const payload = JSON.stringify(body)
@@ -231,9 +198,9 @@ async function floodSignIns (pinned: boolean): Promise<SignInFlood> {
     return answers
   }
   const idleSignIns = await signInAll()
-  const flood = floodSignInsAt(`${flooded.url}/v1/auth/login`)
+  const flood = await floodSignInsAt(`${flooded.url}/v1/auth/login`)
   const floodedSignIns = await signInAll()
-  const floodResult = await flood
+  const floodResult = await flood.result
   await stop(flooded)
   return {
     idle: { p50: percentile(idleSignIns, 0.5), p99: percentile(idleSignIns, 0.99) },
@@ -244,17 +211,22 @@ async function floodSignIns (pinned: boolean): Promise<SignInFlood> {
   }
 }
 
-/** autocannon's command line, at nice 19, each request with a new email; resolves with its JSON result. */
-async function floodSignInsAt (url: string): Promise<{ requests: { total: number }, '2xx': number, non2xx: number }> {
+/**
+ * autocannon's command line at nice 19, each request with a new email, for twice the measurement's length (so
+ * that it outlasts the sign-ins timed meanwhile); resolves once the flood is under way.
+ */
+async function floodSignInsAt (url: string): Promise<{ result: Promise<{ requests: { total: number }, '2xx': number, non2xx: number }> }> {
   const flood = spawn('nice', [
     '-n', '19', process.execPath, 'node_modules/autocannon/autocannon.js', '--json', '--idReplacement',
-    '--connections', String(CONNECTIONS), '--duration', String(DURATION), '--method', 'POST',
+    '--connections', String(CONNECTIONS), '--duration', String(2 * DURATION), '--method', 'POST',
     '--headers', 'content-type=application/json', '--body', '{"email":"flood[<id>]@example.com","password":"guess guess"}', url
   ], { stdio: ['ignore', 'pipe', 'inherit'] })
   let output = ''
   flood.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  await once(flood, 'exit')
-  return JSON.parse(output)
+  const result = once(flood, 'exit').then(() => JSON.parse(output))
+  // With --json autocannon says nothing until it ends; Node starts it in well under a second here.
+  await new Promise((resolve) => setTimeout(resolve, FLOOD_START_MS))
+  return { result }
 }
 const signInFloods = { oneCore: await floodSignIns(true), twoCores: await floodSignIns(false) }
 // Medians of the rounds; a single non-2xx response or error in any round shows.

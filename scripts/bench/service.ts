@@ -1,0 +1,38 @@
+// What both benchmarks need of the service: how it is configured, a free port, and a JSON call to it.
+import { type AddressInfo, createServer } from 'node:net'
+
+export const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
+
+// Production defaults but for these: a known secret, no log line per request (at the default `info`, two JSON
+// lines per request go to standard output), and limits the benchmarks cannot reach, though every limit is still
+// counted (the sign-in scenarios all come from one address, the write scenarios make one user's items by the ten
+// thousand, and the login storm signs in the user whose session the list uses).
+const UNREACHABLE = '1000000000'
+export const serviceEnv = {
+  JWT_SECRET,
+  LOG_LEVEL: 'warn',
+  RATE_LIMIT_LOGIN: UNREACHABLE,
+  RATE_LIMIT_LOGIN_ADDRESS: UNREACHABLE,
+  RATE_LIMIT_REGISTER: UNREACHABLE,
+  RATE_LIMIT_WRITES: UNREACHABLE,
+  PASSWORD_QUEUE_LIMIT: '1000',
+  MAX_ITEMS_PER_USER: UNREACHABLE,
+  MAX_SESSIONS_PER_USER: UNREACHABLE
+}
+
+export async function freePort (host = '127.0.0.1'): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve) => server.listen(0, host, resolve))
+  const { port } = server.address() as AddressInfo
+  await new Promise((resolve) => server.close(resolve))
+  return port
+}
+
+/** A JSON request to the service; throws on any status but 2xx. */
+export async function call (url: string, method: string, body?: unknown, token?: string): Promise<any> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' }
+  if (token !== undefined) headers.authorization = `Bearer ${token}`
+  const response = await fetch(url, { method, headers, ...(body === undefined ? {} : { body: JSON.stringify(body) }) })
+  if (!response.ok) throw new Error(`${method} ${url}: ${response.status} ${await response.text()}`)
+  return await response.json()
+}
