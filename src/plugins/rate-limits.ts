@@ -25,7 +25,7 @@ const limit = ({ max, windowSeconds }: RateLimit): RateLimitOptions => ({ max, t
 // than signing in many accounts from one machine.
 const loginKey = (request: FastifyRequest): string => {
   const { email } = request.body as { email: string }
-  return `login ${request.ip}\n${emailKey(email)}`
+  return `${request.ip}\n${emailKey(email)}`
 }
 
 /**
@@ -56,7 +56,8 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     }
   }
   const loginPerEmail = hookFor(login, loginKey)
-  const writesPerUser = hookFor(writes, (request) => `writes ${request.user.id}`)
+  // Each limit counts in a store of its own, so a key needs no prefix.
+  const writesPerUser = hookFor(writes, (request) => request.user.id)
   // Added before @fastify/rate-limit's own onRoute hook, which reads the per-address limit from the route's config.
   app.addHook('onRoute', (route) => {
     const operationId = route.config?.operationId
