@@ -89,6 +89,6 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
   await app.register(authPlugin, config)
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })
   await app.register(docsPlugin)
-  await app.register(routesPlugin, { handlers, strictResponses: config.strictResponses })
+  await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
   return app
 }

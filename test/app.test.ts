@@ -265,3 +265,13 @@ t.test('a stale generated/ (a request part without its validator) stops the star
   const { generatedValidator } = await import('../src/plugins/routes.js')
   t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate/ })
 })
+
+t.test('a security scheme of the contract that no hook enforces stops the start, naming the operation', async (t) => {
+  const { default: Fastify } = await import('fastify')
+  const { default: routesPlugin } = await import('../src/plugins/routes.js')
+  const { handlers } = await import('../src/handlers/index.js')
+  const app = Fastify({ logger: false })
+  t.teardown(async () => { await app.close() })
+  await t.rejects(async () => { await app.register(routesPlugin, { handlers, securitySchemes: { apiKey: async () => {} }, strictResponses: false }) },
+    { message: /^logoutUser: no hook enforces the security scheme\(s\) bearerAuth of the contract$/ })
+})

@@ -135,3 +135,13 @@ t.test('a sign-in whose client has hung up is dropped before its password is has
   // Had the 60 abandoned checks been hashed, this one would have waited for all of them (60 × idle).
   t.ok(afterFlood < idle * 20 + 200, `a sign-in after 60 abandoned ones took ${afterFlood} ms (idle: ${idle} ms)`)
 })
+
+t.test('each app has its own hashing process, and closing the app ends it', async (t) => {
+  const api = await build(t)
+  await api.register()
+  const [child] = hashingProcesses()
+  if (child === undefined) throw new Error('no hashing process')
+  await api.app.close()
+  t.equal(processStat(child.pid), undefined, 'the process has exited')
+  t.same(hashingProcesses(), [])
+})

@@ -18,7 +18,8 @@ async function answer (request: HashingRequest): Promise<HashingResponse> {
 }
 
 process.on('message', (request: HashingRequest) => {
-  void answer(request).then((response) => process.send?.(response))
+  // The service may have gone while this hash ran: then the answer has no one to reach, and sending it would fail.
+  void answer(request).then((response) => { if (process.connected) process.send?.(response) })
 })
 // The service has exited, or crashed: there is no one left to hash for.
 process.on('disconnect', () => { process.exit(0) })

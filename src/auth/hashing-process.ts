@@ -1,4 +1,5 @@
 import { type ChildProcess, fork } from 'node:child_process'
+import { once } from 'node:events'
 import { setPriority } from 'node:os'
 import { extname } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -24,11 +25,12 @@ const childModule = fileURLToPath(new URL(`./hashing-child${extname(import.meta.
  * sign-ins took half the CPU time from every other request.
  *
  * The process starts on the first request and is started again after a crash; it never keeps the service alive
- * while idle, and it exits when the service does.
+ * while idle, and it exits when the service does, or when `close` is called.
  */
 export class HashingProcess {
   #connection: Connection | undefined
   #nextId = 0
+  #closed = false
 
   async hash (password: string): Promise<string> {
     const value = await this.#request({ id: this.#nextId++, operation: 'hash', password })
@@ -40,7 +42,21 @@ export class HashingProcess {
     return await this.#request({ id: this.#nextId++, operation: 'verify', hash, password }) === true
   }
 
+  /** Ends the process, failing whatever it was still asked; no request starts another one. */
+  async close (): Promise<void> {
+    this.#closed = true
+    const child = this.#connection?.child
+    // A disconnected child has exited, or is exiting by itself (hashing-child.ts).
+    if (child?.connected !== true) return
+    const exited = once(child, 'exit')
+    // Unreferenced while idle: held again, so that the process waits for the child to be gone.
+    child.ref()
+    child.kill()
+    await exited
+  }
+
   async #request (request: HashingRequest): Promise<string | boolean> {
+    if (this.#closed) throw new Error('the password hashing process is closed')
     const { child, pending } = this.#connection?.child.connected === true ? this.#connection : (this.#connection = start())
     const answer = new Promise<string | boolean>((resolve, reject) => pending.set(request.id, { resolve, reject }))
     // Held while a request is out, so that even a process with nothing else to do waits for the answer.

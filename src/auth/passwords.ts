@@ -13,6 +13,8 @@ export interface Passwords {
   hash (password: string, requester: Requester): Promise<string>
   /** True when `password` matches `hash`; with no hash (an unknown user) it takes as long and is false. */
   verify (hash: string | undefined, password: string, requester: Requester): Promise<boolean>
+  /** Ends the hashing process. */
+  close (): Promise<void>
 }
 
 export interface PasswordsOptions {
@@ -78,9 +80,6 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
   }
 }
 
-// One per service process, like libuv's thread pool: every app built in this process shares it.
-const hashingProcess = new HashingProcess()
-
 /**
  * Hashing runs in a low-priority process (see HashingProcess), and at most one hash runs per core beyond the
  * event loop's (at least one), so a storm of sign-ins queues rather than taking every core and all the memory
@@ -89,8 +88,10 @@ const hashingProcess = new HashingProcess()
  */
 export function createPasswords ({ maxWaiting, concurrency = Math.max(1, availableParallelism() - 1) }: PasswordsOptions): Passwords {
   const limit = limitConcurrency(concurrency, maxWaiting)
+  const hashingProcess = new HashingProcess()
   return {
     hash: async (password, requester) => await limit(async () => await hashingProcess.hash(password), requester),
-    verify: async (hash, password, requester) => await limit(async () => await hashingProcess.verify(hash, password), requester)
+    verify: async (hash, password, requester) => await limit(async () => await hashingProcess.verify(hash, password), requester),
+    close: async () => { await hashingProcess.close() }
   }
 }

@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify'
 import type { components } from '../../generated/openapi.js'
 import { emailKey } from '../auth/email.js'
 import type { Requester } from '../auth/passwords.js'
-import type { TokenPair } from '../auth/sessions.js'
+import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import type { User } from '../store/store.js'
 import type { Handler } from './handler.js'
@@ -22,7 +22,7 @@ const requester = (request: FastifyRequest): Requester => ({ address: request.ip
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 export const registerUser: Handler<'registerUser'> = async (request, reply) => {
-  const { store, passwords, sessions } = request.server
+  const { store, passwords, tokens } = request.server
   const { email, password, firstName, lastName, role } = request.body
   const key = emailKey(email)
   if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
@@ -38,26 +38,26 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   })
   // A concurrent registration of the same email may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
-  return reply.headers(NO_STORE).code(201).send(authResponse(user, await sessions.open(user.id)))
+  return reply.headers(NO_STORE).code(201).send(authResponse(user, await tokens.open(user.id)))
 }
 
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {
-  const { store, passwords, sessions } = request.server
+  const { store, passwords, tokens } = request.server
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
   const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, requester(request))
   if (user === undefined || !passwordMatches) throw invalidCredentials()
-  return reply.headers(NO_STORE).code(200).send(authResponse(user, await sessions.open(user.id)))
+  return reply.headers(NO_STORE).code(200).send(authResponse(user, await tokens.open(user.id)))
 }
 
 export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {
-  const { store, sessions } = request.server
-  const refreshed = await sessions.refresh(request.body.refreshToken)
+  const { store, tokens } = request.server
+  const refreshed = await tokens.refresh(request.body.refreshToken)
   const user = refreshed === undefined ? undefined : await store.users.get(refreshed.userId)
   if (refreshed === undefined || user === undefined) throw invalidRefreshToken()
   return reply.headers(NO_STORE).code(200).send(authResponse(user, refreshed.tokens))
 }
 
 export const logoutUser: Handler<'logoutUser'> = async (request, reply) => {
-  await request.server.sessions.close(request.user.sessionId)
+  await request.server.tokens.close(request.user.sessionId)
   return reply.code(204).send()
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import type { Principal } from '../plugins/auth.js'
+import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound } from '../errors.js'
 import type { Item } from '../store/store.js'
 import type { Handler } from './handler.js'

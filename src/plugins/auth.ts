@@ -2,18 +2,12 @@ import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { createPasswords, type Passwords } from '../auth/passwords.js'
-import { type AccessTokenClaims, Sessions } from '../auth/sessions.js'
+import type { Principal } from '../auth/principal.js'
+import { type AccessTokenClaims, Tokens } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, forbidden, unauthorized } from '../errors.js'
 import type { Role } from '../store/store.js'
-
-/** Who is calling: set by `authenticate` on every protected route. The role is read from the store. */
-export interface Principal {
-  readonly id: string
-  readonly role: Role
-  readonly sessionId: string
-}
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
@@ -27,7 +21,8 @@ declare module 'fastify' {
     /** onRequest hook: rejects the request with 401 unless it carries a valid access token of a live session. */
     authenticate: onRequestHookHandler
     passwords: Passwords
-    sessions: Sessions
+    /** Issues, refreshes and revokes token pairs (the sessions they belong to are in `store.sessions`). */
+    tokens: Tokens
   }
 }
 
@@ -74,7 +69,9 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   })
 
   app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit }))
-  app.decorate('sessions', new Sessions({
+  // onClose runs once the server has stopped and every request in flight has been answered.
+  app.addHook('onClose', async () => { await app.passwords.close() })
+  app.decorate('tokens', new Tokens({
     store: app.store,
     signAccessToken: (claims) => app.jwt.sign(claims),
     accessTokenTtlSeconds,

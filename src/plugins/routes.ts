@@ -16,6 +16,8 @@ declare module 'fastify' {
 
 interface RoutesPluginOptions {
   handlers: Handlers
+  /** The hook that enforces each security scheme of the contract, by the scheme's name in `components.securitySchemes`. */
+  securitySchemes: Readonly<Record<string, onRequestHookHandler>>
   /** Check every response against the contract before it leaves (CONTRACT_STRICT_RESPONSES). */
   strictResponses: boolean
 }
@@ -33,9 +35,16 @@ export function generatedValidator ({ method, url, httpPart }: { method: string,
   return validator
 }
 
-function securityHooks (app: FastifyInstance, route: RouteDefinition): onRequestHookHandler[] {
-  if (route.security.length === 0) return []
-  return route.roles.length === 0 ? [app.authenticate] : [app.authenticate, requireRole(route.roles)]
+// The hooks that guard an operation: its security scheme's, then its role check. A scheme with no hook, or a choice
+// between schemes (which no operation offers yet), fails at start rather than letting a request through unchecked.
+function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOptions['securitySchemes']): onRequestHookHandler[] {
+  const [scheme, ...alternatives] = route.security
+  if (scheme === undefined) return []
+  const authenticate = securitySchemes[scheme]
+  if (authenticate === undefined || alternatives.length > 0) {
+    throw new Error(`${route.operationId}: no hook enforces the security scheme(s) ${route.security.join(', ')} of the contract`)
+  }
+  return route.roles.length === 0 ? [authenticate] : [authenticate, requireRole(route.roles)]
 }
 
 /**
@@ -45,12 +54,13 @@ function securityHooks (app: FastifyInstance, route: RouteDefinition): onRequest
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
   for (const schema of Object.values(schemas)) app.addSchema(schema)
-  for (const route of routes) {
+  const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
+  for (const [index, route] of routes.entries()) {
     app.route({
       method: route.method,
       url: route.url,
       schema: route.schema,
-      onRequest: securityHooks(app, route),
+      onRequest: guards[index],
       onSend: options.strictResponses ? [enforceResponseContract(route)] : [],
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
       config: { operationId: route.operationId }

@@ -15,7 +15,7 @@ export interface TokenPair {
   expiresIn: number
 }
 
-export interface SessionsOptions {
+export interface TokensOptions {
   store: Store
   signAccessToken: (claims: AccessTokenClaims) => string
   accessTokenTtlSeconds: number
@@ -30,10 +30,10 @@ const hashRefreshToken = (token: string): string => createHash('sha256').update(
 const newRefreshToken = (): string => randomBytes(32).toString('base64url')
 
 /** Opens, refreshes and closes sessions: one per sign-in, each with a single-use refresh token. */
-export class Sessions {
-  readonly #options: SessionsOptions
+export class Tokens {
+  readonly #options: TokensOptions
 
-  constructor (options: SessionsOptions) {
+  constructor (options: TokensOptions) {
     this.#options = options
   }
 

@@ -1,0 +1,8 @@
+import type { Role } from '../store/store.js'
+
+/** Who is calling: set by authentication on every protected route. The role is read from the store. */
+export interface Principal {
+  readonly id: string
+  readonly role: Role
+  readonly sessionId: string
+}
