@@ -73,7 +73,7 @@ export const contract: Record<string, unknown> = {
           "ops"
         ],
         "summary": "Readiness",
-        "description": "Answers 200 while the service accepts traffic, and 503 (`SERVICE_UNAVAILABLE`) once it has begun shutting\ndown or is shedding load, so a load balancer stops sending requests.\n",
+        "description": "Answers 200 while the service accepts traffic, and 503 (`SERVICE_UNAVAILABLE`) once it has begun shutting\ndown, while it is shedding load, or while its data store (Redis, with `STORE=redis`) is unreachable, so a\nload balancer stops sending requests.\n",
         "security": [],
         "responses": {
           "200": {
@@ -998,10 +998,10 @@ export const contract: Record<string, unknown> = {
         }
       },
       "ServiceUnavailable": {
-        "description": "The service is overloaded or shutting down (`SERVICE_UNAVAILABLE`); try again after `Retry-After` seconds,\nif given.\n",
+        "description": "The service is overloaded, shutting down, or cannot reach its data store (`SERVICE_UNAVAILABLE`); try again\nafter `Retry-After` seconds, if given.\n",
         "headers": {
           "Retry-After": {
-            "description": "Seconds to wait before trying again, when the service can tell (it does when shedding load).",
+            "description": "Seconds to wait before trying again, when the service can tell (it does when shedding load and when its data store is unreachable).",
             "schema": {
               "type": "integer",
               "minimum": 0
@@ -1245,7 +1245,7 @@ export const contract: Record<string, unknown> = {
       },
       "ErrorCode": {
         "type": "string",
-        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.\n",
+        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n",
         "enum": [
           "VALIDATION_ERROR",
           "AUTHENTICATION_REQUIRED",

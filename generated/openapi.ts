@@ -30,7 +30,8 @@ export interface paths {
         /**
          * Readiness
          * @description Answers 200 while the service accepts traffic, and 503 (`SERVICE_UNAVAILABLE`) once it has begun shutting
-         *     down or is shedding load, so a load balancer stops sending requests.
+         *     down, while it is shedding load, or while its data store (Redis, with `STORE=redis`) is unreachable, so a
+         *     load balancer stops sending requests.
          */
         get: operations["checkReadiness"];
         put?: never;
@@ -341,7 +342,7 @@ export interface components {
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.
          *     - `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
-         *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded or shutting down; see `Retry-After`.
+         *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.
          * @enum {string}
          */
         ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
@@ -602,12 +603,12 @@ export interface components {
             };
         };
         /**
-         * @description The service is overloaded or shutting down (`SERVICE_UNAVAILABLE`); try again after `Retry-After` seconds,
-         *     if given.
+         * @description The service is overloaded, shutting down, or cannot reach its data store (`SERVICE_UNAVAILABLE`); try again
+         *     after `Retry-After` seconds, if given.
          */
         ServiceUnavailable: {
             headers: {
-                /** @description Seconds to wait before trying again, when the service can tell (it does when shedding load). */
+                /** @description Seconds to wait before trying again, when the service can tell (it does when shedding load and when its data store is unreachable). */
                 "Retry-After"?: number;
                 [name: string]: unknown;
             };

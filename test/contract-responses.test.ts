@@ -2,7 +2,7 @@
 // valid requests; together with the other tests this covers every response the contract documents.
 import t from 'tap'
 import { type RouteOperationId, routes } from '../generated/routes.js'
-import type { Store } from '../src/store/store.js'
+import { type Store, StoreUnavailableError } from '../src/store/store.js'
 import { type CallOptions, build, newUser, overloadEventLoop, TEST_JWT_SECRET } from './helper.js'
 import { forgeToken } from './tokens.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
@@ -39,15 +39,40 @@ const validRequests = (token: string): Record<RouteOperationId, CallOptions> => 
 const usesStore = routes.filter((route) => !route.operationId.startsWith('check'))
 const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
 
-t.test('a failing store is a 500 INTERNAL_ERROR on every operation that uses it', async (t) => {
-  const broken = new Proxy({}, { get: () => async () => { throw new Error('store unavailable') } })
-  const store: Store = { users: broken as Store['users'], sessions: broken as Store['sessions'], items: broken as Store['items'] }
-  const api = await build(t, {}, { store })
+// Every part of the store fails every call with `error`; rate counters call back with it.
+function failingStore (error: Error): Store {
+  const broken = new Proxy({}, { get: () => async () => { throw error } })
+  return {
+    users: broken as Store['users'],
+    sessions: broken as Store['sessions'],
+    items: broken as Store['items'],
+    rateCounter: () => ({ incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) } }),
+    available: () => false,
+    close: async () => {}
+  }
+}
+
+t.test('a store failing with an unexpected error is a 500 INTERNAL_ERROR on every operation that uses it', async (t) => {
+  const api = await build(t, {}, { store: failingStore(new Error('a bug in the store')) })
   const validRequest = validRequests(forgedToken)
   for (const route of usesStore) {
     const response = await api.call(route.operationId, validRequest[route.operationId])
     t.equal(response.statusCode, 500, route.operationId)
     t.same(response.json(), INTERNAL_ERROR_BODY)
+  }
+})
+
+t.test('an unavailable store is a 503 SERVICE_UNAVAILABLE with Retry-After on every operation that uses it, rate limits included', async (t) => {
+  for (const rateLimit of ['off', 'on']) {
+    const api = await build(t, { RATE_LIMIT: rateLimit }, { store: failingStore(new StoreUnavailableError('Redis is down')) })
+    const validRequest = validRequests(forgedToken)
+    for (const route of usesStore) {
+      const response = await api.call(route.operationId, validRequest[route.operationId])
+      t.equal(response.statusCode, 503, `${route.operationId}, RATE_LIMIT=${rateLimit}`)
+      t.equal(response.headers['retry-after'], '2')
+      t.same(response.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The data store is unavailable; try again shortly.' })
+    }
+    t.equal((await api.call('checkReadiness')).statusCode, 503, 'not ready')
   }
 })
 

@@ -6,5 +6,6 @@ export const checkLiveness: Handler<'checkLiveness'> = async (_request, reply) =
 
 export const checkReadiness: Handler<'checkReadiness'> = async (request, reply) => {
   if (request.server.lifecycle.draining) throw serviceUnavailable('The service is shutting down.')
+  if (!request.server.store.available()) throw serviceUnavailable('The data store is unreachable.')
   return reply.code(200).send({ status: 'ok' })
 }

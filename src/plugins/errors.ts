@@ -2,7 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, type ValidationErrorBody } from '../errors.js'
+import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, serviceUnavailable, type ValidationErrorBody } from '../errors.js'
+import { StoreUnavailableError } from '../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -40,10 +41,18 @@ function validationError (details: ValidationDetail[]): ValidationErrorBody {
   return { code: 'VALIDATION_ERROR', message: 'The request is invalid.', details }
 }
 
-export function handleError (error: FastifyError | ApiError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  if (error instanceof ApiError) {
-    return reply.code(error.statusCode).headers(error.headers).send({ code: error.code, message: error.message } satisfies ErrorBody)
+const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
+  reply.code(error.statusCode).headers(error.headers).send({ code: error.code, message: error.message } satisfies ErrorBody)
+
+// Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
+const STORE_RETRY_AFTER_SECONDS = 2
+
+export function handleError (error: FastifyError | ApiError | StoreUnavailableError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (error instanceof StoreUnavailableError) {
+    request.log.warn({ err: error }, 'store unavailable')
+    return sendApiError(reply, serviceUnavailable('The data store is unavailable; try again shortly.', STORE_RETRY_AFTER_SECONDS))
   }
+  if (error instanceof ApiError) return sendApiError(reply, error)
   if (error.validation) {
     const context = String(error.validationContext)
     const details = error.validation.map((issue) => ({ field: fieldPath(issue, context), issue: issueText(issue) }))

@@ -1,25 +1,17 @@
-import fastifyRateLimit, { type RateLimitOptions } from '@fastify/rate-limit'
-import type { FastifyInstance, FastifyRequest, preHandlerHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
-import { rateLimited } from '../errors.js'
-import { lockingRateLimitStore } from './locking-rate-limit-store.js'
 import type { AppConfig, RateLimit } from '../config.js'
+import { rateLimited } from '../errors.js'
+import type { Counted, StoreUnavailableError } from '../store/store.js'
 
 interface RateLimitsPluginOptions {
-  /** The limits of the public auth operations; none when RATE_LIMIT=off. */
+  /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
   limits: AppConfig['rateLimits']
 }
 
-// Keys the limiter keeps per limit, those under it and, as many again, those over it (which new keys cannot push
-// out): about 300 bytes each with an email in the key, so at most 30 MB per limit.
-const KEYS_PER_LIMIT = 50_000
-
-// Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
-const ITEM_WRITES: ReadonlySet<RouteOperationId> = new Set(['createItem', 'updateItem', 'deleteItem'])
-
-const limit = ({ max, windowSeconds }: RateLimit): RateLimitOptions => ({ max, timeWindow: windowSeconds * 1000 })
+type Hook = onRequestHookHandler
 
 // Sign-in attempts count per client address and email too: guessing one account's password is slowed down more
 // than signing in many accounts from one machine.
@@ -28,46 +20,51 @@ const loginKey = (request: FastifyRequest): string => {
   return `${request.ip}\n${emailKey(email)}`
 }
 
+// A store that cannot count fails the request with its 503: a limit that no longer holds would let guessing run free.
+function verdict (outcome: Counted | StoreUnavailableError, max: number): Error | undefined {
+  if (outcome instanceof Error) return outcome
+  return outcome.current > max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined
+}
+
 /**
- * Every request limit, by operationId. Limits keyed by the client address are checked first, in `onRequest`,
- * before any body is read or password checked. The sign-in limit per address and email needs the email, and
- * item writes count per user, so those are checked in `preHandler`, after authentication and validation.
+ * Every request limit, by operationId, each counting in the store's counter of its own name (in Redis, shared by
+ * every instance, with STORE=redis). Limits keyed by the client address are checked first, in `onRequest`, before
+ * any body is read or password checked. The sign-in limit per address and email needs the email, and item writes
+ * count per user, so those are checked in `preHandler`, after authentication, the role guard and validation: a
+ * write counts only when it can succeed.
+ *
+ * The hooks are callbacks that count in the store directly: through @fastify/rate-limit's route hooks a limit
+ * cost an item write about 12 000 instructions (bench:instructions), a tenth of the write.
  */
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
   if (options.limits === null) return
   const { login, loginAddress, register, refresh, writes } = options.limits
-  const perAddress: Partial<Record<RouteOperationId, RateLimitOptions>> = {
-    loginUser: limit(loginAddress),
-    registerUser: limit(register),
-    refreshTokens: limit(refresh)
-  }
-  const Store = lockingRateLimitStore(KEYS_PER_LIMIT)
-  // @fastify/rate-limit runs one route hook per request, so the second limit of a route is checked by a hook of
-  // ours, which counts in a store of the same kind directly. Through app.createRateLimit it cost an item write
-  // about 12 000 instructions (bench:instructions), a tenth of the write: promises, an awaited key generator,
-  // a route-options object per request.
-  const hookFor = ({ max, windowSeconds }: RateLimit, keyOf: (request: FastifyRequest) => string): preHandlerHookHandler => {
-    const store = new Store()
-    const timeWindow = windowSeconds * 1000
+  const hookFor = (name: string, { max, windowSeconds }: RateLimit, keyOf: (request: FastifyRequest) => string): Hook => {
+    const counter = app.store.rateCounter(name)
+    const windowMs = windowSeconds * 1000
     return (request, _reply, done) => {
-      store.incr(keyOf(request), (_error, counted) => {
-        done(counted.current > max ? rateLimited(Math.ceil(counted.ttl / 1000)) : undefined)
-      }, timeWindow, max)
+      counter.incr(keyOf(request), windowMs, max, (outcome) => { done(verdict(outcome, max)) })
     }
   }
-  const loginPerEmail = hookFor(login, loginKey)
-  // Each limit counts in a store of its own, so a key needs no prefix.
-  const writesPerUser = hookFor(writes, (request) => request.user.id)
-  // Added before @fastify/rate-limit's own onRoute hook, which reads the per-address limit from the route's config.
+  const byAddress = (request: FastifyRequest): string => request.ip
+  const writesPerUser = hookFor('item-writes', writes, (request) => request.user.id)
+  const hooks: Partial<Record<RouteOperationId, { onRequest?: Hook, preHandler?: Hook }>> = {
+    registerUser: { onRequest: hookFor('register', register, byAddress) },
+    loginUser: { onRequest: hookFor('login-address', loginAddress, byAddress), preHandler: hookFor('login', login, loginKey) },
+    refreshTokens: { onRequest: hookFor('refresh', refresh, byAddress) },
+    // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
+    createItem: { preHandler: writesPerUser },
+    updateItem: { preHandler: writesPerUser },
+    deleteItem: { preHandler: writesPerUser }
+  }
   app.addHook('onRoute', (route) => {
     const operationId = route.config?.operationId
-    const rateLimit = operationId === undefined ? undefined : perAddress[operationId]
-    if (rateLimit !== undefined) route.config = { ...route.config, rateLimit }
-    if (operationId === 'loginUser') route.preHandler = loginPerEmail
-    // After authentication, the role guard and validation: the limit is the user's, and counts only writes that can succeed.
-    if (operationId !== undefined && ITEM_WRITES.has(operationId)) route.preHandler = writesPerUser
+    const limits = operationId === undefined ? undefined : hooks[operationId]
+    // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
+    // over it.
+    if (limits?.onRequest !== undefined) route.onRequest = [limits.onRequest, ...[route.onRequest ?? []].flat()]
+    if (limits?.preHandler !== undefined) route.preHandler = limits.preHandler
   })
-  await app.register(fastifyRateLimit, { global: false, store: Store })
 }
 
-export default fp(rateLimitsPlugin, { name: 'rate-limits' })
+export default fp(rateLimitsPlugin, { name: 'rate-limits', dependencies: ['store'] })

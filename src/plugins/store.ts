@@ -12,9 +12,13 @@ interface StorePluginOptions {
   store: Store
 }
 
-/** Shares the store with every route; which implementation it is, is the caller of buildApp's choice. */
+/**
+ * Shares the store with every route, and closes it with the app; which implementation it is, is the caller of
+ * buildApp's choice.
+ */
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
   app.decorate('store', options.store)
+  app.addHook('onClose', async () => { await options.store.close() })
 }
 
 export default fp(storePlugin, { name: 'store' })

@@ -1,3 +1,4 @@
+import { MemoryRateCounter } from './memory-rate-counter.js'
 import type { Item, ItemPage, ItemStore, RefreshOutcome, Session, SessionStore, Store, User, UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
@@ -204,10 +205,18 @@ export interface MemoryStoreOptions {
   maxItemsPerContributor?: number
 }
 
+// Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
+// about 300 bytes each with an email in the key, so at most 30 MB per limit.
+const KEYS_PER_RATE_LIMIT = 50_000
+
+/** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({ maxItemsPerContributor = Infinity }: MemoryStoreOptions = {}): Store {
   return {
     users: new MemoryUserStore(),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore(maxItemsPerContributor)
+    items: new MemoryItemStore(maxItemsPerContributor),
+    rateCounter: () => new MemoryRateCounter(KEYS_PER_RATE_LIMIT),
+    available: () => true,
+    close: async () => {}
   }
 }

@@ -80,9 +80,39 @@ export interface ItemStore {
   remove (id: string, confirm: (current: Item) => void): Promise<Item | undefined>
 }
 
-/** Everything the service keeps. Items and users handed out are immutable snapshots. */
+export interface Counted {
+  /** Hits counted in the key's window so far, this one included. */
+  readonly current: number
+  /** Milliseconds until the window ends. */
+  readonly ttl: number
+}
+
+/**
+ * Counts hits per key in fixed windows of `windowMs`, for one rate limit (`max` hits a window), and calls back with
+ * the count, or with a StoreUnavailableError when it cannot count. A callback, not a promise: the memory store
+ * answers at once, and this runs on every item write.
+ */
+export interface RateCounter {
+  incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | StoreUnavailableError) => void): void
+}
+
+/** The store cannot be reached or did not answer in time; the request may be retried. */
+export class StoreUnavailableError extends Error {
+  override name = 'StoreUnavailableError'
+}
+
+/**
+ * Everything the service keeps. Items and users handed out are immutable snapshots. Any operation may reject
+ * with a StoreUnavailableError.
+ */
 export interface Store {
   readonly users: UserStore
   readonly sessions: SessionStore
   readonly items: ItemStore
+  /** The counter of one rate limit; each `name` counts apart from the others. */
+  rateCounter (name: string): RateCounter
+  /** False while the store cannot serve requests (its server unreachable). */
+  available (): boolean
+  /** Releases what the store holds (connections); it serves nothing afterwards. */
+  close (): Promise<void>
 }

@@ -1,15 +1,14 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { lockingRateLimitStore } from '../src/plugins/locking-rate-limit-store.js'
+import { MemoryRateCounter } from '../../src/store/memory-rate-counter.js'
 
 const WINDOW_MS = 60_000
 
 function storeOf (capacity: number): (key: string, max?: number, windowMs?: number) => number {
-  const Store = lockingRateLimitStore(capacity)
-  const store = new Store().child()
+  const counter = new MemoryRateCounter(capacity)
   return (key, max = 1, windowMs = WINDOW_MS) => {
     let current = NaN
-    store.incr(key, (_error, result) => { current = result?.current ?? NaN }, windowMs, max)
+    counter.incr(key, windowMs, max, (counted) => { current = counted.current })
     return current
   }
 }

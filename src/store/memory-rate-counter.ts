@@ -1,0 +1,57 @@
+import type { Counted, RateCounter } from './store.js'
+
+interface Counter {
+  current: number
+  /** When the counter's window began, in milliseconds since the epoch. */
+  readonly startedAt: number
+}
+
+/**
+ * One rate limit's counters in this process: at most `capacity` keys, each counting requests in a fixed window,
+ * as @fastify/rate-limit's own store does. Its store is one least-recently-used map, so a flood of new keys
+ * (addresses, emails) pushes out the key of a locked account, and guessing resumes. Here a key over its limit
+ * moves to a map of its own, which new keys cannot push anything out of: it stays until its window ends. Only
+ * while `capacity` keys are locked at once does a further key go on counting among the evictable ones.
+ */
+export class MemoryRateCounter implements RateCounter {
+  readonly #capacity: number
+  // Under their limit, least recently counted first.
+  readonly #open = new Map<string, Counter>()
+  // Over their limit, in the order they were locked.
+  readonly #locked = new Map<string, Counter>()
+
+  constructor (capacity: number) {
+    this.#capacity = capacity
+  }
+
+  /** Counts a request of `key`; answers at once, never with an error. */
+  incr (key: string, windowMs: number, max: number, callback: (counted: Counted) => void): void {
+    const now = Date.now()
+    const existing = this.#locked.get(key) ?? this.#open.get(key)
+    const counter = existing !== undefined && existing.startedAt + windowMs > now ? existing : { current: 0, startedAt: now }
+    counter.current += 1
+    if (counter.current <= max || !this.#lock(key, counter, now, windowMs)) {
+      this.#locked.delete(key)
+      this.#open.delete(key)
+      this.#open.set(key, counter)
+      // One key in at most, so one out is enough; no iterator is made while there is room.
+      if (this.#open.size > this.#capacity) this.#open.delete(this.#open.keys().next().value!)
+    }
+    callback({ current: counter.current, ttl: counter.startedAt + windowMs - now })
+  }
+
+  /** Moves the key to the locked ones; false when as many as the counter keeps are locked and none has ended. */
+  #lock (key: string, counter: Counter, now: number, windowMs: number): boolean {
+    if (!this.#locked.has(key)) {
+      // Locks that have ended leave from the oldest on, each once: no sweep ever walks the whole map.
+      for (const [lockedKey, locked] of this.#locked) {
+        if (locked.startedAt + windowMs > now) break
+        this.#locked.delete(lockedKey)
+      }
+      if (this.#locked.size >= this.#capacity) return false
+    }
+    this.#open.delete(key)
+    this.#locked.set(key, counter)
+    return true
+  }
+}
