@@ -12,7 +12,6 @@ import healthPlugin from './plugins/health.js'
 import rateLimitsPlugin from './plugins/rate-limits.js'
 import routesPlugin, { generatedValidator } from './plugins/routes.js'
 import storePlugin from './plugins/store.js'
-import { createMemoryStore } from './store/memory-store.js'
 import type { Store } from './store/store.js'
 
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
@@ -25,7 +24,7 @@ const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
 const REDACTED_LOG_PATHS = ['req.headers.authorization', ...SECRET_LOG_KEYS, ...SECRET_LOG_KEYS.map((key) => `body.${key}`)]
 
 export interface BuildAppOptions {
-  /** Where data is kept; a fresh in-memory store when left out. */
+  /** Where data is kept; when left out, the store the configuration names (STORE). */
   store?: Store
   /** Event handlers to subscribe before the first request, by channel. */
   subscribers?: Subscribers
@@ -68,7 +67,10 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     // undeclared 414 past 100 characters). Node's header limit (16 KiB) bounds the whole URL anyway.
     routerOptions: { maxParamLength: 16_384 },
     // Only what the contract declares is served: no HEAD twin of every GET.
-    exposeHeadRoutes: false
+    exposeHeadRoutes: false,
+    // Behind a balancer, the client's address (request.ip, which rate limits key on) comes from X-Forwarded-For
+    // only when the operator says the proxy is trusted.
+    trustProxy: config.trustProxy
   })
   if (config.jwt.secretGenerated) {
     app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
@@ -84,7 +86,7 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
 
   await app.register(errorsPlugin)
   await app.register(healthPlugin, config)
-  await app.register(storePlugin, { store: options.store ?? createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser }) })
+  await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
   await app.register(eventsPlugin, { subscribers: options.subscribers })
   await app.register(authPlugin, config)
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import { isIP } from 'node:net'
 
 export class ConfigError extends Error {
   override name = 'ConfigError'
@@ -28,6 +29,36 @@ const text = (minLength: number): Reader<string> => (raw, name) => {
   return raw
 }
 
+const redisUrl: Reader<string> = (raw, name) => {
+  if (!/^rediss?:\/\/./.test(raw) || !URL.canParse(raw)) {
+    throw new ConfigError(`Invalid configuration: ${name} must be a redis:// or rediss:// URL`)
+  }
+  return raw
+}
+
+// What Fastify's trustProxy (proxy-addr) takes in a list: an address, a CIDR range, or a named range.
+const NAMED_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal'])
+function isProxyAddress (entry: string): boolean {
+  const [address = '', bits, ...rest] = entry.split('/')
+  const version = isIP(address)
+  if (bits === undefined) return NAMED_RANGES.has(entry) || version !== 0
+  return rest.length === 0 && version !== 0 && /^\d{1,3}$/.test(bits) && Number(bits) <= (version === 4 ? 32 : 128)
+}
+
+type TrustedProxies = boolean | string | ((address: string, hop: number) => boolean)
+
+// `true` or `false`, a number of proxy hops to trust, or the proxies' addresses and CIDR ranges, comma-separated.
+const proxies: Reader<TrustedProxies> = (raw, name) => {
+  if (raw === 'true' || raw === 'false') return raw === 'true'
+  if (/^\d+$/.test(raw)) {
+    const hops = Number(raw)
+    return (_address, hop) => hop < hops
+  }
+  const addresses = raw.split(',').map((address) => address.trim())
+  if (addresses.every(isProxyAddress)) return addresses.join(',')
+  throw new ConfigError(`Invalid configuration: ${name} must be true, false, a number of hops, or comma-separated addresses, got "${raw}"`)
+}
+
 const mebibytes = (value: number | undefined): number | undefined => value === undefined ? undefined : value * 1024 * 1024
 
 function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback: T): T
@@ -43,6 +74,16 @@ const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'
 export interface RateLimit {
   max: number
   windowSeconds: number
+}
+
+export interface StoreConfig {
+  /** Where data is kept: this process's memory, or Redis, shared by every instance. */
+  kind: 'memory' | 'redis'
+  redisUrl: string
+  /** Starts every key the service writes in Redis. */
+  redisKeyPrefix: string
+  /** Items one contributor may own at once. */
+  maxItemsPerUser: number
 }
 
 export interface AppConfig {
@@ -68,8 +109,9 @@ export interface AppConfig {
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
   rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit, writes: RateLimit } | null
-  /** Items one contributor may own at once. */
-  maxItemsPerUser: number
+  store: StoreConfig
+  /** Fastify's trustProxy: whether, or which, proxies' X-Forwarded-For gives the client's address. */
+  trustProxy: TrustedProxies
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
   /** Heap in use, in bytes, past which every request but a GET is shed; undefined for the derived default. */
@@ -87,6 +129,11 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   const jwtSecret = read(source, 'JWT_SECRET', text(32))
   if (environment === 'production' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV is production')
+  }
+  const storeKind = read(source, 'STORE', oneOf('memory', 'redis'), 'memory')
+  // Every instance must verify the tokens every other one signs.
+  if (storeKind === 'redis' && jwtSecret === undefined) {
+    throw new ConfigError('Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)')
   }
   const strictResponses = read(source, 'CONTRACT_STRICT_RESPONSES', oneOf('0', '1'), '0') === '1'
   if (environment === 'production' && strictResponses) {
@@ -121,7 +168,13 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds },
           writes: { max: read(source, 'RATE_LIMIT_WRITES', integer(1), 60), windowSeconds }
         },
-    maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000),
+    store: {
+      kind: storeKind,
+      redisUrl: read(source, 'REDIS_URL', redisUrl, 'redis://127.0.0.1:6379'),
+      redisKeyPrefix: read(source, 'REDIS_KEY_PREFIX', text(1), 'items-service:'),
+      maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000)
+    },
+    trustProxy: read(source, 'TRUST_PROXY', proxies, false),
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
     maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
     maxHeapUsedBytes: mebibytes(read(source, 'MAX_HEAP_USED', integer(16))),

@@ -1,6 +1,7 @@
 // First of all, before any other module loads: see the module.
 import './tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
+import type { FastifyInstance } from 'fastify'
 import { buildApp } from './app.js'
 import { type AppConfig, loadConfig } from './config.js'
 
@@ -12,7 +13,14 @@ try {
   process.exit(1)
 }
 
-const app = await buildApp(config)
+let app: FastifyInstance
+try {
+  app = await buildApp(config)
+} catch (error) {
+  // A store that cannot be reached (Redis) stops the start, in one line.
+  console.error((error as Error).message)
+  process.exit(1)
+}
 
 // On SIGTERM/SIGINT (or an uncaught error): stop accepting, let in-flight requests and pending event
 // handlers finish, then exit; past SHUTDOWN_TIMEOUT the process exits anyway.

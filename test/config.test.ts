@@ -1,6 +1,6 @@
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
-import { build, captureLogs } from './helper.js'
+import { build, captureLogs, testEnvironment } from './helper.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})
@@ -45,6 +45,50 @@ t.test('RATE_LIMIT=off switches every limit off', async (t) => {
 
 t.test('a generated secret is announced with a warning at startup', async (t) => {
   const { lines, logStream } = captureLogs()
-  await build(t, { JWT_SECRET: undefined, LOG_LEVEL: 'warn' }, { logStream })
+  // Only the memory store runs without a secret.
+  await build(t, { STORE: 'memory', JWT_SECRET: undefined, LOG_LEVEL: 'warn' }, { logStream })
   t.match(lines.join(''), /JWT_SECRET is not set/)
+})
+
+t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
+  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000 })
+  const secret = { JWT_SECRET: 's'.repeat(32) }
+  t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
+    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000 })
+  t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
+  for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
+    t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)
+  }
+})
+
+t.test('TRUST_PROXY: off by default; true, false, a number of hops, or addresses', async (t) => {
+  t.equal(loadConfig({}).trustProxy, false)
+  t.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, true)
+  t.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, false)
+  t.equal(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 127.0.0.1' }).trustProxy, '10.0.0.0/8,127.0.0.1')
+  const hops = loadConfig({ TRUST_PROXY: '2' }).trustProxy
+  t.ok(typeof hops === 'function' && hops('10.0.0.1', 1) && !hops('10.0.0.1', 2), 'trusts the nearest two hops')
+  t.equal(loadConfig({ TRUST_PROXY: 'loopback,::1/128' }).trustProxy, 'loopback,::1/128')
+  for (const bad of ['yes please', '10.0.0.0/33', '::/129', 'proxy.internal', '10.0.0.1/8/8', 'nonsense/8', '10.0.0.1,']) {
+    t.throws(() => loadConfig({ TRUST_PROXY: bad }), { message: /^Invalid configuration: TRUST_PROXY must be true, false/ }, bad)
+  }
+})
+
+t.test('behind a trusted proxy, rate limits key on the client address X-Forwarded-For gives; otherwise on the peer', async (t) => {
+  const register = async (api: Awaited<ReturnType<typeof build>>, client: string): Promise<number> =>
+    (await api.call('registerUser', { body: { email: 'not an email' }, headers: { 'x-forwarded-for': client }, remoteAddress: '10.0.0.1' })).statusCode
+  const trusting = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', TRUST_PROXY: '10.0.0.1' })
+  t.same([await register(trusting, '203.0.113.1'), await register(trusting, '203.0.113.1'), await register(trusting, '203.0.113.2')], [400, 429, 400],
+    'each client has its own limit')
+  const untrusting = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1' })
+  t.same([await register(untrusting, '203.0.113.1'), await register(untrusting, '203.0.113.2')], [400, 429],
+    'a forged header changes nothing: every request is the proxy\'s')
+})
+
+t.test('an address limit also applies to a route with no onRequest hook of its own', async (t) => {
+  const { buildApp } = await import('../src/app.js')
+  const app = await buildApp(loadConfig({ ...testEnvironment, RATE_LIMIT: 'on', RATE_LIMIT_REFRESH: '1' }))
+  t.teardown(async () => { await app.close() })
+  app.route({ method: 'GET', url: '/probe', config: { operationId: 'refreshTokens' }, handler: async () => ({}) })
+  t.same([(await app.inject('/probe')).statusCode, (await app.inject('/probe')).statusCode], [200, 429])
 })

@@ -3,13 +3,14 @@ import { join, relative } from 'node:path'
 import { Writable } from 'node:stream'
 import type { FastifyInstance, InjectOptions, LightMyRequestResponse } from 'fastify'
 import type { Middleware } from 'openapi-fetch'
-import type { Test } from 'tap'
+import t, { type Test } from 'tap'
 import { parse } from 'yaml'
 import type { components } from '../generated/openapi.js'
 import { type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
 import { type BuildAppOptions, buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { findResponseViolation } from '../src/response-contract.js'
+import { deleteKeys, REDIS_URL, redisKeyPrefix } from './redis.js'
 
 export type Schemas = components['schemas']
 export const TEST_JWT_SECRET = 'a-test-secret-that-is-at-least-32-bytes-long'
@@ -133,13 +134,22 @@ export function newUser (overrides: Partial<Schemas['RegisterRequest']> = {}): S
   }
 }
 
+// With STORE=redis (.ci/run runs the whole suite so too), every app a test builds keeps its data under a key
+// prefix of its own, deleted when the test ends; apps built otherwise share this file's, deleted when it ends.
+const store = process.env.STORE ?? 'memory'
+const fileKeyPrefix = `items-service-test:${process.pid}:`
+if (store === 'redis') t.teardown(async () => { await deleteKeys(fileKeyPrefix) })
+
 /** The settings tests run with unless a test overrides them. */
 export const testEnvironment: NodeJS.ProcessEnv = {
   NODE_ENV: 'test',
   LOG_LEVEL: 'silent',
   RATE_LIMIT: 'off',
   JWT_SECRET: TEST_JWT_SECRET,
-  CONTRACT_STRICT_RESPONSES: '1'
+  CONTRACT_STRICT_RESPONSES: '1',
+  STORE: store,
+  REDIS_URL,
+  REDIS_KEY_PREFIX: fileKeyPrefix
 }
 
 export interface ContractOperation {
@@ -170,7 +180,8 @@ export async function overloadEventLoop (app: FastifyInstance, maxEventLoopDelay
 
 /** Builds the app for one test and closes it when the test ends. */
 export async function build (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<Api> {
-  const app = await buildApp(loadConfig({ ...testEnvironment, ...env }), options)
+  const keyPrefix = store === 'redis' && options.store === undefined ? { REDIS_KEY_PREFIX: redisKeyPrefix(t) } : {}
+  const app = await buildApp(loadConfig({ ...testEnvironment, ...keyPrefix, ...env }), options)
   t.teardown(async () => { await app.close() })
   await app.ready()
   return new Api(app)

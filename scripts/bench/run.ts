@@ -2,12 +2,19 @@
 // on core 1, in one run. Prints requests/s, p50/p99 latency, errors and the ratio to the baseline, and writes
 // bench-results/bench.json and bench-results/bench.md. Every scenario runs once per round, rounds alternate the
 // scenarios so that a slow spell of the machine hits them alike, and each figure is the median of the rounds.
-// BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds.
+// BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds. The list
+// and the get also run against a second instance of the service with STORE=redis (the Redis at REDIS_URL, under
+// a key prefix of the run's own, deleted afterwards), compared with the memory store's; and the bytes Redis
+// takes per item are measured at 100 000 items.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { request } from 'node:http'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { once } from 'node:events'
+import { randomUUID } from 'node:crypto'
 import autocannon from 'autocannon'
+import { Redis } from 'ioredis'
+import { connectRedisStore } from '../../src/store/redis-store.js'
+import { deleteKeys } from '../../test/redis.js'
 import { median } from '../statistics.js'
 import { call, freePort, JWT_SECRET, serviceEnv } from './service.js'
 
@@ -91,19 +98,29 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 12
+const SCENARIOS = 14
 const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
 console.log(`npm run bench: ${SCENARIOS} scenarios × ${ROUNDS} rounds of ${DURATION} s, five starts, a sign-in flood: about ${Math.ceil(expectedSeconds / 60)} minutes`)
 
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+const redisKeyPrefix = `items-service-bench:${process.pid}:`
+const BENCH_ITEM = { description: 'A benchmark item with a short description.' }
+
+// Registers the benchmark's user and gives it 100 items; its token and its first page.
+async function seed (url: string): Promise<{ token: string, page: { data: Array<{ id: string }> } }> {
+  const contributor = await call(`${url}/v1/auth/register`, 'POST', { email: 'bench@example.com', password: 'benchmark password', firstName: 'Bench', lastName: 'Mark', role: 'contributor' })
+  for (let index = 0; index < 100; index += 1) await call(`${url}/v1/items`, 'POST', { name: `Item ${index}`, ...BENCH_ITEM }, contributor.accessToken)
+  return { token: contributor.accessToken, page: await call(`${url}/v1/items?pageSize=20`, 'GET', undefined, contributor.accessToken) }
+}
+
 // Seed the service and take its first page, so the baselines serve the very same payload.
 const service = await startService()
 const v1 = `${service.url}/v1`
-const contributor = await call(`${v1}/auth/register`, 'POST', { email: 'bench@example.com', password: 'benchmark password', firstName: 'Bench', lastName: 'Mark', role: 'contributor' })
-const token: string = contributor.accessToken
-for (let index = 0; index < 100; index += 1) await call(`${v1}/items`, 'POST', { name: `Item ${index}`, description: 'A benchmark item with a short description.' }, token)
-const page = await call(`${v1}/items?pageSize=20`, 'GET', undefined, token)
-const itemId: string = page.data[0].id
+const { token, page } = await seed(service.url)
+const itemId = page.data[0]!.id
+const onRedis = await startService({ ...serviceEnv, STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix })
+const seededOnRedis = await seed(onRedis.url)
 
 const startBaseline = async (kind: string): Promise<Server> =>
   await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET })
@@ -116,6 +133,8 @@ const login: Load = { url: `${v1}/auth/login`, method: 'POST', body: { email: 'b
 const getOne: Load = { url: `${v1}/items/${itemId}`, token }
 const create: Load = { url: `${v1}/items`, method: 'POST', token, body: { name: 'Created', description: null } }
 const edit: Load = { url: `${v1}/items/${itemId}`, method: 'PATCH', token, body: { name: 'Edited' } }
+const listOnRedis: Load = { url: `${onRedis.url}/v1/items?pageSize=20`, token: seededOnRedis.token }
+const getOnRedis: Load = { url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
 const onBare = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, bare.url) })
 const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, GET /v1/items': async () => await measure(pageOf(bare)),
@@ -126,13 +145,18 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, PATCH /v1/items/{id}': async () => await measure(onBare(edit)),
   'GET /v1/items?pageSize=20': async () => await measure(list),
   'GET /v1/items/{id}': async () => await measure(getOne),
+  'GET /v1/items?pageSize=20 with STORE=redis': async () => await measure(listOnRedis),
+  'GET /v1/items/{id} with STORE=redis': async () => await measure(getOnRedis),
   'POST /v1/items': async () => await measure(create),
   'PATCH /v1/items/{id}': async () => await measure(edit),
   'POST /v1/auth/login': async () => await measure(login),
   'GET /v1/items during a login storm': async () => (await Promise.all([measure(list), measure({ ...login, connections: 8 })]))[0]
 }
-// Each scenario's ratios are to the bare-Fastify route that answers the same request, the list's by default.
+// Each scenario's ratios are to the bare-Fastify route that answers the same request, the list's by default; on
+// Redis, to the same request with the memory store.
 const baselineOf: Record<string, string> = {
+  'GET /v1/items?pageSize=20 with STORE=redis': 'GET /v1/items?pageSize=20',
+  'GET /v1/items/{id} with STORE=redis': 'GET /v1/items/{id}',
   'GET /v1/items/{id}': 'baseline: bare Fastify, GET /v1/items/{id}',
   'POST /v1/items': 'baseline: bare Fastify, POST /v1/items',
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
@@ -147,6 +171,35 @@ for (let round = 0; round < ROUNDS; round += 1) {
 }
 await Promise.all(baselines.map(stop))
 await stop(service)
+await stop(onRedis)
+await deleteKeys(redisKeyPrefix, REDIS_URL)
+
+// What Redis keeps per item at 100 000 of the benchmark's items: MEMORY USAGE of the keys that hold items (exact,
+// every element counted), and the growth of used_memory, which includes Redis's own bookkeeping.
+const ITEMS_IN_REDIS = 100_000
+async function redisBytesPerItem (): Promise<{ items: number, keysBytesPerItem: number, usedMemoryBytesPerItem: number }> {
+  const prefix = `${redisKeyPrefix}memory:`
+  const redis = new Redis(REDIS_URL)
+  const usedMemory = async (): Promise<number> => Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1])
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, maxItemsPerContributor: ITEMS_IN_REDIS, logger: { warn: () => {}, info: () => {} } })
+  const before = await usedMemory()
+  const contributorId = randomUUID()
+  for (let batch = 0; batch < ITEMS_IN_REDIS / 1000; batch += 1) {
+    await Promise.all(Array.from({ length: 1000 }, async (_, index) => {
+      const now = new Date().toISOString()
+      await store.items.add({ id: randomUUID(), name: `Item ${batch * 1000 + index}`, ...BENCH_ITEM, status: 'active', contributorId, createdAt: now, updatedAt: now })
+    }))
+  }
+  const grown = await usedMemory() - before
+  let keysBytes = 0
+  for (const key of ['items', 'item-order', 'item-sequence', 'items-owned']) keysBytes += Number(await redis.memory('USAGE', `${prefix}${key}`, 'SAMPLES', 0))
+  await store.close()
+  redis.disconnect()
+  await deleteKeys(prefix, REDIS_URL)
+  return { items: ITEMS_IN_REDIS, keysBytesPerItem: Math.round(keysBytes / ITEMS_IN_REDIS), usedMemoryBytesPerItem: Math.round(grown / ITEMS_IN_REDIS) }
+}
+const redisMemory = await redisBytesPerItem()
+console.log(`Redis: ${redisMemory.keysBytesPerItem} bytes per item (MEMORY USAGE), ${redisMemory.usedMemoryBytesPerItem} (used_memory growth), at ${redisMemory.items} items`)
 
 const startups: number[] = []
 for (let run = 0; run < 5; run += 1) {
@@ -259,6 +312,7 @@ const report = {
   runs: Object.fromEntries(runs),
   loginStormP99Ratio: Number((listDuringStorm / Math.max(listAlone, 1)).toFixed(2)),
   signInFloods,
+  redisMemory,
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
 
@@ -269,6 +323,7 @@ const table = [
   '',
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
+  `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with the memory store's`,
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })

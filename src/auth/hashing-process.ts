@@ -30,7 +30,6 @@ const childModule = fileURLToPath(new URL(`./hashing-child${extname(import.meta.
 export class HashingProcess {
   #connection: Connection | undefined
   #nextId = 0
-  #closed = false
 
   async hash (password: string): Promise<string> {
     const value = await this.#request({ id: this.#nextId++, operation: 'hash', password })
@@ -42,9 +41,8 @@ export class HashingProcess {
     return await this.#request({ id: this.#nextId++, operation: 'verify', hash, password }) === true
   }
 
-  /** Ends the process, failing whatever it was still asked; no request starts another one. */
+  /** Ends the process, failing whatever it was still asked (the app calls it once every request is answered). */
   async close (): Promise<void> {
-    this.#closed = true
     const child = this.#connection?.child
     // A disconnected child has exited, or is exiting by itself (hashing-child.ts).
     if (child?.connected !== true) return
@@ -56,7 +54,6 @@ export class HashingProcess {
   }
 
   async #request (request: HashingRequest): Promise<string | boolean> {
-    if (this.#closed) throw new Error('the password hashing process is closed')
     const { child, pending } = this.#connection?.child.connected === true ? this.#connection : (this.#connection = start())
     const answer = new Promise<string | boolean>((resolve, reject) => pending.set(request.id, { resolve, reject }))
     // Held while a request is out, so that even a process with nothing else to do waits for the answer.

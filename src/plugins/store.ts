@@ -1,5 +1,8 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import type { StoreConfig } from '../config.js'
+import { createMemoryStore } from '../store/memory-store.js'
+import { connectRedisStore } from '../store/redis-store.js'
 import type { Store } from '../store/store.js'
 
 declare module 'fastify' {
@@ -9,16 +12,29 @@ declare module 'fastify' {
 }
 
 interface StorePluginOptions {
-  store: Store
+  config: StoreConfig
+  /** A store built by the caller (tests); otherwise the one `config` names. */
+  store?: Store
+}
+
+async function openStore (app: FastifyInstance, config: StoreConfig): Promise<Store> {
+  if (config.kind === 'memory') return createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser })
+  return await connectRedisStore({
+    url: config.redisUrl,
+    keyPrefix: config.redisKeyPrefix,
+    maxItemsPerContributor: config.maxItemsPerUser,
+    logger: app.log.child({ store: 'redis' })
+  })
 }
 
 /**
- * Shares the store with every route, and closes it with the app; which implementation it is, is the caller of
- * buildApp's choice.
+ * Shares the store with every route. The store is connected before the app is ready (a Redis that cannot be
+ * reached stops the start) and closed with the app, after the last request.
  */
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
-  app.decorate('store', options.store)
-  app.addHook('onClose', async () => { await options.store.close() })
+  const store = options.store ?? await openStore(app, options.config)
+  app.decorate('store', store)
+  app.addHook('onClose', async () => { await store.close() })
 }
 
 export default fp(storePlugin, { name: 'store' })

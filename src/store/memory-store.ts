@@ -211,11 +211,16 @@ const KEYS_PER_RATE_LIMIT = 50_000
 
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({ maxItemsPerContributor = Infinity }: MemoryStoreOptions = {}): Store {
+  const rateCounters = new Map<string, MemoryRateCounter>()
   return {
     users: new MemoryUserStore(),
     sessions: new MemorySessionStore(),
     items: new MemoryItemStore(maxItemsPerContributor),
-    rateCounter: () => new MemoryRateCounter(KEYS_PER_RATE_LIMIT),
+    rateCounter: (name) => {
+      const counter = rateCounters.get(name) ?? new MemoryRateCounter(KEYS_PER_RATE_LIMIT)
+      rateCounters.set(name, counter)
+      return counter
+    },
     available: () => true,
     close: async () => {}
   }

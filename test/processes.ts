@@ -1,0 +1,41 @@
+// The service as real processes: src/server.ts, run with the same loader (and coverage hooks) as the test.
+import { type ChildProcess, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { testEnvironment } from './helper.js'
+
+export interface Server {
+  process: ChildProcess
+  url: string
+  output: () => string
+}
+
+/** Starts src/server.ts on a free port; resolves once it listens. */
+export async function start (env: NodeJS.ProcessEnv, nodeOptions: string[] = []): Promise<Server> {
+  const child = spawn(process.execPath, [...nodeOptions, ...process.execArgv, 'src/server.ts'], {
+    env: { ...process.env, ...testEnvironment, LOG_LEVEL: 'info', PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let output = ''
+  child.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  child.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout.on('data', () => {
+      const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
+      if (match?.[1] !== undefined) resolve(match[1])
+    })
+    child.once('exit', (code) => { reject(new Error(`server exited with ${code}: ${output}`)) })
+  })
+  return { process: child, url, output: () => output }
+}
+
+// Runs src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.
+export async function failedStart (env: NodeJS.ProcessEnv): Promise<{ code: number | null, stderr: string }> {
+  const child = spawn(process.execPath, [...process.execArgv, 'src/server.ts'], {
+    env: { ...process.env, ...testEnvironment, ...env },
+    stdio: ['ignore', 'pipe', 'pipe']
+  })
+  let stderr = ''
+  child.stderr.on('data', (chunk: Buffer) => { stderr += chunk.toString() })
+  const [code] = await once(child, 'exit') as [number | null]
+  return { code, stderr }
+}

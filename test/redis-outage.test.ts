@@ -1,0 +1,79 @@
+// The service on a Redis of the test's own, which the test stops, freezes and starts again mid-traffic.
+import t from 'tap'
+import { build, captureLogs, newUser } from './helper.js'
+import { failedStart } from './processes.js'
+import { ownRedis, redisSkip } from './redis.js'
+
+const skip = await redisSkip()
+const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
+
+t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, not ready, then recovery by itself', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, LOG_LEVEL: 'info' }, { logStream })
+  const { accessToken } = await api.register()
+  await api.createItem(accessToken)
+
+  // Traffic all along: a list request at a time, each one's status and how long it took.
+  const seen: Array<{ status: number, ms: number, retryAfter?: string }> = []
+  let running = true
+  const traffic = (async () => {
+    while (running) {
+      const began = Date.now()
+      const response = await api.call('listItems', { token: accessToken })
+      seen.push({ status: response.statusCode, ms: Date.now() - began, retryAfter: response.headers['retry-after'] as string | undefined })
+      await sleep(10)
+    }
+  })()
+  await sleep(200)
+  t.ok(seen.length > 0 && seen.every(({ status }) => status === 200), 'served while Redis is up')
+
+  await redis.stop()
+  const stoppedAt = seen.length
+  await sleep(500)
+  const down = seen.slice(stoppedAt)
+  t.ok(down.length > 0 && down.every(({ status, retryAfter }) => status === 503 && retryAfter === '2'), `503 with Retry-After while Redis is down: ${JSON.stringify(down.slice(0, 3))}`)
+  t.equal((await api.call('checkReadiness')).statusCode, 503, 'not ready')
+  t.same((await api.call('registerUser', { body: newUser() })).json(), { code: 'SERVICE_UNAVAILABLE', message: 'The data store is unavailable; try again shortly.' })
+
+  await redis.start()
+  const restartedAt = Date.now()
+  while ((await api.call('checkReadiness')).statusCode !== 200) {
+    if (Date.now() - restartedAt > 5000) throw new Error('not ready 5 s after Redis came back')
+    await sleep(50)
+  }
+  t.ok(Date.now() - restartedAt < 3000, `ready again ${Date.now() - restartedAt} ms after Redis came back`)
+  // This Redis kept nothing (--save ''), as the spec's store does on a restart: the catalogue starts again empty.
+  const again = await api.register()
+  await api.createItem(again.accessToken)
+  t.equal((await api.call('listItems', { token: again.accessToken })).json().pagination.total, 1)
+  running = false
+  await traffic
+  t.same(seen.filter(({ status }) => status !== 200 && status !== 503 && status !== 401), [], 'never a 500, never anything else')
+  t.ok(seen.every(({ ms }) => ms < 1500), `every request answered within 1.5 s (slowest ${Math.max(...seen.map(({ ms }) => ms))} ms)`)
+  t.equal(lines.filter((line) => line.includes('Redis is unreachable; reconnecting')).length, 1, 'one warning for the outage')
+  t.equal(lines.filter((line) => line.includes('Redis is reachable again')).length, 1)
+})
+
+t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeout, not a hang', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url })
+  const { accessToken } = await api.register()
+  redis.signal('SIGSTOP')
+  t.teardown(() => { redis.signal('SIGCONT') })
+  const began = Date.now()
+  const response = await api.call('listItems', { token: accessToken })
+  const took = Date.now() - began
+  t.equal(response.statusCode, 503)
+  t.ok(took >= 900 && took < 2000, `answered after ${took} ms`)
+  redis.signal('SIGCONT')
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again once it thaws')
+})
+
+t.test('a Redis that cannot be reached stops the start, in one line that keeps the password out', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  await redis.stop()
+  const { code, stderr } = await failedStart({ STORE: 'redis', REDIS_URL: redis.url.replace('//', '//user:hunter2@') })
+  t.equal(code, 1)
+  t.equal(stderr, `Cannot connect to Redis at ${redis.url}: connect ECONNREFUSED ${redis.url.replace('redis://', '')}\n`)
+})

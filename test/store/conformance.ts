@@ -1,0 +1,247 @@
+// What every Store promises, run against each implementation (memory-store.test.ts, redis-store.test.ts).
+import { randomUUID } from 'node:crypto'
+import type { Test } from 'tap'
+import type { Counted, Item, Store, User } from '../../src/store/store.js'
+
+export type OpenStore = (t: Test, options: { maxItemsPerContributor: number }) => Promise<Store>
+
+const user = (overrides: Partial<User> = {}): User => ({
+  id: randomUUID(),
+  email: 'Ada@Example.com',
+  emailKey: `ada-${randomUUID()}@example.com`,
+  passwordHash: '$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA',
+  firstName: 'Ada',
+  lastName: 'Lovelace',
+  role: 'contributor',
+  createdAt: '2026-11-23T00:00:00.000Z',
+  ...overrides
+})
+
+const item = (contributorId: string, overrides: Partial<Item> = {}): Item => ({
+  id: randomUUID(),
+  name: 'An item',
+  description: null,
+  status: 'active',
+  contributorId,
+  createdAt: '2026-11-23T00:00:00.000Z',
+  updatedAt: '2026-11-23T00:00:00.000Z',
+  ...overrides
+})
+
+const count = async (store: Store, name: string, key: string, windowMs: number): Promise<Counted> =>
+  await new Promise((resolve, reject) => {
+    store.rateCounter(name).incr(key, windowMs, 10, (outcome) => { if (outcome instanceof Error) reject(outcome); else resolve(outcome) })
+  })
+
+const HOUR = 3_600_000
+
+export function storeConformance (t: Test, open: OpenStore): void {
+  const fresh = async (t: Test, maxItemsPerContributor = 1000): Promise<Store> => await open(t, { maxItemsPerContributor })
+
+  t.test('users: added once per email key, found by id and by email key, as added', async (t) => {
+    const { users } = await fresh(t)
+    const ada = user()
+    t.same(await users.add(ada), ada)
+    t.same(await users.get(ada.id), ada)
+    t.same(await users.findByEmailKey(ada.emailKey), ada)
+    t.equal(await users.add(user({ emailKey: ada.emailKey })), undefined, 'the email key is taken')
+    t.equal(await users.get(randomUUID()), undefined)
+    t.equal(await users.findByEmailKey('nobody@example.com'), undefined)
+    t.ok(Object.isFrozen(await users.get(ada.id)), 'handed out frozen')
+  })
+
+  t.test('users: of concurrent additions with one email key, exactly one succeeds', async (t) => {
+    const { users } = await fresh(t)
+    const emailKey = `same-${randomUUID()}@example.com`
+    const outcomes = await Promise.all(Array.from({ length: 20 }, async () => await users.add(user({ emailKey }))))
+    t.equal(outcomes.filter((outcome) => outcome !== undefined).length, 1)
+  })
+
+  t.test('sessions: open, get until their end, revoke', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    await sessions.open(session, 'hash-1', 20)
+    t.same(await sessions.get(session.id, now), session)
+    t.equal(await sessions.get(session.id, now + HOUR), undefined, 'ended')
+    t.equal(await sessions.get(randomUUID(), now), undefined)
+    await sessions.revoke(session.id)
+    t.equal(await sessions.get(session.id, now), undefined, 'revoked')
+    t.same(await sessions.rotateRefreshToken('hash-1', 'hash-2', now, 5000), { status: 'unknown' }, 'its token with it')
+    await sessions.revoke(session.id)
+  })
+
+  t.test('sessions: a refresh token rotates once; a replaced one is accepted within the leeway, then is a replay', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    await sessions.open(session, 'first', 20)
+    t.same(await sessions.rotateRefreshToken('first', 'second', now, 5000), { status: 'rotated', session })
+    t.same(await sessions.rotateRefreshToken('first', 'retry', now + 4999, 5000), { status: 'rotated', session }, 'within the leeway')
+    t.same(await sessions.rotateRefreshToken('second', 'third', now + 5000, 5000), { status: 'rotated', session }, 'the other pair still works')
+    t.same(await sessions.rotateRefreshToken('retry', 'late', now + 5000, 5000), { status: 'rotated', session }, 'so does the retry\'s')
+    t.same(await sessions.rotateRefreshToken('first', 'replay', now + 5001, 5000), { status: 'reused' }, 'an older token: a replay')
+    t.equal(await sessions.get(session.id, now), undefined, 'which ends the session')
+    t.same(await sessions.rotateRefreshToken('late', 'after', now, 5000), { status: 'unknown' }, 'and all its tokens')
+    t.same(await sessions.rotateRefreshToken('never-issued', 'x', now, 5000), { status: 'unknown' })
+  })
+
+  t.test('sessions: an ended session\'s token is unknown, not a replay', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + 1000 }, 'token', 20)
+    t.same(await sessions.rotateRefreshToken('token', 'next', now + 1000, 5000), { status: 'unknown' })
+  })
+
+  t.test('sessions: with no leeway, of concurrent refreshes with one token exactly one rotates', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }, 'token', 20)
+    const outcomes = await Promise.all(Array.from({ length: 10 }, async (_, index) =>
+      (await sessions.rotateRefreshToken('token', `next-${index}`, now, 0)).status))
+    t.equal(outcomes.filter((status) => status === 'rotated').length, 1)
+    t.ok(outcomes.every((status) => status === 'rotated' || status === 'reused' || status === 'unknown'))
+  })
+
+  t.test('sessions: one rotation fans out into at most 32 pairs within the leeway', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }, 'first', 20)
+    await sessions.rotateRefreshToken('first', 'second', now, 5000)
+    const statuses = []
+    for (let index = 0; index < 32; index += 1) statuses.push((await sessions.rotateRefreshToken('first', `retry-${index}`, now, 5000)).status)
+    t.equal(statuses.filter((status) => status === 'rotated').length, 31, 'the first rotation\'s pair and 31 retries')
+    t.equal(statuses.at(-1), 'unknown')
+  })
+
+  t.test('sessions: a session remembers its last 16 replaced tokens as replays; older ones are merely unknown', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    await sessions.open(session, 'token-0', 20)
+    for (let index = 0; index < 18; index += 1) await sessions.rotateRefreshToken(`token-${index}`, `token-${index + 1}`, now, 0)
+    t.same(await sessions.rotateRefreshToken('token-0', 'x', now, 0), { status: 'unknown' }, 'forgotten')
+    t.same(await sessions.get(session.id, now), session, 'so the session lives on')
+    t.same(await sessions.rotateRefreshToken('token-2', 'x', now, 0), { status: 'reused' }, 'remembered')
+  })
+
+  t.test('sessions: past the most a user may have, opening one ends the user\'s oldest', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    const userId = randomUUID()
+    const opened = []
+    for (let index = 0; index < 4; index += 1) {
+      const session = { id: randomUUID(), userId, expiresAt: now + HOUR + index }
+      await sessions.open(session, `token-${index}`, 3)
+      opened.push(session)
+    }
+    t.equal(await sessions.get(opened[0]!.id, now), undefined, 'the oldest ended')
+    t.same(await sessions.rotateRefreshToken('token-0', 'x', now, 0), { status: 'unknown' }, 'with its token')
+    for (const session of opened.slice(1)) t.same(await sessions.get(session.id, now), session)
+    const other = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    await sessions.open(other, 'other', 3)
+    t.same(await sessions.get(opened[1]!.id, now), opened[1], 'other users\' sessions count apart')
+  })
+
+  t.test('sessions: a sweep leaves no ended session behind and no live one out', async (t) => {
+    const { sessions } = await fresh(t)
+    const now = Date.now()
+    const ended = { id: randomUUID(), userId: randomUUID(), expiresAt: now + 50 }
+    const live = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    await sessions.open(ended, 'ended', 20)
+    await sessions.open(live, 'live', 20)
+    await new Promise((resolve) => setTimeout(resolve, 60))
+    await sessions.sweep(Date.now(), 10)
+    t.equal(await sessions.get(ended.id, Date.now()), undefined)
+    t.same(await sessions.rotateRefreshToken('ended', 'x', Date.now(), 0), { status: 'unknown' })
+    t.same(await sessions.get(live.id, Date.now()), live)
+  })
+
+  t.test('items: added, got, paged in creation order with the total', async (t) => {
+    const { items } = await fresh(t)
+    const contributorId = randomUUID()
+    const added = []
+    for (let index = 0; index < 5; index += 1) added.push(await items.add(item(contributorId, { name: `item ${index}`, description: index === 0 ? 'ü€𝄞' : null })))
+    t.same(added.map((one) => one?.name), ['item 0', 'item 1', 'item 2', 'item 3', 'item 4'])
+    t.same(await items.get(added[0]!.id), added[0])
+    t.ok(Object.isFrozen(await items.get(added[0]!.id)), 'handed out frozen')
+    t.equal(await items.get(randomUUID()), undefined)
+    t.same(await items.page(0, 2), { items: added.slice(0, 2), total: 5 })
+    t.same(await items.page(3, 10), { items: added.slice(3), total: 5 })
+    t.same(await items.page(10, 10), { items: [], total: 5 })
+  })
+
+  t.test('items: a contributor owns at most as many as the store allows; removing one frees its place', async (t) => {
+    const { items } = await fresh(t, 2)
+    const contributorId = randomUUID()
+    const first = await items.add(item(contributorId))
+    await items.add(item(contributorId))
+    t.equal(await items.add(item(contributorId)), undefined, 'over the quota')
+    t.ok(await items.add(item(randomUUID())), 'another contributor is not affected')
+    await items.remove(first!.id, () => {})
+    t.ok(await items.add(item(contributorId)), 'room again')
+  })
+
+  t.test('items: concurrent additions get every one stored, each once', async (t) => {
+    const { items } = await fresh(t)
+    await Promise.all(Array.from({ length: 60 }, async () => await items.add(item(randomUUID()))))
+    const { items: page, total } = await items.page(0, 100)
+    t.equal(total, 60)
+    t.equal(new Set(page.map((one) => one.id)).size, 60)
+  })
+
+  t.test('items: update replaces with what the change returns; a throwing change leaves the item as it was', async (t) => {
+    const { items } = await fresh(t)
+    const original = await items.add(item(randomUUID()))
+    const updated = await items.update(original!.id, (current) => ({ ...current, name: 'renamed', status: 'archived' }))
+    t.same(updated, { ...original, name: 'renamed', status: 'archived' })
+    t.same(await items.get(original!.id), updated)
+    await t.rejects(items.update(original!.id, () => { throw new Error('not yours') }), { message: 'not yours' })
+    t.same(await items.get(original!.id), updated)
+    t.equal(await items.update(randomUUID(), (current) => current), undefined)
+  })
+
+  t.test('items: remove hands back the item as it was; a throwing confirm removes nothing', async (t) => {
+    const { items } = await fresh(t)
+    const kept = await items.add(item(randomUUID()))
+    await t.rejects(items.remove(kept!.id, () => { throw new Error('not yours') }), { message: 'not yours' })
+    t.same(await items.get(kept!.id), kept)
+    t.same(await items.remove(kept!.id, () => {}), kept)
+    t.equal(await items.get(kept!.id), undefined)
+    t.same(await items.page(0, 10), { items: [], total: 0 })
+    t.equal(await items.remove(kept!.id, () => {}), undefined)
+  })
+
+  t.test('items: concurrent edits all apply, one after another, and an edit racing a delete is consistent', async (t) => {
+    const { items } = await fresh(t)
+    const counter = await items.add(item(randomUUID(), { name: '0' }))
+    await Promise.all(Array.from({ length: 20 }, async () =>
+      await items.update(counter!.id, (current) => ({ ...current, name: String(Number(current.name) + 1) }))))
+    t.equal((await items.get(counter!.id))?.name, '20', 'no edit lost')
+    const raced = await items.add(item(randomUUID()))
+    const [edited, removed] = await Promise.all([
+      items.update(raced!.id, (current) => ({ ...current, name: 'edited' })),
+      items.remove(raced!.id, () => {})
+    ])
+    t.ok(removed, 'the delete happened')
+    t.equal(await items.get(raced!.id), undefined)
+    t.ok(edited === undefined || edited.name === 'edited', 'the edit happened before it, or found nothing')
+    t.ok(removed?.name === (edited === undefined ? 'An item' : 'edited'), 'the delete removed what the edit left')
+  })
+
+  t.test('rate counters: count per key in a window, apart per name, afresh once the window ends', async (t) => {
+    const store = await fresh(t)
+    t.same([(await count(store, 'a', 'k', 100)).current, (await count(store, 'a', 'k', 100)).current], [1, 2])
+    t.equal((await count(store, 'b', 'k', 100)).current, 1, 'another limit')
+    t.equal((await count(store, 'a', 'other', 100)).current, 1, 'another key')
+    const { ttl } = await count(store, 'a', 'k', 100)
+    t.ok(ttl > 0 && ttl <= 100, `ttl ${ttl}`)
+    await new Promise((resolve) => setTimeout(resolve, 110))
+    t.equal((await count(store, 'a', 'k', 100)).current, 1)
+  })
+
+  t.test('available until closed', async (t) => {
+    const store = await fresh(t)
+    t.equal(store.available(), true)
+  })
+}

@@ -1,0 +1,94 @@
+import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { connectRedisStore } from '../../src/store/redis-store.js'
+import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
+import { storeConformance } from './conformance.js'
+
+const skip = await redisSkip()
+const silent = { warn: () => {}, info: () => {} }
+
+t.test('the Store contract, on Redis', { skip }, async (t) => {
+  storeConformance(t, async (t, options) => {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: options.maxItemsPerContributor })
+    t.teardown(async () => { await store.close() })
+    return store
+  })
+})
+
+t.test('every key the store writes starts with its prefix', { skip }, async (t) => {
+  // A database of its own (no other test uses 15), so every key in it is this test's.
+  const url = new URL(REDIS_URL)
+  url.pathname = '/15'
+  const prefix = `items-service-test:${process.pid}:prefixed:`
+  t.teardown(async () => { await deleteKeys(prefix, url.href) })
+  const store = await connectRedisStore({ url: url.href, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const userId = randomUUID()
+  const now = Date.now()
+  await store.users.add({ id: userId, email: 'a@b.co', emailKey: 'a@b.co', passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'contributor', createdAt: new Date(now).toISOString() })
+  await store.sessions.open({ id: randomUUID(), userId, expiresAt: now + 60_000 }, 'token', 20)
+  await store.sessions.rotateRefreshToken('token', 'next', now, 5000)
+  const added = await store.items.add({ id: randomUUID(), name: 'n', description: null, status: 'active', contributorId: userId, createdAt: '', updatedAt: '' })
+  await store.items.update(added!.id, (current) => ({ ...current, name: 'm' }))
+  await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
+  const redis = new Redis(url.href)
+  t.teardown(() => { redis.disconnect() })
+  const keys = await redis.keys('*')
+  t.ok(keys.length >= 9, `${keys.length} keys`)
+  t.same(keys.filter((key) => !key.startsWith(prefix)), [])
+})
+
+t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(REDIS_URL)
+  t.teardown(() => { other.disconnect() })
+  await other.ping()
+  const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  let tries = 0
+  // Each try, "another instance" writes the item first: its write goes out on its own connection before ours.
+  await t.rejects(store.items.update(added!.id, (current) => {
+    tries += 1
+    void other.hset(`${prefix}items`, current.id, JSON.stringify({ ...current, name: String(tries) }))
+    return { ...current, name: 'mine' }
+  }), { name: 'StoreUnavailableError', message: `item ${added!.id} changed 16 times while being changed` })
+  t.equal(tries, 16)
+})
+
+t.test('a store closed while Redis is unreachable closes at once', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  await redis.stop()
+  while (store.available()) await new Promise((resolve) => setTimeout(resolve, 5))
+  await store.close()
+  t.equal(store.available(), false)
+})
+
+t.test('a delete that another instance beat re-reads the item and confirms again', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(REDIS_URL)
+  t.teardown(() => { other.disconnect() })
+  await other.ping()
+  const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  const confirmed: string[] = []
+  const removed = await store.items.remove(added!.id, (current) => {
+    confirmed.push(current.name)
+    if (confirmed.length === 1) void other.hset(`${prefix}items`, current.id, JSON.stringify({ ...current, name: 'edited elsewhere' }))
+  })
+  t.same(confirmed, ['before', 'edited elsewhere'])
+  t.equal(removed?.name, 'edited elsewhere', 'what was removed is the item as it last was')
+})
+
+t.test('data Redis cannot read as the store wrote it is a bug (500), not an outage (503)', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(REDIS_URL)
+  t.teardown(() => { other.disconnect() })
+  await other.set(`${prefix}users`, 'not a hash')
+  await t.rejects(store.users.get(randomUUID()), { name: 'ReplyError', message: /^WRONGTYPE/ })
+})
