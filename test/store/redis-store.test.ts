@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { connectRedisStore } from '../../src/store/redis-store.js'
+import type { Store } from '../../src/store/store.js'
 import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
 import { storeConformance } from './conformance.js'
 
@@ -91,4 +92,32 @@ t.test('data Redis cannot read as the store wrote it is a bug (500), not an outa
   t.teardown(() => { other.disconnect() })
   await other.set(`${prefix}users`, 'not a hash')
   await t.rejects(store.users.get(randomUUID()), { name: 'ReplyError', message: /^WRONGTYPE/ })
+})
+
+t.test('each instance keeps what it parsed within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const open = async (cache?: { users: number, itemCharacters: number }): Promise<Store> => {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, ...(cache === undefined ? {} : { cache }) })
+    t.teardown(async () => { await store.close() })
+    return store
+  }
+  const writer = await open()
+  const small = await open({ users: 1, itemCharacters: 500 })
+  const users = [randomUUID(), randomUUID()]
+  for (const id of users) await writer.users.add({ id, email: `${id}@b.co`, emailKey: `${id}@b.co`, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
+  const first = await small.users.get(users[0]!)
+  t.equal(await small.users.get(users[0]!), first, 'a user read again comes from the cache')
+  await small.users.get(users[1]!)
+  t.not(await small.users.get(users[0]!), first, 'one user kept: the other pushed it out, so it is read again')
+
+  const contributorId = randomUUID()
+  const item = await writer.items.add({ id: randomUUID(), name: 'n', description: 'd'.repeat(200), status: 'active', contributorId, createdAt: '', updatedAt: '' })
+  const parsed = await small.items.get(item!.id)
+  t.equal(await small.items.get(item!.id), parsed, 'an unchanged item is not parsed again')
+  await writer.items.update(item!.id, (current) => ({ ...current, name: 'changed elsewhere' }))
+  t.equal((await small.items.get(item!.id))?.name, 'changed elsewhere', 'a changed one is')
+  const changed = await small.items.get(item!.id)
+  await writer.items.add({ id: randomUUID(), name: 'm', description: 'e'.repeat(300), status: 'active', contributorId, createdAt: '', updatedAt: '' })
+  await small.items.page(0, 10)
+  t.not(await small.items.get(item!.id), changed, 'past 500 characters the oldest is let go')
 })
