@@ -1,5 +1,5 @@
 import { MemoryRateCounter } from './memory-rate-counter.js'
-import type { Item, ItemPage, ItemStore, RefreshOutcome, Session, SessionStore, Store, User, UserStore } from './store.js'
+import { type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #byId = new Map<string, User>()
@@ -115,18 +115,8 @@ class MemorySessionStore implements SessionStore {
   }
 }
 
-// Every stored item is built by this one literal, so all of them share one hidden class (a spread gives objects
-// of the same fields different ones): the serializer's per-item code stays monomorphic, and frozen items share
-// one map instead of each carrying its own.
-const storedItem = (item: Item): Item => Object.freeze({
-  id: item.id,
-  name: item.name,
-  description: item.description,
-  status: item.status,
-  contributorId: item.contributorId,
-  createdAt: item.createdAt,
-  updatedAt: item.updatedAt
-})
+// Frozen, with the one hidden class of itemRecord's literal.
+const storedItem = (item: Item): Item => Object.freeze(itemRecord(item))
 
 interface ItemEntry {
   item: Item

@@ -1,6 +1,6 @@
 import { Redis, type Result } from 'ioredis'
 import type { Counted, Item, ItemPage, ItemStore, RateCounter, RefreshOutcome, Session, SessionStore, Store, User, UserStore } from './store.js'
-import { StoreUnavailableError } from './store.js'
+import { itemRecord, StoreUnavailableError } from './store.js'
 
 // Lua scripts make each write atomic across every instance, in one round trip. Keys are built from the prefix
 // inside the scripts only where a script finds them in data it reads (a session's tokens): on one Redis server
@@ -238,16 +238,8 @@ class ParsedItems {
   }
 }
 
-// The fields of an item in one order, so that the JSON read back compares equal to the JSON written.
-const itemJson = (item: Item): string => JSON.stringify({
-  id: item.id,
-  name: item.name,
-  description: item.description,
-  status: item.status,
-  contributorId: item.contributorId,
-  createdAt: item.createdAt,
-  updatedAt: item.updatedAt
-})
+// In one order of fields, so that the JSON read back compares equal to the JSON written.
+const itemJson = (item: Item): string => JSON.stringify(itemRecord(item))
 
 /**
  * Users are never changed or removed once added, so each instance keeps the ones it has read: authentication

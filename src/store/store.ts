@@ -3,6 +3,21 @@ import type { components } from '../../generated/openapi.js'
 export type Role = components['schemas']['Role']
 export type Item = Readonly<components['schemas']['Item']>
 
+/**
+ * An item's fields, in the contract's order, built by one literal: in memory every stored item then shares one
+ * hidden class (a spread gives objects of the same fields different ones, and the serializer's per-item code goes
+ * megamorphic); in Redis the JSON written is the JSON read back, so it can be compared.
+ */
+export const itemRecord = (item: Item): Item => ({
+  id: item.id,
+  name: item.name,
+  description: item.description,
+  status: item.status,
+  contributorId: item.contributorId,
+  createdAt: item.createdAt,
+  updatedAt: item.updatedAt
+})
+
 export interface User {
   readonly id: string
   /** As the user typed it. */

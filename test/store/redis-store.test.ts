@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { connectRedisStore } from '../../src/store/redis-store.js'
 import type { Store } from '../../src/store/store.js'
 import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
@@ -8,6 +8,18 @@ import { storeConformance } from './conformance.js'
 
 const skip = await redisSkip()
 const silent = { warn: () => {}, info: () => {} }
+
+// A store under a fresh prefix, and a raw connection of its own standing for another instance, already connected
+// so that what it sends goes out at once.
+async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, store: Store, other: Redis }> {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(REDIS_URL)
+  t.teardown(() => { other.disconnect() })
+  await other.ping()
+  return { prefix, store, other }
+}
 
 t.test('the Store contract, on Redis', { skip }, async (t) => {
   storeConformance(t, async (t, options) => {
@@ -41,12 +53,7 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
 })
 
 t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
-  const prefix = redisKeyPrefix(t)
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
-  t.teardown(async () => { await store.close() })
-  const other = new Redis(REDIS_URL)
-  t.teardown(() => { other.disconnect() })
-  await other.ping()
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
   const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
   let tries = 0
   // Each try, "another instance" writes the item first: its write goes out on its own connection before ours.
@@ -68,12 +75,7 @@ t.test('a store closed while Redis is unreachable closes at once', { skip }, asy
 })
 
 t.test('a delete that another instance beat re-reads the item and confirms again', { skip }, async (t) => {
-  const prefix = redisKeyPrefix(t)
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
-  t.teardown(async () => { await store.close() })
-  const other = new Redis(REDIS_URL)
-  t.teardown(() => { other.disconnect() })
-  await other.ping()
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
   const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
   const confirmed: string[] = []
   const removed = await store.items.remove(added!.id, (current) => {
@@ -85,11 +87,7 @@ t.test('a delete that another instance beat re-reads the item and confirms again
 })
 
 t.test('data Redis cannot read as the store wrote it is a bug (500), not an outage (503)', { skip }, async (t) => {
-  const prefix = redisKeyPrefix(t)
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
-  t.teardown(async () => { await store.close() })
-  const other = new Redis(REDIS_URL)
-  t.teardown(() => { other.disconnect() })
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
   await other.set(`${prefix}users`, 'not a hash')
   await t.rejects(store.users.get(randomUUID()), { name: 'ReplyError', message: /^WRONGTYPE/ })
 })
