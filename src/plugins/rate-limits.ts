@@ -4,7 +4,7 @@ import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
 import { rateLimited } from '../errors.js'
-import type { Counted, StoreUnavailableError } from '../store/store.js'
+import type { Counted } from '../store/store.js'
 
 interface RateLimitsPluginOptions {
   /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
@@ -20,8 +20,9 @@ const loginKey = (request: FastifyRequest): string => {
   return `${request.ip}\n${emailKey(email)}`
 }
 
-// A store that cannot count fails the request with its 503: a limit that no longer holds would let guessing run free.
-function verdict (outcome: Counted | StoreUnavailableError, max: number): Error | undefined {
+// A store that cannot count fails the request (503 when it is unreachable): a limit that no longer holds would let
+// guessing run free.
+function verdict (outcome: Counted | Error, max: number): Error | undefined {
   if (outcome instanceof Error) return outcome
   return outcome.current > max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined
 }

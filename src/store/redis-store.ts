@@ -229,8 +229,9 @@ class ParsedItems {
     const item = parseItem(json)
     this.#byJson.set(json, item)
     this.#characters += json.length
-    for (const oldest of this.#byJson.keys()) {
-      if (this.#characters <= this.#maxCharacters) break
+    // No iterator is made while there is room.
+    while (this.#characters > this.#maxCharacters) {
+      const oldest = this.#byJson.keys().next().value!
       this.#byJson.delete(oldest)
       this.#characters -= oldest.length
     }
@@ -419,11 +420,13 @@ class RedisRateCounter implements RateCounter {
     this.#prefix = prefix
   }
 
-  incr (key: string, windowMs: number, _max: number, callback: (outcome: Counted | StoreUnavailableError) => void): void {
-    call(this.#redis.countHit(`${this.#prefix}${key}`, windowMs)).then(
-      ([current, ttl]) => { callback({ current, ttl }) },
-      (error: unknown) => { callback(error instanceof StoreUnavailableError ? error : new StoreUnavailableError(String(error), { cause: error })) }
-    )
+  incr (key: string, windowMs: number, _max: number, callback: (outcome: Counted | Error) => void): void {
+    this.#count(key, windowMs).then(callback, callback)
+  }
+
+  async #count (key: string, windowMs: number): Promise<Counted> {
+    const [current, ttl] = await call(this.#redis.countHit(`${this.#prefix}${key}`, windowMs))
+    return { current, ttl }
   }
 }
 

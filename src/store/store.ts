@@ -104,11 +104,12 @@ export interface Counted {
 
 /**
  * Counts hits per key in fixed windows of `windowMs`, for one rate limit (`max` hits a window), and calls back with
- * the count, or with a StoreUnavailableError when it cannot count. A callback, not a promise: the memory store
- * answers at once, and this runs on every item write.
+ * the count, or with the error that kept it from counting (a StoreUnavailableError when the store is unreachable,
+ * as from every other operation). A callback, not a promise: the memory store answers at once, and this runs on
+ * every item write.
  */
 export interface RateCounter {
-  incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | StoreUnavailableError) => void): void
+  incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | Error) => void): void
 }
 
 /** The store cannot be reached or did not answer in time; the request may be retried. */

@@ -90,6 +90,9 @@ t.test('data Redis cannot read as the store wrote it is a bug (500), not an outa
   const { prefix, store, other } = await storeBesideAnotherInstance(t)
   await other.set(`${prefix}users`, 'not a hash')
   await t.rejects(store.users.get(randomUUID()), { name: 'ReplyError', message: /^WRONGTYPE/ })
+  await other.hset(`${prefix}rate-limit:limit:key`, 'not', 'a counter')
+  const outcome = await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
+  t.match(outcome, { name: 'ReplyError', message: /^WRONGTYPE/ }, 'a rate counter\'s too')
 })
 
 t.test('each instance keeps what it parsed within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
