@@ -6,7 +6,7 @@ export const contract: Record<string, unknown> = {
     "title": "Items Service",
     "version": "1.0.0",
     "summary": "A catalogue of named items with accounts, two roles and domain events.",
-    "description": "A catalogue of named items. Users register as `contributor` (adds items, edits and removes its own) or\n`viewer` (read-only), authenticate with email and password, and receive a short-lived JWT access token plus a\nsingle-use refresh token. Data lives in memory and resets when the service restarts.\n\n## Errors\nEvery error body has the `Error` shape (`code`, `message`); a 400 has the `ValidationError` shape, which adds\none `details` entry per failing field. The `code` values are listed in the `ErrorCode` schema.\n\n## Roles\nAn operation with `x-roles` is open only to callers with one of the listed roles; the others get 403\n`FORBIDDEN`. A user's role is fixed at registration.\n\n## Precedence\nWhen several things are wrong with a request, the first of these wins: a missing or invalid token (401), the\nwrong role (403), invalid input (400), a missing item (404), not the owner of the item (403).\n\n## Request ids\nEvery response carries an `x-request-id` header: the caller's own `x-request-id` when it sent one, otherwise a\nnew UUID. The service logs it with every line about the request, so quote it when reporting a problem.\n\n## Events\nEach successful create, edit and delete emits one CloudEvents 1.0 event on a named channel; the channels and\ntheir payloads are declared under `webhooks`.\n",
+    "description": "A catalogue of named items. Users register as `contributor` (adds items, edits and removes its own) or\n`viewer` (read-only), authenticate with email and password, and receive a short-lived JWT access token plus a\nsingle-use refresh token. Data lives in memory and resets when the service restarts (unless the operator keeps\nit in Redis, `STORE=redis`).\n\nEvery error body has the `ErrorResponse` shape (`code` from `ErrorCode`, `message`); a 400 adds one `details`\nentry per failing field (`ValidationErrorResponse`). Every response carries an `x-request-id`: quote it when reporting a\nproblem. Each tag below says the rest: roles (`auth`), precedence, conditional requests and events (`items`).\n",
     "contact": {
       "name": "Items Service team",
       "url": "https://example.com/items-service"
@@ -18,22 +18,18 @@ export const contract: Record<string, unknown> = {
   },
   "servers": [
     {
-      "url": "/",
-      "description": "The instance serving this document."
+      "url": "http://localhost:3000",
+      "description": "A local instance, as `npm start` runs it (HOST and PORT change the address). The copy an instance serves at /openapi.json, /openapi.yaml and /docs names that instance instead."
     }
   ],
   "tags": [
     {
       "name": "auth",
-      "description": "Accounts, sign-in and sessions."
+      "description": "Accounts, sign-in and sessions. An operation with `x-roles` is open only to callers with one of the listed\nroles; the others get 403 `FORBIDDEN`. A user's role is fixed at registration.\n"
     },
     {
       "name": "items",
-      "description": "The catalogue of items and their `active`/`archived` lifecycle."
-    },
-    {
-      "name": "events",
-      "description": "Domain events emitted after successful item changes."
+      "description": "The catalogue of items and their `active`/`archived` lifecycle.\n\n**Precedence.** When several things are wrong with a request, the first of these wins: a missing or invalid\ntoken (401), the wrong role (403), invalid input (400), a missing item (404), not the owner of the item\n(403), an `If-Match` that does not match (412).\n\n**Conditional requests.** Every item response carries a strong `ETag`, which changes with every edit.\n`getItem` with `If-None-Match` answers 304 while the item is unchanged; `updateItem` and `deleteItem` with\n`If-Match` change the item only while it is as the client last read it, and otherwise answer 412\n`PRECONDITION_FAILED`, so two clients never silently overwrite each other.\n\n**Events.** Each successful create, edit and delete emits one CloudEvents 1.0 event, declared under\n`webhooks`, and POSTs it to every webhook subscriber of its channel: signed per\n[Standard Webhooks 1.0](https://www.standardwebhooks.com/) (see the webhooks' headers) and delivered at\nleast once (see their responses). Events may arrive out of order: order them by `time`.\n"
     },
     {
       "name": "ops",
@@ -54,12 +50,6 @@ export const contract: Record<string, unknown> = {
           "200": {
             "$ref": "#/components/responses/Healthy"
           },
-          "400": {
-            "$ref": "#/components/responses/ValidationFailed"
-          },
-          "500": {
-            "$ref": "#/components/responses/InternalError"
-          },
           "503": {
             "$ref": "#/components/responses/ServiceUnavailable"
           }
@@ -78,12 +68,6 @@ export const contract: Record<string, unknown> = {
         "responses": {
           "200": {
             "$ref": "#/components/responses/Healthy"
-          },
-          "400": {
-            "$ref": "#/components/responses/ValidationFailed"
-          },
-          "500": {
-            "$ref": "#/components/responses/InternalError"
           },
           "503": {
             "$ref": "#/components/responses/ServiceUnavailable"
@@ -129,7 +113,7 @@ export const contract: Record<string, unknown> = {
             "content": {
               "application/json": {
                 "schema": {
-                  "$ref": "#/components/schemas/Error"
+                  "$ref": "#/components/schemas/ErrorResponse"
                 },
                 "example": {
                   "code": "EMAIL_ALREADY_REGISTERED",
@@ -191,7 +175,7 @@ export const contract: Record<string, unknown> = {
             "content": {
               "application/json": {
                 "schema": {
-                  "$ref": "#/components/schemas/Error"
+                  "$ref": "#/components/schemas/ErrorResponse"
                 },
                 "example": {
                   "code": "INVALID_CREDENTIALS",
@@ -252,7 +236,7 @@ export const contract: Record<string, unknown> = {
             "content": {
               "application/json": {
                 "schema": {
-                  "$ref": "#/components/schemas/Error"
+                  "$ref": "#/components/schemas/ErrorResponse"
                 },
                 "example": {
                   "code": "INVALID_REFRESH_TOKEN",
@@ -418,6 +402,9 @@ export const contract: Record<string, unknown> = {
                   "type": "string",
                   "format": "uri-reference"
                 }
+              },
+              "ETag": {
+                "$ref": "#/components/headers/ETag"
               }
             },
             "content": {
@@ -476,15 +463,28 @@ export const contract: Record<string, unknown> = {
           "items"
         ],
         "summary": "Get an item",
-        "description": "Returns one item, whoever owns it and whatever its status.",
+        "description": "Returns one item, whoever owns it and whatever its status. With `If-None-Match`, answers 304 and no body\nwhile the item's `ETag` is one of those given.\n",
         "security": [
           {
             "bearerAuth": []
           }
         ],
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/ifNoneMatch"
+          }
+        ],
         "responses": {
           "200": {
             "$ref": "#/components/responses/ItemFound"
+          },
+          "304": {
+            "description": "The item is unchanged since the client read it (its `ETag` matches `If-None-Match`).",
+            "headers": {
+              "ETag": {
+                "$ref": "#/components/headers/ETag"
+              }
+            }
           },
           "400": {
             "$ref": "#/components/responses/ValidationFailed"
@@ -512,10 +512,15 @@ export const contract: Record<string, unknown> = {
           "contributor"
         ],
         "summary": "Edit an item",
-        "description": "Changes only the given fields; setting `status` moves the item between `active` and `archived`, any\nnumber of times. `updatedAt` increases on every successful edit. The owning contributor only. Emits\n`items.item.edited`.\n",
+        "description": "Changes only the given fields; setting `status` moves the item between `active` and `archived`, any\nnumber of times. `updatedAt` increases on every successful edit. The owning contributor only. Emits\n`items.item.edited`. With `If-Match`, the edit is made only while the item's `ETag` is one of those given.\n",
         "security": [
           {
             "bearerAuth": []
+          }
+        ],
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/ifMatch"
           }
         ],
         "requestBody": {
@@ -547,6 +552,9 @@ export const contract: Record<string, unknown> = {
           "404": {
             "$ref": "#/components/responses/NotFound"
           },
+          "412": {
+            "$ref": "#/components/responses/PreconditionFailed"
+          },
           "413": {
             "$ref": "#/components/responses/PayloadTooLarge"
           },
@@ -573,10 +581,15 @@ export const contract: Record<string, unknown> = {
           "contributor"
         ],
         "summary": "Remove an item",
-        "description": "Removes the item for everyone; a second removal is a 404. The owning contributor only. Emits\n`items.item.removed`.\n",
+        "description": "Removes the item for everyone; a second removal is a 404. The owning contributor only. Emits\n`items.item.removed`. With `If-Match`, the item is removed only while its `ETag` is one of those given.\n",
         "security": [
           {
             "bearerAuth": []
+          }
+        ],
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/ifMatch"
           }
         ],
         "responses": {
@@ -595,6 +608,9 @@ export const contract: Record<string, unknown> = {
           "404": {
             "$ref": "#/components/responses/NotFound"
           },
+          "412": {
+            "$ref": "#/components/responses/PreconditionFailed"
+          },
           "429": {
             "$ref": "#/components/responses/TooManyRequests"
           },
@@ -612,12 +628,20 @@ export const contract: Record<string, unknown> = {
     "items.item.added": {
       "post": {
         "operationId": "itemAdded",
-        "tags": [
-          "events"
-        ],
         "security": [],
         "summary": "An item was added",
-        "description": "Emitted once after `createItem` answers 201. `data.item` is the item as the response returned it.",
+        "description": "Emitted once after `createItem` answers 201. `data.item` is the item as the response returned it. Signed and\nretried as its headers and responses say.\n",
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/webhookId"
+          },
+          {
+            "$ref": "#/components/parameters/webhookTimestamp"
+          },
+          {
+            "$ref": "#/components/parameters/webhookSignature"
+          }
+        ],
         "requestBody": {
           "required": true,
           "content": {
@@ -650,8 +674,11 @@ export const contract: Record<string, unknown> = {
           }
         },
         "responses": {
-          "204": {
-            "description": "The subscriber received the event."
+          "2XX": {
+            "$ref": "#/components/responses/WebhookReceived"
+          },
+          "default": {
+            "$ref": "#/components/responses/WebhookFailed"
           }
         }
       }
@@ -659,12 +686,20 @@ export const contract: Record<string, unknown> = {
     "items.item.edited": {
       "post": {
         "operationId": "itemEdited",
-        "tags": [
-          "events"
-        ],
         "security": [],
         "summary": "An item was edited",
-        "description": "Emitted once after `updateItem` answers 200. `data.item` is the item as the response returned it.",
+        "description": "Emitted once after `updateItem` answers 200. `data.item` is the item as the response returned it. Signed and\nretried as its headers and responses say.\n",
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/webhookId"
+          },
+          {
+            "$ref": "#/components/parameters/webhookTimestamp"
+          },
+          {
+            "$ref": "#/components/parameters/webhookSignature"
+          }
+        ],
         "requestBody": {
           "required": true,
           "content": {
@@ -697,8 +732,11 @@ export const contract: Record<string, unknown> = {
           }
         },
         "responses": {
-          "204": {
-            "description": "The subscriber received the event."
+          "2XX": {
+            "$ref": "#/components/responses/WebhookReceived"
+          },
+          "default": {
+            "$ref": "#/components/responses/WebhookFailed"
           }
         }
       }
@@ -706,12 +744,20 @@ export const contract: Record<string, unknown> = {
     "items.item.removed": {
       "post": {
         "operationId": "itemRemoved",
-        "tags": [
-          "events"
-        ],
         "security": [],
         "summary": "An item was removed",
-        "description": "Emitted once after `deleteItem` answers 204. `data.item` is the item as it was before removal.",
+        "description": "Emitted once after `deleteItem` answers 204. `data.item` is the item as it was before removal. Signed and\nretried as its headers and responses say.\n",
+        "parameters": [
+          {
+            "$ref": "#/components/parameters/webhookId"
+          },
+          {
+            "$ref": "#/components/parameters/webhookTimestamp"
+          },
+          {
+            "$ref": "#/components/parameters/webhookSignature"
+          }
+        ],
         "requestBody": {
           "required": true,
           "content": {
@@ -744,8 +790,11 @@ export const contract: Record<string, unknown> = {
           }
         },
         "responses": {
-          "204": {
-            "description": "The subscriber received the event."
+          "2XX": {
+            "$ref": "#/components/responses/WebhookReceived"
+          },
+          "default": {
+            "$ref": "#/components/responses/WebhookFailed"
           }
         }
       }
@@ -797,9 +846,70 @@ export const contract: Record<string, unknown> = {
           "default": 20
         },
         "example": 20
+      },
+      "ifNoneMatch": {
+        "name": "If-None-Match",
+        "in": "header",
+        "required": false,
+        "description": "`*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.",
+        "schema": {
+          "type": "string"
+        },
+        "example": "\"2026-11-21T09:31:00.000Z\""
+      },
+      "ifMatch": {
+        "name": "If-Match",
+        "in": "header",
+        "required": false,
+        "description": "`*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them\n(compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.\n",
+        "schema": {
+          "type": "string"
+        },
+        "example": "\"2026-11-21T09:31:00.000Z\""
+      },
+      "webhookId": {
+        "name": "webhook-id",
+        "in": "header",
+        "required": true,
+        "description": "The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.",
+        "schema": {
+          "type": "string",
+          "format": "uuid"
+        },
+        "example": "7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+      },
+      "webhookTimestamp": {
+        "name": "webhook-timestamp",
+        "in": "header",
+        "required": true,
+        "description": "When this attempt was sent, in Unix seconds; part of what is signed.",
+        "schema": {
+          "type": "string",
+          "pattern": "^[0-9]+$"
+        },
+        "example": "1795420200"
+      },
+      "webhookSignature": {
+        "name": "webhook-signature",
+        "in": "header",
+        "required": true,
+        "description": "`v1,` then the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the\nsubscriber's secret (the base64 after `whsec_`), per Standard Webhooks 1.0. Verify it, and the timestamp's\nage, with any Standard Webhooks library.\n",
+        "schema": {
+          "type": "string",
+          "pattern": "^v1,[A-Za-z0-9+/]+={0,2}$"
+        },
+        "example": "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="
       }
     },
     "headers": {
+      "ETag": {
+        "description": "The item's entity tag, a strong validator that changes with every edit: send it in `If-None-Match`\n(`getItem`) or `If-Match` (`updateItem`, `deleteItem`).\n",
+        "required": true,
+        "schema": {
+          "type": "string"
+        },
+        "example": "\"2026-11-21T09:31:00.000Z\""
+      },
       "WWW-Authenticate": {
         "description": "The authentication scheme to use (RFC 6750), with the error when a token was presented.",
         "required": true,
@@ -834,6 +944,12 @@ export const contract: Record<string, unknown> = {
       }
     },
     "responses": {
+      "WebhookReceived": {
+        "description": "Any 2xx status. The subscriber received the event; the delivery ends."
+      },
+      "WebhookFailed": {
+        "description": "Any other status (redirects are not followed), no answer within `WEBHOOK_TIMEOUT_MS` (10 s) or no\nconnection: the attempt failed, and the event is sent again, with the same `webhook-id`, after 5 s, 5 min,\n30 min, 2 h, 5 h, 10 h and 10 h (`WEBHOOK_RETRY_DELAYS_MS`, each ±10 %). After the last attempt the\ndelivery is given up and logged.\n"
+      },
       "Authenticated": {
         "description": "The caller is signed in; the response carries a new token pair.",
         "headers": {
@@ -866,6 +982,11 @@ export const contract: Record<string, unknown> = {
       },
       "ItemFound": {
         "description": "The item.",
+        "headers": {
+          "ETag": {
+            "$ref": "#/components/headers/ETag"
+          }
+        },
         "content": {
           "application/json": {
             "schema": {
@@ -888,7 +1009,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/ValidationError"
+              "$ref": "#/components/schemas/ValidationErrorResponse"
             },
             "example": {
               "code": "VALIDATION_ERROR",
@@ -913,7 +1034,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "AUTHENTICATION_REQUIRED",
@@ -927,11 +1048,25 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "FORBIDDEN",
               "message": "Only the item's contributor may change it."
+            }
+          }
+        }
+      },
+      "PreconditionFailed": {
+        "description": "The item has changed since the client read it: its `ETag` is none of those `If-Match` gives\n(`PRECONDITION_FAILED`). Read it again, then retry.\n",
+        "content": {
+          "application/json": {
+            "schema": {
+              "$ref": "#/components/schemas/ErrorResponse"
+            },
+            "example": {
+              "code": "PRECONDITION_FAILED",
+              "message": "The item has changed since you read it; read it again and retry."
             }
           }
         }
@@ -941,7 +1076,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "NOT_FOUND",
@@ -955,7 +1090,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "PAYLOAD_TOO_LARGE",
@@ -969,7 +1104,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "UNSUPPORTED_MEDIA_TYPE",
@@ -988,7 +1123,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "RATE_LIMITED",
@@ -1011,7 +1146,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "SERVICE_UNAVAILABLE",
@@ -1038,7 +1173,7 @@ export const contract: Record<string, unknown> = {
         "content": {
           "application/json": {
             "schema": {
-              "$ref": "#/components/schemas/Error"
+              "$ref": "#/components/schemas/ErrorResponse"
             },
             "example": {
               "code": "INTERNAL_ERROR",
@@ -1245,7 +1380,7 @@ export const contract: Record<string, unknown> = {
       },
       "ErrorCode": {
         "type": "string",
-        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n",
+        "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n",
         "enum": [
           "VALIDATION_ERROR",
           "AUTHENTICATION_REQUIRED",
@@ -1257,6 +1392,7 @@ export const contract: Record<string, unknown> = {
           "FORBIDDEN",
           "ITEM_QUOTA_EXCEEDED",
           "NOT_FOUND",
+          "PRECONDITION_FAILED",
           "EMAIL_ALREADY_REGISTERED",
           "PAYLOAD_TOO_LARGE",
           "RANGE_NOT_SATISFIABLE",
@@ -1278,7 +1414,9 @@ export const contract: Record<string, unknown> = {
           }
         }
       },
-      "Error": {
+      "ErrorResponse": {
+        "title": "ErrorResponse",
+        "description": "The body of every error but a 400 (the spec's `Error`).",
         "type": "object",
         "required": [
           "code",
@@ -1294,7 +1432,9 @@ export const contract: Record<string, unknown> = {
           }
         }
       },
-      "ValidationError": {
+      "ValidationErrorResponse": {
+        "title": "ValidationErrorResponse",
+        "description": "The body of a 400 (the spec's `ValidationError`).",
         "type": "object",
         "required": [
           "code",
@@ -1426,6 +1566,7 @@ export const contract: Record<string, unknown> = {
         }
       },
       "ItemEventData": {
+        "title": "ItemEventData",
         "type": "object",
         "required": [
           "item",
@@ -1443,6 +1584,7 @@ export const contract: Record<string, unknown> = {
         }
       },
       "ItemEvent": {
+        "title": "ItemEvent",
         "type": "object",
         "description": "A CloudEvents 1.0 event in structured JSON mode.",
         "required": [
@@ -1492,6 +1634,7 @@ export const contract: Record<string, unknown> = {
         }
       },
       "ItemAddedEvent": {
+        "title": "ItemAddedEvent",
         "allOf": [
           {
             "$ref": "#/components/schemas/ItemEvent"
@@ -1508,6 +1651,7 @@ export const contract: Record<string, unknown> = {
         ]
       },
       "ItemEditedEvent": {
+        "title": "ItemEditedEvent",
         "allOf": [
           {
             "$ref": "#/components/schemas/ItemEvent"
@@ -1524,6 +1668,7 @@ export const contract: Record<string, unknown> = {
         ]
       },
       "ItemRemovedEvent": {
+        "title": "ItemRemovedEvent",
         "allOf": [
           {
             "$ref": "#/components/schemas/ItemEvent"

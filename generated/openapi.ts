@@ -166,7 +166,8 @@ export interface paths {
         };
         /**
          * Get an item
-         * @description Returns one item, whoever owns it and whatever its status.
+         * @description Returns one item, whoever owns it and whatever its status. With `If-None-Match`, answers 304 and no body
+         *     while the item's `ETag` is one of those given.
          */
         get: operations["getItem"];
         put?: never;
@@ -174,7 +175,7 @@ export interface paths {
         /**
          * Remove an item
          * @description Removes the item for everyone; a second removal is a 404. The owning contributor only. Emits
-         *     `items.item.removed`.
+         *     `items.item.removed`. With `If-Match`, the item is removed only while its `ETag` is one of those given.
          */
         delete: operations["deleteItem"];
         options?: never;
@@ -183,7 +184,7 @@ export interface paths {
          * Edit an item
          * @description Changes only the given fields; setting `status` moves the item between `active` and `archived`, any
          *     number of times. `updatedAt` increases on every successful edit. The owning contributor only. Emits
-         *     `items.item.edited`.
+         *     `items.item.edited`. With `If-Match`, the edit is made only while the item's `ETag` is one of those given.
          */
         patch: operations["updateItem"];
         trace?: never;
@@ -201,7 +202,8 @@ export interface webhooks {
         put?: never;
         /**
          * An item was added
-         * @description Emitted once after `createItem` answers 201. `data.item` is the item as the response returned it.
+         * @description Emitted once after `createItem` answers 201. `data.item` is the item as the response returned it. Signed and
+         *     retried as its headers and responses say.
          */
         post: operations["itemAdded"];
         delete?: never;
@@ -221,7 +223,8 @@ export interface webhooks {
         put?: never;
         /**
          * An item was edited
-         * @description Emitted once after `updateItem` answers 200. `data.item` is the item as the response returned it.
+         * @description Emitted once after `updateItem` answers 200. `data.item` is the item as the response returned it. Signed and
+         *     retried as its headers and responses say.
          */
         post: operations["itemEdited"];
         delete?: never;
@@ -241,7 +244,8 @@ export interface webhooks {
         put?: never;
         /**
          * An item was removed
-         * @description Emitted once after `deleteItem` answers 204. `data.item` is the item as it was before removal.
+         * @description Emitted once after `deleteItem` answers 204. `data.item` is the item as it was before removal. Signed and
+         *     retried as its headers and responses say.
          */
         post: operations["itemRemoved"];
         delete?: never;
@@ -336,6 +340,7 @@ export interface components {
          *     - `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.
          *     - `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
+         *     - `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
          *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.
          *     - `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.
@@ -345,17 +350,25 @@ export interface components {
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
         Health: {
             /** @constant */
             status: "ok";
         };
-        Error: {
+        /**
+         * ErrorResponse
+         * @description The body of every error but a 400 (the spec's `Error`).
+         */
+        ErrorResponse: {
             code: components["schemas"]["ErrorCode"];
             /** @description A readable explanation, for people rather than programs. */
             message: string;
         };
-        ValidationError: {
+        /**
+         * ValidationErrorResponse
+         * @description The body of a 400 (the spec's `ValidationError`).
+         */
+        ValidationErrorResponse: {
             /** @constant */
             code: "VALIDATION_ERROR";
             message: string;
@@ -390,6 +403,7 @@ export interface components {
             description?: components["schemas"]["ItemDescription"];
             status?: components["schemas"]["ItemStatus"];
         };
+        /** ItemEventData */
         ItemEventData: {
             item: components["schemas"]["Item"];
             /**
@@ -398,7 +412,10 @@ export interface components {
              */
             actorId: string;
         };
-        /** @description A CloudEvents 1.0 event in structured JSON mode. */
+        /**
+         * ItemEvent
+         * @description A CloudEvents 1.0 event in structured JSON mode.
+         */
         ItemEvent: {
             /** @constant */
             specversion: "1.0";
@@ -424,20 +441,42 @@ export interface components {
             datacontenttype: "application/json";
             data: components["schemas"]["ItemEventData"];
         };
+        /** ItemAddedEvent */
         ItemAddedEvent: components["schemas"]["ItemEvent"] & {
             /** @constant */
             type?: "items.item.added";
         };
+        /** ItemEditedEvent */
         ItemEditedEvent: components["schemas"]["ItemEvent"] & {
             /** @constant */
             type?: "items.item.edited";
         };
+        /** ItemRemovedEvent */
         ItemRemovedEvent: components["schemas"]["ItemEvent"] & {
             /** @constant */
             type?: "items.item.removed";
         };
     };
     responses: {
+        /** @description Any 2xx status. The subscriber received the event; the delivery ends. */
+        WebhookReceived: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
+        /**
+         * @description Any other status (redirects are not followed), no answer within `WEBHOOK_TIMEOUT_MS` (10 s) or no
+         *     connection: the attempt failed, and the event is sent again, with the same `webhook-id`, after 5 s, 5 min,
+         *     30 min, 2 h, 5 h, 10 h and 10 h (`WEBHOOK_RETRY_DELAYS_MS`, each ±10 %). After the last attempt the
+         *     delivery is given up and logged.
+         */
+        WebhookFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content?: never;
+        };
         /** @description The caller is signed in; the response carries a new token pair. */
         Authenticated: {
             headers: {
@@ -466,6 +505,7 @@ export interface components {
         /** @description The item. */
         ItemFound: {
             headers: {
+                ETag: components["headers"]["ETag"];
                 [name: string]: unknown;
             };
             content: {
@@ -504,7 +544,7 @@ export interface components {
                  *       ]
                  *     }
                  */
-                "application/json": components["schemas"]["ValidationError"];
+                "application/json": components["schemas"]["ValidationErrorResponse"];
             };
         };
         /**
@@ -523,7 +563,7 @@ export interface components {
                  *       "message": "An access token is required."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description The caller's role may not do this, the caller does not own the item (`FORBIDDEN`), or a contributor's item quota is reached (`ITEM_QUOTA_EXCEEDED`). */
@@ -538,7 +578,25 @@ export interface components {
                  *       "message": "Only the item's contributor may change it."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /**
+         * @description The item has changed since the client read it: its `ETag` is none of those `If-Match` gives
+         *     (`PRECONDITION_FAILED`). Read it again, then retry.
+         */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "PRECONDITION_FAILED",
+                 *       "message": "The item has changed since you read it; read it again and retry."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description The item does not exist (`NOT_FOUND`). */
@@ -553,7 +611,7 @@ export interface components {
                  *       "message": "Item not found."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description The body is larger than the service accepts (`PAYLOAD_TOO_LARGE`). */
@@ -568,7 +626,7 @@ export interface components {
                  *       "message": "The request body is too large."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`). */
@@ -583,7 +641,7 @@ export interface components {
                  *       "message": "The body must be application/json."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description Too many requests from this client, or item changes by this user; try again after `Retry-After` seconds (`RATE_LIMITED`). */
@@ -599,7 +657,7 @@ export interface components {
                  *       "message": "Too many requests; retry in 60 seconds."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /**
@@ -619,7 +677,7 @@ export interface components {
                  *       "message": "The service is busy; try again shortly."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description The service is up. */
@@ -648,7 +706,7 @@ export interface components {
                  *       "message": "An unexpected error occurred."
                  *     }
                  */
-                "application/json": components["schemas"]["Error"];
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
     };
@@ -668,9 +726,43 @@ export interface components {
          * @example 20
          */
         pageSize: number;
+        /**
+         * @description `*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.
+         * @example "2026-11-21T09:31:00.000Z"
+         */
+        ifNoneMatch: string;
+        /**
+         * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
+         *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
+         * @example "2026-11-21T09:31:00.000Z"
+         */
+        ifMatch: string;
+        /**
+         * @description The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.
+         * @example 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f
+         */
+        webhookId: string;
+        /**
+         * @description When this attempt was sent, in Unix seconds; part of what is signed.
+         * @example 1795420200
+         */
+        webhookTimestamp: string;
+        /**
+         * @description `v1,` then the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the
+         *     subscriber's secret (the base64 after `whsec_`), per Standard Webhooks 1.0. Verify it, and the timestamp's
+         *     age, with any Standard Webhooks library.
+         * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+         */
+        webhookSignature: string;
     };
     requestBodies: never;
     headers: {
+        /**
+         * @description The item's entity tag, a strong validator that changes with every edit: send it in `If-None-Match`
+         *     (`getItem`) or `If-Match` (`updateItem`, `deleteItem`).
+         * @example "2026-11-21T09:31:00.000Z"
+         */
+        ETag: string;
         /**
          * @description The authentication scheme to use (RFC 6750), with the error when a token was presented.
          * @example Bearer realm="items", error="invalid_token"
@@ -697,8 +789,6 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Healthy"];
-            400: components["responses"]["ValidationFailed"];
-            500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -712,8 +802,6 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["Healthy"];
-            400: components["responses"]["ValidationFailed"];
-            500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -753,7 +841,7 @@ export interface operations {
                      *       "message": "This email is already registered."
                      *     }
                      */
-                    "application/json": components["schemas"]["Error"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
@@ -796,7 +884,7 @@ export interface operations {
                      *       "message": "The email or password is incorrect."
                      *     }
                      */
-                    "application/json": components["schemas"]["Error"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
@@ -838,7 +926,7 @@ export interface operations {
                      *       "message": "The refresh token is invalid."
                      *     }
                      */
-                    "application/json": components["schemas"]["Error"];
+                    "application/json": components["schemas"]["ErrorResponse"];
                 };
             };
             413: components["responses"]["PayloadTooLarge"];
@@ -950,6 +1038,7 @@ export interface operations {
                 headers: {
                     /** @description The address of the new item. */
                     Location: string;
+                    ETag: components["headers"]["ETag"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -980,7 +1069,13 @@ export interface operations {
     getItem: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.
+                 * @example "2026-11-21T09:31:00.000Z"
+                 */
+                "If-None-Match"?: components["parameters"]["ifNoneMatch"];
+            };
             path: {
                 /**
                  * @description The item's id.
@@ -993,6 +1088,14 @@ export interface operations {
         requestBody?: never;
         responses: {
             200: components["responses"]["ItemFound"];
+            /** @description The item is unchanged since the client read it (its `ETag` matches `If-None-Match`). */
+            304: {
+                headers: {
+                    ETag: components["headers"]["ETag"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             400: components["responses"]["ValidationFailed"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
@@ -1003,7 +1106,14 @@ export interface operations {
     deleteItem: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
+                 *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
+                 * @example "2026-11-21T09:31:00.000Z"
+                 */
+                "If-Match"?: components["parameters"]["ifMatch"];
+            };
             path: {
                 /**
                  * @description The item's id.
@@ -1026,6 +1136,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -1034,7 +1145,14 @@ export interface operations {
     updateItem: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
+                 *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
+                 * @example "2026-11-21T09:31:00.000Z"
+                 */
+                "If-Match"?: components["parameters"]["ifMatch"];
+            };
             path: {
                 /**
                  * @description The item's id.
@@ -1060,6 +1178,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["TooManyRequests"];
@@ -1070,7 +1189,25 @@ export interface operations {
     itemAdded: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /**
+                 * @description The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.
+                 * @example 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f
+                 */
+                "webhook-id": components["parameters"]["webhookId"];
+                /**
+                 * @description When this attempt was sent, in Unix seconds; part of what is signed.
+                 * @example 1795420200
+                 */
+                "webhook-timestamp": components["parameters"]["webhookTimestamp"];
+                /**
+                 * @description `v1,` then the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the
+                 *     subscriber's secret (the base64 after `whsec_`), per Standard Webhooks 1.0. Verify it, and the timestamp's
+                 *     age, with any Standard Webhooks library.
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": components["parameters"]["webhookSignature"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1103,19 +1240,32 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The subscriber received the event. */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+            "2XX": components["responses"]["WebhookReceived"];
+            default: components["responses"]["WebhookFailed"];
         };
     };
     itemEdited: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /**
+                 * @description The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.
+                 * @example 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f
+                 */
+                "webhook-id": components["parameters"]["webhookId"];
+                /**
+                 * @description When this attempt was sent, in Unix seconds; part of what is signed.
+                 * @example 1795420200
+                 */
+                "webhook-timestamp": components["parameters"]["webhookTimestamp"];
+                /**
+                 * @description `v1,` then the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the
+                 *     subscriber's secret (the base64 after `whsec_`), per Standard Webhooks 1.0. Verify it, and the timestamp's
+                 *     age, with any Standard Webhooks library.
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": components["parameters"]["webhookSignature"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1148,19 +1298,32 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The subscriber received the event. */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+            "2XX": components["responses"]["WebhookReceived"];
+            default: components["responses"]["WebhookFailed"];
         };
     };
     itemRemoved: {
         parameters: {
             query?: never;
-            header?: never;
+            header: {
+                /**
+                 * @description The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.
+                 * @example 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f
+                 */
+                "webhook-id": components["parameters"]["webhookId"];
+                /**
+                 * @description When this attempt was sent, in Unix seconds; part of what is signed.
+                 * @example 1795420200
+                 */
+                "webhook-timestamp": components["parameters"]["webhookTimestamp"];
+                /**
+                 * @description `v1,` then the base64 HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}`, keyed with the
+                 *     subscriber's secret (the base64 after `whsec_`), per Standard Webhooks 1.0. Verify it, and the timestamp's
+                 *     age, with any Standard Webhooks library.
+                 * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
+                 */
+                "webhook-signature": components["parameters"]["webhookSignature"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1193,13 +1356,8 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The subscriber received the event. */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
+            "2XX": components["responses"]["WebhookReceived"];
+            default: components["responses"]["WebhookFailed"];
         };
     };
 }

@@ -54,8 +54,6 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [],
     "statuses": [
       "200",
-      "400",
-      "500",
       "503"
     ],
     "requiredHeaders": {},
@@ -64,14 +62,8 @@ export const routes: readonly RouteDefinition[] = [
         "200": {
           "$ref": "Health"
         },
-        "400": {
-          "$ref": "ValidationError"
-        },
-        "500": {
-          "$ref": "Error"
-        },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       }
     }
@@ -84,8 +76,6 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [],
     "statuses": [
       "200",
-      "400",
-      "500",
       "503"
     ],
     "requiredHeaders": {},
@@ -94,14 +84,8 @@ export const routes: readonly RouteDefinition[] = [
         "200": {
           "$ref": "Health"
         },
-        "400": {
-          "$ref": "ValidationError"
-        },
-        "500": {
-          "$ref": "Error"
-        },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       }
     }
@@ -137,25 +121,25 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "AuthResponse"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "409": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "body": {
@@ -194,25 +178,25 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "AuthResponse"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "body": {
@@ -251,25 +235,25 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "AuthResponse"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "body": {
@@ -301,19 +285,19 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       }
     }
@@ -344,16 +328,16 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ItemList"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "querystring": {
@@ -399,7 +383,8 @@ export const routes: readonly RouteDefinition[] = [
     ],
     "requiredHeaders": {
       "201": [
-        "location"
+        "location",
+        "etag"
       ],
       "401": [
         "www-authenticate"
@@ -414,28 +399,28 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Item"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "403": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "body": {
@@ -453,6 +438,7 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [],
     "statuses": [
       "200",
+      "304",
       "400",
       "401",
       "404",
@@ -460,6 +446,12 @@ export const routes: readonly RouteDefinition[] = [
       "503"
     ],
     "requiredHeaders": {
+      "200": [
+        "etag"
+      ],
+      "304": [
+        "etag"
+      ],
       "401": [
         "www-authenticate"
       ]
@@ -470,19 +462,19 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Item"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "404": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "params": {
@@ -515,6 +507,7 @@ export const routes: readonly RouteDefinition[] = [
       "401",
       "403",
       "404",
+      "412",
       "429",
       "500",
       "503"
@@ -530,25 +523,28 @@ export const routes: readonly RouteDefinition[] = [
     "schema": {
       "response": {
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "403": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "404": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
+        },
+        "412": {
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "params": {
@@ -581,6 +577,7 @@ export const routes: readonly RouteDefinition[] = [
       "401",
       "403",
       "404",
+      "412",
       "413",
       "415",
       "429",
@@ -588,6 +585,9 @@ export const routes: readonly RouteDefinition[] = [
       "503"
     ],
     "requiredHeaders": {
+      "200": [
+        "etag"
+      ],
       "401": [
         "www-authenticate"
       ],
@@ -601,31 +601,34 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "Item"
         },
         "400": {
-          "$ref": "ValidationError"
+          "$ref": "ValidationErrorResponse"
         },
         "401": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "403": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "404": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
+        },
+        "412": {
+          "$ref": "ErrorResponse"
         },
         "413": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "415": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "429": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "500": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         },
         "503": {
-          "$ref": "Error"
+          "$ref": "ErrorResponse"
         }
       },
       "params": {
@@ -646,3 +649,6 @@ export const routes: readonly RouteDefinition[] = [
     }
   }
 ]
+
+/** The channels the service emits events on: the names of the contract's webhooks. */
+export const channels = ["items.item.added","items.item.edited","items.item.removed"] as const

@@ -213,7 +213,7 @@ export const schemas = {
   "ErrorCode": {
     "$id": "ErrorCode",
     "type": "string",
-    "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n",
+    "description": "- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n",
     "enum": [
       "VALIDATION_ERROR",
       "AUTHENTICATION_REQUIRED",
@@ -225,6 +225,7 @@ export const schemas = {
       "FORBIDDEN",
       "ITEM_QUOTA_EXCEEDED",
       "NOT_FOUND",
+      "PRECONDITION_FAILED",
       "EMAIL_ALREADY_REGISTERED",
       "PAYLOAD_TOO_LARGE",
       "RANGE_NOT_SATISFIABLE",
@@ -247,8 +248,10 @@ export const schemas = {
       }
     }
   },
-  "Error": {
-    "$id": "Error",
+  "ErrorResponse": {
+    "$id": "ErrorResponse",
+    "title": "ErrorResponse",
+    "description": "The body of every error but a 400 (the spec's `Error`).",
     "type": "object",
     "required": [
       "code",
@@ -264,8 +267,10 @@ export const schemas = {
       }
     }
   },
-  "ValidationError": {
-    "$id": "ValidationError",
+  "ValidationErrorResponse": {
+    "$id": "ValidationErrorResponse",
+    "title": "ValidationErrorResponse",
+    "description": "The body of a 400 (the spec's `ValidationError`).",
     "type": "object",
     "required": [
       "code",
@@ -403,6 +408,7 @@ export const schemas = {
   },
   "ItemEventData": {
     "$id": "ItemEventData",
+    "title": "ItemEventData",
     "type": "object",
     "required": [
       "item",
@@ -421,6 +427,7 @@ export const schemas = {
   },
   "ItemEvent": {
     "$id": "ItemEvent",
+    "title": "ItemEvent",
     "type": "object",
     "description": "A CloudEvents 1.0 event in structured JSON mode.",
     "required": [
@@ -471,6 +478,7 @@ export const schemas = {
   },
   "ItemAddedEvent": {
     "$id": "ItemAddedEvent",
+    "title": "ItemAddedEvent",
     "allOf": [
       {
         "$ref": "ItemEvent"
@@ -488,6 +496,7 @@ export const schemas = {
   },
   "ItemEditedEvent": {
     "$id": "ItemEditedEvent",
+    "title": "ItemEditedEvent",
     "allOf": [
       {
         "$ref": "ItemEvent"
@@ -505,6 +514,7 @@ export const schemas = {
   },
   "ItemRemovedEvent": {
     "$id": "ItemRemovedEvent",
+    "title": "ItemRemovedEvent",
     "allOf": [
       {
         "$ref": "ItemEvent"

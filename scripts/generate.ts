@@ -165,7 +165,7 @@ export type SchemaName = keyof typeof schemas
 `
 }
 
-function routeTableModule (routes: RouteEntry[]): string {
+function routeTableModule (routes: RouteEntry[], channels: string[]): string {
   return `${BANNER}import type { components } from './openapi.js'
 
 type Role = components['schemas']['Role']
@@ -203,6 +203,9 @@ ${routes.map((route) => `  ${route.operationId}: ${defaultedParameters(route).ma
 }
 
 export const routes: readonly RouteDefinition[] = ${JSON.stringify(routes, null, 2)}
+
+/** The channels the service emits events on: the names of the contract's webhooks. */
+export const channels = ${JSON.stringify(channels)} as const
 `
 }
 
@@ -305,9 +308,13 @@ export interface OperationValidators {
   readonly responses: { readonly [status: string]: ValidateFunction }
 }
 
-export const validators: { readonly [Id in RouteOperationId]: OperationValidators } = {
+// Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.
+export const validators = {
 ${routes.map(entry).join(',\n')}
-}
+} as const satisfies { readonly [Id in RouteOperationId]: OperationValidators }
+
+/** The same lookup, with every operation typed alike: for code that looks an operation up by a variable id. */
+export const operationValidators: { readonly [Id in RouteOperationId]: OperationValidators } = validators
 `
 }
 
@@ -322,7 +329,7 @@ export async function generate (): Promise<GeneratedFile[]> {
     { path: 'openapi.ts', contents: BANNER + types },
     { path: 'contract.ts', contents: `${BANNER}/** The contract, as served at /openapi.json and /openapi.yaml. */\nexport const contract: Record<string, unknown> = ${JSON.stringify(document, null, 2)}\n` },
     { path: 'schemas.ts', contents: schemasModule(components) },
-    { path: 'routes.ts', contents: routeTableModule(routes) },
+    { path: 'routes.ts', contents: routeTableModule(routes, Object.keys(isObject(document.webhooks) ? document.webhooks : {})) },
     ...validatorModules(routes, components),
     { path: 'validators.ts', contents: validatorLookupModule(routes) }
   ]

@@ -2,16 +2,19 @@ import { randomUUID } from 'node:crypto'
 import { StandaloneValidator } from '@fastify/ajv-compiler'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { DestinationStream } from 'pino'
-import type { AppConfig } from './config.js'
+import { type AppSettings, withDefaults } from './config.js'
 import { handlers } from './handlers/index.js'
 import authPlugin from './plugins/auth.js'
+import corsPlugin from './plugins/cors.js'
 import docsPlugin from './plugins/docs.js'
 import errorsPlugin, { handleClientError, handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
 import healthPlugin from './plugins/health.js'
 import rateLimitsPlugin from './plugins/rate-limits.js'
 import routesPlugin, { generatedValidator } from './plugins/routes.js'
+import seedPlugin from './plugins/seed.js'
 import storePlugin from './plugins/store.js'
+import webhooksPlugin from './plugins/webhooks.js'
 import type { Store } from './store/store.js'
 
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
@@ -32,8 +35,13 @@ export interface BuildAppOptions {
   logStream?: DestinationStream
 }
 
-/** Builds the service, ready to `listen` or to `inject` requests into. */
-export async function buildApp (config: AppConfig, options: BuildAppOptions = {}): Promise<FastifyInstance> {
+/**
+ * Builds the service, ready to `listen` or to `inject` requests into. `settings` is the configuration, whole
+ * (`loadConfig()` reads it from the environment, as the server does) or in part (`{ logLevel: 'silent' }`): what it
+ * leaves out keeps its default.
+ */
+export async function buildApp (settings: AppSettings = {}, options: BuildAppOptions = {}): Promise<FastifyInstance> {
+  const config = withDefaults(settings)
   const app = Fastify({
     logger: {
       level: config.logLevel,
@@ -84,13 +92,25 @@ export async function buildApp (config: AppConfig, options: BuildAppOptions = {}
     done()
   })
 
-  await app.register(errorsPlugin)
-  await app.register(healthPlugin, config)
-  await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
-  await app.register(eventsPlugin, { subscribers: options.subscribers })
-  await app.register(authPlugin, config)
-  await app.register(rateLimitsPlugin, { limits: config.rateLimits })
-  await app.register(docsPlugin)
-  await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
+  try {
+    await app.register(errorsPlugin)
+    await app.register(corsPlugin, { origins: config.corsOrigins })
+    await app.register(healthPlugin, config)
+    await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
+    await app.register(eventsPlugin, {
+      subscribers: options.subscribers,
+      webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))
+    })
+    await app.register(webhooksPlugin, { config: config.webhooks })
+    await app.register(authPlugin, config)
+    await app.register(seedPlugin, { file: config.seedFile })
+    await app.register(rateLimitsPlugin, { limits: config.rateLimits })
+    await app.register(docsPlugin)
+    await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
+  } catch (error) {
+    // What the plugins loaded so far hold (a store connection, the hashing process) is released.
+    await app.close()
+    throw error
+  }
   return app
 }

@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
+import { isPlainObject } from './plain-object.js'
+import { parseSubscriptions, type Subscription } from './webhooks/subscriptions.js'
 
 export class ConfigError extends Error {
   override name = 'ConfigError'
@@ -59,6 +62,42 @@ const proxies: Reader<TrustedProxies> = (raw, name) => {
   throw new ConfigError(`Invalid configuration: ${name} must be true, false, a number of hops, or comma-separated addresses, got "${raw}"`)
 }
 
+const subscriptions: Reader<Subscription[]> = (raw, name) => {
+  try {
+    return parseSubscriptions(raw)
+  } catch (error) {
+    throw new ConfigError(`Invalid configuration: ${name}${(error as Error).message}`)
+  }
+}
+
+const subscriptionsFile: Reader<Subscription[]> = (path, name) => {
+  let json: string
+  try {
+    json = readFileSync(path, 'utf8')
+  } catch (error) {
+    throw new ConfigError(`Invalid configuration: ${name} cannot be read: ${(error as Error).message}`)
+  }
+  return subscriptions(json, `${name} (${path})`)
+}
+
+// Browser origins, comma-separated, each as a browser sends it in `Origin`: scheme, host and port if not the default.
+const origins: Reader<string[]> = (raw, name) => {
+  const listed = raw.split(',').map((origin) => origin.trim())
+  const invalid = listed.find((origin) => !URL.canParse(origin) || new URL(origin).origin !== origin)
+  if (invalid === undefined) return listed
+  throw new ConfigError(`Invalid configuration: ${name} must be comma-separated origins such as http://localhost:5173, got "${invalid}"`)
+}
+
+// Milliseconds to wait before each retry, comma-separated: one attempt more than there are delays.
+const delays: Reader<number[]> = (raw, name) => {
+  const values = raw.split(',').map((value) => value.trim())
+  if (values.length > 0 && values.every((value) => /^\d{1,9}$/.test(value))) return values.map(Number)
+  throw new ConfigError(`Invalid configuration: ${name} must be comma-separated whole milliseconds, got "${raw}"`)
+}
+
+// Standard Webhooks' schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+const DEFAULT_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]
+
 const mebibytes = (value: number | undefined): number | undefined => value === undefined ? undefined : value * 1024 * 1024
 
 function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback: T): T
@@ -86,6 +125,16 @@ export interface StoreConfig {
   maxItemsPerUser: number
 }
 
+export interface WebhooksConfig {
+  subscriptions: Subscription[]
+  /** How long a delivery attempt may wait to connect, for the response's headers, or during a pause in its body. */
+  timeoutMs: number
+  /** The wait before each retry; a delivery is given up after one attempt more than there are delays. */
+  retryDelaysMs: number[]
+  /** How long a delivery taken by one instance may stay unsettled before another takes it over. */
+  reclaimAfterMs: number
+}
+
 export interface AppConfig {
   environment: typeof ENVIRONMENTS[number]
   host: string
@@ -110,6 +159,11 @@ export interface AppConfig {
   requestTimeoutMs: number
   rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit, writes: RateLimit } | null
   store: StoreConfig
+  webhooks: WebhooksConfig
+  /** Users and items to start with (SEED_FILE), for integration tests; refused in production. */
+  seedFile: string | undefined
+  /** Browser origins allowed to call the API (CORS); none by default. */
+  corsOrigins: string[]
   /** Fastify's trustProxy: whether, or which, proxies' X-Forwarded-For gives the client's address. */
   trustProxy: TrustedProxies
   shutdownTimeoutMs: number
@@ -140,6 +194,19 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     throw new ConfigError('Invalid configuration: CONTRACT_STRICT_RESPONSES is for development and test, not production')
   }
   const windowSeconds = read(source, 'RATE_LIMIT_WINDOW', integer(1), 60)
+  const seedFile = read(source, 'SEED_FILE', text(1))
+  if (environment === 'production' && seedFile !== undefined) {
+    throw new ConfigError('Invalid configuration: SEED_FILE is for development and test, not production')
+  }
+  if (source.WEBHOOKS !== undefined && source.WEBHOOKS_FILE !== undefined) {
+    throw new ConfigError('Invalid configuration: set WEBHOOKS or WEBHOOKS_FILE, not both')
+  }
+  const webhookTimeoutMs = read(source, 'WEBHOOK_TIMEOUT_MS', integer(100, 600_000), 10_000)
+  const reclaimAfterMs = read(source, 'WEBHOOK_RECLAIM_AFTER_MS', integer(1000), 60_000)
+  // Until an attempt has timed out, its delivery must not be taken over by another instance.
+  if (reclaimAfterMs <= webhookTimeoutMs) {
+    throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
+  }
   return {
     environment,
     host: read(source, 'HOST', text(1), '127.0.0.1'),
@@ -174,10 +241,43 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       redisKeyPrefix: read(source, 'REDIS_KEY_PREFIX', text(1), 'items-service:'),
       maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000)
     },
+    webhooks: {
+      subscriptions: read(source, 'WEBHOOKS', subscriptions) ?? read(source, 'WEBHOOKS_FILE', subscriptionsFile, []),
+      timeoutMs: webhookTimeoutMs,
+      retryDelaysMs: read(source, 'WEBHOOK_RETRY_DELAYS_MS', delays, DEFAULT_RETRY_DELAYS_MS),
+      reclaimAfterMs
+    },
+    seedFile,
+    corsOrigins: read(source, 'CORS_ORIGINS', origins, []),
     trustProxy: read(source, 'TRUST_PROXY', proxies, false),
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
     maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
     maxHeapUsedBytes: mebibytes(read(source, 'MAX_HEAP_USED', integer(16))),
     strictResponses
   }
+}
+
+/** What `buildApp` takes: any part of the configuration, at any depth; the rest keeps its default. */
+export type AppSettings = Settings<AppConfig>
+type Settings<T> = T extends readonly unknown[] | ((...args: never[]) => unknown) ? T : T extends object ? { [K in keyof T]?: Settings<T[K]> } : T
+
+// `settings` laid over `defaults`: plain objects part by part, anything else (a list, a function, null) whole.
+function merged<T> (defaults: T, settings: Settings<T> | undefined): T {
+  if (settings === undefined) return defaults
+  // Settings<T> is T itself for everything but plain objects.
+  if (!isPlainObject(defaults) || !isPlainObject(settings)) return settings as T
+  const result: Record<string, unknown> = { ...defaults }
+  for (const [key, value] of Object.entries(settings)) result[key] = merged(defaults[key], value)
+  return result as T
+}
+
+/**
+ * The defaults (what `loadConfig({})` gives: development, a random JWT secret) with `settings` laid over them, part
+ * by part; lists and other values are replaced whole.
+ */
+export function withDefaults (settings: AppSettings = {}): AppConfig {
+  const config = merged<AppConfig>(loadConfig({}), settings)
+  // A secret that was given was not generated, unless the settings say so (a whole configuration from loadConfig).
+  const secretGenerated = settings.jwt?.secretGenerated ?? settings.jwt?.secret === undefined
+  return { ...config, jwt: { ...config.jwt, secretGenerated } }
 }

@@ -1,8 +1,8 @@
 import type { components } from '../generated/openapi.js'
 
 export type ErrorCode = components['schemas']['ErrorCode']
-export type ErrorBody = components['schemas']['Error']
-export type ValidationErrorBody = components['schemas']['ValidationError']
+export type ErrorBody = components['schemas']['ErrorResponse']
+export type ValidationErrorBody = components['schemas']['ValidationErrorResponse']
 
 /** An error whose status, code and message are meant for the client; the error handler sends it as it is. */
 export class ApiError extends Error {
@@ -37,6 +37,9 @@ export const itemQuotaExceeded = (): ApiError =>
   new ApiError(403, 'ITEM_QUOTA_EXCEEDED', 'You already own as many items as the service allows; delete one first.')
 
 export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
+
+export const preconditionFailed = (): ApiError =>
+  new ApiError(412, 'PRECONDITION_FAILED', 'The item has changed since you read it; read it again and retry.')
 
 /** The only body a 500 ever has: nothing about what failed leaves the service. */
 export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }

@@ -1,6 +1,6 @@
 // The package's public entry point, for embedding the service in another program or its integration tests.
 export { buildApp, type BuildAppOptions } from './app.js'
-export { type AppConfig, ConfigError, loadConfig } from './config.js'
+export { type AppConfig, type AppSettings, ConfigError, loadConfig } from './config.js'
 export type { Channel, DomainEvent, EventHandler, Subscribers } from './plugins/events.js'
 export { createMemoryStore } from './store/memory-store.js'
 export type { Item, ItemStore, Session, SessionStore, Store, User, UserStore } from './store/store.js'

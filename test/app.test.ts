@@ -12,7 +12,7 @@ t.test('every operation openapi.yaml declares is routed', async (t) => {
   }
 })
 
-t.test('an unknown route is a 404 NOT_FOUND in the Error shape', async (t) => {
+t.test('an unknown route is a 404 NOT_FOUND in the ErrorResponse shape', async (t) => {
   const api = await build(t)
   const response = await api.inject({ method: 'GET', url: '/v1/nothing-here?x=1' })
   t.equal(response.statusCode, 404)
@@ -105,7 +105,7 @@ t.test('a client too slow with its headers or its body gets a 408 and its connec
   }
 })
 
-t.test('an error a plugin raises with a 4xx status keeps that status, in the Error shape', async (t) => {
+t.test('an error a plugin raises with a 4xx status keeps that status, in the ErrorResponse shape', async (t) => {
   const { lines, logStream } = captureLogs()
   const api = await build(t, { LOG_LEVEL: 'error' }, { logStream })
   // Sent as-is over a socket: app.inject would normalise the dots away.
@@ -230,10 +230,12 @@ t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', asyn
   const json = await api.app.inject({ method: 'GET', url: '/openapi.json' })
   t.equal(json.statusCode, 200)
   t.match(json.json(), { openapi: '3.1.0', info: { version: '1.0.0' } })
+  t.same(json.json().servers, [{ url: '/', description: 'The instance serving this document.' }], 'the served copy names the instance serving it')
   const yaml = await api.app.inject({ method: 'GET', url: '/openapi.yaml' })
   t.equal(yaml.statusCode, 200)
   t.match(yaml.headers['content-type'], /yaml/)
   t.match(yaml.body, /operationId: listItems/)
+  t.match(yaml.body, /servers:\n {2}- url: \/\n/)
   const docs = await api.app.inject({ method: 'GET', url: '/docs/' })
   t.equal(docs.statusCode, 200)
   t.match(docs.body, /swagger-ui/i)

@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
 import { build, captureLogs, testEnvironment } from './helper.js'
@@ -91,4 +93,64 @@ t.test('an address limit also applies to a route with no onRequest hook of its o
   t.teardown(async () => { await app.close() })
   app.route({ method: 'GET', url: '/probe', config: { operationId: 'refreshTokens' }, handler: async () => ({}) })
   t.same([(await app.inject('/probe')).statusCode, (await app.inject('/probe')).statusCode], [200, 429])
+})
+
+t.test('webhooks: WEBHOOKS or WEBHOOKS_FILE, every entry validated, secrets never quoted', async (t) => {
+  const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
+  const config = loadConfig({ WEBHOOKS: JSON.stringify([{ url: 'http://127.0.0.1:9999/hook', secret, channels: ['items.item.added'] }, { url: 'https://example.com/all', secret }]) })
+  t.match(config.webhooks, {
+    subscriptions: [
+      { url: 'http://127.0.0.1:9999/hook', secret, channels: ['items.item.added'], id: /^[\w-]{16}$/ },
+      { url: 'https://example.com/all', channels: ['items.item.added', 'items.item.edited', 'items.item.removed'] }
+    ],
+    timeoutMs: 10_000,
+    retryDelaysMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
+    reclaimAfterMs: 60_000
+  })
+  t.not(config.webhooks.subscriptions[0]?.id, config.webhooks.subscriptions[1]?.id)
+  t.same(loadConfig({}).webhooks.subscriptions, [], 'none by default')
+
+  const entry = (fields: Record<string, unknown>): string => JSON.stringify([{ url: 'http://127.0.0.1:9999/ok', secret }, fields])
+  const bad: Array<[string, RegExp]> = [
+    ['[', /^Invalid configuration: WEBHOOKS: is not valid JSON/],
+    ['{}', /^Invalid configuration: WEBHOOKS: must be a JSON array/],
+    ['["http://example.com"]', /^Invalid configuration: WEBHOOKS\[0\]: must be an object with url, secret/],
+    [JSON.stringify(Array.from({ length: 17 }, (_, index) => ({ url: `http://example.com/${index}`, secret }))), /^Invalid configuration: WEBHOOKS: may list at most 16/],
+    [entry({ url: 'ftp://example.com', secret }), /^Invalid configuration: WEBHOOKS\[1\]: url must be an http/],
+    [entry({ url: 'not a url', secret }), /^Invalid configuration: WEBHOOKS\[1\]: url must be/],
+    [entry({ url: 'http://example.com', secret: 'whsec_c2hvcnQ=' }), /^Invalid configuration: WEBHOOKS\[1\]: secret must be whsec_ followed by 24 to 64 bytes/],
+    [entry({ url: 'http://example.com', secret: secret.replace('whsec_', '') }), /WEBHOOKS\[1\]: secret must be/],
+    [entry({ url: 'http://example.com', secret, channels: ['items.item.sold'] }), /WEBHOOKS\[1\]: channels must be a non-empty list of items.item.added/],
+    [entry({ url: 'http://example.com', secret, channels: [] }), /WEBHOOKS\[1\]: channels must be/],
+    [entry({ url: 'http://example.com', secret, channel: ['items.item.added'] }), /WEBHOOKS\[1\]: has unknown field\(s\) channel/],
+    [entry({ url: 'http://127.0.0.1:9999/ok', secret }), /WEBHOOKS\[1\]: url is already subscribed by \[0\]/]
+  ]
+  for (const [value, message] of bad) {
+    const error = t.throws(() => loadConfig({ WEBHOOKS: value }), { name: 'ConfigError', message }, value)
+    t.notMatch(String((error as Error | undefined)?.message), secret.slice(6), 'the secret is not in the message')
+  }
+
+  const file = join(t.testdir(), 'webhooks.json')
+  writeFileSync(file, JSON.stringify([{ url: 'http://127.0.0.1:9999/from-file', secret }]))
+  t.equal(loadConfig({ WEBHOOKS_FILE: file }).webhooks.subscriptions[0]?.url, 'http://127.0.0.1:9999/from-file')
+  t.throws(() => loadConfig({ WEBHOOKS_FILE: join(t.testdir(), 'missing.json') }), { message: /^Invalid configuration: WEBHOOKS_FILE cannot be read: ENOENT/ })
+  t.throws(() => loadConfig({ WEBHOOKS_FILE: file, WEBHOOKS: '[]' }), { message: 'Invalid configuration: set WEBHOOKS or WEBHOOKS_FILE, not both' })
+  writeFileSync(file, '[{"url": "http://x"}]')
+  t.throws(() => loadConfig({ WEBHOOKS_FILE: file }), { message: new RegExp(`^Invalid configuration: WEBHOOKS_FILE \\(${file}\\)\\[0\\]: secret must be`) })
+
+  t.same(loadConfig({ WEBHOOK_RETRY_DELAYS_MS: '10, 20,30', WEBHOOK_TIMEOUT_MS: '500', WEBHOOK_RECLAIM_AFTER_MS: '1000' }).webhooks,
+    { subscriptions: [], retryDelaysMs: [10, 20, 30], timeoutMs: 500, reclaimAfterMs: 1000 })
+  for (const [name, value] of [['WEBHOOK_RETRY_DELAYS_MS', '5s'], ['WEBHOOK_RETRY_DELAYS_MS', ''], ['WEBHOOK_RETRY_DELAYS_MS', '1,,2'], ['WEBHOOK_TIMEOUT_MS', '50']] as const) {
+    t.throws(() => loadConfig({ [name]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)
+  }
+  t.throws(() => loadConfig({ WEBHOOK_TIMEOUT_MS: '2000', WEBHOOK_RECLAIM_AFTER_MS: '2000' }),
+    { message: 'Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS' })
+})
+
+t.test('CORS_ORIGINS: none by default, else origins as a browser sends them', async (t) => {
+  t.same(loadConfig({}).corsOrigins, [])
+  t.same(loadConfig({ CORS_ORIGINS: 'http://localhost:5173, https://app.example.com' }).corsOrigins, ['http://localhost:5173', 'https://app.example.com'])
+  for (const value of ['localhost:5173', 'http://localhost:5173/', 'https://app.example.com/path', '*', '']) {
+    t.throws(() => loadConfig({ CORS_ORIGINS: value }), { name: 'ConfigError', message: /^Invalid configuration: CORS_ORIGINS must be comma-separated origins/ }, value)
+  }
 })

@@ -3,6 +3,7 @@
 import t from 'tap'
 import { type RouteOperationId, routes } from '../generated/routes.js'
 import { type Store, StoreUnavailableError } from '../src/store/store.js'
+import { createMemoryStore } from '../src/store/memory-store.js'
 import { type CallOptions, build, newUser, overloadEventLoop, TEST_JWT_SECRET } from './helper.js'
 import { forgeToken } from './tokens.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
@@ -39,13 +40,14 @@ const validRequests = (token: string): Record<RouteOperationId, CallOptions> => 
 const usesStore = routes.filter((route) => !route.operationId.startsWith('check'))
 const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
 
-// Every part of the store fails every call with `error`; rate counters call back with it.
+// Every part of the store that a request uses fails every call with `error`; rate counters call back with it.
 function failingStore (error: Error): Store {
   const broken = new Proxy({}, { get: () => async () => { throw error } })
   return {
     users: broken as Store['users'],
     sessions: broken as Store['sessions'],
     items: broken as Store['items'],
+    outbox: createMemoryStore().outbox,
     rateCounter: () => ({ incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) } }),
     available: () => false,
     close: async () => {}

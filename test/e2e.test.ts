@@ -50,8 +50,13 @@ t.test('a client team walks the whole spec', async (t) => {
 
   const fetched = await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } } })
   t.same(fetched.data, created.data)
-  const edited = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { name: 'Analytical engine' } })
+  const tag = fetched.response.headers.get('etag') ?? ''
+  const unchanged = await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId }, header: { 'If-None-Match': tag } } })
+  t.equal(unchanged.response.status, 304)
+  const edited = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Analytical engine' } })
   t.equal(edited.data?.name, 'Analytical engine')
+  const lostUpdate = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Overwritten' } })
+  t.equal(lostUpdate.error?.code, 'PRECONDITION_FAILED', 'an edit from a stale read is refused')
   const archived = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'archived' } })
   t.equal(archived.data?.status, 'archived')
   const reactivated = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'active' } })

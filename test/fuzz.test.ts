@@ -4,7 +4,7 @@
 import fc from 'fast-check'
 import t from 'tap'
 import { type JsonSchema, type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
-import { validators } from '../generated/validators.js'
+import { operationValidators } from '../generated/validators.js'
 import { mutated, valid } from './arbitraries.js'
 import { build, type Schemas } from './helper.js'
 
@@ -63,7 +63,7 @@ const asStrings = (values: Record<string, unknown> = {}): Record<string, string>
 // Whether the contract accepts the request as the service receives it (parameters as strings).
 function isValid (route: RouteDefinition, request: { body?: unknown, query: Record<string, string>, params: Record<string, string> }): boolean {
   const check = (part: 'body' | 'querystring' | 'params', value: unknown): boolean => {
-    const validate = validators[route.operationId][part]
+    const validate = operationValidators[route.operationId][part]
     return validate === undefined || validate(structuredClone(value))
   }
   return check('body', request.body) && check('querystring', request.query) && check('params', request.params)

@@ -54,7 +54,7 @@ function assertMatchesContract (method: string, url: string, response: LightMyRe
   const route = routeFor(method, url)
   const where = `${method} ${url} → ${response.statusCode}`
   if (route === undefined) {
-    // Outside the contract's paths only the catch-all 404 is expected, in the Error shape.
+    // Outside the contract's paths only the catch-all 404 is expected, in the ErrorResponse shape.
     const body = response.json() as { code?: unknown, message?: unknown }
     if (response.statusCode === 404 && body.code === 'NOT_FOUND' && typeof body.message === 'string') return
     throw new ContractViolation(`${where}: no operation matches and the response is not a NOT_FOUND error`)

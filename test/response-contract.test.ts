@@ -12,6 +12,8 @@ const route = (operationId: string) => {
   return found
 }
 const json = { 'content-type': 'application/json; charset=utf-8' }
+// An item response's headers: JSON, with its entity tag.
+const itemJson = { ...json, etag: '"2026-11-21T09:30:00.000Z"' }
 const item = {
   id: '00000000-0000-4000-8000-000000000000',
   name: 'n',
@@ -24,12 +26,13 @@ const item = {
 
 t.test('findResponseViolation names each way a response can break the contract', async (t) => {
   const getItem = route('getItem')
-  t.equal(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify(item) }), undefined)
+  t.equal(findResponseViolation(getItem, { statusCode: 200, headers: itemJson, body: JSON.stringify(item) }), undefined)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify(item) }), /required header missing: etag/)
   t.match(findResponseViolation(getItem, { statusCode: 409, headers: json, body: '{}' }), /status 409 is not declared for getItem/)
-  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify({ ...item, name: undefined }) }), /breaks the schema: .*name/)
-  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: JSON.stringify({ ...item, status: 'deleted' }) }), /breaks the schema: \/status/)
-  t.match(findResponseViolation(getItem, { statusCode: 200, headers: { 'content-type': 'text/html' }, body: '<p>' }), /content-type text\/html/)
-  t.match(findResponseViolation(getItem, { statusCode: 200, headers: json, body: '{"id":' }), /not JSON/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: itemJson, body: JSON.stringify({ ...item, name: undefined }) }), /breaks the schema: .*name/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: itemJson, body: JSON.stringify({ ...item, status: 'deleted' }) }), /breaks the schema: \/status/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: { ...itemJson, 'content-type': 'text/html' }, body: '<p>' }), /content-type text\/html/)
+  t.match(findResponseViolation(getItem, { statusCode: 200, headers: itemJson, body: '{"id":' }), /not JSON/)
   t.match(findResponseViolation(route('deleteItem'), { statusCode: 204, headers: json, body: '{}' }), /declares no body/)
   t.match(findResponseViolation(route('createItem'), { statusCode: 201, headers: json, body: JSON.stringify(item) }), /required header missing: location/)
   t.match(findResponseViolation(getItem, { statusCode: 401, headers: json, body: '{"code":"INVALID_TOKEN","message":"m"}' }), /required header missing: www-authenticate/)

@@ -104,16 +104,29 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
 })
 
 t.test('a flood of maximum-size items from several accounts cannot exhaust a small heap: writes shed, reads go on', async (t) => {
-  // The items fill the heap only where the store is the heap.
-  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED: '96' }, ['--max-old-space-size=128'])
+  // The items fill the heap only where the store is the heap. The line leaves room for what the test's loader
+  // keeps (it compiles the TypeScript sources in the server's process): on Node 24, under coverage, 101 MB after a
+  // full collection with 224 items stored, where the built server holds 31 MB.
+  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED: '128' }, ['--max-old-space-size=160'])
   t.teardown(() => { server.process.kill('SIGKILL') })
   const post = async (path: string, body: unknown, token?: string): Promise<Response> => await fetch(`${server.url}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
     body: JSON.stringify(body)
   })
-  const tokens = await Promise.all(Array.from({ length: 8 }, async () =>
-    ((await (await post('/v1/auth/register', newUser())).json()) as { accessToken: string }).accessToken))
+  // Loading the TypeScript sources under the test's loader leaves garbage that can keep the heap over the line
+  // for a moment after the start (on Node 24): sign-ups shed then are tried again after the next memory sample.
+  const signUp = async (): Promise<string> => {
+    for (let attempt = 0; attempt < 40; attempt += 1) {
+      const response = await post('/v1/auth/register', newUser())
+      if (response.status === 201) return ((await response.json()) as { accessToken: string }).accessToken
+      t.equal(response.status, 503, 'a sign-up is only shed, never refused')
+      await new Promise((resolve) => setTimeout(resolve, 250))
+    }
+    throw new Error('the heap stayed over the line for 10 s after the start')
+  }
+  const tokens: string[] = []
+  for (let account = 0; account < 8; account += 1) tokens.push(await signUp())
   // The largest item the contract allows, in characters that take two bytes each in V8's heap: about 40 KB.
   const item = { name: 'n'.repeat(200), description: '\u{1F600}'.repeat(10_000) }
   const statuses = new Map<number, number>()

@@ -3,6 +3,9 @@
 // service; the get, create and edit answer one item, after validating the same path parameter and body as the
 // service does. BASELINE=jwt adds the usual auth setup, `await request.jwtVerify()` in onRequest; BASELINE=logger
 // adds only Fastify's logger at the service's benchmark level, which writes no line per request.
+// As in the service, first of all: one of Node's tick objects kept alive, so that neither server is measured in the
+// slower state Node falls into at random otherwise (src/tick-object-pin.ts).
+import '../../src/tick-object-pin.js'
 import fastifyJwt from '@fastify/jwt'
 import Fastify from 'fastify'
 import { type RouteOperationId, routes } from '../../generated/routes.js'

@@ -5,7 +5,8 @@
 // BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds. The list
 // and the get also run against a second instance of the service with STORE=redis (the Redis at REDIS_URL, under
 // a key prefix of the run's own, deleted afterwards), compared with the memory store's; and the bytes Redis
-// takes per item are measured at 100 000 items.
+// takes per item are measured at 100 000 items. The create also runs against an instance with one webhook
+// subscriber (a receiver in this process), compared with the create with none, with the events it delivers a second.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { request } from 'node:http'
 import { mkdir, writeFile } from 'node:fs/promises'
@@ -17,6 +18,7 @@ import { connectRedisStore } from '../../src/store/redis-store.js'
 import { deleteKeys } from '../../test/redis.js'
 import { median } from '../statistics.js'
 import { call, freePort, JWT_SECRET, serviceEnv } from './service.js'
+import { startReceiver } from './webhook-receiver.js'
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
@@ -98,7 +100,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 14
+const SCENARIOS = 15
 const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
 console.log(`npm run bench: ${SCENARIOS} scenarios × ${ROUNDS} rounds of ${DURATION} s, five starts, a sign-in flood: about ${Math.ceil(expectedSeconds / 60)} minutes`)
@@ -121,6 +123,10 @@ const { token, page } = await seed(service.url)
 const itemId = page.data[0]!.id
 const onRedis = await startService({ ...serviceEnv, STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix })
 const seededOnRedis = await seed(onRedis.url)
+const receiver = await startReceiver()
+const WEBHOOK_SECRET = `whsec_${Buffer.alloc(32, 1).toString('base64')}`
+const withWebhook = await startService({ ...serviceEnv, WEBHOOKS: JSON.stringify([{ url: receiver.url, secret: WEBHOOK_SECRET }]) })
+const seededWithWebhook = await seed(withWebhook.url)
 
 const startBaseline = async (kind: string): Promise<Server> =>
   await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET })
@@ -135,6 +141,16 @@ const create: Load = { url: `${v1}/items`, method: 'POST', token, body: { name: 
 const edit: Load = { url: `${v1}/items/${itemId}`, method: 'PATCH', token, body: { name: 'Edited' } }
 const listOnRedis: Load = { url: `${onRedis.url}/v1/items?pageSize=20`, token: seededOnRedis.token }
 const getOnRedis: Load = { url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
+const createWithWebhook: Load = { ...create, url: `${withWebhook.url}/v1/items`, token: seededWithWebhook.token }
+// Events the receiver took in a second while the create with a webhook ran (its warm-up second included).
+const deliveryRates: number[] = []
+async function measureWithDeliveries (load: Load): Promise<Measurement> {
+  const before = receiver.received.length
+  const started = performance.now()
+  const measurement = await measure(load)
+  deliveryRates.push(Math.round((receiver.received.length - before) / ((performance.now() - started) / 1000)))
+  return measurement
+}
 const onBare = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, bare.url) })
 const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, GET /v1/items': async () => await measure(pageOf(bare)),
@@ -148,6 +164,7 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'GET /v1/items?pageSize=20 with STORE=redis': async () => await measure(listOnRedis),
   'GET /v1/items/{id} with STORE=redis': async () => await measure(getOnRedis),
   'POST /v1/items': async () => await measure(create),
+  'POST /v1/items with one webhook subscriber': async () => await measureWithDeliveries(createWithWebhook),
   'PATCH /v1/items/{id}': async () => await measure(edit),
   'POST /v1/auth/login': async () => await measure(login),
   'GET /v1/items during a login storm': async () => (await Promise.all([measure(list), measure({ ...login, connections: 8 })]))[0]
@@ -159,6 +176,7 @@ const baselineOf: Record<string, string> = {
   'GET /v1/items/{id} with STORE=redis': 'GET /v1/items/{id}',
   'GET /v1/items/{id}': 'baseline: bare Fastify, GET /v1/items/{id}',
   'POST /v1/items': 'baseline: bare Fastify, POST /v1/items',
+  'POST /v1/items with one webhook subscriber': 'POST /v1/items',
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
 }
 const runs = new Map<string, Measurement[]>()
@@ -172,6 +190,8 @@ for (let round = 0; round < ROUNDS; round += 1) {
 await Promise.all(baselines.map(stop))
 await stop(service)
 await stop(onRedis)
+await stop(withWebhook)
+await receiver.stop()
 await deleteKeys(redisKeyPrefix, REDIS_URL)
 
 // What Redis keeps per item at 100 000 of the benchmark's items: MEMORY USAGE of the keys that hold items (exact,
@@ -313,6 +333,7 @@ const report = {
   loginStormP99Ratio: Number((listDuringStorm / Math.max(listAlone, 1)).toFixed(2)),
   signInFloods,
   redisMemory,
+  webhookDeliveriesPerSecond: median(deliveryRates),
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
 
@@ -323,6 +344,7 @@ const table = [
   '',
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
+  `Webhook deliveries while creating with one subscriber: median ${report.webhookDeliveriesPerSecond} events/s (rounds: ${deliveryRates.join(', ')}); that row is compared with the create with none`,
   `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with the memory store's`,
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')

@@ -6,6 +6,7 @@ import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import type { User } from '../store/store.js'
+import { isoTimestamp } from '../timestamps.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -34,7 +35,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
     firstName,
     lastName,
     role,
-    createdAt: new Date().toISOString()
+    createdAt: isoTimestamp()
   })
   // A concurrent registration of the same email may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()

@@ -1,16 +1,36 @@
 import { randomUUID } from 'node:crypto'
 import type { Principal } from '../auth/principal.js'
-import { forbidden, itemQuotaExceeded, notFound } from '../errors.js'
+import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
 import type { Item } from '../store/store.js'
+import { isoTimestamp } from '../timestamps.js'
 import type { Handler } from './handler.js'
 
 function assertOwner (caller: Principal, item: Item): void {
   if (item.contributorId !== caller.id) throw forbidden('Only the item\'s contributor may change it.')
 }
 
-// updatedAt must strictly increase on every edit, even two edits within one millisecond.
-const nextTimestamp = (previous: string): string =>
-  new Date(Math.max(Date.now(), Date.parse(previous) + 1)).toISOString()
+// An item's strong entity tag: updatedAt increases with every edit of an item, so it names each of its versions.
+const entityTag = (item: Item): string => `"${item.updatedAt}"`
+
+// Whether an If-Match or If-None-Match list names the item's tag (RFC 9110 §13.1): `*` names any; a weak tag
+// (W/"…") names it only when compared weakly, as If-None-Match does.
+function namesTag (header: string, tag: string, weakly: boolean): boolean {
+  return header.split(',').some((entry) => {
+    const candidate = entry.trim()
+    return candidate === '*' || candidate === tag || (weakly && candidate === `W/${tag}`)
+  })
+}
+
+function assertUnchanged (ifMatch: string | undefined, current: Item): void {
+  if (ifMatch !== undefined && !namesTag(ifMatch, entityTag(current), false)) throw preconditionFailed()
+}
+
+// updatedAt must strictly increase on every edit, even two edits within one millisecond. Timestamps compare as text
+// in time order (four-digit years), so the previous one is parsed only when the clock has not passed it.
+function nextTimestamp (previous: string): string {
+  const now = isoTimestamp()
+  return now > previous ? now : isoTimestamp(Date.parse(previous) + 1)
+}
 
 export const listItems: Handler<'listItems'> = async (request, reply) => {
   const { page, pageSize } = request.query
@@ -19,7 +39,7 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
-  const now = new Date().toISOString()
+  const now = isoTimestamp()
   const item = await request.server.store.items.add({
     id: randomUUID(),
     name: request.body.name,
@@ -28,33 +48,36 @@ export const createItem: Handler<'createItem'> = async (request, reply) => {
     contributorId: request.user.id,
     createdAt: now,
     updatedAt: now
-  })
+  }, request.server.events.announce('items.item.added', request.user.id))
   if (item === undefined) throw itemQuotaExceeded()
-  request.server.events.emit('items.item.added', item.id, { item, actorId: request.user.id })
-  return reply.header('location', `/v1/items/${item.id}`).code(201).send(item)
+  return reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).code(201).send(item)
 }
 
 export const getItem: Handler<'getItem'> = async (request, reply) => {
   const item = await request.server.store.items.get(request.params.itemId)
   if (item === undefined) throw notFound('Item')
+  const tag = entityTag(item)
+  reply.header('etag', tag)
+  const ifNoneMatch = request.headers['if-none-match']
+  if (ifNoneMatch !== undefined && namesTag(ifNoneMatch, tag, true)) return reply.code(304).send()
   return reply.code(200).send(item)
 }
 
 export const updateItem: Handler<'updateItem'> = async (request, reply) => {
   const updated = await request.server.store.items.update(request.params.itemId, (current) => {
     assertOwner(request.user, current)
+    assertUnchanged(request.headers['if-match'], current)
     return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt) }
-  })
+  }, request.server.events.announce('items.item.edited', request.user.id))
   if (updated === undefined) throw notFound('Item')
-  request.server.events.emit('items.item.edited', updated.id, { item: updated, actorId: request.user.id })
-  return reply.code(200).send(updated)
+  return reply.header('etag', entityTag(updated)).code(200).send(updated)
 }
 
 export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {
   const removed = await request.server.store.items.remove(request.params.itemId, (current) => {
     assertOwner(request.user, current)
-  })
+    assertUnchanged(request.headers['if-match'], current)
+  }, request.server.events.announce('items.item.removed', request.user.id))
   if (removed === undefined) throw notFound('Item')
-  request.server.events.emit('items.item.removed', removed.id, { item: removed, actorId: request.user.id })
   return reply.code(204).send()
 }

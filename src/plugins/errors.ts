@@ -92,7 +92,7 @@ export function handleClientError (error: Error & { code?: string }, socket: Soc
   socket.destroySoon()
 }
 
-/** Turns every error, and every unknown route, into the contract's Error and ValidationError shapes. */
+/** Turns every error, and every unknown route, into the contract's ErrorResponse and ValidationErrorResponse shapes. */
 async function errorsPlugin (app: FastifyInstance): Promise<void> {
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => reply.code(404).send({

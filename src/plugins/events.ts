@@ -3,6 +3,8 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../generated/openapi.js'
 import { schemas } from '../../generated/schemas.js'
+import type { Announcement, OutboxEvent } from '../store/store.js'
+import { isoTimestamp } from '../timestamps.js'
 
 /** The channels are the contract's webhooks; an event is the CloudEvents envelope declared there. */
 export type Channel = keyof webhooks
@@ -14,8 +16,11 @@ export type Subscribers = { [C in Channel]?: ReadonlyArray<EventHandler<C>> }
 export interface EventBus {
   on<C extends Channel>(channel: C, handler: EventHandler<C>): void
   off<C extends Channel>(channel: C, handler: EventHandler<C>): void
-  /** Wraps `data` in an envelope and delivers it once the current response has been sent. */
-  emit<C extends Channel>(channel: C, subject: string, data: DomainEvent<C>['data']): void
+  /**
+   * How a change on `channel` by `actorId` announces itself: the store records the event it builds with the
+   * change. Undefined while nothing would receive the event (no webhook and no handler of this process subscribes).
+   */
+  announce<C extends Channel>(channel: C, actorId: string): Announcement | undefined
 }
 
 declare module 'fastify' {
@@ -28,14 +33,21 @@ declare module 'fastify' {
 const { specversion, source, datacontenttype } = schemas.ItemEvent.properties
 
 interface EventsPluginOptions {
+  /** In-process handlers to subscribe before the first request, by channel. */
   subscribers?: Subscribers
+  /** The channels that webhooks subscribe to: their events are recorded even with no handler in this process. */
+  webhookChannels: ReadonlySet<Channel>
 }
 
+/**
+ * Builds each change's event and hands the ones this process records to its in-process handlers, once the
+ * response has been sent. Webhooks take theirs from the store's outbox (the webhooks plugin).
+ */
 async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions): Promise<void> {
   const handlers = new Map<Channel, Set<EventHandler<Channel>>>()
   const deliveries = new Set<Promise<void>>()
 
-  const deliver = async <C extends Channel>(handler: EventHandler<C>, event: DomainEvent<C>): Promise<void> => {
+  const deliver = async (handler: EventHandler<Channel>, event: DomainEvent<Channel>): Promise<void> => {
     try {
       await handler(event)
     } catch (err) {
@@ -52,26 +64,34 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
     off (channel, handler) {
       handlers.get(channel)?.delete(handler as EventHandler<Channel>)
     },
-    emit (channel, subject, data) {
-      const targets = [...(handlers.get(channel) ?? [])]
-      if (targets.length === 0) return
-      const event = {
-        specversion: specversion.const,
-        id: randomUUID(),
-        source: source.const,
-        type: channel,
-        time: new Date().toISOString(),
-        subject,
-        datacontenttype: datacontenttype.const,
-        data
-      } as DomainEvent<typeof channel>
-      // setImmediate runs after the reply has been written, so no handler can delay or change the response.
-      const delivery = new Promise<void>((resolve) => setImmediate(resolve))
-        .then(async () => { await Promise.all(targets.map(async (handler) => await deliver(handler, event))) })
-        .finally(() => deliveries.delete(delivery))
-      deliveries.add(delivery)
+    announce (channel, actorId) {
+      if (!options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
+      return (item): OutboxEvent => {
+        const event: DomainEvent<typeof channel> = {
+          specversion: specversion.const,
+          id: randomUUID(),
+          source: source.const,
+          type: channel,
+          time: isoTimestamp(),
+          subject: item.id,
+          datacontenttype: datacontenttype.const,
+          data: { item, actorId }
+        }
+        return { id: event.id, channel, body: JSON.stringify(event) }
+      }
     }
   }
+
+  app.store.outbox.onRecorded(({ channel, body }) => {
+    const targets = [...(handlers.get(channel as Channel) ?? [])]
+    if (targets.length === 0) return
+    // setImmediate runs after the reply has been written, so no handler can delay or change the response. Each
+    // handler gets a copy of its own, so none can change what another sees.
+    const delivery = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(async () => { await Promise.all(targets.map(async (handler) => await deliver(handler, JSON.parse(body)))) })
+      .finally(() => deliveries.delete(delivery))
+    deliveries.add(delivery)
+  })
 
   for (const [channel, channelHandlers] of Object.entries(options.subscribers ?? {})) {
     for (const handler of channelHandlers) bus.on(channel as Channel, handler as EventHandler<Channel>)
@@ -80,4 +100,4 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
   app.addHook('onClose', async () => { await Promise.all(deliveries) })
 }
 
-export default fp(eventsPlugin, { name: 'events' })
+export default fp(eventsPlugin, { name: 'events', dependencies: ['store'] })

@@ -10,7 +10,11 @@ import { type ApiError, serviceUnavailable } from '../errors.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    lifecycle: { draining: boolean }
+    lifecycle: {
+      draining: boolean
+      /** Once draining: when the connections still open are closed, whatever they are doing (ms since the epoch). */
+      shutdownDeadline: number
+    }
   }
 }
 
@@ -41,7 +45,7 @@ const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
  * its headers) are closed, the others when their response is written, and any left at 80 % of SHUTDOWN_TIMEOUT.
  */
 async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions): Promise<void> {
-  app.decorate('lifecycle', { draining: false })
+  app.decorate('lifecycle', { draining: false, shutdownDeadline: Infinity })
   const connections = new Set<Socket>()
   // The response of each connection's latest request: the only way to tell, at shutdown, which ones are in flight.
   const responses = new WeakMap<Socket, ServerResponse>()
@@ -81,6 +85,7 @@ async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions)
   let forceClose: NodeJS.Timeout | undefined
   app.addHook('preClose', async () => {
     app.lifecycle.draining = true
+    app.lifecycle.shutdownDeadline = Date.now() + options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE
     forceClose = setTimeout(() => { for (const socket of connections) socket.destroy() }, options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE).unref()
     // Fastify adds Connection: close to the responses of requests that arrive from now on.
     for (const socket of connections) unwritten(socket)?.setHeader('connection', 'close')

@@ -2,7 +2,7 @@ import type { ValidateFunction } from 'ajv'
 import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
 import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
-import { validators } from '../../generated/validators.js'
+import { operationValidators } from '../../generated/validators.js'
 import { enforceResponseContract } from '../response-contract.js'
 import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
@@ -22,7 +22,7 @@ interface RoutesPluginOptions {
   strictResponses: boolean
 }
 
-const validatorsByRoute = new Map(routes.map((route) => [`${route.method} ${route.url}`, validators[route.operationId]]))
+const validatorsByRoute = new Map(routes.map((route) => [`${route.method} ${route.url}`, operationValidators[route.operationId]]))
 
 /**
  * The restore function of Fastify's standalone validator compiler: every request validator was generated ahead of

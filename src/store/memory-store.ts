@@ -1,5 +1,6 @@
+import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
-import { type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, type User, type UserStore } from './store.js'
+import { type Announcement, type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #byId = new Map<string, User>()
@@ -124,6 +125,7 @@ interface ItemEntry {
 }
 
 class MemoryItemStore implements ItemStore {
+  readonly #outbox: MemoryOutbox
   readonly #maxPerContributor: number
   readonly #countByContributor = new Map<string, number>()
   readonly #byId = new Map<string, ItemEntry>()
@@ -131,17 +133,19 @@ class MemoryItemStore implements ItemStore {
   readonly #inOrder: ItemEntry[] = []
   #nextSequence = 0
 
-  constructor (maxPerContributor: number) {
+  constructor (maxPerContributor: number, outbox: MemoryOutbox) {
     this.#maxPerContributor = maxPerContributor
+    this.#outbox = outbox
   }
 
-  async add (item: Item): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
     const owned = this.#countByContributor.get(item.contributorId) ?? 0
     if (owned >= this.#maxPerContributor) return undefined
     this.#countByContributor.set(item.contributorId, owned + 1)
     const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
     this.#inOrder.push(entry)
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
 
@@ -156,14 +160,15 @@ class MemoryItemStore implements ItemStore {
     }
   }
 
-  async update (id: string, change: (current: Item) => Item): Promise<Item | undefined> {
+  async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     entry.item = storedItem(change(entry.item))
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
 
-  async remove (id: string, confirm: (current: Item) => void): Promise<Item | undefined> {
+  async remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     confirm(entry.item)
@@ -173,6 +178,7 @@ class MemoryItemStore implements ItemStore {
     const owned = this.#countByContributor.get(entry.item.contributorId)! - 1
     if (owned === 0) this.#countByContributor.delete(entry.item.contributorId)
     else this.#countByContributor.set(entry.item.contributorId, owned)
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
 
@@ -193,19 +199,27 @@ class MemoryItemStore implements ItemStore {
 export interface MemoryStoreOptions {
   /** Items one contributor may own at once; unbounded when left out. */
   maxItemsPerContributor?: number
+  /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
+  pendingDeliveries?: MemoryOutboxBounds
 }
+
+// Per subscriber: 10 000 deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a typical
+// item, 200 of the largest).
+export const PENDING_DELIVERIES: MemoryOutboxBounds = { deliveries: 10_000, characters: 4 * 1024 * 1024 }
 
 // Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.
 const KEYS_PER_RATE_LIMIT = 50_000
 
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
-export function createMemoryStore ({ maxItemsPerContributor = Infinity }: MemoryStoreOptions = {}): Store {
+export function createMemoryStore ({ maxItemsPerContributor = Infinity, pendingDeliveries = PENDING_DELIVERIES }: MemoryStoreOptions = {}): Store {
   const rateCounters = new Map<string, MemoryRateCounter>()
+  const outbox = new MemoryOutbox(pendingDeliveries)
   return {
     users: new MemoryUserStore(),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore(maxItemsPerContributor),
+    items: new MemoryItemStore(maxItemsPerContributor, outbox),
+    outbox,
     rateCounter: (name) => {
       const counter = rateCounters.get(name) ?? new MemoryRateCounter(KEYS_PER_RATE_LIMIT)
       rateCounters.set(name, counter)

@@ -1,5 +1,5 @@
 import { Redis, type Result } from 'ioredis'
-import type { Counted, Item, ItemPage, ItemStore, RateCounter, RefreshOutcome, Session, SessionStore, Store, User, UserStore } from './store.js'
+import type { Announcement, Counted, Delivery, Item, ItemPage, ItemStore, Outbox, OutboxEvent, RateCounter, RefreshOutcome, Session, SessionStore, Store, Taken, User, UserStore } from './store.js'
 import { itemRecord, StoreUnavailableError } from './store.js'
 
 // Lua scripts make each write atomic across every instance, in one round trip. Keys are built from the prefix
@@ -17,6 +17,15 @@ local function forget (prefix, sessionId)
   end
   redis.call('DEL', sessionKey)
   redis.call('ZREM', prefix .. 'user-sessions:' .. fields[1], sessionId)
+end
+`
+
+// Appends a change's event to the outbox stream, in the script that makes the change, when it was given one:
+// ARGV[first..first+3] = event id, channel, body, the stream's bound.
+const APPEND_EVENT = `
+local function appendEvent (outbox, first)
+  if not ARGV[first] then return end
+  redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2])
 end
 `
 
@@ -104,15 +113,16 @@ return {'rotated', sessionId, session[1], session[2]}`
 forget(ARGV[1], ARGV[2])
 return 1`
   },
-  // KEYS: items, order, sequence, owned per contributor. ARGV: id, contributor id, item as JSON, items one
-  // contributor may own. 1 when added, 0 over the quota.
+  // KEYS: items, order, sequence, owned per contributor, outbox. ARGV: id, contributor id, item as JSON, items one
+  // contributor may own, and the event (APPEND_EVENT). 1 when added, 0 over the quota.
   addItem: {
-    numberOfKeys: 4,
-    lua: `
+    numberOfKeys: 5,
+    lua: `${APPEND_EVENT}
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+appendEvent(KEYS[5], 5)
 return 1`
   },
   // KEYS: items, order. ARGV: first rank, last rank. {total, item JSON...}.
@@ -124,21 +134,23 @@ local total = redis.call('ZCARD', KEYS[2])
 if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
-  // KEYS: items. ARGV: id, the item as it was read, the item to store. 1 when stored, 0 when the item is gone,
-  // or the item as it is now when it changed since it was read.
+  // KEYS: items, outbox. ARGV: id, the item as it was read, the item to store, and the event (APPEND_EVENT). 1 when
+  // stored, 0 when the item is gone, or the item as it is now when it changed since it was read.
   replaceItem: {
-    numberOfKeys: 1,
-    lua: `
+    numberOfKeys: 2,
+    lua: `${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+appendEvent(KEYS[2], 4)
 return 1`
   },
-  // KEYS: items, order, owned per contributor. ARGV: id, the item as it was read. As replaceItem.
+  // KEYS: items, order, owned per contributor, outbox. ARGV: id, the item as it was read, and the event
+  // (APPEND_EVENT). As replaceItem.
   removeItem: {
-    numberOfKeys: 3,
-    lua: `
+    numberOfKeys: 4,
+    lua: `${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
@@ -146,6 +158,62 @@ local contributorId = cjson.decode(current).contributorId
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
+appendEvent(KEYS[4], 3)
+return 1`
+  },
+  // KEYS: outbox, and this subscriber's due deliveries, events, attempts and dropped count. ARGV: prefix, now (ms),
+  // most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, then each subscriber's id
+  // and channels (space-separated). First moves events from the outbox stream to every subscriber of their channel
+  // (a delivery is due from the moment its event was recorded); then takes this subscriber's due deliveries, each
+  // leased until now + lease. {dropped, event id, attempt, "channel body", ...}.
+  takeDeliveries: {
+    numberOfKeys: 5,
+    lua: `
+local prefix, now = ARGV[1], tonumber(ARGV[2])
+local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[5])
+if #entries > 0 then
+  local fannedOut = {}
+  for _, entry in ipairs(entries) do
+    local fields = entry[2]
+    local eventId, channel, body = fields[2], fields[4], fields[6]
+    -- Scored by when it was recorded, the stream id's milliseconds and, in thousandths, its sequence: oldest first.
+    local ms, sequence = string.match(entry[1], '^(%d+)-(%d+)$')
+    local recordedAt = ms .. '.' .. string.format('%03d', math.min(tonumber(sequence), 999))
+    for i = 7, #ARGV, 2 do
+      if string.find(' ' .. ARGV[i + 1] .. ' ', ' ' .. channel .. ' ', 1, true) then
+        local base = prefix .. 'webhook:' .. ARGV[i] .. ':'
+        if redis.call('ZCARD', base .. 'due') >= tonumber(ARGV[6]) then
+          redis.call('INCR', base .. 'dropped')
+        elseif redis.call('ZADD', base .. 'due', 'NX', recordedAt, eventId) == 1 then
+          redis.call('HSET', base .. 'events', eventId, channel .. ' ' .. body)
+        end
+      end
+    end
+    fannedOut[#fannedOut + 1] = entry[1]
+  end
+  redis.call('XDEL', KEYS[1], unpack(fannedOut))
+end
+local taken = {tonumber(redis.call('GETDEL', KEYS[5]) or '0')}
+local leaseEnds = now + tonumber(ARGV[4])
+for _, eventId in ipairs(redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[3])) do
+  redis.call('ZADD', KEYS[2], leaseEnds, eventId)
+  taken[#taken + 1] = eventId
+  taken[#taken + 1] = redis.call('HINCRBY', KEYS[4], eventId, 1)
+  taken[#taken + 1] = redis.call('HGET', KEYS[3], eventId)
+end
+return taken`
+  },
+  // KEYS: a subscriber's due deliveries, events, attempts. ARGV: event id, when to retry ('' when it has ended).
+  settleDelivery: {
+    numberOfKeys: 3,
+    lua: `
+if ARGV[2] == '' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
+end
 return 1`
   },
   // KEYS: the counter. ARGV: window (ms). {count, ms until the window ends}.
@@ -167,14 +235,34 @@ declare module 'ioredis' {
     rotateRefreshToken (token: string, prefix: string, presentedHash: string, nextHash: string, now: number,
       reuseLeewayMs: number, remembered: number, maxPairs: number): Result<[string, string?, string?, string?], Context>
     revokeSession (prefix: string, id: string): Result<1, Context>
-    addItem (items: string, order: string, sequence: string, owned: string, id: string, contributorId: string,
-      item: string, maxPerContributor: number): Result<0 | 1, Context>
+    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, id: string, contributorId: string,
+      item: string, maxPerContributor: number, ...event: EventArguments): Result<0 | 1, Context>
     pageItems (items: string, order: string, first: number, last: number): Result<[number, ...string[]], Context>
-    replaceItem (items: string, id: string, expected: string, next: string): Result<0 | 1 | string, Context>
-    removeItem (items: string, order: string, owned: string, id: string, expected: string): Result<0 | 1 | string, Context>
+    replaceItem (items: string, outbox: string, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+    removeItem (items: string, order: string, owned: string, outbox: string, id: string, expected: string,
+      ...event: EventArguments): Result<0 | 1 | string, Context>
+    takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, prefix: string, now: number,
+      limit: number, leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
+    settleDelivery (due: string, events: string, attempts: string, eventId: string, retryAt: number | ''): Result<1, Context>
     countHit (counter: string, windowMs: number): Result<[number, number], Context>
   }
 }
+
+/** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
+type EventArguments = [] | [id: string, channel: string, body: string, outboxBound: number]
+
+// Events the outbox stream keeps at most (about, trimmed by whole nodes) while no instance has fanned them out to
+// their subscribers yet; an instance does so within a poll of the webhooks plugin, so this is only reached while no
+// instance delivers (all of them down, or Redis near its memory limit), and then the oldest are dropped.
+const OUTBOX_STREAM_BOUND = 100_000
+// Deliveries each subscriber keeps at most; at the bound, new events are dropped for it (counted, and logged by the
+// instance that takes its deliveries next).
+const PENDING_DELIVERIES = 10_000
+// Events one take moves from the outbox stream to their subscribers at most.
+const FAN_OUT_BATCH = 1_000
+
+const eventArguments = (event: OutboxEvent | undefined): EventArguments =>
+  event === undefined ? [] : [event.id, event.channel, event.body, OUTBOX_STREAM_BOUND]
 
 // As the memory store: reuse detection remembers this many replaced refresh tokens per session, and one rotation
 // fans out into at most this many pairs while the reuse leeway lasts.
@@ -207,6 +295,8 @@ const parseItem = (json: string): Item => Object.freeze(JSON.parse(json) as Item
 
 // Users each instance keeps (the oldest out first); a user is at most about 2 KB, so at most about 20 MB.
 const CACHED_USERS = 10_000
+// Sessions each instance keeps while Redis tracks them (the oldest out first): about 200 bytes each, 20 MB.
+const CACHED_SESSIONS = 100_000
 // Characters of item JSON each instance keeps parsed (the oldest out first): with the parsed items, about 32 MB.
 const CACHED_ITEM_CHARACTERS = 8 * 1024 * 1024
 
@@ -284,13 +374,74 @@ class RedisUserStore implements UserStore {
   }
 }
 
+/**
+ * Sessions this instance has read, kept only while Redis tells it of every change to them: client-side caching,
+ * with CLIENT TRACKING in broadcast mode over the session keys, the invalidations arriving on a connection of
+ * their own. Authentication reads the caller's session on every request, and a hit spares it a round trip. A
+ * logout, a revocation or an expiry anywhere reaches every instance's cache as Redis makes the change (within a
+ * fraction of a millisecond on one host, before a client can send its next request). While either connection is
+ * down the cache is empty and off, and a read that an invalidation overtook is not kept.
+ */
+class TrackedSessions {
+  readonly #byId = new Map<string, Session>()
+  readonly #maxCached: number
+  #invalidations = 0
+  #losses = 0
+  // The losses counted when tracking was last turned on: tracking holds while no connection dropped since.
+  #trackedSince = -1
+
+  constructor (maxCached: number) {
+    this.#maxCached = maxCached
+  }
+
+  /** Moves on with every invalidation; NaN while Redis does not track the sessions, so that no read then is kept. */
+  get epoch (): number {
+    return this.#trackedSince === this.#losses ? this.#invalidations : Number.NaN
+  }
+
+  get losses (): number {
+    return this.#losses
+  }
+
+  get (id: string): Session | undefined {
+    return this.#byId.get(id)
+  }
+
+  /** Keeps a session read when the epoch was `readAt`, unless the epoch moved while the read was on its way. */
+  keep (session: Session, readAt: number): void {
+    if (readAt !== this.epoch) return
+    this.#byId.set(session.id, session)
+    if (this.#byId.size > this.#maxCached) this.#byId.delete(this.#byId.keys().next().value!)
+  }
+
+  /** Forgets the given sessions, or every session (undefined: Redis flushed its keys). */
+  invalidate (ids: string[] | undefined): void {
+    this.#invalidations += 1
+    if (ids === undefined) this.#byId.clear()
+    else for (const id of ids) this.#byId.delete(id)
+  }
+
+  /** Tracking was turned on after `losses` read `lossesBefore`; it holds unless a connection dropped since. */
+  tracked (lossesBefore: number): void {
+    this.#trackedSince = lossesBefore
+  }
+
+  /** A connection dropped: Redis tracks nothing for this instance until tracking is turned on again. */
+  lost (): void {
+    this.#losses += 1
+    this.#byId.clear()
+  }
+}
+
 class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
   readonly #prefix: string
+  readonly #cache: TrackedSessions
 
-  constructor (redis: Redis, prefix: string) {
+  constructor (redis: Redis, prefix: string, cache: TrackedSessions) {
     this.#redis = redis
     this.#prefix = prefix
+    this.#cache = cache
   }
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
@@ -301,9 +452,14 @@ class RedisSessionStore implements SessionStore {
   }
 
   async get (id: string, now: number): Promise<Session | undefined> {
+    const cached = this.#cache.get(id)
+    if (cached !== undefined) return cached.expiresAt > now ? cached : undefined
+    const readAt = this.#cache.epoch
     const [userId, expires] = await call(this.#redis.hmget(`${this.#prefix}session:${id}`, 'user', 'expires'))
-    const expiresAt = Number(expires)
-    return userId === null || userId === undefined || !(expiresAt > now) ? undefined : { id, userId, expiresAt }
+    if (userId === null || userId === undefined) return undefined
+    const session = { id, userId, expiresAt: Number(expires) }
+    this.#cache.keep(session, readAt)
+    return session.expiresAt > now ? session : undefined
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
@@ -317,6 +473,7 @@ class RedisSessionStore implements SessionStore {
 
   async revoke (id: string): Promise<void> {
     await call(this.#redis.revokeSession(this.#prefix, id))
+    this.#cache.invalidate([id])
   }
 
   /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */
@@ -327,6 +484,7 @@ class RedisSessionStore implements SessionStore {
 
 class RedisItemStore implements ItemStore {
   readonly #redis: Redis
+  readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
   readonly #items: string
   readonly #order: string
@@ -336,8 +494,9 @@ class RedisItemStore implements ItemStore {
   // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
   readonly #inProgress = new Map<string, Promise<void>>()
 
-  constructor (redis: Redis, prefix: string, maxPerContributor: number, maxCachedCharacters: number) {
+  constructor (redis: Redis, prefix: string, outbox: RedisOutbox, maxPerContributor: number, maxCachedCharacters: number) {
     this.#redis = redis
+    this.#outbox = outbox
     this.#parsed = new ParsedItems(maxCachedCharacters)
     this.#maxPerContributor = maxPerContributor
     this.#items = `${prefix}items`
@@ -346,11 +505,15 @@ class RedisItemStore implements ItemStore {
     this.#owned = `${prefix}items-owned`
   }
 
-  async add (item: Item): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
     const json = itemJson(item)
-    const added = await call(this.#redis.addItem(this.#items, this.#order, this.#sequence, this.#owned, item.id,
-      item.contributorId, json, this.#maxPerContributor))
-    return added === 1 ? parseItem(json) : undefined
+    const stored = parseItem(json)
+    const event = announce?.(stored)
+    const added = await call(this.#redis.addItem(this.#items, this.#order, this.#sequence, this.#owned, this.#outbox.stream,
+      item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
+    if (added === 0) return undefined
+    this.#outbox.recorded(event)
+    return stored
   }
 
   async get (id: string): Promise<Item | undefined> {
@@ -363,19 +526,27 @@ class RedisItemStore implements ItemStore {
     return { items: items.map((json) => this.#parsed.parse(json)), total }
   }
 
-  async update (id: string, change: (current: Item) => Item): Promise<Item | undefined> {
+  async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       const next = itemJson(change(current))
-      const outcome = await call(this.#redis.replaceItem(this.#items, id, json, next))
-      return outcome === 1 ? parseItem(next) : outcome
+      const stored = parseItem(next)
+      const event = announce?.(stored)
+      const outcome = await call(this.#redis.replaceItem(this.#items, this.#outbox.stream, id, json, next, ...eventArguments(event)))
+      if (outcome !== 1) return outcome
+      this.#outbox.recorded(event)
+      return stored
     }))
   }
 
-  async remove (id: string, confirm: (current: Item) => void): Promise<Item | undefined> {
+  async remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined> {
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
-      const outcome = await call(this.#redis.removeItem(this.#items, this.#order, this.#owned, id, json))
-      return outcome === 1 ? current : outcome
+      const event = announce?.(current)
+      const outcome = await call(this.#redis.removeItem(this.#items, this.#order, this.#owned, this.#outbox.stream, id, json,
+        ...eventArguments(event)))
+      if (outcome !== 1) return outcome
+      this.#outbox.recorded(event)
+      return current
     }))
   }
 
@@ -411,6 +582,70 @@ class RedisItemStore implements ItemStore {
   }
 }
 
+/**
+ * The outbox on Redis: the item scripts append each event to a stream; a take moves the stream's events to a sorted
+ * set of due deliveries per subscriber (scored by when each may be taken), then leases the due ones to the taker.
+ * A delivery whose taker died stays leased until its lease ends, then any instance takes it again; a retry's wait is
+ * its score. A take fans out to the subscribers of the instance that takes: every instance has the same WEBHOOKS.
+ */
+class RedisOutbox implements Outbox {
+  readonly durable = true
+  readonly #redis: Redis
+  readonly #prefix: string
+  // Subscriber id, channels (space-separated), subscriber id, …: as the take script reads them.
+  readonly #subscribers: string[] = []
+  readonly #listeners: Array<(event: OutboxEvent) => void> = []
+  readonly #maxPending: number
+  readonly stream: string
+
+  constructor (redis: Redis, prefix: string, maxPending: number) {
+    this.#redis = redis
+    this.#prefix = prefix
+    this.#maxPending = maxPending
+    this.stream = `${prefix}outbox`
+  }
+
+  /** Tells this process's listeners of an event its item store has just recorded. */
+  recorded (event: OutboxEvent | undefined): void {
+    if (event !== undefined) for (const listener of this.#listeners) listener(event)
+  }
+
+  async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
+    if (!this.#subscribers.includes(subscriber)) this.#subscribers.push(subscriber, channels.join(' '))
+  }
+
+  onRecorded (listener: (event: OutboxEvent) => void): void {
+    this.#listeners.push(listener)
+  }
+
+  async take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken> {
+    const keys = this.#keys(subscriber)
+    const [dropped, ...taken] = await call(this.#redis.takeDeliveries(this.stream, keys.due, keys.events, keys.attempts, keys.dropped,
+      this.#prefix, now, limit, leaseMs, FAN_OUT_BATCH, this.#maxPending, ...this.#subscribers))
+    const deliveries: Delivery[] = []
+    for (let index = 0; index + 2 < taken.length; index += 3) {
+      const [id, attempt, stored] = [String(taken[index]), Number(taken[index + 1]), String(taken[index + 2])]
+      const space = stored.indexOf(' ')
+      deliveries.push({ event: { id, channel: stored.slice(0, space), body: stored.slice(space + 1) }, attempt })
+    }
+    return { deliveries, dropped }
+  }
+
+  async settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void> {
+    const keys = this.#keys(subscriber)
+    await call(this.#redis.settleDelivery(keys.due, keys.events, keys.attempts, delivery.event.id, retryAt ?? ''))
+  }
+
+  async pending (subscriber: string): Promise<number> {
+    return await call(this.#redis.zcard(this.#keys(subscriber).due))
+  }
+
+  #keys (subscriber: string): { due: string, events: string, attempts: string, dropped: string } {
+    const base = `${this.#prefix}webhook:${subscriber}:`
+    return { due: `${base}due`, events: `${base}events`, attempts: `${base}attempts`, dropped: `${base}dropped` }
+  }
+}
+
 class RedisRateCounter implements RateCounter {
   readonly #redis: Redis
   readonly #prefix: string
@@ -443,8 +678,10 @@ export interface RedisStoreOptions {
   /** Items one contributor may own at once. */
   maxItemsPerContributor: number
   logger: RedisStoreLogger
-  /** What each instance keeps in its own memory: users, and characters of item JSON (defaults: 10 000, 8 Mi). */
-  cache?: { users: number, itemCharacters: number }
+  /** Deliveries each webhook subscriber keeps at most (default 10 000); past that, new events are dropped for it. */
+  maxPendingDeliveries?: number
+  /** What each instance keeps in its own memory: users, sessions, characters of item JSON (10 000, 100 000, 8 Mi). */
+  cache?: { users: number, sessions: number, itemCharacters: number }
 }
 
 // A command Redis has not answered in this long fails (503), so a request never hangs on a stalled server.
@@ -452,6 +689,50 @@ const COMMAND_TIMEOUT_MS = 1000
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
+
+/**
+ * Keeps `sessions` told of every change Redis makes to a key under `keyPrefix`. Invalidations arrive on a second
+ * connection, in RESP2, where Redis sends them as messages on `__redis__:invalidate`; each time either connection
+ * is (re)established, tracking is turned on again on the first with the second as its target. Redis 6 or later.
+ */
+async function trackSessions (redis: Redis, keyPrefix: string, sessions: TrackedSessions): Promise<Redis> {
+  const invalidations = redis.duplicate({ protocol: 2, autoResubscribe: false, lazyConnect: true })
+  // The client id of the invalidation connection once it listens; until then Redis refuses to track for it.
+  let target = 'none'
+  // Tracking belongs to a connection: one made again starts without it, and to change its target it is turned
+  // off first. Failures need nothing: the connection that failed is made again, and its 'ready' comes back here.
+  const track = async (): Promise<void> => {
+    const lossesBefore = sessions.losses
+    await redis.client('TRACKING', 'OFF')
+    await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix)
+    sessions.tracked(lossesBefore)
+  }
+  const ignore = (): void => {}
+  let established = Promise.resolve()
+  invalidations.on('ready', () => {
+    established = (async () => {
+      const id = await invalidations.client('ID')
+      await invalidations.subscribe('__redis__:invalidate')
+      target = String(id)
+      await track()
+    })().catch(ignore)
+  })
+  invalidations.on('messageBuffer', (_channel: Buffer, keys: unknown) => {
+    sessions.invalidate(Array.isArray(keys) ? keys.map((key) => String(key).slice(keyPrefix.length)) : undefined)
+  })
+  invalidations.on('close', () => {
+    target = 'none'
+    sessions.lost()
+  })
+  // The main connection reports outages.
+  invalidations.on('error', ignore)
+  redis.on('ready', () => { track().catch(ignore) })
+  redis.on('close', () => { sessions.lost() })
+  // Serving starts with tracking on, unless its connection fails; then it starts when that connection is made.
+  await invalidations.connect().catch(ignore)
+  await established
+  return invalidations
+}
 
 /** Shows where Redis is without its password. */
 const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//')
@@ -461,11 +742,15 @@ const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//'
  * limits. Round trips per operation (one unless said):
  *
  * - users.add, users.get, users.findByEmailKey: one (a script for add and findByEmailKey);
- * - sessions.open, get, rotateRefreshToken, revoke: one each (scripts but get); sweep: none (Redis expires keys);
+ * - sessions.open, rotateRefreshToken, revoke: one each (scripts); get: none for a session this instance has read
+ *   while Redis tracks it for the instance, one otherwise; sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
  * - items.update, remove: two (read, then a compare-and-set script), and one more each time another instance
  *   changed the item in between;
- * - a rate limit count: one.
+ * - a rate limit count: one;
+ * - outbox.take, settle, pending: one each (take fans out up to FAN_OUT_BATCH new events first, in the same
+ *   script); subscribe: none (the instance passes its subscribers to each take). The item writes append their
+ *   event to the outbox stream in the script that makes the change, at no extra round trip.
  *
  * Commands are never queued while Redis is unreachable and never sent again after a lost connection (a script may
  * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. The client reconnects
@@ -510,13 +795,18 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     throw new StoreUnavailableError(`Cannot connect to Redis at ${withoutPassword(options.url)}: ${reason.message}`)
   }
   const prefix = options.keyPrefix
+  const outbox = new RedisOutbox(redis, prefix, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
+  const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
+  const invalidations = await trackSessions(redis, `${prefix}session:`, sessions)
   return {
     users: new RedisUserStore(redis, prefix, options.cache?.users ?? CACHED_USERS),
-    sessions: new RedisSessionStore(redis, prefix),
-    items: new RedisItemStore(redis, prefix, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS),
+    sessions: new RedisSessionStore(redis, prefix, sessions),
+    items: new RedisItemStore(redis, prefix, outbox, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS),
+    outbox,
     rateCounter: (name) => new RedisRateCounter(redis, `${prefix}rate-limit:${name}:`),
     available: () => redis.status === 'ready',
     close: async () => {
+      invalidations.disconnect()
       if (redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
       else redis.disconnect()
     }

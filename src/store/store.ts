@@ -77,22 +77,83 @@ export interface ItemPage {
   readonly total: number
 }
 
+/**
+ * A domain event, recorded in the store's outbox by the same atomic operation as the change that caused it: one
+ * event per change that is stored, none for a change that is not.
+ */
+export interface OutboxEvent {
+  /** Unique per event; the same on every delivery attempt. */
+  readonly id: string
+  readonly channel: string
+  /** The event as its subscribers receive it, JSON. */
+  readonly body: string
+}
+
+/**
+ * Builds the event of a change from the item the change leaves (for a removal, the item as it was). It may run
+ * more than once for one change (see `update`), so it must be pure; only the event of the stored change is kept.
+ * A write given none records no event (nothing would receive it).
+ */
+export type Announcement = (item: Item) => OutboxEvent
+
 export interface ItemStore {
-  /** Adds the item, unless its contributor already owns as many as the store allows each one (then undefined). Atomic. */
-  add (item: Item): Promise<Item | undefined>
+  /**
+   * Adds the item and records its event, unless its contributor already owns as many as the store allows each
+   * one (then undefined, and no event). Atomic.
+   */
+  add (item: Item, announce?: Announcement): Promise<Item | undefined>
   get (id: string): Promise<Item | undefined>
   /** Items in creation order, oldest first. */
   page (offset: number, limit: number): Promise<ItemPage>
   /**
-   * Atomically replaces the item with `change(current)`; undefined when there is no such item. When `change`
-   * throws, the item stays as it was and the error reaches the caller.
+   * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
+   * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller.
    */
-  update (id: string, change: (current: Item) => Item): Promise<Item | undefined>
+  update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined>
   /**
-   * Atomically removes the item once `confirm(current)` returns, and returns it as it was; undefined when there
-   * is no such item. When `confirm` throws, nothing is removed and the error reaches the caller.
+   * Atomically removes the item once `confirm(current)` returns, records its event, and returns it as it was;
+   * undefined when there is no such item. When `confirm` throws, nothing is removed and the error reaches the caller.
    */
-  remove (id: string, confirm: (current: Item) => void): Promise<Item | undefined>
+  remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined>
+}
+
+/** One event on its way to one subscriber. */
+export interface Delivery {
+  readonly event: OutboxEvent
+  /** Which attempt this is, from 1. */
+  readonly attempt: number
+}
+
+export interface Taken {
+  readonly deliveries: Delivery[]
+  /** Deliveries to the subscriber that the outbox dropped since the last take, to stay within its bound. */
+  readonly dropped: number
+}
+
+/**
+ * The events the item writes record, fanned out into one delivery per subscriber of their channel, and the state of
+ * each delivery. Any number of takers (instances of the service) share it: a delivery is leased to the one that
+ * takes it, and handed out again when its lease ends before it is settled (its taker died mid-attempt).
+ */
+export interface Outbox {
+  /** Whether what it holds outlives this process, for other instances to deliver (Redis), or ends with it (memory). */
+  readonly durable: boolean
+  /**
+   * Keeps a delivery to `subscriber` of every event recorded from now on on one of `channels`. Idempotent: every
+   * instance subscribes each configured subscriber at start.
+   */
+  subscribe (subscriber: string, channels: readonly string[]): Promise<void>
+  /** Calls `listener` with every event that this process records, once its change is stored. */
+  onRecorded (listener: (event: OutboxEvent) => void): void
+  /**
+   * Up to `limit` deliveries to `subscriber` due at `now`, oldest first: new events, retries whose time has come,
+   * and deliveries whose lease ended unsettled. Each is leased to the caller until `now + leaseMs`.
+   */
+  take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken>
+  /** Ends a delivery (delivered, or given up) when `retryAt` is undefined; otherwise schedules its next attempt. */
+  settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void>
+  /** Deliveries to `subscriber` not yet ended. */
+  pending (subscriber: string): Promise<number>
 }
 
 export interface Counted {
@@ -125,6 +186,7 @@ export interface Store {
   readonly users: UserStore
   readonly sessions: SessionStore
   readonly items: ItemStore
+  readonly outbox: Outbox
   /** The counter of one rate limit; each `name` counts apart from the others. */
   rateCounter (name: string): RateCounter
   /** False while the store cannot serve requests (its server unreachable). */

@@ -368,3 +368,56 @@ t.test('item writes are bounded per user', async (t) => {
     t.equal((await api.call('createItem', { token: accessToken, body: { name: 'third' } })).statusCode, 201)
   })
 })
+
+t.test('conditional requests', async (t) => {
+  t.test('every item response carries a strong ETag that changes with every edit; If-None-Match on get answers 304 while it matches', async (t) => {
+    const { api, owner } = await cast(t)
+    const created = await api.call('createItem', { token: owner.accessToken, body: { name: 'tagged' } })
+    const item = created.json()
+    const tag = created.headers.etag
+    t.match(tag, /^"[^"]+"$/, 'a strong entity tag')
+    const get = async (ifNoneMatch?: string): Promise<{ statusCode: number, etag: unknown, body: string }> => {
+      const response = await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id }, headers: ifNoneMatch === undefined ? {} : { 'if-none-match': ifNoneMatch } })
+      return { statusCode: response.statusCode, etag: response.headers.etag, body: response.body }
+    }
+    t.same(await get(), { statusCode: 200, etag: tag, body: JSON.stringify(item) })
+    t.same(await get(String(tag)), { statusCode: 304, etag: tag, body: '' }, 'unchanged: 304, no body')
+    t.equal((await get(`"other", W/${String(tag)}`)).statusCode, 304, 'a weak tag in a list matches (weak comparison)')
+    t.equal((await get('*')).statusCode, 304)
+    t.equal((await get('"stale"')).statusCode, 200)
+
+    const edited = await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: 'renamed' } })
+    t.not(edited.headers.etag, tag, 'an edit changes the tag')
+    t.same(await get(String(tag)), { statusCode: 200, etag: edited.headers.etag, body: edited.body }, 'the old tag no longer matches')
+  })
+
+  t.test('If-Match on edit and delete: applied while it matches, otherwise 412 PRECONDITION_FAILED and nothing changes', async (t) => {
+    const { api, owner, other } = await cast(t)
+    const created = await api.call('createItem', { token: owner.accessToken, body: { name: 'contended' } })
+    const item = created.json()
+    const tag = String(created.headers.etag)
+    const edit = async (ifMatch: string, token = owner.accessToken) =>
+      await api.call('updateItem', { token, params: { itemId: item.id }, headers: { 'if-match': ifMatch }, body: { name: 'changed' } })
+
+    const first = await edit(tag)
+    t.equal(first.statusCode, 200, 'the client that read the item last wins')
+    const second = await edit(tag)
+    t.equal(second.statusCode, 412, 'the other, still holding the old tag, is refused')
+    t.same(second.json(), { code: 'PRECONDITION_FAILED', message: 'The item has changed since you read it; read it again and retry.' })
+    t.equal((await edit(`W/${String(first.headers.etag)}`)).statusCode, 412, 'a weak tag never matches strongly')
+    t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), first.json(), 'the refused edits changed nothing')
+    t.equal((await edit(`"x", ${String(first.headers.etag)}`)).statusCode, 200, 'any tag of a list')
+    t.equal((await edit('*')).statusCode, 200, '* matches the item as it is')
+
+    t.equal((await edit('"stale"', other.accessToken)).statusCode, 403, 'ownership is checked before the precondition')
+    const remove = async (ifMatch: string, itemId = item.id) =>
+      await api.call('deleteItem', { token: owner.accessToken, params: { itemId }, headers: { 'if-match': ifMatch } })
+    t.equal((await remove('"stale"', MISSING_ID)).statusCode, 404, 'a missing item is a 404 first')
+    const refused = await remove(tag)
+    t.equal(refused.statusCode, 412)
+    t.equal(refused.json().code, 'PRECONDITION_FAILED')
+    const current = await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })
+    t.equal(current.statusCode, 200, 'still there')
+    t.equal((await remove(String(current.headers.etag))).statusCode, 204)
+  })
+})

@@ -1,9 +1,9 @@
 // What every Store promises, run against each implementation (memory-store.test.ts, redis-store.test.ts).
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import type { Counted, Item, Store, User } from '../../src/store/store.js'
+import type { Announcement, Counted, Item, OutboxEvent, Store, User } from '../../src/store/store.js'
 
-export type OpenStore = (t: Test, options: { maxItemsPerContributor: number }) => Promise<Store>
+export type OpenStore = (t: Test, options: { maxItemsPerContributor: number, maxPendingDeliveries?: number }) => Promise<Store>
 
 const user = (overrides: Partial<User> = {}): User => ({
   id: randomUUID(),
@@ -35,6 +35,12 @@ const count = async (store: Store, name: string, key: string, windowMs: number):
 
 const HOUR = 3_600_000
 
+const announce = (channel: string): Announcement => (announced) => ({ id: randomUUID(), channel, body: JSON.stringify({ channel, item: announced }) })
+const ADDED = 'items.item.added'
+const EDITED = 'items.item.edited'
+const REMOVED = 'items.item.removed'
+const bodies = (deliveries: ReadonlyArray<{ event: OutboxEvent }>): unknown[] => deliveries.map(({ event }) => JSON.parse(event.body))
+
 export function storeConformance (t: Test, open: OpenStore): void {
   const fresh = async (t: Test, maxItemsPerContributor = 1000): Promise<Store> => await open(t, { maxItemsPerContributor })
 
@@ -64,6 +70,9 @@ export function storeConformance (t: Test, open: OpenStore): void {
     await sessions.open(session, 'hash-1', 20)
     t.same(await sessions.get(session.id, now), session)
     t.equal(await sessions.get(session.id, now + HOUR), undefined, 'ended')
+    const unread = { id: randomUUID(), userId: session.userId, expiresAt: now + HOUR }
+    await sessions.open(unread, 'hash-unread', 20)
+    t.equal(await sessions.get(unread.id, now + HOUR), undefined, 'ended, on its first read')
     t.equal(await sessions.get(randomUUID(), now), undefined)
     await sessions.revoke(session.id)
     t.equal(await sessions.get(session.id, now), undefined, 'revoked')
@@ -238,6 +247,95 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.ok(ttl > 0 && ttl <= 100, `ttl ${ttl}`)
     await new Promise((resolve) => setTimeout(resolve, 110))
     t.equal((await count(store, 'a', 'k', 100)).current, 1)
+  })
+
+  t.test('outbox: each stored change records one event, for every subscriber of its channel; a change not stored records none', async (t) => {
+    const { items, outbox } = await fresh(t, 1)
+    await outbox.subscribe('adds-and-removals', [ADDED, REMOVED])
+    await outbox.subscribe('edits', [EDITED])
+    const recorded: OutboxEvent[] = []
+    outbox.onRecorded((event) => { recorded.push(event) })
+    const contributorId = randomUUID()
+    const added = await items.add(item(contributorId), announce(ADDED))
+    t.equal(await items.add(item(contributorId), announce(ADDED)), undefined, 'over the quota: no event')
+    await items.add(item(randomUUID()))
+    await t.rejects(items.update(added!.id, () => { throw new Error('not yours') }, announce(EDITED)))
+    const edited = await items.update(added!.id, (current) => ({ ...current, name: 'edited' }), announce(EDITED))
+    await items.update(randomUUID(), (current) => current, announce(EDITED))
+    await t.rejects(items.remove(added!.id, () => { throw new Error('not yours') }, announce(REMOVED)))
+    const removed = await items.remove(added!.id, () => {}, announce(REMOVED))
+    await outbox.subscribe('adds-and-removals', [ADDED, REMOVED])
+
+    const now = Date.now() + 1
+    const first = await outbox.take('adds-and-removals', now, 10, HOUR)
+    t.same(bodies(first.deliveries), [{ channel: ADDED, item: added }, { channel: REMOVED, item: removed }])
+    t.same(first.deliveries.map((delivery) => delivery.attempt), [1, 1], 'subscribing again (another instance starts) changes nothing')
+    t.equal(first.dropped, 0)
+    t.same(bodies((await outbox.take('edits', now, 10, HOUR)).deliveries), [{ channel: EDITED, item: edited }])
+    t.same(recorded.map((event) => JSON.parse(event.body)), [{ channel: ADDED, item: added }, { channel: EDITED, item: edited }, { channel: REMOVED, item: removed }],
+      'this process hears of each stored event, once')
+    t.same((await outbox.take('nobody', now, 10, HOUR)).deliveries, [], 'an unknown subscriber has nothing')
+  })
+
+  t.test('outbox: a delivery is leased to its taker; settled it ends, given a retry time it waits for it, unsettled it is taken again when its lease ends', async (t) => {
+    const { items, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED])
+    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    const now = Date.now() + 1
+    const taken = await outbox.take('s', now, 2, 1000)
+    t.same(bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), ['item 0', 'item 1'], 'oldest first, at most the limit')
+    t.same((await outbox.take('s', now, 10, 1000)).deliveries.map((delivery) => delivery.attempt), [1], 'the leased ones are not taken again')
+    t.equal(await outbox.pending('s'), 3)
+    const [delivered, retried] = taken.deliveries
+    await outbox.settle('s', delivered!)
+    await outbox.settle('s', retried!, now + 5000)
+    t.equal(await outbox.pending('s'), 2)
+    t.same((await outbox.take('s', now + 999, 10, 1000)).deliveries.map(({ event, attempt }) => [event.id, attempt]), [],
+      'the retry waits; the third is still leased')
+    const later = await outbox.take('s', now + 5000, 10, 1000)
+    t.same(later.deliveries.map(({ event, attempt }) => [event.id, attempt]).sort(),
+      [[retried!.event.id, 2], [later.deliveries.find((one) => one.event.id !== retried!.event.id)!.event.id, 2]].sort(),
+      'the retry at its time, and the unsettled one after its lease: each as a second attempt')
+    for (const delivery of later.deliveries) await outbox.settle('s', delivery)
+    t.equal(await outbox.pending('s'), 0)
+    await outbox.settle('s', delivered!)
+    await outbox.settle('s', delivered!, now)
+    t.equal(await outbox.pending('s'), 0, 'settling an ended delivery again changes nothing')
+    t.equal(await outbox.pending('nobody'), 0)
+  })
+
+  t.test('outbox: retries come back soonest first, each at its time', async (t) => {
+    const { items, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED])
+    for (let index = 0; index < 5; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    const now = Date.now() + 1
+    const taken = (await outbox.take('s', now, 5, HOUR)).deliveries
+    const waits = [10, 30, 20, 40, 5]
+    for (const [index, delivery] of taken.entries()) await outbox.settle('s', delivery, now + (waits[index] ?? 0))
+    const names = async (at: number): Promise<string[]> =>
+      bodies((await outbox.take('s', at, 10, HOUR)).deliveries).map((body) => (body as { item: Item }).item.name)
+    t.same(await names(now + 25), ['item 4', 'item 0', 'item 2'], 'those due by then, soonest first')
+    t.same(await names(now + 50), ['item 1', 'item 3'])
+  })
+
+  t.test('outbox: a take hands out at most its limit, whatever is due', async (t) => {
+    const { items, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED])
+    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID()), announce(ADDED))
+    const now = Date.now() + 1
+    t.equal((await outbox.take('s', now, 3, 10)).deliveries.length, 3)
+    t.same((await outbox.take('s', now + 10, 1, 10)).deliveries.map((delivery) => delivery.attempt), [2], 'one of the three whose lease ended')
+    t.equal((await outbox.take('s', now + 10, 5, 10)).deliveries.length, 2, 'then the other two')
+  })
+
+  t.test('outbox: a subscriber keeps a bounded number of deliveries; past it, new events are dropped and counted once', async (t) => {
+    const { items, outbox } = await open(t, { maxItemsPerContributor: 1000, maxPendingDeliveries: 3 })
+    await outbox.subscribe('slow', [ADDED])
+    for (let index = 0; index < 5; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    const taken = await outbox.take('slow', Date.now() + 1, 10, HOUR)
+    t.same(bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), ['item 0', 'item 1', 'item 2'], 'those already waiting keep their place')
+    t.equal(taken.dropped, 2)
+    t.equal((await outbox.take('slow', Date.now() + 1, 10, HOUR)).dropped, 0, 'counted once')
   })
 
   t.test('available until closed', async (t) => {

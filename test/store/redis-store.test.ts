@@ -1,4 +1,6 @@
+import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
+import { setImmediate as setImmediatePromise } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore } from '../../src/store/redis-store.js'
@@ -9,8 +11,22 @@ import { storeConformance } from './conformance.js'
 const skip = await redisSkip()
 const silent = { warn: () => {}, info: () => {} }
 
+// Polls until `condition` holds, at most 5 s, then asserts it.
+async function eventually (t: Test, condition: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 5000
+  while (!await condition() && Date.now() < deadline) await setImmediatePromise()
+  t.ok(await condition(), what)
+}
+
 // A store under a fresh prefix, and a raw connection of its own standing for another instance, already connected
 // so that what it sends goes out at once.
+// Another instance's write, made while the store is between its read and its write: synchronous (redis-cli, run to
+// its end), so Redis has applied it before the store sends anything more. A write on a connection of this process
+// could reach Redis after the store's own, and the store would not have been beaten.
+function writeElsewhere (key: string, field: string, value: string): void {
+  execFileSync('redis-cli', ['-u', REDIS_URL, 'HSET', key, field, value], { stdio: 'ignore' })
+}
+
 async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, store: Store, other: Redis }> {
   const prefix = redisKeyPrefix(t)
   const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
@@ -23,7 +39,7 @@ async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, s
 
 t.test('the Store contract, on Redis', { skip }, async (t) => {
   storeConformance(t, async (t, options) => {
-    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: options.maxItemsPerContributor })
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, ...options })
     t.teardown(async () => { await store.close() })
     return store
   })
@@ -53,13 +69,13 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
 })
 
 t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
-  const { prefix, store, other } = await storeBesideAnotherInstance(t)
+  const { prefix, store } = await storeBesideAnotherInstance(t)
   const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
   let tries = 0
-  // Each try, "another instance" writes the item first: its write goes out on its own connection before ours.
+  // Each try, "another instance" writes the item first.
   await t.rejects(store.items.update(added!.id, (current) => {
     tries += 1
-    void other.hset(`${prefix}items`, current.id, JSON.stringify({ ...current, name: String(tries) }))
+    writeElsewhere(`${prefix}items`, current.id, JSON.stringify({ ...current, name: String(tries) }))
     return { ...current, name: 'mine' }
   }), { name: 'StoreUnavailableError', message: `item ${added!.id} changed 16 times while being changed` })
   t.equal(tries, 16)
@@ -74,13 +90,39 @@ t.test('a store closed while Redis is unreachable closes at once', { skip }, asy
   t.equal(store.available(), false)
 })
 
+t.test('sessions are kept only while Redis tracks them for the instance, which it does again by itself after a lost connection', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(redis.url)
+  t.teardown(() => { other.disconnect() })
+  const id = randomUUID()
+  const now = Date.now()
+  const open = async (): Promise<void> => { await store.sessions.open({ id, userId: randomUUID(), expiresAt: now + 60_000 }, randomUUID(), 10) }
+  const kept = async (): Promise<boolean> => await store.sessions.get(id, now) === await store.sessions.get(id, now)
+  await open()
+  // The invalidation of the session's own writes may still be on its way, and a read it overtakes is not kept.
+  await eventually(t, kept, 'a session read is kept')
+  await other.call('CLIENT', 'KILL', 'TYPE', 'pubsub')
+  await eventually(t, async () => !await kept(), 'once the invalidations\' connection drops, none is kept')
+  await eventually(t, kept, 'until that connection is made again and tracked')
+  await other.flushall()
+  await eventually(t, async () => await store.sessions.get(id, now) === undefined, 'a flush empties the cache')
+  await open()
+  await other.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await eventually(t, async () => !await kept().catch(() => false), 'once the store\'s connection drops, none is kept')
+  await eventually(t, async () => await kept().catch(() => false), 'until that connection is made again and tracked')
+  await other.del(`p:session:${id}`)
+  await eventually(t, async () => await store.sessions.get(id, now) === undefined, 'a change made elsewhere reaches the cache')
+})
+
 t.test('a delete that another instance beat re-reads the item and confirms again', { skip }, async (t) => {
-  const { prefix, store, other } = await storeBesideAnotherInstance(t)
+  const { prefix, store } = await storeBesideAnotherInstance(t)
   const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
   const confirmed: string[] = []
   const removed = await store.items.remove(added!.id, (current) => {
     confirmed.push(current.name)
-    if (confirmed.length === 1) void other.hset(`${prefix}items`, current.id, JSON.stringify({ ...current, name: 'edited elsewhere' }))
+    if (confirmed.length === 1) writeElsewhere(`${prefix}items`, current.id, JSON.stringify({ ...current, name: 'edited elsewhere' }))
   })
   t.same(confirmed, ['before', 'edited elsewhere'])
   t.equal(removed?.name, 'edited elsewhere', 'what was removed is the item as it last was')
@@ -97,19 +139,33 @@ t.test('data Redis cannot read as the store wrote it is a bug (500), not an outa
 
 t.test('each instance keeps what it parsed within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
-  const open = async (cache?: { users: number, itemCharacters: number }): Promise<Store> => {
+  const open = async (cache?: { users: number, sessions: number, itemCharacters: number }): Promise<Store> => {
     const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, ...(cache === undefined ? {} : { cache }) })
     t.teardown(async () => { await store.close() })
     return store
   }
   const writer = await open()
-  const small = await open({ users: 1, itemCharacters: 500 })
+  const small = await open({ users: 1, sessions: 1, itemCharacters: 500 })
   const users = [randomUUID(), randomUUID()]
   for (const id of users) await writer.users.add({ id, email: `${id}@b.co`, emailKey: `${id}@b.co`, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
   const first = await small.users.get(users[0]!)
   t.equal(await small.users.get(users[0]!), first, 'a user read again comes from the cache')
   await small.users.get(users[1]!)
   t.not(await small.users.get(users[0]!), first, 'one user kept: the other pushed it out, so it is read again')
+
+  const now = Date.now()
+  const sessions = [randomUUID(), randomUUID()]
+  for (const id of sessions) await writer.sessions.open({ id, userId: users[0]!, expiresAt: now + 60_000 }, randomUUID(), 10)
+  await eventually(t, async () => await small.sessions.get(sessions[0]!, now) === await small.sessions.get(sessions[0]!, now), 'a session read again comes from the cache')
+  const session = await small.sessions.get(sessions[0]!, now)
+  t.equal(await small.sessions.get(sessions[0]!, now + 60_000), undefined, 'and ends when it ends')
+  await small.sessions.get(sessions[1]!, now)
+  t.not(await small.sessions.get(sessions[0]!, now), session, 'one session kept: the other pushed it out')
+  await eventually(t, async () => await small.sessions.get(sessions[0]!, now) === await small.sessions.get(sessions[0]!, now), 'kept again')
+  await writer.sessions.revoke(sessions[0]!)
+  const revokedAt = Date.now()
+  await eventually(t, async () => await small.sessions.get(sessions[0]!, now) === undefined, 'a session revoked by another instance is refused')
+  t.ok(Date.now() - revokedAt < 100, `within ${Date.now() - revokedAt} ms`)
 
   const contributorId = randomUUID()
   const item = await writer.items.add({ id: randomUUID(), name: 'n', description: 'd'.repeat(200), status: 'active', contributorId, createdAt: '', updatedAt: '' })

@@ -1,0 +1,96 @@
+import { randomUUID } from 'node:crypto'
+import { readFile } from 'node:fs/promises'
+import type { ErrorObject, ValidateFunction } from 'ajv'
+import type { FastifyInstance } from 'fastify'
+import type { components } from '../../generated/openapi.js'
+import { schemas } from '../../generated/schemas.js'
+import { validators } from '../../generated/validators.js'
+import { emailKey } from '../auth/email.js'
+import { isPlainObject } from '../plain-object.js'
+import { isoTimestamp } from '../timestamps.js'
+
+type Schemas = components['schemas']
+
+/** A seed file that cannot be loaded: its message names the entry at fault. */
+export class SeedError extends Error {
+  override name = 'SeedError'
+}
+
+// The first problem a generated validator found, as `.field: what is wrong` (Ajv lists them whenever it says no).
+const problem = ([issue]: [ErrorObject]): string => {
+  const field = issue.params.missingProperty ?? issue.params.additionalProperty
+  return `${issue.instancePath.replaceAll('/', '.')}${typeof field === 'string' ? `.${field}` : ''}: ${issue.message}`
+}
+
+function entries (seed: Record<string, unknown>, key: 'users' | 'items'): unknown[] {
+  const listed = seed[key] ?? []
+  if (!Array.isArray(listed)) throw new SeedError(`${key}: must be a list`)
+  return listed
+}
+
+/** Checks one entry against a request body of the contract; `entry` is then that body. */
+function valid<T> (validate: ValidateFunction, entry: unknown, where: string): T {
+  if (!validate(entry)) throw new SeedError(`${where}${problem(validate.errors as [ErrorObject])}`)
+  return entry as T
+}
+
+const isItemStatus = (value: unknown): value is Schemas['ItemStatus'] => schemas.ItemStatus.enum.some((status) => status === value)
+
+/**
+ * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
+ * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
+ * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet.
+ */
+async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
+  const seed: unknown = JSON.parse(await readFile(file, 'utf8'))
+  if (!isPlainObject(seed)) throw new SeedError('must be an object with users and items')
+  const unknownKeys = Object.keys(seed).filter((key) => key !== 'users' && key !== 'items')
+  if (unknownKeys.length > 0) throw new SeedError(`has unknown field(s) ${unknownKeys.join(', ')}`)
+  const { store, passwords } = app
+  // One at a time, so that seeding never fills the hashing queue.
+  const requester = { address: 'seed', stillWanted: () => true }
+  for (const [index, entry] of entries(seed, 'users').entries()) {
+    const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, entry, `users[${index}]`)
+    const added = await store.users.add({
+      id: randomUUID(),
+      email: user.email,
+      emailKey: emailKey(user.email),
+      passwordHash: await passwords.hash(user.password, requester),
+      firstName: user.firstName,
+      lastName: user.lastName,
+      role: user.role,
+      createdAt: isoTimestamp()
+    })
+    if (added === undefined) throw new SeedError(`users[${index}].email: is already registered`)
+  }
+  for (const [index, entry] of entries(seed, 'items').entries()) {
+    const where = `items[${index}]`
+    if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
+    const { owner, status = 'active', ...body } = entry
+    const item = valid<Schemas['CreateItemRequest']>(validators.createItem.body, body, where)
+    if (!isItemStatus(status)) throw new SeedError(`${where}.status: must be one of ${schemas.ItemStatus.enum.join(', ')}`)
+    const contributor = typeof owner === 'string' ? await store.users.findByEmailKey(emailKey(owner)) : undefined
+    if (contributor?.role !== 'contributor') throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
+    const now = isoTimestamp()
+    const added = await store.items.add({
+      id: randomUUID(),
+      name: item.name,
+      description: item.description ?? null,
+      status,
+      contributorId: contributor.id,
+      createdAt: now,
+      updatedAt: now
+    })
+    if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
+  }
+}
+
+export default async function seedPlugin (app: FastifyInstance, options: { file: string | undefined }): Promise<void> {
+  const { file } = options
+  if (file === undefined) return
+  try {
+    await loadSeed(app, file)
+  } catch (error) {
+    throw new SeedError(`Cannot load SEED_FILE ${file}: ${error instanceof SeedError ? error.message : String(error)}`)
+  }
+}

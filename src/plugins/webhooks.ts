@@ -1,0 +1,183 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import type { WebhooksConfig } from '../config.js'
+import type { Delivery, Outbox } from '../store/store.js'
+import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
+import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
+
+// How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
+// records, an attempt that ends): how soon another instance's events and retries are picked up.
+const POLL_INTERVAL_MS = 250
+// Attempts in progress per subscriber at most, and connections per subscriber origin.
+const CONCURRENT_PER_SUBSCRIBER = 32
+// Each retry's wait is its configured delay, 10 % more or less at random, so that retries spread out.
+const JITTER = 0.1
+
+interface Counts {
+  delivered: number
+  retried: number
+  deadLettered: number
+}
+
+const jittered = (delayMs: number): number => Math.round(delayMs * (1 + JITTER * (2 * Math.random() - 1)))
+
+/** Takes one subscriber's due deliveries from the outbox and attempts them, at most CONCURRENT_PER_SUBSCRIBER at once. */
+class SubscriberWorker {
+  readonly counts: Counts = { delivered: 0, retried: 0, deadLettered: 0 }
+  readonly subscription: Subscription
+  readonly log: FastifyBaseLogger
+  readonly #outbox: Outbox
+  readonly #sender: WebhookSender
+  readonly #config: WebhooksConfig
+  readonly #attempts = new Set<Promise<void>>()
+  // Places for attempts that takes under way may fill (several can be, while the store answers).
+  #reserved = 0
+  #storeFailing = false
+  stopped = false
+
+  constructor (subscription: Subscription, outbox: Outbox, sender: WebhookSender, config: WebhooksConfig, log: FastifyBaseLogger) {
+    this.subscription = subscription
+    this.#outbox = outbox
+    this.#sender = sender
+    this.#config = config
+    this.log = log.child({ subscriber: subscriberName(subscription.url) })
+  }
+
+  /**
+   * Takes what is due now, as many as there are free places. A full batch leaves no place free; each attempt that
+   * ends takes again, so a backlog is worked through without waiting for the next poll.
+   */
+  async take (): Promise<void> {
+    const free = CONCURRENT_PER_SUBSCRIBER - this.#attempts.size - this.#reserved
+    if (free <= 0 || this.stopped) return
+    this.#reserved += free
+    try {
+      const { deliveries, dropped } = await this.#outbox.take(this.subscription.id, Date.now(), free, this.#config.reclaimAfterMs)
+      this.#storeRecovered()
+      if (dropped > 0) {
+        this.counts.deadLettered += dropped
+        this.log.error({ dropped, ...this.counts }, 'webhook deliveries dropped: the subscriber has as many pending as the outbox keeps')
+      }
+      for (const delivery of deliveries) this.#track(this.#attempt(delivery))
+    } catch (err) {
+      if (!this.#storeFailing) this.log.warn({ err }, 'cannot take webhook deliveries from the store; trying again')
+      this.#storeFailing = true
+    } finally {
+      this.#reserved -= free
+    }
+  }
+
+  async pending (): Promise<number> {
+    return await this.#outbox.pending(this.subscription.id)
+  }
+
+  /** Deliveries not yet ended, the ones in progress included. */
+  async unfinished (): Promise<number> {
+    return this.#attempts.size + await this.pending()
+  }
+
+  /** Resolves when the attempts in progress have ended. */
+  async settled (): Promise<void> {
+    await Promise.all(this.#attempts)
+  }
+
+  #storeRecovered (): void {
+    if (!this.#storeFailing) return
+    this.#storeFailing = false
+    this.log.info('webhook deliveries are taken from the store again')
+  }
+
+  #track (attempt: Promise<void>): void {
+    this.#attempts.add(attempt)
+    void attempt.finally(() => {
+      this.#attempts.delete(attempt)
+      void this.take()
+    })
+  }
+
+  async #attempt (delivery: Delivery): Promise<void> {
+    const outcome = await this.#sender.send(this.subscription, delivery.event)
+    const retryDelay = this.#config.retryDelaysMs[delivery.attempt - 1]
+    try {
+      if (outcome.delivered) {
+        await this.#outbox.settle(this.subscription.id, delivery)
+        this.counts.delivered += 1
+        this.#logAttempt('info', delivery, outcome, 'webhook delivered')
+      } else if (retryDelay === undefined) {
+        await this.#outbox.settle(this.subscription.id, delivery)
+        this.counts.deadLettered += 1
+        this.#logAttempt('error', delivery, outcome, 'webhook dead-lettered: its last attempt failed')
+      } else {
+        const retryAt = Date.now() + jittered(retryDelay)
+        await this.#outbox.settle(this.subscription.id, delivery, retryAt)
+        this.counts.retried += 1
+        this.#logAttempt('warn', delivery, outcome, `webhook attempt failed; retrying at ${new Date(retryAt).toISOString()}`)
+      }
+    } catch (err) {
+      // The lease ends, and the delivery is taken again: at least once, never lost.
+      this.log.warn({ err, eventId: delivery.event.id }, 'cannot record a webhook attempt in the store; the delivery will be taken again')
+    }
+  }
+
+  #logAttempt (level: 'info' | 'warn' | 'error', delivery: Delivery, outcome: AttemptOutcome, message: string): void {
+    const result = outcome.delivered ? { status: outcome.status } : { reason: outcome.reason }
+    this.log[level]({ eventId: delivery.event.id, channel: delivery.event.channel, attempt: delivery.attempt, ...result, ...this.counts }, message)
+  }
+}
+
+interface WebhooksPluginOptions {
+  config: WebhooksConfig
+}
+
+/**
+ * Delivers the events of the store's outbox to the configured webhooks, at least once: a 2xx ends a delivery; any
+ * other status, a timeout or a connection error is retried on WEBHOOK_RETRY_DELAYS_MS; after the last attempt the
+ * delivery is dead-lettered (logged at error level). No HTTP response waits for a delivery.
+ *
+ * At shutdown, with the memory store, pending deliveries get until the health plugin's shutdown deadline (80 % of
+ * SHUTDOWN_TIMEOUT), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
+ * rest stay for the other instances.
+ */
+export default async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {
+  const { subscriptions } = options.config
+  if (subscriptions.length === 0) return
+  const { outbox } = app.store
+  const sender = new WebhookSender({ timeoutMs: options.config.timeoutMs, connectionsPerOrigin: CONCURRENT_PER_SUBSCRIBER })
+  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, sender, options.config, app.log))
+  for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
+
+  const takeAll = (): void => { for (const worker of workers) void worker.take() }
+  // An event this process records is taken at once by the subscribers of its channel, not at their next poll.
+  outbox.onRecorded(({ channel }) => {
+    for (const worker of workers) {
+      if (worker.subscription.channels.some((subscribed) => subscribed === channel)) setImmediate(() => { void worker.take() })
+    }
+  })
+  const unfinishedAnywhere = async (): Promise<boolean> =>
+    (await Promise.all(workers.map(async (worker) => await worker.unfinished()))).some((count) => count > 0)
+  const poll = setInterval(takeAll, POLL_INTERVAL_MS)
+  app.addHook('onReady', async () => { takeAll() })
+
+  app.addHook('onClose', async () => {
+    clearInterval(poll)
+    // Set by the health plugin's preClose hook, which every close runs first.
+    const deadline = app.lifecycle.shutdownDeadline
+    if (!outbox.durable) {
+      // What is in this process's memory is lost when it ends: deliver what is due while there is time.
+      while (Date.now() < deadline && await unfinishedAnywhere()) {
+        takeAll()
+        await sleep(Math.min(POLL_INTERVAL_MS, deadline - Date.now()))
+      }
+    }
+    for (const worker of workers) worker.stopped = true
+    const allSettled = Promise.all(workers.map(async (worker) => { await worker.settled() }))
+    const timedOut = await Promise.race([allSettled.then(() => false), sleep(Math.max(0, deadline - Date.now()), true)])
+    await sender.close(timedOut)
+    await allSettled
+    for (const worker of workers) {
+      const lost = outbox.durable ? 0 : await worker.pending()
+      if (lost > 0) worker.log.error({ lost, ...worker.counts }, 'webhook deliveries lost at shutdown: the memory store keeps them only while the process runs')
+      else worker.log.info(worker.counts, 'webhook deliveries at shutdown')
+    }
+  })
+}

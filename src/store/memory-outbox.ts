@@ -1,0 +1,160 @@
+import type { Delivery, Outbox, OutboxEvent, Taken } from './store.js'
+
+interface PendingDelivery {
+  readonly event: OutboxEvent
+  attempt: number
+  /** When it may be taken again: after its retry's wait, or when its lease ends. */
+  dueAt: number
+}
+
+/** Deliveries waiting for a retry, soonest first: a binary min-heap on dueAt. */
+class RetryHeap {
+  readonly #heap: PendingDelivery[] = []
+
+  get size (): number {
+    return this.#heap.length
+  }
+
+  push (pending: PendingDelivery): void {
+    const heap = this.#heap
+    heap.push(pending)
+    let index = heap.length - 1
+    while (index > 0) {
+      const parent = (index - 1) >> 1
+      if (heap[parent]!.dueAt <= pending.dueAt) break
+      heap[index] = heap[parent]!
+      index = parent
+    }
+    heap[index] = pending
+  }
+
+  /** The soonest, when it is due by `now`. */
+  popDue (now: number): PendingDelivery | undefined {
+    const heap = this.#heap
+    const soonest = heap[0]
+    if (soonest === undefined || soonest.dueAt > now) return undefined
+    const last = heap.pop()!
+    if (heap.length > 0) {
+      let index = 0
+      for (;;) {
+        const left = 2 * index + 1
+        if (left >= heap.length) break
+        const child = left + 1 < heap.length && heap[left + 1]!.dueAt < heap[left]!.dueAt ? left + 1 : left
+        if (heap[child]!.dueAt >= last.dueAt) break
+        heap[index] = heap[child]!
+        index = child
+      }
+      heap[index] = last
+    }
+    return soonest
+  }
+}
+
+interface SubscriberQueue {
+  readonly channels: ReadonlySet<string>
+  /** New deliveries, in the order their events were recorded. */
+  readonly fresh: Map<string, PendingDelivery>
+  /** Deliveries taken and not settled yet, in the order they were taken (with one lease length, of their lease's end). */
+  readonly leased: Map<string, PendingDelivery>
+  readonly retries: RetryHeap
+  /** Characters of the pending events' bodies. */
+  characters: number
+  dropped: number
+}
+
+export interface MemoryOutboxBounds {
+  /** Deliveries each subscriber keeps at most. */
+  deliveries: number
+  /** Characters of event bodies each subscriber keeps at most (an event is up to about 20 000: an item's description). */
+  characters: number
+}
+
+const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queue.leased.size + queue.retries.size
+
+/**
+ * The outbox of one process: deliveries live as long as it does. Each subscriber keeps a bounded number of them;
+ * at a bound a new event is dropped for that subscriber (and counted in its next take), and the deliveries already
+ * waiting keep their place. A take costs O(log n) for each delivery it takes, whatever is pending.
+ */
+export class MemoryOutbox implements Outbox {
+  readonly durable = false
+  readonly #bounds: MemoryOutboxBounds
+  readonly #queues = new Map<string, SubscriberQueue>()
+  readonly #listeners: Array<(event: OutboxEvent) => void> = []
+
+  constructor (bounds: MemoryOutboxBounds) {
+    this.#bounds = bounds
+  }
+
+  /** Keeps the event for every subscriber of its channel; called by the item store with the change it stores. */
+  record (event: OutboxEvent): void {
+    for (const queue of this.#queues.values()) {
+      if (!queue.channels.has(event.channel)) continue
+      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + event.body.length > this.#bounds.characters) {
+        queue.dropped += 1
+        continue
+      }
+      queue.fresh.set(event.id, { event, attempt: 0, dueAt: 0 })
+      queue.characters += event.body.length
+    }
+    for (const listener of this.#listeners) listener(event)
+  }
+
+  async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
+    if (this.#queues.has(subscriber)) return
+    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), characters: 0, dropped: 0 })
+  }
+
+  onRecorded (listener: (event: OutboxEvent) => void): void {
+    this.#listeners.push(listener)
+  }
+
+  async take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken> {
+    const queue = this.#queues.get(subscriber)
+    if (queue === undefined) return { deliveries: [], dropped: 0 }
+    const { dropped } = queue
+    queue.dropped = 0
+    const due: PendingDelivery[] = []
+    // Leases that ended unsettled first, then retries whose time has come, then new events.
+    for (const pending of queue.leased.values()) {
+      if (due.length === limit || pending.dueAt > now) break
+      due.push(pending)
+    }
+    while (due.length < limit) {
+      const retry = queue.retries.popDue(now)
+      if (retry === undefined) break
+      due.push(retry)
+    }
+    for (const pending of queue.fresh.values()) {
+      if (due.length === limit) break
+      queue.fresh.delete(pending.event.id)
+      due.push(pending)
+    }
+    const deliveries = due.map((pending): Delivery => {
+      pending.attempt += 1
+      pending.dueAt = now + leaseMs
+      queue.leased.delete(pending.event.id)
+      queue.leased.set(pending.event.id, pending)
+      return { event: pending.event, attempt: pending.attempt }
+    })
+    return { deliveries, dropped }
+  }
+
+  async settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void> {
+    const queue = this.#queues.get(subscriber)
+    const pending = queue?.leased.get(delivery.event.id)
+    if (queue === undefined || pending === undefined) return
+    queue.leased.delete(delivery.event.id)
+    if (retryAt === undefined) {
+      queue.characters -= pending.event.body.length
+      return
+    }
+    pending.dueAt = retryAt
+    queue.retries.push(pending)
+  }
+
+  async pending (subscriber: string): Promise<number> {
+    const queue = this.#queues.get(subscriber)
+    return queue === undefined ? 0 : pendingCount(queue)
+  }
+}

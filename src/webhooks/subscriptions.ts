@@ -1,0 +1,77 @@
+import { createHash } from 'node:crypto'
+import { channels as CHANNELS } from '../../generated/routes.js'
+import { isPlainObject } from '../plain-object.js'
+
+export type Channel = typeof CHANNELS[number]
+
+/** One receiver of webhooks (WEBHOOKS, WEBHOOKS_FILE): where events are POSTed, how they are signed, which ones. */
+export interface Subscription {
+  /** Stable across instances and restarts (it keys the subscriber's deliveries in the store): from its URL. */
+  readonly id: string
+  readonly url: string
+  /** Standard Webhooks' `whsec_<base64>`; never logged. */
+  readonly secret: string
+  readonly channels: readonly Channel[]
+}
+
+// Standard Webhooks: a secret of 24 to 64 random bytes, base64 after the `whsec_` prefix.
+const SECRET = /^whsec_([A-Za-z0-9+/]+={0,2})$/
+const MIN_SECRET_BYTES = 24
+const MAX_SECRET_BYTES = 64
+const MAX_SUBSCRIPTIONS = 16
+
+const isChannel = (value: unknown): value is Channel => CHANNELS.some((channel) => channel === value)
+
+/** Where a subscriber is, for log lines: its origin and path, without credentials or a query that may hold some. */
+export const subscriberName = (url: string): string => {
+  const { origin, pathname } = new URL(url)
+  return origin + pathname
+}
+
+function subscription (entry: unknown, index: number): Subscription {
+  const problem = (what: string): Error => new Error(`[${index}]: ${what}`)
+  if (!isPlainObject(entry)) throw problem('must be an object with url, secret and, optionally, channels')
+  const unknownKeys = Object.keys(entry).filter((key) => !['url', 'secret', 'channels'].includes(key))
+  if (unknownKeys.length > 0) throw problem(`has unknown field(s) ${unknownKeys.join(', ')}`)
+  const { url, secret, channels = CHANNELS } = entry
+  if (typeof url !== 'string' || !URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
+    throw problem('url must be an http:// or https:// URL')
+  }
+  const key = typeof secret === 'string' ? SECRET.exec(secret)?.[1] : undefined
+  const bytes = key === undefined ? 0 : Buffer.from(key, 'base64').length
+  if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) {
+    throw problem(`secret must be whsec_ followed by ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes in base64`)
+  }
+  if (!Array.isArray(channels) || channels.length === 0 || !channels.every(isChannel)) {
+    throw problem(`channels must be a non-empty list of ${CHANNELS.join(', ')}`)
+  }
+  return {
+    id: createHash('sha256').update(url).digest('base64url').slice(0, 16),
+    url,
+    secret: String(secret),
+    channels: [...new Set(channels)]
+  }
+}
+
+/**
+ * Reads the JSON list of subscriptions; throws an error whose message goes after the variable's name: `[2]: …` names
+ * the entry at fault (never quoting a secret).
+ */
+export function parseSubscriptions (json: string): Subscription[] {
+  let entries: unknown
+  try {
+    entries = JSON.parse(json)
+  } catch (error) {
+    throw new Error(`: is not valid JSON (${(error as Error).message})`)
+  }
+  if (!Array.isArray(entries)) throw new Error(': must be a JSON array of subscriptions')
+  if (entries.length > MAX_SUBSCRIPTIONS) throw new Error(`: may list at most ${MAX_SUBSCRIPTIONS} subscriptions`)
+  const subscriptions = entries.map(subscription)
+  const firstWithUrl = new Map<string, number>()
+  for (const [index, { url }] of subscriptions.entries()) {
+    const first = firstWithUrl.get(url)
+    if (first !== undefined) throw new Error(`[${index}]: url is already subscribed by [${first}]`)
+    firstWithUrl.set(url, index)
+  }
+  return subscriptions
+}

@@ -1,0 +1,48 @@
+// Embedding: another project installs the packed package and builds the service with a few typed settings.
+import { execFile } from 'node:child_process'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { buildApp } from '../src/app.js'
+import type { AppSettings } from '../src/config.js'
+import { captureLogs } from './helper.js'
+
+const run = promisify(execFile)
+
+t.test('buildApp takes any part of the configuration; the rest keeps its default', async (t) => {
+  const { lines, logStream } = captureLogs()
+  const settings: AppSettings = {
+    logLevel: 'warn',
+    rateLimits: null,
+    store: { maxItemsPerUser: 5 },
+    // @ts-expect-error A misspelt setting does not compile (npm test type-checks the tests).
+    logLevl: 'silent'
+  }
+  const app = await buildApp(settings, { logStream })
+  t.teardown(async () => { await app.close() })
+  t.equal((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200)
+  t.match(lines.join(''), /JWT_SECRET is not set/, 'a random secret, as by default')
+  const quiet = captureLogs()
+  const withSecret = await buildApp({ logLevel: 'warn', jwt: { secret: 's'.repeat(32) } }, { logStream: quiet.logStream })
+  await withSecret.close()
+  t.same(quiet.lines, [], 'a secret given is not a generated one')
+})
+
+t.test('the packed package installs into another project and serves from there', async (t) => {
+  const project = await mkdtemp(join(tmpdir(), 'items-embed-'))
+  t.teardown(async () => { await rm(project, { recursive: true, force: true }) })
+  const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', project], { env: { ...process.env, NO_UPDATE_NOTIFIER: '1' } })
+  const tarball = join(project, stdout.trim().split('\n').at(-1) ?? '')
+  await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'embedder', private: true, type: 'module' }))
+  await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', tarball], { cwd: project, env: { ...process.env, NO_UPDATE_NOTIFIER: '1' } })
+  await writeFile(join(project, 'check.js'), `import { buildApp } from '@items-service/server'
+const app = await buildApp({ logLevel: 'silent' })
+const response = await app.inject({ method: 'GET', url: '/health/ready' })
+console.log(response.statusCode, response.body)
+await app.close()
+`)
+  const check = await run(process.execPath, ['check.js'], { cwd: project })
+  t.equal(check.stdout.trim(), '200 {"status":"ok"}')
+})

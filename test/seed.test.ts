@@ -1,0 +1,69 @@
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import t, { type Test } from 'tap'
+import { buildApp } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
+import { build, testEnvironment } from './helper.js'
+import { failedStart } from './processes.js'
+
+const ada = { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }
+const grace = { email: 'grace@example.com', password: 'another good password', firstName: 'Grace', lastName: 'Hopper', role: 'viewer' }
+
+function seedFile (t: Test, contents: unknown): string {
+  const file = join(t.testdir(), 'seed.json')
+  writeFileSync(file, typeof contents === 'string' ? contents : JSON.stringify(contents))
+  return file
+}
+
+t.test('SEED_FILE: users and items loaded before the server is ready, as the API would have made them', async (t) => {
+  const file = seedFile(t, {
+    users: [ada, grace],
+    items: [
+      { owner: 'ADA@example.com', name: 'Difference engine' },
+      { owner: ada.email, name: 'Analytical engine', description: 'Never finished.', status: 'archived' }
+    ]
+  })
+  const api = await build(t, { SEED_FILE: file })
+  const signedIn = await api.call('loginUser', { body: { email: grace.email, password: grace.password } })
+  t.equal(signedIn.statusCode, 200, 'a seeded user signs in with the password of the file')
+  const owner = (await api.call('loginUser', { body: { email: ada.email, password: ada.password } })).json()
+  const listed = (await api.call('listItems', { token: signedIn.json().accessToken })).json()
+  t.match(listed, {
+    data: [
+      { name: 'Difference engine', description: null, status: 'active', contributorId: owner.user.id },
+      { name: 'Analytical engine', description: 'Never finished.', status: 'archived', contributorId: owner.user.id }
+    ],
+    pagination: { total: 2 }
+  }, 'items in the order given, owned by the user named')
+  t.equal((await api.call('registerUser', { body: { ...ada, email: 'Ada@Example.COM' } })).statusCode, 409, 'seeded emails are taken')
+})
+
+t.test('a bad seed file stops the start with one line naming the entry', async (t) => {
+  const bad: Array<[unknown, RegExp]> = [
+    ['{', /: SyntaxError/],
+    [[], /: must be an object with users and items/],
+    [{ users: [], extra: [] }, /: has unknown field\(s\) extra$/],
+    [{ users: {} }, /: users: must be a list$/],
+    [{ users: [ada, { ...grace, email: 'not an email' }] }, /: users\[1\]\.email: must match format "email"$/],
+    [{ users: [ada, { ...grace, password: 'short' }] }, /: users\[1\]\.password: must NOT have fewer than 8 characters$/],
+    [{ users: [ada, { ...grace, email: 'ADA@example.com' }] }, /: users\[1\]\.email: is already registered$/],
+    [{ users: [ada], items: ['x'] }, /: items\[0\]: must be an object$/],
+    [{ users: [ada], items: [{ owner: ada.email }] }, /: items\[0\]\.name: must have required property 'name'$/],
+    [{ users: [ada], items: [{ owner: ada.email, name: 'n', colour: 'red' }] }, /: items\[0\]\.colour: must NOT have additional properties$/],
+    [{ users: [ada], items: [{ owner: ada.email, name: 'n', status: 'gone' }] }, /: items\[0\]\.status: must be one of active, archived$/],
+    [{ users: [ada, grace], items: [{ owner: grace.email, name: 'n' }] }, /: items\[0\]\.owner: must be the email of a contributor in users$/],
+    [{ users: [ada], items: [{ owner: 'nobody@example.com', name: 'n' }] }, /: items\[0\]\.owner: must be the email of a contributor/],
+    [{ items: [{ owner: 42, name: 'n' }] }, /: items\[0\]\.owner: must be the email of a contributor/],
+    [{ users: [ada], items: [{ owner: ada.email, name: 'one' }, { owner: ada.email, name: 'two' }] }, /: items\[1\]: its owner already owns as many items as MAX_ITEMS_PER_USER allows$/]
+  ]
+  for (const [contents, message] of bad) {
+    const file = seedFile(t, contents)
+    await t.rejects(buildApp(loadConfig({ ...testEnvironment, STORE: 'memory', SEED_FILE: file, MAX_ITEMS_PER_USER: '1' })),
+      { name: 'SeedError', message: new RegExp(`^Cannot load SEED_FILE ${file}${message.source}`) }, JSON.stringify(contents))
+  }
+  const { code, stderr } = await failedStart({ SEED_FILE: seedFile(t, { users: [{ ...ada, role: 'admin' }] }) })
+  t.equal(code, 1)
+  t.match(stderr.trim(), /^Cannot load SEED_FILE \S+: users\[0\]\.role: must be equal to one of the allowed values$/, 'one line')
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32), SEED_FILE: 'seed.json' }),
+    { message: 'Invalid configuration: SEED_FILE is for development and test, not production' })
+})
