@@ -107,6 +107,20 @@ t.test('updateItem', async (t) => {
     t.equal(cleared.json().name, 'after')
   })
 
+  // Whether two real requests share a millisecond depends on the machine's speed, so the clock stands still here.
+  t.test('moves updatedAt strictly forward even for edits within one millisecond', async (t) => {
+    const { api, owner } = await cast(t)
+    const item = await api.createItem(owner.accessToken)
+    const now = Date.now()
+    t.intercept(Date, 'now', { value: () => now })
+    const edit = async (name: string): Promise<Schemas['Item']> =>
+      (await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name } })).json()
+    const first = await edit('first')
+    const second = await edit('second')
+    t.ok(first.updatedAt > item.updatedAt)
+    t.equal(Date.parse(second.updatedAt), Date.parse(first.updatedAt) + 1, 'one millisecond after the edit before it')
+  })
+
   t.test('toggles active ↔ archived any number of times, createdAt never changes', async (t) => {
     const { api, owner } = await cast(t)
     const item = await api.createItem(owner.accessToken)
