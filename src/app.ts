@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import { StandaloneValidator } from '@fastify/ajv-compiler'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { DestinationStream } from 'pino'
@@ -16,6 +15,7 @@ import seedPlugin from './plugins/seed.js'
 import storePlugin from './plugins/store.js'
 import webhooksPlugin from './plugins/webhooks.js'
 import type { Store } from './store/store.js'
+import { randomUuid } from './uuid.js'
 
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
 const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
@@ -55,7 +55,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     requestIdHeader: false,
     genReqId: (request) => {
       const callerId = request.headers['x-request-id']
-      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
+      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUuid()
     },
     connectionTimeout: 10_000,
     requestTimeout: config.requestTimeoutMs,

@@ -2,7 +2,9 @@ import { once } from 'node:events'
 import { get } from 'node:http'
 import { connect } from 'node:net'
 import t from 'tap'
-import { build, captureLogs, contractOperations } from './helper.js'
+import { build, captureLogs, contractOperations, testEnvironment } from './helper.js'
+import { buildApp } from '../src/app.js'
+import { loadConfig } from '../src/config.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 t.test('every operation openapi.yaml declares is routed', async (t) => {
@@ -223,6 +225,38 @@ t.test('an unexpected failure is a 500 INTERNAL_ERROR that discloses nothing and
   const logged = lines.map((line) => JSON.parse(line) as { reqId?: string, err?: { message: string } }).find((line) => line.err)
   t.equal(logged?.reqId, response.headers['x-request-id'])
   t.equal(logged?.err?.message, 'disk on fire at /var/lib/secret')
+})
+
+t.test('a request\'s logger writes its id on every line, its children\'s too, at the level the logger or the route sets', async (t) => {
+  const { lines, logStream } = captureLogs()
+  const app = await buildApp(loadConfig({ ...testEnvironment, LOG_LEVEL: 'warn' }), { logStream })
+  t.teardown(async () => { await app.close() })
+  // Routes outside the contract, only to reach request.log as a plugin or a handler does.
+  app.get('/log-probe', async (request) => {
+    request.log.info('below the level')
+    request.log.silent('never written')
+    request.log.warn('at the level')
+    request.log.child({ step: 'inner' }).error('from a child')
+    request.log.level = 'info'
+    request.log.info('at the level set on the request')
+    return { level: request.log.level }
+  })
+  app.get('/log-probe/quiet', { logLevel: 'error' }, async (request) => {
+    request.log.warn('below the route\'s level')
+    request.log.error('at the route\'s level')
+    return { level: request.log.level }
+  })
+  const headers = { 'x-request-id': 'probe-1' }
+  t.same((await app.inject({ url: '/log-probe', headers })).json(), { level: 'info' })
+  t.same((await app.inject({ url: '/log-probe/quiet', headers })).json(), { level: 'error' })
+  const written = lines.map((line) => JSON.parse(line) as { reqId?: string, msg: string, step?: string })
+  t.same(written.map(({ reqId, msg, step }) => ({ reqId, msg, step })), [
+    { reqId: 'probe-1', msg: 'at the level', step: undefined },
+    { reqId: 'probe-1', msg: 'from a child', step: 'inner' },
+    { reqId: 'probe-1', msg: 'at the level set on the request', step: undefined },
+    { reqId: 'probe-1', msg: 'request completed', step: undefined },
+    { reqId: 'probe-1', msg: 'at the route\'s level', step: undefined }
+  ])
 })
 
 t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', async (t) => {

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
 import type { components } from '../../generated/openapi.js'
 import { emailKey } from '../auth/email.js'
@@ -7,6 +6,7 @@ import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import type { User } from '../store/store.js'
 import { isoTimestamp } from '../timestamps.js'
+import { randomUuid } from '../uuid.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -28,7 +28,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   const key = emailKey(email)
   if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
   const user = await store.users.add({
-    id: randomUUID(),
+    id: randomUuid(),
     email,
     emailKey: key,
     passwordHash: await passwords.hash(password, requester(request)),

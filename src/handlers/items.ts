@@ -1,8 +1,8 @@
-import { randomUUID } from 'node:crypto'
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
 import type { Item } from '../store/store.js'
 import { isoTimestamp } from '../timestamps.js'
+import { randomUuid } from '../uuid.js'
 import type { Handler } from './handler.js'
 
 function assertOwner (caller: Principal, item: Item): void {
@@ -41,7 +41,7 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const now = isoTimestamp()
   const item = await request.server.store.items.add({
-    id: randomUUID(),
+    id: randomUuid(),
     name: request.body.name,
     description: request.body.description ?? null,
     status: 'active',

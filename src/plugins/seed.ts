@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import type { FastifyInstance } from 'fastify'
@@ -8,6 +7,7 @@ import { validators } from '../../generated/validators.js'
 import { emailKey } from '../auth/email.js'
 import { isPlainObject } from '../plain-object.js'
 import { isoTimestamp } from '../timestamps.js'
+import { randomUuid } from '../uuid.js'
 
 type Schemas = components['schemas']
 
@@ -52,7 +52,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
   for (const [index, entry] of entries(seed, 'users').entries()) {
     const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, entry, `users[${index}]`)
     const added = await store.users.add({
-      id: randomUUID(),
+      id: randomUuid(),
       email: user.email,
       emailKey: emailKey(user.email),
       passwordHash: await passwords.hash(user.password, requester),
@@ -73,7 +73,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
     if (contributor?.role !== 'contributor') throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
     const now = isoTimestamp()
     const added = await store.items.add({
-      id: randomUUID(),
+      id: randomUuid(),
       name: item.name,
       description: item.description ?? null,
       status,
