@@ -14,8 +14,8 @@ let drawn = IDS_PER_DRAW
  * A random UUID (version 4, RFC 9562), like `crypto.randomUUID()`, from the same cryptographically secure source,
  * drawn 256 at a time as it does. Node's builds the text from 20 pieces joined one by one, which V8 copies again
  * into one string the first time the id is hashed, matched or written; this one is written into a buffer and made
- * a string in one copy. That is about 1 800 instructions less per id (npm run bench:instructions: a create, which
- * makes two, its request's and its item's, went from 141.1 k to 137.5 k), and every request makes one.
+ * a string in one copy (npm run bench:instructions: a create, which makes two, its request's and its item's, counts
+ * 2 600 instructions less; a get, which makes one, 400 less).
  */
 export function randomUuid (): string {
   if (drawn === IDS_PER_DRAW) {
