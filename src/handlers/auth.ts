@@ -4,9 +4,8 @@ import { emailKey } from '../auth/email.js'
 import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
+import { newUser } from '../records.js'
 import type { User } from '../store/store.js'
-import { isoTimestamp } from '../timestamps.js'
-import { randomUuid } from '../uuid.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -24,19 +23,9 @@ const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   const { store, passwords, tokens } = request.server
-  const { email, password, firstName, lastName, role } = request.body
-  const key = emailKey(email)
+  const key = emailKey(request.body.email)
   if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
-  const user = await store.users.add({
-    id: randomUuid(),
-    email,
-    emailKey: key,
-    passwordHash: await passwords.hash(password, requester(request)),
-    firstName,
-    lastName,
-    role,
-    createdAt: isoTimestamp()
-  })
+  const user = await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request))))
   // A concurrent registration of the same email may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
   return reply.headers(NO_STORE).code(201).send(authResponse(user, await tokens.open(user.id)))

@@ -1,8 +1,8 @@
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
+import { newItem } from '../records.js'
 import type { Item } from '../store/store.js'
 import { isoTimestamp } from '../timestamps.js'
-import { randomUuid } from '../uuid.js'
 import type { Handler } from './handler.js'
 
 function assertOwner (caller: Principal, item: Item): void {
@@ -39,16 +39,8 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
-  const now = isoTimestamp()
-  const item = await request.server.store.items.add({
-    id: randomUuid(),
-    name: request.body.name,
-    description: request.body.description ?? null,
-    status: 'active',
-    contributorId: request.user.id,
-    createdAt: now,
-    updatedAt: now
-  }, request.server.events.announce('items.item.added', request.user.id))
+  const item = await request.server.store.items.add(newItem(request.body, request.user.id),
+    request.server.events.announce('items.item.added', request.user.id))
   if (item === undefined) throw itemQuotaExceeded()
   return reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).code(201).send(item)
 }

@@ -85,8 +85,9 @@ async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions)
   let forceClose: NodeJS.Timeout | undefined
   app.addHook('preClose', async () => {
     app.lifecycle.draining = true
-    app.lifecycle.shutdownDeadline = Date.now() + options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE
-    forceClose = setTimeout(() => { for (const socket of connections) socket.destroy() }, options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE).unref()
+    const forceCloseAfterMs = options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE
+    app.lifecycle.shutdownDeadline = Date.now() + forceCloseAfterMs
+    forceClose = setTimeout(() => { for (const socket of connections) socket.destroy() }, forceCloseAfterMs).unref()
     // Fastify adds Connection: close to the responses of requests that arrive from now on.
     for (const socket of connections) unwritten(socket)?.setHeader('connection', 'close')
     const graceEnds = Date.now() + Math.min(DRAIN_GRACE_MS, options.shutdownTimeoutMs / 4)

@@ -6,8 +6,7 @@ import { schemas } from '../../generated/schemas.js'
 import { validators } from '../../generated/validators.js'
 import { emailKey } from '../auth/email.js'
 import { isPlainObject } from '../plain-object.js'
-import { isoTimestamp } from '../timestamps.js'
-import { randomUuid } from '../uuid.js'
+import { newItem, newUser } from '../records.js'
 
 type Schemas = components['schemas']
 
@@ -51,16 +50,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
   const requester = { address: 'seed', stillWanted: () => true }
   for (const [index, entry] of entries(seed, 'users').entries()) {
     const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, entry, `users[${index}]`)
-    const added = await store.users.add({
-      id: randomUuid(),
-      email: user.email,
-      emailKey: emailKey(user.email),
-      passwordHash: await passwords.hash(user.password, requester),
-      firstName: user.firstName,
-      lastName: user.lastName,
-      role: user.role,
-      createdAt: isoTimestamp()
-    })
+    const added = await store.users.add(newUser(user, emailKey(user.email), await passwords.hash(user.password, requester)))
     if (added === undefined) throw new SeedError(`users[${index}].email: is already registered`)
   }
   for (const [index, entry] of entries(seed, 'items').entries()) {
@@ -71,16 +61,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
     if (!isItemStatus(status)) throw new SeedError(`${where}.status: must be one of ${schemas.ItemStatus.enum.join(', ')}`)
     const contributor = typeof owner === 'string' ? await store.users.findByEmailKey(emailKey(owner)) : undefined
     if (contributor?.role !== 'contributor') throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
-    const now = isoTimestamp()
-    const added = await store.items.add({
-      id: randomUuid(),
-      name: item.name,
-      description: item.description ?? null,
-      status,
-      contributorId: contributor.id,
-      createdAt: now,
-      updatedAt: now
-    })
+    const added = await store.items.add(newItem(item, contributor.id, status))
     if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
   }
 }

@@ -1,0 +1,32 @@
+import type { components } from '../generated/openapi.js'
+import type { Item, User } from './store/store.js'
+import { isoTimestamp } from './timestamps.js'
+import { randomUuid } from './uuid.js'
+
+type Schemas = components['schemas']
+
+/** A new user, as registering makes one (and SEED_FILE too), its password already hashed. */
+export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string): User => ({
+  id: randomUuid(),
+  email: registration.email,
+  emailKey,
+  passwordHash,
+  firstName: registration.firstName,
+  lastName: registration.lastName,
+  role: registration.role,
+  createdAt: isoTimestamp()
+})
+
+/** A new item of `contributorId`, as creating one makes it (and SEED_FILE too, in the status it gives). */
+export function newItem (creation: Schemas['CreateItemRequest'], contributorId: string, status: Schemas['ItemStatus'] = 'active'): Item {
+  const now = isoTimestamp()
+  return {
+    id: randomUuid(),
+    name: creation.name,
+    description: creation.description ?? null,
+    status,
+    contributorId,
+    createdAt: now,
+    updatedAt: now
+  }
+}
