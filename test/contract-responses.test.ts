@@ -40,9 +40,10 @@ const validRequests = (token: string): Record<RouteOperationId, CallOptions> => 
 const usesStore = routes.filter((route) => !route.operationId.startsWith('check'))
 const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
 
-// Every part of the store that a request uses fails every call with `error`; rate counters call back with it.
+// Every part of the store that a request uses fails every call with `error` and has nothing at hand; rate counters
+// call back with it.
 function failingStore (error: Error): Store {
-  const broken = new Proxy({}, { get: () => async () => { throw error } })
+  const broken = new Proxy({}, { get: (_target, operation) => operation === 'cached' ? () => undefined : async () => { throw error } })
   return {
     users: broken as Store['users'],
     sessions: broken as Store['sessions'],

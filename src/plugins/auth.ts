@@ -1,5 +1,5 @@
 import fastifyJwt from '@fastify/jwt'
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { createPasswords, type Passwords } from '../auth/passwords.js'
 import type { Principal } from '../auth/principal.js'
@@ -7,7 +7,7 @@ import { type AccessTokenClaims, Tokens } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, forbidden, unauthorized } from '../errors.js'
-import type { Role } from '../store/store.js'
+import type { Role, Session, User } from '../store/store.js'
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
@@ -111,18 +111,39 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     return claims
   }
 
-  app.decorate('authenticate', async function authenticate (request: FastifyRequest) {
+  // The caller a token speaks for, while its session lives and is still its user's.
+  const principalOf = (claims: VerifiedClaims, session: Session | undefined, user: User | undefined): Principal | undefined =>
+    session?.userId === claims.sub && user !== undefined ? { id: user.id, role: user.role, sessionId: session.id } : undefined
+  const sessionEnded = (): ApiError => unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
+  // What the store cannot tell at once: a session or user that this instance has not read yet (Redis), a session
+  // that has ended.
+  const askStore = async (claims: VerifiedClaims, now: number): Promise<Principal> => {
+    const session = await app.store.sessions.get(claims.sid, now)
+    const user = session?.userId === claims.sub ? await app.store.users.get(claims.sub) : undefined
+    const principal = principalOf(claims, session, user)
+    if (principal === undefined) throw sessionEnded()
+    return principal
+  }
+
+  // A hook with a callback rather than an async function, so that a request whose session and user the store has
+  // at hand goes on without a promise (see `Store`).
+  app.decorate('authenticate', function authenticate (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
     const { authorization } = request.headers
     if (authorization === undefined) throw tokenRequired()
     const connection = request.raw.socket
     const now = Date.now()
     const claims = verifiedTokens.get(authorization, connection, now) ?? verify(authorization, connection)
-    const session = claims.typ === 'access' ? await app.store.sessions.get(claims.sid, now) : undefined
-    const user = session?.userId === claims.sub ? await app.store.users.get(claims.sub) : undefined
-    if (session === undefined || user === undefined) {
-      throw unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
+    if (claims.typ !== 'access') throw sessionEnded()
+    const known = principalOf(claims, app.store.sessions.cached(claims.sid, now), app.store.users.cached(claims.sub))
+    if (known !== undefined) {
+      request.user = known
+      done()
+      return
     }
-    request.user = { id: user.id, role: user.role, sessionId: session.id }
+    askStore(claims, now).then((principal) => {
+      request.user = principal
+      done()
+    }, done)
   })
 }
 

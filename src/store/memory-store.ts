@@ -18,6 +18,10 @@ class MemoryUserStore implements UserStore {
     return this.#byId.get(id)
   }
 
+  cached (id: string): User | undefined {
+    return this.#byId.get(id)
+  }
+
   async findByEmailKey (emailKey: string): Promise<User | undefined> {
     return this.#byEmailKey.get(emailKey)
   }
@@ -65,6 +69,12 @@ class MemorySessionStore implements SessionStore {
     if (entry === undefined || entry.session.expiresAt > now) return entry?.session
     this.#forget(entry)
     return undefined
+  }
+
+  // An ended session is left to `get`, which forgets it.
+  cached (id: string, now: number): Session | undefined {
+    const session = this.#byId.get(id)?.session
+    return session !== undefined && session.expiresAt > now ? session : undefined
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {

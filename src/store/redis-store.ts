@@ -372,6 +372,10 @@ class RedisUserStore implements UserStore {
     const json = await call(this.#redis.findUserByEmailKey(this.#users, this.#emails, emailKey))
     return json === null ? undefined : parseUser(json)
   }
+
+  cached (id: string): User | undefined {
+    return this.#byId.get(id)
+  }
 }
 
 /**
@@ -449,6 +453,11 @@ class RedisSessionStore implements SessionStore {
     await call(this.#redis.openSession(`${prefix}session:${session.id}`, `${prefix}refresh-token:${refreshTokenHash}`,
       `${prefix}user-sessions:${session.userId}`, prefix, session.id, session.userId, session.expiresAt, refreshTokenHash,
       maxPerUser, Date.now()))
+  }
+
+  cached (id: string, now: number): Session | undefined {
+    const session = this.#cache.get(id)
+    return session !== undefined && session.expiresAt > now ? session : undefined
   }
 
   async get (id: string, now: number): Promise<Session | undefined> {

@@ -2,6 +2,8 @@ import t from 'tap'
 import { build, captureLogs, newUser } from '../helper.js'
 import { median } from '../../scripts/statistics.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
+import { createMemoryStore } from '../../src/store/memory-store.js'
+import type { Store } from '../../src/store/store.js'
 
 t.test('registerUser', async (t) => {
   t.test('creates the user, opens a session and answers with a token pair that no cache may keep', async (t) => {
@@ -193,6 +195,35 @@ t.test('access tokens', async (t) => {
     t.equal(response.json().code, 'FORBIDDEN')
     t.equal(await total(), before, 'nothing was created')
   })
+})
+
+t.test('a store that has nothing at hand (a Redis instance that has just started) is asked on every request, with the same outcomes', async (t) => {
+  const store = createMemoryStore()
+  const { users, sessions } = store
+  const nothingAtHand: Store = {
+    ...store,
+    users: { add: async (user) => await users.add(user), get: async (id) => await users.get(id), findByEmailKey: async (key) => await users.findByEmailKey(key), cached: () => undefined },
+    sessions: {
+      open: async (session, hash, max) => { await sessions.open(session, hash, max) },
+      get: async (id, now) => await sessions.get(id, now),
+      rotateRefreshToken: async (...rotation) => await sessions.rotateRefreshToken(...rotation),
+      revoke: async (id) => { await sessions.revoke(id) },
+      sweep: async (now, limit) => await sessions.sweep(now, limit),
+      cached: () => undefined
+    }
+  }
+  const api = await build(t, {}, { store: nothingAtHand })
+  const { accessToken, user } = await api.register()
+  const created = await api.createItem(accessToken)
+  t.equal(created.contributorId, user.id)
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1)
+  const now = Math.floor(Date.now() / 1000)
+  const ofAnotherUser = forgeToken({ alg: 'HS256', typ: 'JWT' }, { ...decodeClaims(accessToken), iat: now, exp: now + 60, sub: '00000000-0000-4000-8000-000000000000' })
+  t.equal((await api.call('listItems', { token: ofAnotherUser })).json().code, 'INVALID_TOKEN', 'a session of another user')
+  t.equal((await api.call('logoutUser', { token: accessToken })).statusCode, 204)
+  const ended = await api.call('listItems', { token: accessToken })
+  t.equal(ended.statusCode, 401)
+  t.same(ended.json(), { code: 'INVALID_TOKEN', message: 'The session of this access token has ended.' })
 })
 
 t.test('sessions', async (t) => {

@@ -80,6 +80,23 @@ export function storeConformance (t: Test, open: OpenStore): void {
     await sessions.revoke(session.id)
   })
 
+  t.test('cached hands over at most what get returns: never an unknown user or session, an ended or a revoked one', async (t) => {
+    const { users, sessions } = await fresh(t)
+    const ada = user()
+    await users.add(ada)
+    const now = Date.now()
+    const session = { id: randomUUID(), userId: ada.id, expiresAt: now + HOUR }
+    await sessions.open(session, `hash-${session.id}`, 20)
+    // Reading may put them at hand; a store need not keep them.
+    t.same(users.cached(ada.id) ?? await users.get(ada.id), ada)
+    t.same(sessions.cached(session.id, now) ?? await sessions.get(session.id, now), session)
+    t.equal(users.cached(randomUUID()), undefined)
+    t.equal(sessions.cached(randomUUID(), now), undefined)
+    t.equal(sessions.cached(session.id, now + HOUR), undefined, 'not once ended')
+    await sessions.revoke(session.id)
+    t.equal(sessions.cached(session.id, now), undefined, 'not once revoked')
+  })
+
   t.test('sessions: a refresh token rotates once; a replaced one is accepted within the leeway, then is a replay', async (t) => {
     const { sessions } = await fresh(t)
     const now = Date.now()

@@ -13,11 +13,25 @@ function storeOf (capacity: number): (key: string, max?: number, windowMs?: numb
   }
 }
 
-t.test('counts each key in its window, and forgets the least recently counted one past its capacity', async (t) => {
+t.test('counts each key in its window, and past its capacity forgets the key whose window began first', async (t) => {
   const count = storeOf(2)
   t.same([count('a', 10), count('b', 10), count('a', 10), count('c', 10)], [1, 1, 2, 1])
-  t.equal(count('b', 10), 1, 'b was the least recently counted: forgotten')
+  t.equal(count('a', 10), 1, 'a\'s window began first: forgotten, though counted after b\'s')
   t.equal(count('c', 10), 2)
+})
+
+t.test('a key whose window has ended begins a new one, and leaves last', async (t) => {
+  let now = 1_000_000
+  t.capture(Date, 'now', () => now)
+  const count = storeOf(2)
+  count('a', 10, 50)
+  now += 30
+  count('b', 10, 50)
+  now += 30
+  t.equal(count('a', 10, 50), 1, 'a new window')
+  count('c', 10, 50)
+  t.equal(count('a', 10, 50), 2, 'kept: b\'s window began before a\'s new one')
+  t.equal(count('b', 10, 50), 1, 'b was forgotten')
 })
 
 t.test('a key over its limit is kept however many keys follow, and forgotten once its window ends', async (t) => {
