@@ -2,13 +2,17 @@ import { randomFillSync } from 'node:crypto'
 
 const IDS_PER_DRAW = 256
 const HEX_DIGITS = Buffer.from('0123456789abcdef', 'latin1')
-// Where each of a UUID's 16 bytes is written as two hex digits, between the dashes of 8-4-4-4-12.
-const BYTE_OFFSETS = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34]
 const UUID_LENGTH = 36
 
 const randomBytes = Buffer.alloc(16 * IDS_PER_DRAW)
 const text = Buffer.from('00000000-0000-0000-0000-000000000000', 'latin1')
 let drawn = IDS_PER_DRAW
+
+// Writes one byte as two hex digits at `offset` of the text.
+function writeByte (offset: number, byte: number): void {
+  text[offset] = HEX_DIGITS[byte >> 4]!
+  text[offset + 1] = HEX_DIGITS[byte & 0x0f]!
+}
 
 /**
  * A random UUID (version 4, RFC 9562), like `crypto.randomUUID()`, from the same cryptographically secure source,
@@ -22,16 +26,25 @@ export function randomUuid (): string {
     randomFillSync(randomBytes)
     drawn = 0
   }
-  const first = 16 * drawn
+  const bytes = 16 * drawn
   drawn += 1
-  for (let index = 0; index < 16; index += 1) {
-    let byte = randomBytes[first + index]!
-    // The version (4) in the high nibble of byte 6, the variant (binary 10) in the high bits of byte 8.
-    if (index === 6) byte = (byte & 0x0f) | 0x40
-    else if (index === 8) byte = (byte & 0x3f) | 0x80
-    const offset = BYTE_OFFSETS[index]!
-    text[offset] = HEX_DIGITS[byte >> 4]!
-    text[offset + 1] = HEX_DIGITS[byte & 0x0f]!
-  }
+  // 8-4-4-4-12 hex digits; the version (4) in the high nibble of byte 6, the variant (binary 10) in the high bits
+  // of byte 8.
+  writeByte(0, randomBytes[bytes]!)
+  writeByte(2, randomBytes[bytes + 1]!)
+  writeByte(4, randomBytes[bytes + 2]!)
+  writeByte(6, randomBytes[bytes + 3]!)
+  writeByte(9, randomBytes[bytes + 4]!)
+  writeByte(11, randomBytes[bytes + 5]!)
+  writeByte(14, (randomBytes[bytes + 6]! & 0x0f) | 0x40)
+  writeByte(16, randomBytes[bytes + 7]!)
+  writeByte(19, (randomBytes[bytes + 8]! & 0x3f) | 0x80)
+  writeByte(21, randomBytes[bytes + 9]!)
+  writeByte(24, randomBytes[bytes + 10]!)
+  writeByte(26, randomBytes[bytes + 11]!)
+  writeByte(28, randomBytes[bytes + 12]!)
+  writeByte(30, randomBytes[bytes + 13]!)
+  writeByte(32, randomBytes[bytes + 14]!)
+  writeByte(34, randomBytes[bytes + 15]!)
   return text.toString('latin1', 0, UUID_LENGTH)
 }
