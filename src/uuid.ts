@@ -19,7 +19,8 @@ function writeByte (offset: number, byte: number): void {
  * drawn 256 at a time as it does. Node's builds the text from 20 pieces joined one by one, which V8 copies again
  * into one string the first time the id is hashed, matched or written; this one is written into a buffer and made
  * a string in one copy (npm run bench:instructions: a create, which makes two, its request's and its item's, counts
- * 2 600 instructions less; a get, which makes one, 400 less).
+ * 2 600 instructions less; a get, which makes one, 400 less). Each byte is written by a call of its own: a loop over
+ * a table of offsets, testing each byte for the version and the variant, cost about 450 instructions more an id.
  */
 export function randomUuid (): string {
   if (drawn === IDS_PER_DRAW) {
