@@ -15,7 +15,7 @@ class MemoryUserStore implements UserStore {
   }
 
   async get (id: string): Promise<User | undefined> {
-    return this.#byId.get(id)
+    return this.cached(id)
   }
 
   cached (id: string): User | undefined {

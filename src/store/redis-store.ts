@@ -358,7 +358,7 @@ class RedisUserStore implements UserStore {
   }
 
   async get (id: string): Promise<User | undefined> {
-    const cached = this.#byId.get(id)
+    const cached = this.cached(id)
     if (cached !== undefined) return cached
     const json = await call(this.#redis.hget(this.#users, id))
     if (json === null) return undefined
