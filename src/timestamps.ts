@@ -1,5 +1,23 @@
-let cachedSecond = Number.NaN
-let cachedPrefix = ''
+interface SecondText {
+  second: number
+  /** Everything up to and including the decimal point: "2026-11-23T12:34:56." */
+  prefix: string
+}
+
+// The two seconds written last, the latest first. Two, because an item edited more often than once a millisecond
+// has an updatedAt ahead of the clock (src/handlers/items.ts): each of its edits writes the clock's time, then the
+// item's next one, in another second. With one second kept, each such edit wrote both anew.
+let latest: SecondText = { second: Number.NaN, prefix: '' }
+let before: SecondText = { second: Number.NaN, prefix: '' }
+
+function prefixOf (second: number): string {
+  if (second !== latest.second) {
+    const other = second === before.second ? before : { second, prefix: new Date(second * 1000).toISOString().slice(0, -4) }
+    before = latest
+    latest = other
+  }
+  return latest.prefix
+}
 
 /**
  * A time (milliseconds since the epoch, now by default) as `Date.prototype.toISOString` writes it:
@@ -9,11 +27,6 @@ let cachedPrefix = ''
  */
 export function isoTimestamp (ms = Date.now()): string {
   const second = Math.floor(ms / 1000)
-  if (second !== cachedSecond) {
-    cachedSecond = second
-    // Everything up to and including the decimal point: "2026-11-23T12:34:56."
-    cachedPrefix = new Date(second * 1000).toISOString().slice(0, -4)
-  }
   const millis = ms - second * 1000
-  return `${cachedPrefix}${millis < 10 ? '00' : millis < 100 ? '0' : ''}${millis}Z`
+  return `${prefixOf(second)}${millis < 10 ? '00' : millis < 100 ? '0' : ''}${millis}Z`
 }

@@ -20,6 +20,16 @@ t.test('every millisecond across a second boundary, and the same second again af
   t.equal(isoTimestamp(start + 9), '2026-11-23T23:59:59.999Z')
 })
 
+// An edit of an item whose updatedAt is ahead of the clock writes the clock's time, then the item's next one.
+t.test('times of two and three seconds in turn', async (t) => {
+  const seconds = [Date.UTC(2026, 10, 23, 12, 0, 0), Date.UTC(2026, 10, 23, 12, 0, 7), Date.UTC(2030, 0, 1)]
+  const turns = [0, 1, 0, 1, 2, 0, 2, 1, 1, 0, 0]
+  for (const [step, index] of turns.entries()) {
+    const ms = seconds[index]! + step
+    t.equal(isoTimestamp(ms), new Date(ms).toISOString())
+  }
+})
+
 t.test('now, by default', async (t) => {
   const before = Date.now()
   const written = Date.parse(isoTimestamp())

@@ -25,8 +25,9 @@ function assertUnchanged (ifMatch: string | undefined, current: Item): void {
   if (ifMatch !== undefined && !namesTag(ifMatch, entityTag(current), false)) throw preconditionFailed()
 }
 
-// updatedAt must strictly increase on every edit, even two edits within one millisecond. Timestamps compare as text
-// in time order (four-digit years), so the previous one is parsed only when the clock has not passed it.
+// updatedAt must strictly increase on every edit, even two edits within one millisecond, so an item edited more often
+// than that runs ahead of the clock. Timestamps compare as text in time order (four-digit years), so the previous
+// one is parsed only when the clock has not passed it.
 function nextTimestamp (previous: string): string {
   const now = isoTimestamp()
   return now > previous ? now : isoTimestamp(Date.parse(previous) + 1)
