@@ -1,7 +1,7 @@
 // npm run bench: the built service and three bare-Fastify baselines, each pinned to core 0 while autocannon runs
 // on core 1, in one run. Prints requests/s, p50/p99 latency, errors and the ratio to the baseline, and writes
-// bench-results/bench.json and bench-results/bench.md. Every scenario runs once per round, rounds alternate the
-// scenarios so that a slow spell of the machine hits them alike, and each figure is the median of the rounds.
+// bench-results/bench.json and bench-results/bench.md. Every scenario runs once per round, beside the baseline it is
+// compared with; each figure is the median of the rounds, each ratio the median of the ratios within each round.
 // BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds. The list
 // and the get also run against a second instance of the service with STORE=redis (the Redis at REDIS_URL, under
 // a key prefix of the run's own, deleted afterwards), compared with the memory store's; and the bytes Redis
@@ -154,18 +154,18 @@ async function measureWithDeliveries (load: Load): Promise<Measurement> {
 const onBare = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, bare.url) })
 const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, GET /v1/items': async () => await measure(pageOf(bare)),
-  'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
-  'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
-  'baseline: bare Fastify, GET /v1/items/{id}': async () => await measure(onBare(getOne)),
-  'baseline: bare Fastify, POST /v1/items': async () => await measure(onBare(create)),
-  'baseline: bare Fastify, PATCH /v1/items/{id}': async () => await measure(onBare(edit)),
   'GET /v1/items?pageSize=20': async () => await measure(list),
-  'GET /v1/items/{id}': async () => await measure(getOne),
   'GET /v1/items?pageSize=20 with STORE=redis': async () => await measure(listOnRedis),
+  'baseline: bare Fastify, GET /v1/items/{id}': async () => await measure(onBare(getOne)),
+  'GET /v1/items/{id}': async () => await measure(getOne),
   'GET /v1/items/{id} with STORE=redis': async () => await measure(getOnRedis),
+  'baseline: bare Fastify, POST /v1/items': async () => await measure(onBare(create)),
   'POST /v1/items': async () => await measure(create),
   'POST /v1/items with one webhook subscriber': async () => await measureWithDeliveries(createWithWebhook),
+  'baseline: bare Fastify, PATCH /v1/items/{id}': async () => await measure(onBare(edit)),
   'PATCH /v1/items/{id}': async () => await measure(edit),
+  'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
+  'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
   'POST /v1/auth/login': async () => await measure(login),
   'GET /v1/items during a login storm': async () => (await Promise.all([measure(list), measure({ ...login, connections: 8 })]))[0]
 }
@@ -179,9 +179,15 @@ const baselineOf: Record<string, string> = {
   'POST /v1/items with one webhook subscriber': 'POST /v1/items',
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
 }
+const baselineNameOf = (name: string): string => baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items'
+// A round takes the scenarios in the order above, which puts each one beside what it is compared with, and every
+// other round in the reverse order, so that neither of two neighbours always goes first. Each ratio is taken
+// within a round, between measurements a few seconds apart, and the median of the rounds' ratios is reported: a
+// slow spell of the machine, which moves one measurement by ±15 % and more, mostly hits both sides of a ratio.
 const runs = new Map<string, Measurement[]>()
 for (let round = 0; round < ROUNDS; round += 1) {
-  for (const [name, run] of Object.entries(scenarios)) {
+  const inOrder = Object.entries(scenarios)
+  for (const [name, run] of round % 2 === 0 ? inOrder : inOrder.reverse()) {
     const measurement = await run()
     runs.set(name, [...runs.get(name) ?? [], measurement])
     console.log(`round ${round + 1}/${ROUNDS}, ${name}: ${measurement.requestsPerSecond} req/s, p99 ${measurement.p99} ms`)
@@ -311,13 +317,22 @@ const summarise = (measurements: Measurement[]): Measurement => ({
   errors: measurements.reduce((sum, m) => sum + m.errors, 0)
 })
 const results = new Map([...runs].map(([name, measurements]) => [name, summarise(measurements)]))
+// The ratio of two measurements of the same round, in each round.
+const ratiosOf = (name: string, of: (measurement: Measurement) => number): number[] => {
+  const baseline = runs.get(baselineNameOf(name)) ?? []
+  return (runs.get(name) ?? []).map((measurement, round) => {
+    const against = baseline[round]
+    return against === undefined ? NaN : of(measurement) / Math.max(of(against), 1)
+  })
+}
 const rows = [...results].map(([name, m]) => {
-  const baseline = results.get(baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items')
+  const ratios = ratiosOf(name, (measurement) => measurement.requestsPerSecond)
   return {
     name,
     ...m,
-    ratio: Number((m.requestsPerSecond / (baseline?.requestsPerSecond ?? NaN)).toFixed(2)),
-    p99Ratio: Number((m.p99 / Math.max(baseline?.p99 ?? NaN, 1)).toFixed(2))
+    ratio: Number(median(ratios).toFixed(2)),
+    roundRatios: ratios.map((ratio) => Number(ratio.toFixed(2))),
+    p99Ratio: Number(median(ratiosOf(name, (measurement) => measurement.p99)).toFixed(2))
   }
 })
 const listAlone = results.get('GET /v1/items?pageSize=20')?.p99 ?? NaN
@@ -338,9 +353,9 @@ const report = {
 }
 
 const table = [
-  '| scenario | req/s | p50 ms | p99 ms | non-2xx | errors | × its baseline req/s | × its baseline p99 |',
-  '|---|---:|---:|---:|---:|---:|---:|---:|',
-  ...rows.map((row) => `| ${row.name} | ${row.requestsPerSecond} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.errors} | ${row.ratio} | ${row.p99Ratio} |`),
+  '| scenario | req/s | p50 ms | p99 ms | non-2xx | errors | × its baseline req/s | (each round) | × its baseline p99 |',
+  '|---|---:|---:|---:|---:|---:|---:|---|---:|',
+  ...rows.map((row) => `| ${row.name} | ${row.requestsPerSecond} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.errors} | ${row.ratio} | ${row.roundRatios.join(', ')} | ${row.p99Ratio} |`),
   '',
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
