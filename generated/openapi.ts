@@ -348,9 +348,10 @@ export interface components {
          *     - `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.
+         *     - `STORE_FULL` (507): the service holds as many users or items as it may; nothing more is added until some are removed.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "STORE_FULL";
         Health: {
             /** @constant */
             status: "ok";
@@ -680,6 +681,24 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /**
+         * @description The service holds as many users or items as it is configured to (`STORE_FULL`); nothing more can be added
+         *     until some are removed. Retrying soon does not help.
+         */
+        StoreFull: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "STORE_FULL",
+                 *       "message": "The service holds as many users or items as it may; nothing more can be added until some are removed."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description The service is up. */
         Healthy: {
             headers: {
@@ -849,6 +868,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["StoreFull"];
         };
     };
     loginUser: {
@@ -1064,6 +1084,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            507: components["responses"]["StoreFull"];
         };
     };
     getItem: {

@@ -92,7 +92,7 @@ validate52.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicIte
 export const checkLiveness_503: ValidateFunction = validate55;
 const schema21 = {"$ref":"ErrorResponse"};
 const schema22 = {"$id":"ErrorResponse","title":"ErrorResponse","description":"The body of every error but a 400 (the spec's `Error`).","type":"object","required":["code","message"],"properties":{"code":{"$ref":"ErrorCode"},"message":{"type":"string","description":"A readable explanation, for people rather than programs."}}};
-const schema23 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE"]};
+const schema23 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n- `STORE_FULL` (507): the service holds as many users or items as it may; nothing more is added until some are removed.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE","STORE_FULL"]};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorCode" */;
@@ -115,7 +115,7 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(!((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE"))){
+if(!(((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE")) || (data === "STORE_FULL"))){
 const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema23.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
@@ -1002,8 +1002,8 @@ return errors === 0;
 }
 validate89.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_200: ValidateFunction = validate91;
-const schema40 = {"$ref":"AuthResponse"};
+export const registerUser_507: ValidateFunction = validate91;
+const schema40 = {"$ref":"ErrorResponse"};
 
 function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1015,17 +1015,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate91.errors = vErrors;
 return errors === 0;
 }
-validate91.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_400: ValidateFunction = validate93;
-const schema41 = {"$ref":"ValidationErrorResponse"};
+export const loginUser_200: ValidateFunction = validate93;
+const schema41 = {"$ref":"AuthResponse"};
 
 function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1037,17 +1037,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
 errors = vErrors.length;
 }
 validate93.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_401: ValidateFunction = validate95;
-const schema42 = {"$ref":"ErrorResponse"};
+export const loginUser_400: ValidateFunction = validate95;
+const schema42 = {"$ref":"ValidationErrorResponse"};
 
 function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1059,16 +1059,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate95.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_413: ValidateFunction = validate97;
+export const loginUser_401: ValidateFunction = validate97;
 const schema43 = {"$ref":"ErrorResponse"};
 
 function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1090,7 +1090,7 @@ return errors === 0;
 }
 validate97.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_415: ValidateFunction = validate99;
+export const loginUser_413: ValidateFunction = validate99;
 const schema44 = {"$ref":"ErrorResponse"};
 
 function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1112,7 +1112,7 @@ return errors === 0;
 }
 validate99.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_429: ValidateFunction = validate101;
+export const loginUser_415: ValidateFunction = validate101;
 const schema45 = {"$ref":"ErrorResponse"};
 
 function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1134,7 +1134,7 @@ return errors === 0;
 }
 validate101.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_500: ValidateFunction = validate103;
+export const loginUser_429: ValidateFunction = validate103;
 const schema46 = {"$ref":"ErrorResponse"};
 
 function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1156,7 +1156,7 @@ return errors === 0;
 }
 validate103.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_503: ValidateFunction = validate105;
+export const loginUser_500: ValidateFunction = validate105;
 const schema47 = {"$ref":"ErrorResponse"};
 
 function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1178,8 +1178,8 @@ return errors === 0;
 }
 validate105.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_200: ValidateFunction = validate107;
-const schema48 = {"$ref":"AuthResponse"};
+export const loginUser_503: ValidateFunction = validate107;
+const schema48 = {"$ref":"ErrorResponse"};
 
 function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1191,17 +1191,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate107.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
+validate107.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_400: ValidateFunction = validate109;
-const schema49 = {"$ref":"ValidationErrorResponse"};
+export const refreshTokens_200: ValidateFunction = validate109;
+const schema49 = {"$ref":"AuthResponse"};
 
 function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1213,17 +1213,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
 errors = vErrors.length;
 }
 validate109.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate109.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_401: ValidateFunction = validate111;
-const schema50 = {"$ref":"ErrorResponse"};
+export const refreshTokens_400: ValidateFunction = validate111;
+const schema50 = {"$ref":"ValidationErrorResponse"};
 
 function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1235,16 +1235,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate111.errors = vErrors;
 return errors === 0;
 }
-validate111.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate111.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_413: ValidateFunction = validate113;
+export const refreshTokens_401: ValidateFunction = validate113;
 const schema51 = {"$ref":"ErrorResponse"};
 
 function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1266,7 +1266,7 @@ return errors === 0;
 }
 validate113.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_415: ValidateFunction = validate115;
+export const refreshTokens_413: ValidateFunction = validate115;
 const schema52 = {"$ref":"ErrorResponse"};
 
 function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1288,7 +1288,7 @@ return errors === 0;
 }
 validate115.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_429: ValidateFunction = validate117;
+export const refreshTokens_415: ValidateFunction = validate117;
 const schema53 = {"$ref":"ErrorResponse"};
 
 function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1310,7 +1310,7 @@ return errors === 0;
 }
 validate117.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_500: ValidateFunction = validate119;
+export const refreshTokens_429: ValidateFunction = validate119;
 const schema54 = {"$ref":"ErrorResponse"};
 
 function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1332,7 +1332,7 @@ return errors === 0;
 }
 validate119.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_503: ValidateFunction = validate121;
+export const refreshTokens_500: ValidateFunction = validate121;
 const schema55 = {"$ref":"ErrorResponse"};
 
 function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1354,7 +1354,7 @@ return errors === 0;
 }
 validate121.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_401: ValidateFunction = validate123;
+export const refreshTokens_503: ValidateFunction = validate123;
 const schema56 = {"$ref":"ErrorResponse"};
 
 function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1376,7 +1376,7 @@ return errors === 0;
 }
 validate123.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_413: ValidateFunction = validate125;
+export const logoutUser_401: ValidateFunction = validate125;
 const schema57 = {"$ref":"ErrorResponse"};
 
 function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1398,7 +1398,7 @@ return errors === 0;
 }
 validate125.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_415: ValidateFunction = validate127;
+export const logoutUser_413: ValidateFunction = validate127;
 const schema58 = {"$ref":"ErrorResponse"};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1420,7 +1420,7 @@ return errors === 0;
 }
 validate127.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_500: ValidateFunction = validate129;
+export const logoutUser_415: ValidateFunction = validate129;
 const schema59 = {"$ref":"ErrorResponse"};
 
 function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1442,7 +1442,7 @@ return errors === 0;
 }
 validate129.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_503: ValidateFunction = validate131;
+export const logoutUser_500: ValidateFunction = validate131;
 const schema60 = {"$ref":"ErrorResponse"};
 
 function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1464,17 +1464,39 @@ return errors === 0;
 }
 validate131.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_200: ValidateFunction = validate133;
-const schema61 = {"$ref":"ItemList"};
-const schema62 = {"$id":"ItemList","type":"object","required":["data","pagination"],"properties":{"data":{"type":"array","items":{"$ref":"Item"}},"pagination":{"$ref":"Pagination"}}};
-const schema63 = {"$id":"Item","type":"object","required":["id","name","description","status","contributorId","createdAt","updatedAt"],"properties":{"id":{"type":"string","format":"uuid"},"name":{"$ref":"ItemName"},"description":{"$ref":"ItemDescription"},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","description":"The id of the contributor who added the item."},"createdAt":{"$ref":"Timestamp"},"updatedAt":{"$ref":"Timestamp"}}};
-const schema64 = {"$id":"ItemName","type":"string","minLength":1,"maxLength":200,"examples":["Difference engine"]};
+export const logoutUser_503: ValidateFunction = validate133;
+const schema61 = {"$ref":"ErrorResponse"};
 
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listItems_200: ValidateFunction = validate135;
+const schema62 = {"$ref":"ItemList"};
+const schema63 = {"$id":"ItemList","type":"object","required":["data","pagination"],"properties":{"data":{"type":"array","items":{"$ref":"Item"}},"pagination":{"$ref":"Pagination"}}};
+const schema64 = {"$id":"Item","type":"object","required":["id","name","description","status","contributorId","createdAt","updatedAt"],"properties":{"id":{"type":"string","format":"uuid"},"name":{"$ref":"ItemName"},"description":{"$ref":"ItemDescription"},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","description":"The id of the contributor who added the item."},"createdAt":{"$ref":"Timestamp"},"updatedAt":{"$ref":"Timestamp"}}};
+const schema65 = {"$id":"ItemName","type":"string","minLength":1,"maxLength":200,"examples":["Difference engine"]};
+
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemName" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate136.evaluated;
+const evaluated0 = validate138.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1513,18 +1535,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate136.errors = vErrors;
+validate138.errors = vErrors;
 return errors === 0;
 }
-validate136.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate138.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema65 = {"$id":"ItemDescription","type":["string","null"],"maxLength":10000,"description":"Longer free text, or `null` when there is none.","examples":["A mechanical calculator for polynomial functions."]};
+const schema66 = {"$id":"ItemDescription","type":["string","null"],"maxLength":10000,"description":"Longer free text, or `null` when there is none.","examples":["A mechanical calculator for polynomial functions."]};
 
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemDescription" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate138.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1532,7 +1554,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if((typeof data !== "string") && (data !== null)){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: schema65.type},message:"must be string,null"};
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: schema66.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1553,18 +1575,18 @@ vErrors.push(err1);
 errors++;
 }
 }
-validate138.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema66 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
+const schema67 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemStatus" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate142.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1582,7 +1604,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((data === "active") || (data === "archived"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema66.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema67.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1591,19 +1613,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate140.errors = vErrors;
+validate142.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate142.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema67 = {"$id":"Timestamp","type":"string","format":"date-time","examples":["2026-11-21T09:30:00.000Z"]};
+const schema68 = {"$id":"Timestamp","type":"string","format":"date-time","examples":["2026-11-21T09:30:00.000Z"]};
 const formats8 = runtime1.fullFormats["date-time"];
 
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Timestamp" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate142.evaluated;
+const evaluated0 = validate144.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1632,17 +1654,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate142.errors = vErrors;
+validate144.errors = vErrors;
 return errors === 0;
 }
-validate142.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate144.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Item" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate135.evaluated;
+const evaluated0 = validate137.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1746,20 +1768,20 @@ errors++;
 }
 }
 if(data.name !== undefined){
-if(!(validate136(data.name, {instancePath:instancePath+"/name",parentData:data,parentDataProperty:"name",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate136.errors : vErrors.concat(validate136.errors);
-errors = vErrors.length;
-}
-}
-if(data.description !== undefined){
-if(!(validate138(data.description, {instancePath:instancePath+"/description",parentData:data,parentDataProperty:"description",rootData,dynamicAnchors}))){
+if(!(validate138(data.name, {instancePath:instancePath+"/name",parentData:data,parentDataProperty:"name",rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate138.errors : vErrors.concat(validate138.errors);
 errors = vErrors.length;
 }
 }
-if(data.status !== undefined){
-if(!(validate140(data.status, {instancePath:instancePath+"/status",parentData:data,parentDataProperty:"status",rootData,dynamicAnchors}))){
+if(data.description !== undefined){
+if(!(validate140(data.description, {instancePath:instancePath+"/description",parentData:data,parentDataProperty:"description",rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
+errors = vErrors.length;
+}
+}
+if(data.status !== undefined){
+if(!(validate142(data.status, {instancePath:instancePath+"/status",parentData:data,parentDataProperty:"status",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate142.errors : vErrors.concat(validate142.errors);
 errors = vErrors.length;
 }
 }
@@ -1789,14 +1811,14 @@ errors++;
 }
 }
 if(data.createdAt !== undefined){
-if(!(validate142(data.createdAt, {instancePath:instancePath+"/createdAt",parentData:data,parentDataProperty:"createdAt",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate142.errors : vErrors.concat(validate142.errors);
+if(!(validate144(data.createdAt, {instancePath:instancePath+"/createdAt",parentData:data,parentDataProperty:"createdAt",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate144.errors : vErrors.concat(validate144.errors);
 errors = vErrors.length;
 }
 }
 if(data.updatedAt !== undefined){
-if(!(validate142(data.updatedAt, {instancePath:instancePath+"/updatedAt",parentData:data,parentDataProperty:"updatedAt",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate142.errors : vErrors.concat(validate142.errors);
+if(!(validate144(data.updatedAt, {instancePath:instancePath+"/updatedAt",parentData:data,parentDataProperty:"updatedAt",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate144.errors : vErrors.concat(validate144.errors);
 errors = vErrors.length;
 }
 }
@@ -1811,18 +1833,18 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate135.errors = vErrors;
+validate137.errors = vErrors;
 return errors === 0;
 }
-validate135.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate137.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-const schema68 = {"$id":"Pagination","type":"object","required":["page","pageSize","total"],"properties":{"page":{"type":"integer","minimum":1,"description":"The page returned."},"pageSize":{"type":"integer","minimum":1,"description":"The page size used."},"total":{"type":"integer","minimum":0,"description":"How many items the whole catalogue holds."}}};
+const schema69 = {"$id":"Pagination","type":"object","required":["page","pageSize","total"],"properties":{"page":{"type":"integer","minimum":1,"description":"The page returned."},"pageSize":{"type":"integer","minimum":1,"description":"The page size used."},"total":{"type":"integer","minimum":0,"description":"How many items the whole catalogue holds."}}};
 
-function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Pagination" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate146.evaluated;
+const evaluated0 = validate148.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1946,17 +1968,17 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate146.errors = vErrors;
+validate148.errors = vErrors;
 return errors === 0;
 }
-validate146.evaluated = {"props":{"page":true,"pageSize":true,"total":true},"dynamicProps":false,"dynamicItems":false};
+validate148.evaluated = {"props":{"page":true,"pageSize":true,"total":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemList" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate134.evaluated;
+const evaluated0 = validate136.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1989,8 +2011,8 @@ let data0 = data.data;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate135(data0[i0], {instancePath:instancePath+"/data/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate135.errors : vErrors.concat(validate135.errors);
+if(!(validate137(data0[i0], {instancePath:instancePath+"/data/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
 errors = vErrors.length;
 }
 }
@@ -2007,8 +2029,8 @@ errors++;
 }
 }
 if(data.pagination !== undefined){
-if(!(validate146(data.pagination, {instancePath:instancePath+"/pagination",parentData:data,parentDataProperty:"pagination",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate146.errors : vErrors.concat(validate146.errors);
+if(!(validate148(data.pagination, {instancePath:instancePath+"/pagination",parentData:data,parentDataProperty:"pagination",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate148.errors : vErrors.concat(validate148.errors);
 errors = vErrors.length;
 }
 }
@@ -2023,55 +2045,33 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate134.errors = vErrors;
+validate136.errors = vErrors;
 return errors === 0;
 }
-validate134.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
+validate136.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate133.evaluated;
+const evaluated0 = validate135.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate134(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate134.errors : vErrors.concat(validate134.errors);
+if(!(validate136(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate136.errors : vErrors.concat(validate136.errors);
 errors = vErrors.length;
 }
-validate133.errors = vErrors;
+validate135.errors = vErrors;
 return errors === 0;
 }
-validate133.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
+validate135.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_400: ValidateFunction = validate149;
-const schema69 = {"$ref":"ValidationErrorResponse"};
-
-function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate149.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
-errors = vErrors.length;
-}
-validate149.errors = vErrors;
-return errors === 0;
-}
-validate149.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listItems_401: ValidateFunction = validate151;
-const schema70 = {"$ref":"ErrorResponse"};
+export const listItems_400: ValidateFunction = validate151;
+const schema70 = {"$ref":"ValidationErrorResponse"};
 
 function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2083,16 +2083,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate151.errors = vErrors;
 return errors === 0;
 }
-validate151.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate151.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_500: ValidateFunction = validate153;
+export const listItems_401: ValidateFunction = validate153;
 const schema71 = {"$ref":"ErrorResponse"};
 
 function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2114,7 +2114,7 @@ return errors === 0;
 }
 validate153.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_503: ValidateFunction = validate155;
+export const listItems_500: ValidateFunction = validate155;
 const schema72 = {"$ref":"ErrorResponse"};
 
 function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2136,8 +2136,8 @@ return errors === 0;
 }
 validate155.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_201: ValidateFunction = validate157;
-const schema73 = {"$ref":"Item"};
+export const listItems_503: ValidateFunction = validate157;
+const schema73 = {"$ref":"ErrorResponse"};
 
 function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2149,17 +2149,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate135(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate135.errors : vErrors.concat(validate135.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate157.errors = vErrors;
 return errors === 0;
 }
-validate157.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate157.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_400: ValidateFunction = validate159;
-const schema74 = {"$ref":"ValidationErrorResponse"};
+export const createItem_201: ValidateFunction = validate159;
+const schema74 = {"$ref":"Item"};
 
 function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2171,17 +2171,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
 errors = vErrors.length;
 }
 validate159.errors = vErrors;
 return errors === 0;
 }
-validate159.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate159.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_401: ValidateFunction = validate161;
-const schema75 = {"$ref":"ErrorResponse"};
+export const createItem_400: ValidateFunction = validate161;
+const schema75 = {"$ref":"ValidationErrorResponse"};
 
 function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2193,16 +2193,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate161.errors = vErrors;
 return errors === 0;
 }
-validate161.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_403: ValidateFunction = validate163;
+export const createItem_401: ValidateFunction = validate163;
 const schema76 = {"$ref":"ErrorResponse"};
 
 function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2224,7 +2224,7 @@ return errors === 0;
 }
 validate163.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_413: ValidateFunction = validate165;
+export const createItem_403: ValidateFunction = validate165;
 const schema77 = {"$ref":"ErrorResponse"};
 
 function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2246,7 +2246,7 @@ return errors === 0;
 }
 validate165.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_415: ValidateFunction = validate167;
+export const createItem_413: ValidateFunction = validate167;
 const schema78 = {"$ref":"ErrorResponse"};
 
 function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2268,7 +2268,7 @@ return errors === 0;
 }
 validate167.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_429: ValidateFunction = validate169;
+export const createItem_415: ValidateFunction = validate169;
 const schema79 = {"$ref":"ErrorResponse"};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2290,7 +2290,7 @@ return errors === 0;
 }
 validate169.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_500: ValidateFunction = validate171;
+export const createItem_429: ValidateFunction = validate171;
 const schema80 = {"$ref":"ErrorResponse"};
 
 function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2312,7 +2312,7 @@ return errors === 0;
 }
 validate171.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_503: ValidateFunction = validate173;
+export const createItem_500: ValidateFunction = validate173;
 const schema81 = {"$ref":"ErrorResponse"};
 
 function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2334,8 +2334,8 @@ return errors === 0;
 }
 validate173.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_200: ValidateFunction = validate175;
-const schema82 = {"$ref":"Item"};
+export const createItem_503: ValidateFunction = validate175;
+const schema82 = {"$ref":"ErrorResponse"};
 
 function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2347,17 +2347,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate135(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate135.errors : vErrors.concat(validate135.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate175.errors = vErrors;
 return errors === 0;
 }
-validate175.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate175.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_400: ValidateFunction = validate177;
-const schema83 = {"$ref":"ValidationErrorResponse"};
+export const createItem_507: ValidateFunction = validate177;
+const schema83 = {"$ref":"ErrorResponse"};
 
 function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2369,17 +2369,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate177.errors = vErrors;
 return errors === 0;
 }
-validate177.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate177.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_401: ValidateFunction = validate179;
-const schema84 = {"$ref":"ErrorResponse"};
+export const getItem_200: ValidateFunction = validate179;
+const schema84 = {"$ref":"Item"};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2391,17 +2391,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
 errors = vErrors.length;
 }
 validate179.errors = vErrors;
 return errors === 0;
 }
-validate179.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate179.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_404: ValidateFunction = validate181;
-const schema85 = {"$ref":"ErrorResponse"};
+export const getItem_400: ValidateFunction = validate181;
+const schema85 = {"$ref":"ValidationErrorResponse"};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2413,16 +2413,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate181.errors = vErrors;
 return errors === 0;
 }
-validate181.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate181.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_500: ValidateFunction = validate183;
+export const getItem_401: ValidateFunction = validate183;
 const schema86 = {"$ref":"ErrorResponse"};
 
 function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2444,7 +2444,7 @@ return errors === 0;
 }
 validate183.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_503: ValidateFunction = validate185;
+export const getItem_404: ValidateFunction = validate185;
 const schema87 = {"$ref":"ErrorResponse"};
 
 function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2466,8 +2466,8 @@ return errors === 0;
 }
 validate185.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_400: ValidateFunction = validate187;
-const schema88 = {"$ref":"ValidationErrorResponse"};
+export const getItem_500: ValidateFunction = validate187;
+const schema88 = {"$ref":"ErrorResponse"};
 
 function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2479,16 +2479,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate187.errors = vErrors;
 return errors === 0;
 }
-validate187.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate187.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_401: ValidateFunction = validate189;
+export const getItem_503: ValidateFunction = validate189;
 const schema89 = {"$ref":"ErrorResponse"};
 
 function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2510,8 +2510,8 @@ return errors === 0;
 }
 validate189.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_403: ValidateFunction = validate191;
-const schema90 = {"$ref":"ErrorResponse"};
+export const deleteItem_400: ValidateFunction = validate191;
+const schema90 = {"$ref":"ValidationErrorResponse"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2523,16 +2523,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate191.errors = vErrors;
 return errors === 0;
 }
-validate191.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate191.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_404: ValidateFunction = validate193;
+export const deleteItem_401: ValidateFunction = validate193;
 const schema91 = {"$ref":"ErrorResponse"};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2554,7 +2554,7 @@ return errors === 0;
 }
 validate193.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_412: ValidateFunction = validate195;
+export const deleteItem_403: ValidateFunction = validate195;
 const schema92 = {"$ref":"ErrorResponse"};
 
 function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2576,7 +2576,7 @@ return errors === 0;
 }
 validate195.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_429: ValidateFunction = validate197;
+export const deleteItem_404: ValidateFunction = validate197;
 const schema93 = {"$ref":"ErrorResponse"};
 
 function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2598,7 +2598,7 @@ return errors === 0;
 }
 validate197.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_500: ValidateFunction = validate199;
+export const deleteItem_412: ValidateFunction = validate199;
 const schema94 = {"$ref":"ErrorResponse"};
 
 function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2620,7 +2620,7 @@ return errors === 0;
 }
 validate199.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_503: ValidateFunction = validate201;
+export const deleteItem_429: ValidateFunction = validate201;
 const schema95 = {"$ref":"ErrorResponse"};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2642,8 +2642,8 @@ return errors === 0;
 }
 validate201.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_200: ValidateFunction = validate203;
-const schema96 = {"$ref":"Item"};
+export const deleteItem_500: ValidateFunction = validate203;
+const schema96 = {"$ref":"ErrorResponse"};
 
 function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2655,17 +2655,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate135(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate135.errors : vErrors.concat(validate135.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate203.errors = vErrors;
 return errors === 0;
 }
-validate203.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate203.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_400: ValidateFunction = validate205;
-const schema97 = {"$ref":"ValidationErrorResponse"};
+export const deleteItem_503: ValidateFunction = validate205;
+const schema97 = {"$ref":"ErrorResponse"};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2677,17 +2677,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate205.errors = vErrors;
 return errors === 0;
 }
-validate205.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate205.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_401: ValidateFunction = validate207;
-const schema98 = {"$ref":"ErrorResponse"};
+export const updateItem_200: ValidateFunction = validate207;
+const schema98 = {"$ref":"Item"};
 
 function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2699,17 +2699,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
 errors = vErrors.length;
 }
 validate207.errors = vErrors;
 return errors === 0;
 }
-validate207.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate207.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_403: ValidateFunction = validate209;
-const schema99 = {"$ref":"ErrorResponse"};
+export const updateItem_400: ValidateFunction = validate209;
+const schema99 = {"$ref":"ValidationErrorResponse"};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2721,16 +2721,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate209.errors = vErrors;
 return errors === 0;
 }
-validate209.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate209.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_404: ValidateFunction = validate211;
+export const updateItem_401: ValidateFunction = validate211;
 const schema100 = {"$ref":"ErrorResponse"};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2752,7 +2752,7 @@ return errors === 0;
 }
 validate211.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_412: ValidateFunction = validate213;
+export const updateItem_403: ValidateFunction = validate213;
 const schema101 = {"$ref":"ErrorResponse"};
 
 function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2774,7 +2774,7 @@ return errors === 0;
 }
 validate213.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_413: ValidateFunction = validate215;
+export const updateItem_404: ValidateFunction = validate215;
 const schema102 = {"$ref":"ErrorResponse"};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2796,7 +2796,7 @@ return errors === 0;
 }
 validate215.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_415: ValidateFunction = validate217;
+export const updateItem_412: ValidateFunction = validate217;
 const schema103 = {"$ref":"ErrorResponse"};
 
 function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2818,7 +2818,7 @@ return errors === 0;
 }
 validate217.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_429: ValidateFunction = validate219;
+export const updateItem_413: ValidateFunction = validate219;
 const schema104 = {"$ref":"ErrorResponse"};
 
 function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2840,7 +2840,7 @@ return errors === 0;
 }
 validate219.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_500: ValidateFunction = validate221;
+export const updateItem_415: ValidateFunction = validate221;
 const schema105 = {"$ref":"ErrorResponse"};
 
 function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2862,7 +2862,7 @@ return errors === 0;
 }
 validate221.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_503: ValidateFunction = validate223;
+export const updateItem_429: ValidateFunction = validate223;
 const schema106 = {"$ref":"ErrorResponse"};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2883,4 +2883,48 @@ validate223.errors = vErrors;
 return errors === 0;
 }
 validate223.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_500: ValidateFunction = validate225;
+const schema107 = {"$ref":"ErrorResponse"};
+
+function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate225.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate225.errors = vErrors;
+return errors === 0;
+}
+validate225.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_503: ValidateFunction = validate227;
+const schema108 = {"$ref":"ErrorResponse"};
+
+function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate227.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate227.errors = vErrors;
+return errors === 0;
+}
+validate227.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -104,7 +104,8 @@ export const routes: readonly RouteDefinition[] = [
       "415",
       "429",
       "500",
-      "503"
+      "503",
+      "507"
     ],
     "requiredHeaders": {
       "201": [
@@ -139,6 +140,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "507": {
           "$ref": "ErrorResponse"
         }
       },
@@ -379,7 +383,8 @@ export const routes: readonly RouteDefinition[] = [
       "415",
       "429",
       "500",
-      "503"
+      "503",
+      "507"
     ],
     "requiredHeaders": {
       "201": [
@@ -420,6 +425,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "507": {
           "$ref": "ErrorResponse"
         }
       },

@@ -26,7 +26,7 @@ export const validators = {
   },
   registerUser: {
     body: bodies.registerUser_body,
-    responses: { '201': responses.registerUser_201, '400': responses.registerUser_400, '409': responses.registerUser_409, '413': responses.registerUser_413, '415': responses.registerUser_415, '429': responses.registerUser_429, '500': responses.registerUser_500, '503': responses.registerUser_503 }
+    responses: { '201': responses.registerUser_201, '400': responses.registerUser_400, '409': responses.registerUser_409, '413': responses.registerUser_413, '415': responses.registerUser_415, '429': responses.registerUser_429, '500': responses.registerUser_500, '503': responses.registerUser_503, '507': responses.registerUser_507 }
   },
   loginUser: {
     body: bodies.loginUser_body,
@@ -45,7 +45,7 @@ export const validators = {
   },
   createItem: {
     body: bodies.createItem_body,
-    responses: { '201': responses.createItem_201, '400': responses.createItem_400, '401': responses.createItem_401, '403': responses.createItem_403, '413': responses.createItem_413, '415': responses.createItem_415, '429': responses.createItem_429, '500': responses.createItem_500, '503': responses.createItem_503 }
+    responses: { '201': responses.createItem_201, '400': responses.createItem_400, '401': responses.createItem_401, '403': responses.createItem_403, '413': responses.createItem_413, '415': responses.createItem_415, '429': responses.createItem_429, '500': responses.createItem_500, '503': responses.createItem_503, '507': responses.createItem_507 }
   },
   getItem: {
     params: parameters.getItem_params,

@@ -4,6 +4,7 @@ import type { DestinationStream } from 'pino'
 import { type AppSettings, withDefaults } from './config.js'
 import { handlers } from './handlers/index.js'
 import authPlugin from './plugins/auth.js'
+import clientAddressPlugin from './plugins/client-address.js'
 import corsPlugin from './plugins/cors.js'
 import docsPlugin from './plugins/docs.js'
 import errorsPlugin, { handleClientError, handleError } from './plugins/errors.js'
@@ -94,6 +95,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
 
   try {
     await app.register(errorsPlugin)
+    await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
     await app.register(corsPlugin, { origins: config.corsOrigins })
     await app.register(healthPlugin, config)
     await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })

@@ -50,7 +50,8 @@ function isProxyAddress (entry: string): boolean {
 
 type TrustedProxies = boolean | string | ((address: string, hop: number) => boolean)
 
-// `true` or `false`, a number of proxy hops to trust, or the proxies' addresses and CIDR ranges, comma-separated.
+// `false`, the proxies' addresses and CIDR ranges, comma-separated, or (see TRUST_PROXY_UNSAFE) `true` or a number
+// of proxy hops to trust.
 const proxies: Reader<TrustedProxies> = (raw, name) => {
   if (raw === 'true' || raw === 'false') return raw === 'true'
   if (/^\d+$/.test(raw)) {
@@ -123,6 +124,9 @@ export interface StoreConfig {
   redisKeyPrefix: string
   /** Items one contributor may own at once. */
   maxItemsPerUser: number
+  /** Users and items the memory store holds at most (Redis is bounded by its own maxmemory). */
+  memoryMaxUsers: number
+  memoryMaxItems: number
 }
 
 export interface WebhooksConfig {
@@ -157,7 +161,15 @@ export interface AppConfig {
   bodyLimit: number
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
-  rateLimits: { login: RateLimit, loginAddress: RateLimit, register: RateLimit, refresh: RateLimit, writes: RateLimit } | null
+  rateLimits: {
+    login: RateLimit
+    loginAddress: RateLimit
+    /** Failed sign-ins of one account, from any address. */
+    loginFailures: RateLimit
+    register: RateLimit
+    refresh: RateLimit
+    writes: RateLimit
+  } | null
   store: StoreConfig
   webhooks: WebhooksConfig
   /** Users and items to start with (SEED_FILE), for integration tests; refused in production. */
@@ -166,6 +178,8 @@ export interface AppConfig {
   corsOrigins: string[]
   /** Fastify's trustProxy: whether, or which, proxies' X-Forwarded-For gives the client's address. */
   trustProxy: TrustedProxies
+  /** Bits of an IPv6 client address that make one client for rate limits and the hashing queue's turns. */
+  clientIpv6PrefixLength: number
   shutdownTimeoutMs: number
   maxEventLoopDelayMs: number
   /** Heap in use, in bytes, past which every request but a GET is shed; undefined for the derived default. */
@@ -194,6 +208,12 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     throw new ConfigError('Invalid configuration: CONTRACT_STRICT_RESPONSES is for development and test, not production')
   }
   const windowSeconds = read(source, 'RATE_LIMIT_WINDOW', integer(1), 60)
+  const trustProxy = read(source, 'TRUST_PROXY', proxies, false)
+  // Trusting every hop lets each client name its own address in X-Forwarded-For, and with it its own rate-limit key.
+  if ((trustProxy === true || typeof trustProxy === 'function') && read(source, 'TRUST_PROXY_UNSAFE', oneOf('0', '1'), '0') !== '1') {
+    throw new ConfigError('Invalid configuration: TRUST_PROXY=true or a hop count lets any client choose its address (and its rate limits); ' +
+      'list the proxies\' addresses or CIDR ranges instead, or set TRUST_PROXY_UNSAFE=1 if no client can reach the service but through them')
+  }
   const seedFile = read(source, 'SEED_FILE', text(1))
   if (environment === 'production' && seedFile !== undefined) {
     throw new ConfigError('Invalid configuration: SEED_FILE is for development and test, not production')
@@ -223,7 +243,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     refreshReuseLeewaySeconds: read(source, 'REFRESH_REUSE_LEEWAY', integer(0, 60), 5),
     maxSessionsPerUser: read(source, 'MAX_SESSIONS_PER_USER', integer(1), 20),
     sessionSweepIntervalMs: read(source, 'SESSION_SWEEP_INTERVAL', integer(10), 60000),
-    passwordQueueLimit: read(source, 'PASSWORD_QUEUE_LIMIT', integer(1), 32),
+    passwordQueueLimit: read(source, 'PASSWORD_QUEUE_LIMIT', integer(1), 128),
     bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
     requestTimeoutMs: read(source, 'REQUEST_TIMEOUT', integer(1000), 30000),
     rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'
@@ -231,6 +251,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       : {
           login: { max: read(source, 'RATE_LIMIT_LOGIN', integer(1), 10), windowSeconds },
           loginAddress: { max: read(source, 'RATE_LIMIT_LOGIN_ADDRESS', integer(1), 60), windowSeconds },
+          loginFailures: {
+            max: read(source, 'RATE_LIMIT_LOGIN_FAILURES', integer(1), 10),
+            windowSeconds: read(source, 'RATE_LIMIT_LOGIN_FAILURES_WINDOW_SECONDS', integer(1), 900)
+          },
           register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
           refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds },
           writes: { max: read(source, 'RATE_LIMIT_WRITES', integer(1), 60), windowSeconds }
@@ -239,7 +263,9 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       kind: storeKind,
       redisUrl: read(source, 'REDIS_URL', redisUrl, 'redis://127.0.0.1:6379'),
       redisKeyPrefix: read(source, 'REDIS_KEY_PREFIX', text(1), 'items-service:'),
-      maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000)
+      maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000),
+      memoryMaxUsers: read(source, 'MEMORY_STORE_MAX_USERS', integer(1), 100_000),
+      memoryMaxItems: read(source, 'MEMORY_STORE_MAX_ITEMS', integer(1), 1_000_000)
     },
     webhooks: {
       subscriptions: read(source, 'WEBHOOKS', subscriptions) ?? read(source, 'WEBHOOKS_FILE', subscriptionsFile, []),
@@ -249,7 +275,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     },
     seedFile,
     corsOrigins: read(source, 'CORS_ORIGINS', origins, []),
-    trustProxy: read(source, 'TRUST_PROXY', proxies, false),
+    trustProxy,
+    clientIpv6PrefixLength: read(source, 'CLIENT_IPV6_PREFIX_LENGTH', integer(1, 128), 64),
     shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
     maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
     maxHeapUsedBytes: mebibytes(read(source, 'MAX_HEAP_USED', integer(16))),

@@ -53,22 +53,27 @@ t.test('a generated secret is announced with a warning at startup', async (t) =>
 })
 
 t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
-  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000 })
+  const memoryBounds = { memoryMaxUsers: 100_000, memoryMaxItems: 1_000_000 }
+  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...memoryBounds })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
-    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000 })
+    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000, ...memoryBounds })
   t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
   for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
     t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)
   }
 })
 
-t.test('TRUST_PROXY: off by default; true, false, a number of hops, or addresses', async (t) => {
+t.test('TRUST_PROXY: off by default; addresses, or true and a number of hops only with TRUST_PROXY_UNSAFE=1', async (t) => {
   t.equal(loadConfig({}).trustProxy, false)
-  t.equal(loadConfig({ TRUST_PROXY: 'true' }).trustProxy, true)
+  for (const anyClient of ['true', '2']) {
+    t.throws(() => loadConfig({ TRUST_PROXY: anyClient }), { message: /^Invalid configuration: TRUST_PROXY=true or a hop count lets any client choose its address/ }, anyClient)
+  }
+  const unsafe = { TRUST_PROXY_UNSAFE: '1' }
+  t.equal(loadConfig({ ...unsafe, TRUST_PROXY: 'true' }).trustProxy, true)
   t.equal(loadConfig({ TRUST_PROXY: 'false' }).trustProxy, false)
   t.equal(loadConfig({ TRUST_PROXY: '10.0.0.0/8, 127.0.0.1' }).trustProxy, '10.0.0.0/8,127.0.0.1')
-  const hops = loadConfig({ TRUST_PROXY: '2' }).trustProxy
+  const hops = loadConfig({ ...unsafe, TRUST_PROXY: '2' }).trustProxy
   t.ok(typeof hops === 'function' && hops('10.0.0.1', 1) && !hops('10.0.0.1', 2), 'trusts the nearest two hops')
   t.equal(loadConfig({ TRUST_PROXY: 'loopback,::1/128' }).trustProxy, 'loopback,::1/128')
   for (const bad of ['yes please', '10.0.0.0/33', '::/129', 'proxy.internal', '10.0.0.1/8/8', 'nonsense/8', '10.0.0.1,']) {
@@ -82,9 +87,36 @@ t.test('behind a trusted proxy, rate limits key on the client address X-Forwarde
   const trusting = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', TRUST_PROXY: '10.0.0.1' })
   t.same([await register(trusting, '203.0.113.1'), await register(trusting, '203.0.113.1'), await register(trusting, '203.0.113.2')], [400, 429, 400],
     'each client has its own limit')
+  t.same([await register(trusting, '203.0.113.3, 203.0.113.4'), await register(trusting, '198.51.100.9, 203.0.113.4')], [400, 429],
+    'the rightmost address the trusted proxy did not add is the client: what a client writes to its left is not')
+  t.same([await register(trusting, 'garbage-1'), await register(trusting, 'garbage-2')], [400, 429],
+    'what is no address is keyed by the peer, not taken as a new client')
   const untrusting = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1' })
   t.same([await register(untrusting, '203.0.113.1'), await register(untrusting, '203.0.113.2')], [400, 429],
     'a forged header changes nothing: every request is the proxy\'s')
+  const peerless = async (remoteAddress: string): Promise<number> =>
+    (await untrusting.call('registerUser', { body: { email: 'not an email' }, remoteAddress })).statusCode
+  t.same([await peerless('no-address'), await peerless('no-address'), await peerless('other-no-address')], [400, 429, 400],
+    'a peer that is no address either is keyed as it is')
+})
+
+t.test('behind a trusted proxy, 200 X-Forwarded-For addresses of one IPv6 /64 share one budget; two /64s do not', async (t) => {
+  const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '5', TRUST_PROXY: '10.0.0.1' })
+  const register = async (client: string): Promise<number> =>
+    (await api.call('registerUser', { body: { email: 'not an email' }, headers: { 'x-forwarded-for': client }, remoteAddress: '10.0.0.1' })).statusCode
+  const oneNetwork = []
+  for (let host = 1; host <= 200; host += 1) oneNetwork.push(await register(`2001:db8:0:1:${host.toString(16)}::${host.toString(16)}`))
+  t.same(oneNetwork, [...Array<number>(5).fill(400), ...Array<number>(195).fill(429)])
+  t.equal(await register('2001:db8:0:2::1'), 400, 'the next /64 has a budget of its own')
+})
+
+t.test('CLIENT_IPV6_PREFIX_LENGTH sets how much of an IPv6 address is one client; an IPv4-mapped address is its IPv4 one', async (t) => {
+  const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '1', CLIENT_IPV6_PREFIX_LENGTH: '48' })
+  const register = async (remoteAddress: string): Promise<number> =>
+    (await api.call('registerUser', { body: { email: 'not an email' }, remoteAddress })).statusCode
+  t.same([await register('2001:db8:1:1::1'), await register('2001:db8:1:2::1'), await register('2001:db8:2::1')], [400, 429, 400])
+  t.same([await register('198.51.100.7'), await register('::ffff:198.51.100.7')], [400, 429])
+  t.throws(() => loadConfig({ CLIENT_IPV6_PREFIX_LENGTH: '129' }), { message: /^Invalid configuration: CLIENT_IPV6_PREFIX_LENGTH must be an integer from 1 to 128/ })
 })
 
 t.test('an address limit also applies to a route with no onRequest hook of its own', async (t) => {

@@ -55,3 +55,16 @@ t.test('past MAX_HEAP_USED, every request but a GET is shed with 503 and Retry-A
   t.equal(write.headers['retry-after'], '5')
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
 })
+
+t.test('what frees memory or ends access is never shed: past MAX_HEAP_USED, item deletes and logout are served', async (t) => {
+  const api = await build(t, { MAX_HEAP_USED: '1024' })
+  const { accessToken } = await api.register()
+  const item = await api.createItem(accessToken)
+  const actual = process.memoryUsage()
+  t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))
+  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await new Promise((resolve) => setTimeout(resolve, 20))
+  t.equal((await api.call('updateItem', { token: accessToken, params: { itemId: item.id }, body: { name: 'y' } })).statusCode, 503, 'an edit is shed')
+  t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId: item.id } })).statusCode, 204)
+  t.equal((await api.call('logoutUser', { token: accessToken })).statusCode, 204)
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 401, 'the session has ended')
+})

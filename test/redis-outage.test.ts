@@ -70,6 +70,31 @@ t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeo
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again once it thaws')
 })
 
+t.test('a write answered 503 while Redis is frozen is never applied once it thaws: a retry neither duplicates nor is taken for a replay', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  // No reuse leeway: a refresh that had rotated the token would make the retry a replay, and revoke the session.
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, REFRESH_REUSE_LEEWAY: '0' })
+  const { accessToken, refreshToken } = await api.register()
+  // The caller's user and session read once, so that the create's only command while frozen is its write.
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
+  redis.signal('SIGSTOP')
+  t.teardown(() => { redis.signal('SIGCONT') })
+  const [create, refresh] = await Promise.all([
+    api.call('createItem', { token: accessToken, body: { name: 'once' } }),
+    api.call('refreshTokens', { body: { refreshToken } })
+  ])
+  t.same([create.statusCode, refresh.statusCode], [503, 503])
+  redis.signal('SIGCONT')
+  // Redis now runs the two scripts it was sent while frozen, after their deadlines.
+  while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(20)
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 0, 'the create answered 503 was not stored')
+  const retried = await api.call('refreshTokens', { body: { refreshToken } })
+  t.equal(retried.statusCode, 200, 'the retried refresh is served: its token was never rotated')
+  t.equal((await api.call('listItems', { token: retried.json().accessToken })).statusCode, 200, 'and its session lives')
+  t.equal((await api.call('createItem', { token: accessToken, body: { name: 'once' } })).statusCode, 201, 'the retried create is stored')
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1, 'once')
+})
+
 t.test('a Redis that cannot be reached stops the start, in one line that keeps the password out', { skip }, async (t) => {
   const redis = await ownRedis(t)
   await redis.stop()

@@ -150,5 +150,12 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
   const list = await fetch(`${server.url}/v1/items?pageSize=5`, { headers: { authorization: `Bearer ${tokens[0] ?? ''}` } })
   t.equal(list.status, 200, 'the list answers while writes are shed (the stored items keep the heap over the line)')
   t.equal((await fetch(`${server.url}/health/live`)).status, 200, 'and so does liveness')
+  // What frees memory is never shed: the owner's deletes are served while the heap is over the line.
+  const owned = await (await fetch(`${server.url}/v1/items?pageSize=30`, { headers: { authorization: `Bearer ${tokens[0] ?? ''}` } })).json() as { data: Array<{ id: string, contributorId: string }> }
+  const deletes = await Promise.all(owned.data.map(async ({ id }) => (await fetch(`${server.url}/v1/items/${id}`, {
+    method: 'DELETE', headers: { authorization: `Bearer ${tokens[0] ?? ''}` }
+  })).status))
+  t.ok(deletes.length > 0 && deletes.every((status) => status === 204 || status === 403), `deletes while shedding: ${deletes.join(' ')}`)
+  t.ok(deletes.includes(204), 'the owner\'s own deletes were served')
   t.equal(server.process.exitCode, null, 'the process is alive')
 })

@@ -26,46 +26,64 @@ export interface PasswordsOptions {
 
 // A client told to come back gets the next second: a queue of any allowed length drains in about that long.
 const RETRY_AFTER_SECONDS = 1
-// The share of the queue one client address may hold: a flood from one address leaves room for others.
-const SHARE_PER_ADDRESS = 1 / 4
 
 const queueFull = (): ApiError => serviceUnavailable('Too many sign-ins are waiting; try again shortly.', RETRY_AFTER_SECONDS)
 
+interface Waiter {
+  admit: () => void
+  refuse: (error: ApiError) => void
+}
+
 /**
- * Runs at most `concurrency` tasks at once. At most `maxWaiting` others wait, and at most a quarter of those come
- * from one client address. Addresses take turns: a freed slot goes to the oldest task of the address that has
- * waited longest for its turn, which then goes to the back of the line, so a flood from one address delays the
- * others by about one task each. A task whose caller no longer wants it when its turn comes is dropped unrun.
+ * Runs at most `concurrency` tasks at once; at most `maxWaiting` others wait, from any address while there is
+ * room. A full queue refuses from the address that holds the most places: the newcomer when that is its own (or it
+ * would be after joining), otherwise the biggest holder's newest waiter, whose place the newcomer takes. So a burst
+ * from one address is served whole while nobody else waits, and a flood from one address never keeps another out.
+ * Addresses take turns: a freed slot goes to the oldest task of the address that has waited longest for its turn,
+ * which then goes to the back of the line. A task whose caller no longer wants it when its turn comes is dropped
+ * unrun.
  */
 function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: () => Promise<T>, requester: Requester) => Promise<T> {
-  const maxWaitingPerAddress = Math.max(1, Math.floor(maxWaiting * SHARE_PER_ADDRESS))
   let active = 0
   let waitingCount = 0
   // Waiting tasks by address, the addresses in turn order; an address leaves the map when it has none left.
-  const waiting = new Map<string, Array<() => void>>()
+  const waiting = new Map<string, Waiter[]>()
   const release = (): void => {
     // Hand the slot straight to the next waiter, so no newcomer can take it in between.
-    for (const [address, tasks] of waiting) {
+    for (const [address, waiters] of waiting) {
       waiting.delete(address)
       // Every address in the map has a task waiting.
-      const next = tasks.shift()!
-      if (tasks.length > 0) waiting.set(address, tasks)
+      const next = waiters.shift()!
+      if (waiters.length > 0) waiting.set(address, waiters)
       waitingCount -= 1
-      next()
+      next.admit()
       return
     }
     active -= 1
+  }
+  // Makes room for a newcomer from `address` in a full queue, or refuses it. Scans the addresses (at most
+  // `maxWaiting`) only while the queue is full.
+  const makeRoom = (address: string): void => {
+    let biggest: Waiter[] = []
+    for (const waiters of waiting.values()) {
+      if (waiters.length > biggest.length) biggest = waiters
+    }
+    const own = waiting.get(address)?.length ?? 0
+    if (own + 1 >= biggest.length) throw queueFull()
+    // The biggest holder holds at least two places more than the newcomer's address, so it keeps one.
+    biggest.pop()!.refuse(queueFull())
+    waitingCount -= 1
   }
   return async (task, requester) => {
     if (active < concurrency) {
       active += 1
     } else {
-      const tasks = waiting.get(requester.address) ?? []
-      if (waitingCount >= maxWaiting || tasks.length >= maxWaitingPerAddress) throw queueFull()
+      if (waitingCount >= maxWaiting) makeRoom(requester.address)
       waitingCount += 1
-      await new Promise<void>((resolve) => {
-        tasks.push(resolve)
-        waiting.set(requester.address, tasks)
+      await new Promise<void>((resolve, reject) => {
+        const waiters = waiting.get(requester.address) ?? []
+        waiters.push({ admit: resolve, refuse: reject })
+        waiting.set(requester.address, waiters)
       })
     }
     if (!requester.stillWanted()) {
@@ -83,8 +101,8 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
 /**
  * Hashing runs in a low-priority process (see HashingProcess), and at most one hash runs per core beyond the
  * event loop's (at least one), so a storm of sign-ins queues rather than taking every core and all the memory
- * argon2 asks for (19 MiB a hash). The queue is bounded, client addresses take turns in it, and work for clients
- * that hung up is never done.
+ * argon2 asks for (19 MiB a hash). The queue is bounded, client addresses take turns in it, a full one refuses
+ * from the biggest holder, and work for clients that hung up is never done.
  */
 export function createPasswords ({ maxWaiting, concurrency = Math.max(1, availableParallelism() - 1) }: PasswordsOptions): Passwords {
   const limit = limitConcurrency(concurrency, maxWaiting)

@@ -53,7 +53,7 @@ export class Tokens {
   async refresh (refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
     const nextRefreshToken = newRefreshToken()
     const outcome = await this.#options.store.sessions.rotateRefreshToken(
-      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), Date.now(), this.#options.refreshReuseLeewaySeconds * 1000)
+      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), this.#options.store.now(), this.#options.refreshReuseLeewaySeconds * 1000)
     if (outcome.status !== 'rotated') return undefined
     const { userId, id } = outcome.session
     return { userId, tokens: this.#pair(userId, id, nextRefreshToken) }

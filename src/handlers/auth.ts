@@ -16,17 +16,21 @@ const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
 })
 
 // The hashing queue serves client addresses in turn, and drops the work of a client that has hung up.
-const requester = (request: FastifyRequest): Requester => ({ address: request.ip, stillWanted: () => !request.raw.socket.destroyed })
+const requester = (request: FastifyRequest): Requester => ({ address: request.clientAddress, stillWanted: () => !request.raw.socket.destroyed })
 
 // Tokens must never be kept by a cache between the service and the client (RFC 6749 §5.1).
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 export const registerUser: Handler<'registerUser'> = async (request, reply) => {
-  const { store, passwords, tokens } = request.server
+  const { store, passwords, tokens, registrations } = request.server
   const key = emailKey(request.body.email)
-  if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
-  const user = await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request))))
-  // A concurrent registration of the same email may have won while this one was hashing.
+  // Registrations of one email run one at a time in this process: those that find it in flight wait for its
+  // outcome, rather than each hashing a password only to be refused.
+  const user = await registrations.run(key, async () => {
+    if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
+    return await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request))))
+  })
+  // A registration of the same email on another instance may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
   return reply.headers(NO_STORE).code(201).send(authResponse(user, await tokens.open(user.id)))
 }

@@ -2,6 +2,7 @@ import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { createPasswords, type Passwords } from '../auth/passwords.js'
+import { PerKeyQueue } from '../auth/per-key-queue.js'
 import type { Principal } from '../auth/principal.js'
 import { type AccessTokenClaims, Tokens } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
@@ -21,6 +22,8 @@ declare module 'fastify' {
     /** onRequest hook: rejects the request with 401 unless it carries a valid access token of a live session. */
     authenticate: onRequestHookHandler
     passwords: Passwords
+    /** Registrations of one email key, one at a time. */
+    registrations: PerKeyQueue
     /** Issues, refreshes and revokes token pairs (the sessions they belong to are in `store.sessions`). */
     tokens: Tokens
   }
@@ -69,6 +72,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   })
 
   app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit }))
+  app.decorate('registrations', new PerKeyQueue())
   // onClose runs once the server has stopped and every request in flight has been answered.
   app.addHook('onClose', async () => { await app.passwords.close() })
   app.decorate('tokens', new Tokens({

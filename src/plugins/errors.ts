@@ -2,8 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, serviceUnavailable, type ValidationErrorBody } from '../errors.js'
-import { StoreUnavailableError } from '../store/store.js'
+import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, serviceUnavailable, storeFull, type ValidationErrorBody } from '../errors.js'
+import { StoreFullError, StoreUnavailableError } from '../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -47,7 +47,11 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | StoreUnavailableError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError | StoreUnavailableError | StoreFullError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (error instanceof StoreFullError) {
+    request.log.warn({ err: error }, 'store full')
+    return sendApiError(reply, storeFull())
+  }
   if (error instanceof StoreUnavailableError) {
     request.log.warn({ err: error }, 'store unavailable')
     return sendApiError(reply, serviceUnavailable('The data store is unavailable; try again shortly.', STORE_RETRY_AFTER_SECONDS))

@@ -5,6 +5,7 @@ import { getHeapStatistics } from 'node:v8'
 import fastifyUnderPressure from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import type { RouteOperationId } from '../../generated/routes.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, serviceUnavailable } from '../errors.js'
 
@@ -27,6 +28,9 @@ const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 // size may reach twice the heap limit and this much more.
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
 const MEMORY_SAMPLE_INTERVAL_MS = 250
+// What frees memory or ends access is served however loaded the service is: shedding it would keep the service
+// short of memory, or a stolen session open, for as long as the overload lasts.
+const NEVER_SHED: ReadonlySet<RouteOperationId> = new Set(['deleteItem', 'logoutUser'])
 const RETRY_AFTER_SECONDS = 5
 // Once shutdown begins, kept-alive connections stay open this long (at most a quarter of SHUTDOWN_TIMEOUT), so
 // that a request already on its way over one is answered, with Connection: close, rather than met by a reset.
@@ -37,7 +41,8 @@ const DRAIN_POLL_MS = 10
 const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
 
 /**
- * Readiness turns false once shutdown begins; under overload every request is shed with a 503.
+ * Readiness turns false once shutdown begins; under overload requests are shed with a 503, but item deletes and
+ * logouts.
  *
  * Shutdown drains: every response still to be written, or written while draining, says Connection: close, so no
  * client sends another request over a connection about to close; kept-alive connections get a short grace for
@@ -74,7 +79,10 @@ async function healthPlugin (app: FastifyInstance, options: HealthPluginOptions)
   }
   app.addHook('onRequest', (request, reply, done) => {
     responses.set(request.raw.socket, reply.raw)
-    done(shed(request.method))
+    const refusal = shed(request.method)
+    // Read only when shedding: routeOptions builds an object on every read.
+    const operationId = refusal === undefined ? undefined : request.routeOptions.config.operationId
+    done(operationId !== undefined && NEVER_SHED.has(operationId) ? undefined : refusal)
   })
   // The response of the request in progress on a connection, if any: one not written yet (this service writes
   // each response at once, headers and body).

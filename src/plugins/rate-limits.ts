@@ -1,10 +1,10 @@
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onResponseHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
 import { rateLimited } from '../errors.js'
-import type { Counted } from '../store/store.js'
+import type { Counted, RateCounter } from '../store/store.js'
 
 interface RateLimitsPluginOptions {
   /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
@@ -13,12 +13,13 @@ interface RateLimitsPluginOptions {
 
 type Hook = onRequestHookHandler
 
-// Sign-in attempts count per client address and email too: guessing one account's password is slowed down more
-// than signing in many accounts from one machine.
-const loginKey = (request: FastifyRequest): string => {
-  const { email } = request.body as { email: string }
-  return `${request.ip}\n${emailKey(email)}`
+interface RouteLimits {
+  onRequest?: Hook
+  preHandler?: Hook[]
+  onResponse?: onResponseHookHandler[]
 }
+
+const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
 
 // A store that cannot count fails the request (503 when it is unreachable): a limit that no longer holds would let
 // guessing run free.
@@ -29,43 +30,79 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
 
 /**
  * Every request limit, by operationId, each counting in the store's counter of its own name (in Redis, shared by
- * every instance, with STORE=redis). Limits keyed by the client address are checked first, in `onRequest`, before
- * any body is read or password checked. The sign-in limit per address and email needs the email, and item writes
- * count per user, so those are checked in `preHandler`, after authentication, the role guard and validation: a
- * write counts only when it can succeed.
+ * every instance, with STORE=redis). Limits keyed by the client address (`request.clientAddress`: an IPv6 client by
+ * its network) are checked first, in `onRequest`, before any body is read or password checked. The sign-in limits
+ * need the email: per address and email, and per account whatever the address (failed sign-ins only: a success
+ * clears it). Item writes count per user. Those are checked in `preHandler`, after authentication, the role guard
+ * and validation: a write counts only when it can succeed.
  *
- * The hooks are callbacks that count in the store directly: through @fastify/rate-limit's route hooks a limit
- * cost an item write about 12 000 instructions (bench:instructions), a tenth of the write.
+ * A sign-in or registration answered 503 (the hashing queue was full, the client had gone, the store was
+ * unreachable) was not served, so what it counted is taken back: a client refused in a burst is not locked out.
+ *
+ * The hooks are callbacks that count in the store directly, rather than @fastify/rate-limit's, which has no
+ * per-account limit, no refund and (measured through its `createRateLimit`) cost an item write more.
  */
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
   if (options.limits === null) return
-  const { login, loginAddress, register, refresh, writes } = options.limits
-  const hookFor = (name: string, { max, windowSeconds }: RateLimit, keyOf: (request: FastifyRequest) => string): Hook => {
+  const { login, loginAddress, loginFailures, register, refresh, writes } = options.limits
+  // The hits each sign-in and registration counted, while it is in flight.
+  const counted = new WeakMap<FastifyRequest, Array<{ counter: RateCounter, key: string }>>()
+  const hookFor = (name: string, { max, windowSeconds }: RateLimit, keyOf: (request: FastifyRequest) => string, refundable = false): Hook => {
     const counter = app.store.rateCounter(name)
     const windowMs = windowSeconds * 1000
     return (request, _reply, done) => {
-      counter.incr(keyOf(request), windowMs, max, (outcome) => { done(verdict(outcome, max)) })
+      const key = keyOf(request)
+      counter.incr(key, windowMs, max, (outcome) => {
+        const refused = verdict(outcome, max)
+        if (refused === undefined && refundable) counted.set(request, [...counted.get(request) ?? [], { counter, key }])
+        done(refused)
+      })
     }
   }
-  const byAddress = (request: FastifyRequest): string => request.ip
+  const warnIfFailed = (request: FastifyRequest, what: string) => (err: unknown): void => {
+    request.log.warn({ err }, `${what} failed; the limit counts the request`)
+  }
+  // A 503 was not served: every hit it counted is taken back.
+  const refundUnserved: onResponseHookHandler = (request, reply, done) => {
+    if (reply.statusCode === 503) {
+      for (const { counter, key } of counted.get(request) ?? []) counter.refund(key).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+    }
+    done()
+  }
+  const failures = app.store.rateCounter('login-failures')
+  // A sign-in that succeeds clears its account's failures.
+  const clearFailures: onResponseHookHandler = (request, reply, done) => {
+    if (reply.statusCode === 200) failures.reset(signInEmail(request)).catch(warnIfFailed(request, 'clearing the sign-in failures'))
+    done()
+  }
+  const byAddress = (request: FastifyRequest): string => request.clientAddress
   const writesPerUser = hookFor('item-writes', writes, (request) => request.user.id)
-  const hooks: Partial<Record<RouteOperationId, { onRequest?: Hook, preHandler?: Hook }>> = {
-    registerUser: { onRequest: hookFor('register', register, byAddress) },
-    loginUser: { onRequest: hookFor('login-address', loginAddress, byAddress), preHandler: hookFor('login', login, loginKey) },
+  const limits: Partial<Record<RouteOperationId, RouteLimits>> = {
+    registerUser: { onRequest: hookFor('register', register, byAddress, true), onResponse: [refundUnserved] },
+    loginUser: {
+      onRequest: hookFor('login-address', loginAddress, byAddress, true),
+      preHandler: [
+        hookFor('login', login, (request) => `${request.clientAddress}\n${signInEmail(request)}`, true),
+        hookFor('login-failures', loginFailures, signInEmail, true)
+      ],
+      onResponse: [refundUnserved, clearFailures]
+    },
     refreshTokens: { onRequest: hookFor('refresh', refresh, byAddress) },
     // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
-    createItem: { preHandler: writesPerUser },
-    updateItem: { preHandler: writesPerUser },
-    deleteItem: { preHandler: writesPerUser }
+    createItem: { preHandler: [writesPerUser] },
+    updateItem: { preHandler: [writesPerUser] },
+    deleteItem: { preHandler: [writesPerUser] }
   }
   app.addHook('onRoute', (route) => {
     const operationId = route.config?.operationId
-    const limits = operationId === undefined ? undefined : hooks[operationId]
+    const routeLimits = operationId === undefined ? undefined : limits[operationId]
+    if (routeLimits === undefined) return
     // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
-    // over it.
-    if (limits?.onRequest !== undefined) route.onRequest = [limits.onRequest, ...[route.onRequest ?? []].flat()]
-    if (limits?.preHandler !== undefined) route.preHandler = limits.preHandler
+    // over it. The others are appended to the route's own.
+    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...[route.onRequest ?? []].flat()]
+    if (routeLimits.preHandler !== undefined) route.preHandler = [...[route.preHandler ?? []].flat(), ...routeLimits.preHandler]
+    if (routeLimits.onResponse !== undefined) route.onResponse = [...[route.onResponse ?? []].flat(), ...routeLimits.onResponse]
   })
 }
 
-export default fp(rateLimitsPlugin, { name: 'rate-limits', dependencies: ['store'] })
+export default fp(rateLimitsPlugin, { name: 'rate-limits', dependencies: ['store', 'client-address'] })

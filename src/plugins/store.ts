@@ -18,7 +18,9 @@ interface StorePluginOptions {
 }
 
 async function openStore (app: FastifyInstance, config: StoreConfig): Promise<Store> {
-  if (config.kind === 'memory') return createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser })
+  if (config.kind === 'memory') {
+    return createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser, maxUsers: config.memoryMaxUsers, maxItems: config.memoryMaxItems })
+  }
   return await connectRedisStore({
     url: config.redisUrl,
     keyPrefix: config.redisKeyPrefix,

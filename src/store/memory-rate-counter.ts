@@ -47,6 +47,16 @@ export class MemoryRateCounter implements RateCounter {
     callback({ current: counter.current, ttl: counter.startedAt + windowMs - now })
   }
 
+  async refund (key: string): Promise<void> {
+    const counter = this.#locked.get(key) ?? this.#open.get(key)
+    if (counter !== undefined && counter.current > 0) counter.current -= 1
+  }
+
+  async reset (key: string): Promise<void> {
+    this.#locked.delete(key)
+    this.#open.delete(key)
+  }
+
   /** Moves the key to the locked ones; false when as many as the counter keeps are locked and none has ended. */
   #lock (key: string, counter: Counter, now: number, windowMs: number): boolean {
     if (!this.#locked.has(key)) {

@@ -1,13 +1,19 @@
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
-import { type Announcement, type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, type User, type UserStore } from './store.js'
+import { type Announcement, type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
+  readonly #maxUsers: number
   readonly #byId = new Map<string, User>()
   readonly #byEmailKey = new Map<string, User>()
 
+  constructor (maxUsers: number) {
+    this.#maxUsers = maxUsers
+  }
+
   async add (user: User): Promise<User | undefined> {
     if (this.#byEmailKey.has(user.emailKey)) return undefined
+    if (this.#byId.size >= this.#maxUsers) throw new StoreFullError(`the store holds ${this.#maxUsers} users, as many as it may`)
     const stored = Object.freeze({ ...user })
     this.#byId.set(stored.id, stored)
     this.#byEmailKey.set(stored.emailKey, stored)
@@ -136,6 +142,7 @@ interface ItemEntry {
 
 class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
+  readonly #maxItems: number
   readonly #maxPerContributor: number
   readonly #countByContributor = new Map<string, number>()
   readonly #byId = new Map<string, ItemEntry>()
@@ -143,7 +150,8 @@ class MemoryItemStore implements ItemStore {
   readonly #inOrder: ItemEntry[] = []
   #nextSequence = 0
 
-  constructor (maxPerContributor: number, outbox: MemoryOutbox) {
+  constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox) {
+    this.#maxItems = maxItems
     this.#maxPerContributor = maxPerContributor
     this.#outbox = outbox
   }
@@ -151,6 +159,7 @@ class MemoryItemStore implements ItemStore {
   async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
     const owned = this.#countByContributor.get(item.contributorId) ?? 0
     if (owned >= this.#maxPerContributor) return undefined
+    if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)
     this.#countByContributor.set(item.contributorId, owned + 1)
     const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
@@ -209,6 +218,9 @@ class MemoryItemStore implements ItemStore {
 export interface MemoryStoreOptions {
   /** Items one contributor may own at once; unbounded when left out. */
   maxItemsPerContributor?: number
+  /** Users and items the store holds at most, whoever adds them; unbounded when left out. */
+  maxUsers?: number
+  maxItems?: number
   /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
   pendingDeliveries?: MemoryOutboxBounds
 }
@@ -222,13 +234,18 @@ export const PENDING_DELIVERIES: MemoryOutboxBounds = { deliveries: 10_000, char
 const KEYS_PER_RATE_LIMIT = 50_000
 
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
-export function createMemoryStore ({ maxItemsPerContributor = Infinity, pendingDeliveries = PENDING_DELIVERIES }: MemoryStoreOptions = {}): Store {
+export function createMemoryStore ({
+  maxItemsPerContributor = Infinity,
+  maxUsers = Infinity,
+  maxItems = Infinity,
+  pendingDeliveries = PENDING_DELIVERIES
+}: MemoryStoreOptions = {}): Store {
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
   return {
-    users: new MemoryUserStore(),
+    users: new MemoryUserStore(maxUsers),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore(maxItemsPerContributor, outbox),
+    items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox),
     outbox,
     rateCounter: (name) => {
       const counter = rateCounters.get(name) ?? new MemoryRateCounter(KEYS_PER_RATE_LIMIT)
@@ -236,6 +253,7 @@ export function createMemoryStore ({ maxItemsPerContributor = Infinity, pendingD
       return counter
     },
     available: () => true,
+    now: () => Date.now(),
     close: async () => {}
   }
 }

@@ -20,6 +20,18 @@ local function forget (prefix, sessionId)
 end
 `
 
+// Opens every write script: ARGV[1] is the write's deadline on Redis's clock (ms), taken off ARGV so that the
+// script's own arguments start at ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails:
+// by then its instance has stopped waiting and told the client it failed (503), so it must not happen later (a
+// retry would duplicate it, or a refresh retried be taken for a replay). \`now\` is Redis's time, for every instance.
+const WRITE_DEADLINE = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > tonumber(table.remove(ARGV, 1)) then
+  return redis.error_reply('DEADLINE the write reached Redis after its deadline; nothing was changed')
+end
+`
+
 // Appends a change's event to the outbox stream, in the script that makes the change, when it was given one:
 // ARGV[first..first+3] = event id, channel, body, the stream's bound.
 const APPEND_EVENT = `
@@ -29,11 +41,11 @@ local function appendEvent (outbox, first)
 end
 `
 
-const scripts = {
+export const scripts = {
   // KEYS: users, user emails. ARGV: id, email key, user as JSON. 1 when added, 0 when the email key is taken.
   addUser: {
     numberOfKeys: 2,
-    lua: `
+    lua: `${WRITE_DEADLINE}
 if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 return 1`
@@ -47,17 +59,17 @@ if not id then return false end
 return redis.call('HGET', KEYS[1], id)`
   },
   // KEYS: session, its first refresh token, its user's sessions. ARGV: prefix, session id, user id, end (ms),
-  // token hash, sessions a user may have, now (ms).
+  // token hash, sessions a user may have.
   openSession: {
     numberOfKeys: 3,
-    lua: `${FORGET_SESSION}
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
 local prefix, sessionId, userId, expiresAt, hash = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
 redis.call('PEXPIREAT', KEYS[1], expiresAt)
 redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt)
 -- Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
 redis.call('ZADD', KEYS[3], expiresAt, sessionId)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local excess = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[6])
 if excess > 0 then
   for _, oldest in ipairs(redis.call('ZRANGE', KEYS[3], 0, excess - 1)) do forget(prefix, oldest) end
@@ -65,11 +77,12 @@ end
 redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
 return 1`
   },
-  // KEYS: the presented token. ARGV: prefix, presented hash, next hash, now (ms), reuse leeway (ms), replaced
-  // tokens remembered, pairs per rotation. {status, session id, user id, end}.
+  // KEYS: the presented token. ARGV: prefix, presented hash, next hash, now (ms, Redis's clock as the instance
+  // reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per rotation. {status, session
+  // id, user id, end}.
   rotateRefreshToken: {
     numberOfKeys: 1,
-    lua: `${FORGET_SESSION}
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
 local prefix, presented, nextHash, now, leeway = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local sessionId = redis.call('GET', KEYS[1])
 if not sessionId then return {'unknown'} end
@@ -109,7 +122,7 @@ return {'rotated', sessionId, session[1], session[2]}`
   // KEYS: none. ARGV: prefix, session id.
   revokeSession: {
     numberOfKeys: 0,
-    lua: `${FORGET_SESSION}
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
 forget(ARGV[1], ARGV[2])
 return 1`
   },
@@ -117,7 +130,7 @@ return 1`
   // contributor may own, and the event (APPEND_EVENT). 1 when added, 0 over the quota.
   addItem: {
     numberOfKeys: 5,
-    lua: `${APPEND_EVENT}
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
@@ -138,7 +151,7 @@ return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   // stored, 0 when the item is gone, or the item as it is now when it changed since it was read.
   replaceItem: {
     numberOfKeys: 2,
-    lua: `${APPEND_EVENT}
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
@@ -150,7 +163,7 @@ return 1`
   // (APPEND_EVENT). As replaceItem.
   removeItem: {
     numberOfKeys: 4,
-    lua: `${APPEND_EVENT}
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
@@ -219,32 +232,40 @@ return 1`
   // KEYS: the counter. ARGV: window (ms). {count, ms until the window ends}.
   countHit: {
     numberOfKeys: 1,
-    lua: `
+    lua: `${WRITE_DEADLINE}
 local current = redis.call('INCR', KEYS[1])
 if current == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return {current, redis.call('PTTL', KEYS[1])}`
+  },
+  // KEYS: the counter. One hit less, unless its window has ended (the key is gone) or it counts none.
+  refundHit: {
+    numberOfKeys: 1,
+    lua: `
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then redis.call('DECR', KEYS[1]) end
+return 1`
   }
 } as const
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, id: string, emailKey: string, user: string): Result<0 | 1, Context>
+    addUser (users: string, emails: string, deadline: number, id: string, emailKey: string, user: string): Result<0 | 1, Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
-    openSession (session: string, token: string, userSessions: string, prefix: string, id: string, userId: string,
-      expiresAt: number, tokenHash: string, maxPerUser: number, now: number): Result<1, Context>
-    rotateRefreshToken (token: string, prefix: string, presentedHash: string, nextHash: string, now: number,
+    openSession (session: string, token: string, userSessions: string, deadline: number, prefix: string, id: string, userId: string,
+      expiresAt: number, tokenHash: string, maxPerUser: number): Result<1, Context>
+    rotateRefreshToken (token: string, deadline: number, prefix: string, presentedHash: string, nextHash: string, now: number,
       reuseLeewayMs: number, remembered: number, maxPairs: number): Result<[string, string?, string?, string?], Context>
-    revokeSession (prefix: string, id: string): Result<1, Context>
-    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, id: string, contributorId: string,
+    revokeSession (deadline: number, prefix: string, id: string): Result<1, Context>
+    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, deadline: number, id: string, contributorId: string,
       item: string, maxPerContributor: number, ...event: EventArguments): Result<0 | 1, Context>
     pageItems (items: string, order: string, first: number, last: number): Result<[number, ...string[]], Context>
-    replaceItem (items: string, outbox: string, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
-    removeItem (items: string, order: string, owned: string, outbox: string, id: string, expected: string,
+    replaceItem (items: string, outbox: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+    removeItem (items: string, order: string, owned: string, outbox: string, deadline: number, id: string, expected: string,
       ...event: EventArguments): Result<0 | 1 | string, Context>
     takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, prefix: string, now: number,
       limit: number, leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, eventId: string, retryAt: number | ''): Result<1, Context>
-    countHit (counter: string, windowMs: number): Result<[number, number], Context>
+    countHit (counter: string, deadline: number, windowMs: number): Result<[number, number], Context>
+    refundHit (counter: string): Result<1, Context>
   }
 }
 
@@ -338,14 +359,16 @@ const itemJson = (item: Item): string => JSON.stringify(itemRecord(item))
  */
 class RedisUserStore implements UserStore {
   readonly #redis: Redis
+  readonly #clock: RedisClock
   readonly #users: string
   readonly #emails: string
   // Insertion order is age: the oldest leaves first.
   readonly #byId = new Map<string, User>()
   readonly #maxCached: number
 
-  constructor (redis: Redis, prefix: string, maxCached: number) {
+  constructor (redis: Redis, clock: RedisClock, prefix: string, maxCached: number) {
     this.#redis = redis
+    this.#clock = clock
     this.#maxCached = maxCached
     this.#users = `${prefix}users`
     this.#emails = `${prefix}user-emails`
@@ -353,7 +376,7 @@ class RedisUserStore implements UserStore {
 
   async add (user: User): Promise<User | undefined> {
     const json = JSON.stringify(user)
-    const added = await call(this.#redis.addUser(this.#users, this.#emails, user.id, user.emailKey, json))
+    const added = await call(this.#redis.addUser(this.#users, this.#emails, this.#clock.writeDeadline(), user.id, user.emailKey, json))
     return added === 1 ? parseUser(json) : undefined
   }
 
@@ -439,11 +462,13 @@ class TrackedSessions {
 
 class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
+  readonly #clock: RedisClock
   readonly #prefix: string
   readonly #cache: TrackedSessions
 
-  constructor (redis: Redis, prefix: string, cache: TrackedSessions) {
+  constructor (redis: Redis, clock: RedisClock, prefix: string, cache: TrackedSessions) {
     this.#redis = redis
+    this.#clock = clock
     this.#prefix = prefix
     this.#cache = cache
   }
@@ -451,8 +476,8 @@ class RedisSessionStore implements SessionStore {
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     const prefix = this.#prefix
     await call(this.#redis.openSession(`${prefix}session:${session.id}`, `${prefix}refresh-token:${refreshTokenHash}`,
-      `${prefix}user-sessions:${session.userId}`, prefix, session.id, session.userId, session.expiresAt, refreshTokenHash,
-      maxPerUser, Date.now()))
+      `${prefix}user-sessions:${session.userId}`, this.#clock.writeDeadline(), prefix, session.id, session.userId, session.expiresAt,
+      refreshTokenHash, maxPerUser))
   }
 
   cached (id: string, now: number): Session | undefined {
@@ -473,7 +498,7 @@ class RedisSessionStore implements SessionStore {
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
     const [status, id, userId, expires] = await call(this.#redis.rotateRefreshToken(`${this.#prefix}refresh-token:${presentedHash}`,
-      this.#prefix, presentedHash, nextHash, now, reuseLeewayMs, REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
+      this.#clock.writeDeadline(), this.#prefix, presentedHash, nextHash, now, reuseLeewayMs, REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
     if (status === 'rotated' && id !== undefined && userId !== undefined) {
       return { status, session: { id, userId, expiresAt: Number(expires) } }
     }
@@ -481,7 +506,7 @@ class RedisSessionStore implements SessionStore {
   }
 
   async revoke (id: string): Promise<void> {
-    await call(this.#redis.revokeSession(this.#prefix, id))
+    await call(this.#redis.revokeSession(this.#clock.writeDeadline(), this.#prefix, id))
     this.#cache.invalidate([id])
   }
 
@@ -493,6 +518,7 @@ class RedisSessionStore implements SessionStore {
 
 class RedisItemStore implements ItemStore {
   readonly #redis: Redis
+  readonly #clock: RedisClock
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
   readonly #items: string
@@ -503,8 +529,9 @@ class RedisItemStore implements ItemStore {
   // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
   readonly #inProgress = new Map<string, Promise<void>>()
 
-  constructor (redis: Redis, prefix: string, outbox: RedisOutbox, maxPerContributor: number, maxCachedCharacters: number) {
+  constructor (redis: Redis, clock: RedisClock, prefix: string, outbox: RedisOutbox, maxPerContributor: number, maxCachedCharacters: number) {
     this.#redis = redis
+    this.#clock = clock
     this.#outbox = outbox
     this.#parsed = new ParsedItems(maxCachedCharacters)
     this.#maxPerContributor = maxPerContributor
@@ -519,7 +546,7 @@ class RedisItemStore implements ItemStore {
     const stored = parseItem(json)
     const event = announce?.(stored)
     const added = await call(this.#redis.addItem(this.#items, this.#order, this.#sequence, this.#owned, this.#outbox.stream,
-      item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
+      this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
     if (added === 0) return undefined
     this.#outbox.recorded(event)
     return stored
@@ -540,7 +567,7 @@ class RedisItemStore implements ItemStore {
       const next = itemJson(change(current))
       const stored = parseItem(next)
       const event = announce?.(stored)
-      const outcome = await call(this.#redis.replaceItem(this.#items, this.#outbox.stream, id, json, next, ...eventArguments(event)))
+      const outcome = await call(this.#redis.replaceItem(this.#items, this.#outbox.stream, this.#clock.writeDeadline(), id, json, next, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored
@@ -551,7 +578,7 @@ class RedisItemStore implements ItemStore {
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
-      const outcome = await call(this.#redis.removeItem(this.#items, this.#order, this.#owned, this.#outbox.stream, id, json,
+      const outcome = await call(this.#redis.removeItem(this.#items, this.#order, this.#owned, this.#outbox.stream, this.#clock.writeDeadline(), id, json,
         ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
@@ -657,10 +684,12 @@ class RedisOutbox implements Outbox {
 
 class RedisRateCounter implements RateCounter {
   readonly #redis: Redis
+  readonly #clock: RedisClock
   readonly #prefix: string
 
-  constructor (redis: Redis, prefix: string) {
+  constructor (redis: Redis, clock: RedisClock, prefix: string) {
     this.#redis = redis
+    this.#clock = clock
     this.#prefix = prefix
   }
 
@@ -668,8 +697,16 @@ class RedisRateCounter implements RateCounter {
     this.#count(key, windowMs).then(callback, callback)
   }
 
+  async refund (key: string): Promise<void> {
+    await call(this.#redis.refundHit(`${this.#prefix}${key}`))
+  }
+
+  async reset (key: string): Promise<void> {
+    await call(this.#redis.del(`${this.#prefix}${key}`))
+  }
+
   async #count (key: string, windowMs: number): Promise<Counted> {
-    const [current, ttl] = await call(this.#redis.countHit(`${this.#prefix}${key}`, windowMs))
+    const [current, ttl] = await call(this.#redis.countHit(`${this.#prefix}${key}`, this.#clock.writeDeadline(), windowMs))
     return { current, ttl }
   }
 }
@@ -698,6 +735,43 @@ const COMMAND_TIMEOUT_MS = 1000
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
+// A write's deadline on Redis comes this long before its command times out here: room for the reply to travel
+// and for the error in reckoning Redis's clock (half a round trip), so that a write answered 503 was not applied.
+const DEADLINE_MARGIN_MS = 250
+// Redis's clock is reckoned again this often, and at each (re)connection, in case either clock was stepped.
+const CLOCK_CHECK_INTERVAL_MS = 30_000
+
+/**
+ * Redis's clock as this instance reckons it, from TIME, taking the reply to have been made half-way through the
+ * round trip: as an offset from this process's wall clock (for `now`) and from its monotonic clock (for deadlines,
+ * which must not move when the wall clock is stepped).
+ */
+class RedisClock {
+  readonly #redis: Redis
+  #wallOffsetMs = 0
+  #monotonicOffsetMs = 0
+
+  constructor (redis: Redis) {
+    this.#redis = redis
+  }
+
+  async check (): Promise<void> {
+    const [sentAt, sentAtWall] = [performance.now(), Date.now()]
+    const [seconds, microseconds] = await this.#redis.time()
+    const redisTime = Number(seconds) * 1000 + Number(microseconds) / 1000
+    this.#monotonicOffsetMs = redisTime - (sentAt + performance.now()) / 2
+    this.#wallOffsetMs = Math.round(redisTime - (sentAtWall + Date.now()) / 2)
+  }
+
+  now (): number {
+    return Date.now() + this.#wallOffsetMs
+  }
+
+  /** The time on Redis's clock after which a write sent now must change nothing (see WRITE_DEADLINE). */
+  writeDeadline (): number {
+    return Math.floor(performance.now() + this.#monotonicOffsetMs) + COMMAND_TIMEOUT_MS - DEADLINE_MARGIN_MS
+  }
+}
 
 /**
  * Keeps `sessions` told of every change Redis makes to a key under `keyPrefix`. Invalidations arrive on a second
@@ -762,8 +836,9 @@ const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//'
  *   event to the outbox stream in the script that makes the change, at no extra round trip.
  *
  * Commands are never queued while Redis is unreachable and never sent again after a lost connection (a script may
- * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. The client reconnects
- * by itself.
+ * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. A write script that
+ * Redis runs only after that (a frozen or overloaded server) changes nothing (WRITE_DEADLINE). The client
+ * reconnects by itself.
  */
 export async function connectRedisStore (options: RedisStoreOptions): Promise<Store> {
   const redis = new Redis(options.url, {
@@ -803,18 +878,25 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     const reason = await Promise.race([firstError, Promise.resolve(new Error(String(error)))])
     throw new StoreUnavailableError(`Cannot connect to Redis at ${withoutPassword(options.url)}: ${reason.message}`)
   }
+  const clock = new RedisClock(redis)
+  await clock.check()
+  const checkClock = (): void => { clock.check().catch(() => {}) }
+  redis.on('ready', checkClock)
+  const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
   const prefix = options.keyPrefix
   const outbox = new RedisOutbox(redis, prefix, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const invalidations = await trackSessions(redis, `${prefix}session:`, sessions)
   return {
-    users: new RedisUserStore(redis, prefix, options.cache?.users ?? CACHED_USERS),
-    sessions: new RedisSessionStore(redis, prefix, sessions),
-    items: new RedisItemStore(redis, prefix, outbox, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS),
+    users: new RedisUserStore(redis, clock, prefix, options.cache?.users ?? CACHED_USERS),
+    sessions: new RedisSessionStore(redis, clock, prefix, sessions),
+    items: new RedisItemStore(redis, clock, prefix, outbox, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS),
     outbox,
-    rateCounter: (name) => new RedisRateCounter(redis, `${prefix}rate-limit:${name}:`),
+    rateCounter: (name) => new RedisRateCounter(redis, clock, `${prefix}rate-limit:${name}:`),
     available: () => redis.status === 'ready',
+    now: () => clock.now(),
     close: async () => {
+      clearInterval(clockChecks)
       invalidations.disconnect()
       if (redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
       else redis.disconnect()

@@ -71,7 +71,8 @@ export interface SessionStore {
    * Atomically exchanges the refresh token `presentedHash` for `nextHash`. A token is accepted when it is current,
    * or when the session's last rotation replaced it less than `reuseLeewayMs` ago (a retry after a lost response,
    * a second tab): then `nextHash` joins the current tokens, so every pair issued in that window keeps working.
-   * Any other token the session had is a replay, and revokes the session.
+   * Any other token the session had is a replay, and revokes the session. `now` is by the store's clock (`Store.now`),
+   * so that instances whose clocks disagree still agree on the leeway.
    */
   rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome>
   revoke (id: string): Promise<void>
@@ -178,6 +179,15 @@ export interface Counted {
  */
 export interface RateCounter {
   incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | Error) => void): void
+  /** Takes back one hit of `key`'s window: the request it counted was not served. */
+  refund (key: string): Promise<void>
+  /** Forgets `key`'s hits: its window starts again with the next. */
+  reset (key: string): Promise<void>
+}
+
+/** The store holds as many users, or items, as it may: nothing more is added until some are removed. */
+export class StoreFullError extends Error {
+  override name = 'StoreFullError'
 }
 
 /** The store cannot be reached or did not answer in time; the request may be retried. */
@@ -187,7 +197,7 @@ export class StoreUnavailableError extends Error {
 
 /**
  * Everything the service keeps. Items and users handed out are immutable snapshots. Any operation may reject
- * with a StoreUnavailableError.
+ * with a StoreUnavailableError; adding a user or an item, with a StoreFullError where the store bounds them.
  *
  * Authentication reads the caller's session and user on every request. Each store keeps them at hand (in memory,
  * all of them; on Redis, those this instance has read and is told of every change to), and `cached` hands them
@@ -201,6 +211,11 @@ export interface Store {
   readonly outbox: Outbox
   /** The counter of one rate limit; each `name` counts apart from the others. */
   rateCounter (name: string): RateCounter
+  /**
+   * The time by the store's clock, in milliseconds since the epoch: this process's own for the memory store; for a
+   * store that instances share, the store's (Redis's, as this instance reckons it), the one clock they all read.
+   */
+  now (): number
   /** False while the store cannot serve requests (its server unreachable). */
   available (): boolean
   /** Releases what the store holds (connections); it serves nothing afterwards. */

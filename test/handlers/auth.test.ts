@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os'
 import t from 'tap'
 import { build, captureLogs, newUser } from '../helper.js'
 import { median } from '../../scripts/statistics.js'
@@ -50,6 +51,25 @@ t.test('registerUser', async (t) => {
     })))
     const statuses = responses.map((response) => response.statusCode).sort()
     t.same(statuses, [201, ...Array<number>(19).fill(409)])
+  })
+
+  t.test('twenty parallel registrations of one email from one address give one 201 and nineteen 409 after a single hash', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on' })
+    let hashes = 0
+    const { hash } = api.app.passwords
+    api.app.passwords.hash = async (...args) => { hashes += 1; return await hash(...args) }
+    const body = newUser()
+    const responses = await Promise.all(Array.from({ length: 20 }, async () => await api.call('registerUser', { body })))
+    t.same(responses.map((response) => response.statusCode).sort(), [201, ...Array<number>(19).fill(409)])
+    t.equal(hashes, 1, 'the registrations that found the email in flight waited for its outcome instead of hashing')
+  })
+
+  t.test('two instances on one store registering one email at once give one 201 and one 409', async (t) => {
+    const store = createMemoryStore()
+    const [one, other] = [await build(t, {}, { store }), await build(t, {}, { store })]
+    const body = newUser()
+    const statuses = await Promise.all([one, other].map(async (api) => (await api.call('registerUser', { body })).statusCode))
+    t.same(statuses.sort(), [201, 409])
   })
 
   t.test('passwords of 8 to 128 characters are accepted as typed, never trimmed', async (t) => {
@@ -434,6 +454,61 @@ t.test('rate limits', async (t) => {
     // More client addresses than the limiter keeps keys for, each counted once (an invalid body costs no hash).
     for (let address = 0; address < 50_001; address += 1) await attempt(`10.${address >> 16}.${(address >> 8) & 255}.${address & 255}`)
     t.equal(await attempt('198.51.100.1'), 429)
+  })
+
+  t.test('a sign-in refused by the hashing queue does not count against any rate limit', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '6', PASSWORD_QUEUE_LIMIT: '1' })
+    const burst = await Promise.all(Array.from({ length: 6 }, async () => (await api.call('registerUser', { body: newUser() })).statusCode))
+    const refused = burst.filter((status) => status === 503).length
+    t.ok(refused >= 6 - 1 - availableParallelism(), `${refused} of the burst refused by the full queue`)
+    const retries = []
+    for (let retry = 0; retry < refused; retry += 1) retries.push((await api.call('registerUser', { body: newUser() })).statusCode)
+    t.same(retries, Array<number>(refused).fill(201), 'each refused client may retry')
+    t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 429, 'the limit still holds for what was served')
+  })
+
+  t.test('failed sign-ins count per account from any address: past the limit even the right password is 429 until the window ends', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_FAILURES_WINDOW_SECONDS: '600' })
+    const { email, password } = newUser()
+    await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    const guesses = []
+    for (let network = 1; network <= 11; network += 1) {
+      guesses.push((await api.call('loginUser', { remoteAddress: `2001:db8:${network}::1`, body: { email, password: 'wrong-password' } })).statusCode)
+    }
+    t.same(guesses, [...Array<number>(10).fill(401), 429], 'ten failures from ten networks, then refused')
+    const right = await api.call('loginUser', { remoteAddress: '2001:db8:99::1', body: { email, password } })
+    t.equal(right.statusCode, 429)
+    t.same(right.json(), { code: 'RATE_LIMITED', message: 'Too many attempts; try again later.' })
+    t.ok(Number(right.headers['retry-after']) > 590, `Retry-After ${right.headers['retry-after']}: until the window ends`)
+    t.equal((await api.call('loginUser', { body: { email: 'someone-else@example.com', password: 'wrong-password' } })).statusCode, 401,
+      'other accounts are not locked')
+  })
+
+  t.test('a successful sign-in clears its account\'s failures', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_FAILURES: '2' })
+    const { email, password } = newUser()
+    await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    const attempt = async (guess: string, remoteAddress: string): Promise<number> =>
+      (await api.call('loginUser', { remoteAddress, body: { email, password: guess } })).statusCode
+    t.same([await attempt('wrong-password', '192.0.2.1'), await attempt(password, '192.0.2.2')], [401, 200])
+    t.same([await attempt('wrong-password', '192.0.2.3'), await attempt('wrong-password', '192.0.2.4'), await attempt(password, '192.0.2.5')],
+      [401, 401, 429], 'two failures after the success lock it')
+  })
+
+  t.test('a hit that cannot be taken back is logged, and the answer stands', async (t) => {
+    const memory = createMemoryStore()
+    const store: Store = {
+      ...memory,
+      rateCounter: (name) => {
+        const counter = memory.rateCounter(name)
+        return { incr: counter.incr.bind(counter), refund: async () => { throw new Error('the store lost it') }, reset: counter.reset.bind(counter) }
+      }
+    }
+    const { lines, logStream } = captureLogs()
+    const api = await build(t, { RATE_LIMIT: 'on', PASSWORD_QUEUE_LIMIT: '1', LOG_LEVEL: 'warn' }, { store, logStream })
+    const burst = await Promise.all(Array.from({ length: 5 }, async () => (await api.call('registerUser', { body: newUser() })).statusCode))
+    t.ok(burst.includes(503), `a burst past the queue: ${burst.join(' ')}`)
+    t.match(lines.join(''), /"msg":"taking back a rate-limit hit failed; the limit counts the request"/)
   })
 
   t.test('registration and refresh are limited per client address', async (t) => {

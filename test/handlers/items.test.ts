@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap'
 import type { DomainEvent } from '../../src/plugins/events.js'
 import type { RouteOperationId } from '../../generated/routes.js'
-import { type Api, build, type Schemas } from '../helper.js'
+import { type Api, build, newUser, type Schemas } from '../helper.js'
 
 const MISSING_ID = '00000000-0000-4000-8000-000000000000'
 
@@ -367,6 +367,22 @@ t.test('item writes are bounded per user', async (t) => {
     }
     const other = await api.register()
     t.equal((await api.call('createItem', { token: other.accessToken, body: { name: 'd' } })).statusCode, 201, 'another user is not limited')
+  })
+
+  t.test('the memory store holds at most MEMORY_STORE_MAX_ITEMS items and MEMORY_STORE_MAX_USERS users: 507 STORE_FULL past them', async (t) => {
+    const api = await build(t, { STORE: 'memory', MEMORY_STORE_MAX_ITEMS: '2', MEMORY_STORE_MAX_USERS: '2' })
+    const [first, second] = [await api.register(), await api.register()]
+    const full = await api.call('registerUser', { body: newUser() })
+    t.equal(full.statusCode, 507)
+    t.same(full.json(), { code: 'STORE_FULL', message: 'The service holds as many users or items as it may; nothing more can be added until some are removed.' })
+    const kept = await api.createItem(first!.accessToken)
+    await api.createItem(second!.accessToken)
+    const create = await api.call('createItem', { token: second!.accessToken, body: { name: 'one too many' } })
+    t.equal(create.statusCode, 507)
+    t.equal(create.json().code, 'STORE_FULL')
+    t.equal((await api.call('listItems', { token: first!.accessToken })).json().pagination.total, 2, 'nothing was added')
+    t.equal((await api.call('deleteItem', { token: first!.accessToken, params: { itemId: kept.id } })).statusCode, 204)
+    t.equal((await api.call('createItem', { token: second!.accessToken, body: { name: 'now there is room' } })).statusCode, 201, 'a delete makes room')
   })
 
   t.test('a contributor owns at most MAX_ITEMS_PER_USER items; a delete makes room', async (t) => {

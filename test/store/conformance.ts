@@ -266,6 +266,24 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal((await count(store, 'a', 'k', 100)).current, 1)
   })
 
+  t.test('rate counters: a refund takes back one hit of the window, never below none; a reset forgets the key', async (t) => {
+    const store = await fresh(t)
+    const counter = store.rateCounter('a')
+    await count(store, 'a', 'k', HOUR)
+    await count(store, 'a', 'k', HOUR)
+    await counter.refund('k')
+    t.equal((await count(store, 'a', 'k', HOUR)).current, 2)
+    await counter.refund('k')
+    await counter.refund('k')
+    await counter.refund('k')
+    t.equal((await count(store, 'a', 'k', HOUR)).current, 1, 'refunds beyond the hits counted take back nothing more')
+    await counter.refund('never-counted')
+    t.equal((await count(store, 'a', 'never-counted', HOUR)).current, 1)
+    await counter.reset('k')
+    const afresh = await count(store, 'a', 'k', 100)
+    t.same([afresh.current, afresh.ttl <= 100], [1, true], 'a new window, of the length the next hit asks')
+  })
+
   t.test('outbox: each stored change records one event, for every subscriber of its channel; a change not stored records none', async (t) => {
     const { items, outbox } = await fresh(t, 1)
     await outbox.subscribe('adds-and-removals', [ADDED, REMOVED])

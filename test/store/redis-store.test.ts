@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { setImmediate as setImmediatePromise } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
-import { connectRedisStore } from '../../src/store/redis-store.js'
+import { connectRedisStore, scripts } from '../../src/store/redis-store.js'
 import type { Store } from '../../src/store/store.js'
 import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
 import { storeConformance } from './conformance.js'
@@ -43,6 +43,34 @@ t.test('the Store contract, on Redis', { skip }, async (t) => {
     t.teardown(async () => { await store.close() })
     return store
   })
+})
+
+t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const redis = new Redis(REDIS_URL, { scripts })
+  t.teardown(() => { redis.disconnect() })
+  const [seconds] = await redis.time()
+  // Deadlines on Redis's clock: a second ago, and a minute ahead.
+  const past = Number(seconds) * 1000 - 1000
+  const future = past + 61_000
+  const key = (name: string): string => `${prefix}${name}`
+  const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
+  const item = JSON.stringify({ id: 'i1', contributorId: 'u1' })
+  await t.rejects(redis.addItem(key('items'), key('item-order'), key('item-sequence'), key('items-owned'), key('outbox'), past, 'i1', 'u1', item, 10), late)
+  await t.rejects(redis.addUser(key('users'), key('user-emails'), past, 'u1', 'a@b.co', '{}'), late)
+  await t.rejects(redis.openSession(key('session:s1'), key('refresh-token:h1'), key('user-sessions:u1'), past, prefix, 's1', 'u1', Date.now() + 60_000, 'h1', 20), late)
+  await t.rejects(redis.countHit(key('rate-limit:a:k'), past, 60_000), late)
+  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written')
+
+  t.equal(await redis.openSession(key('session:s1'), key('refresh-token:h1'), key('user-sessions:u1'), future, prefix, 's1', 'u1', Date.now() + 60_000, 'h1', 20), 1)
+  await t.rejects(redis.rotateRefreshToken(key('refresh-token:h1'), past, prefix, 'h1', 'h2', Date.now(), 5000, 16, 32), late)
+  await t.rejects(redis.revokeSession(past, prefix, 's1'), late)
+  t.same(await redis.rotateRefreshToken(key('refresh-token:h1'), future, prefix, 'h1', 'h2', Date.now(), 5000, 16, 32), ['rotated', 's1', 'u1', String(await redis.hget(key('session:s1'), 'expires'))],
+    'the token was still current: the late rotation changed nothing')
+  t.equal(await redis.addItem(key('items'), key('item-order'), key('item-sequence'), key('items-owned'), key('outbox'), future, 'i1', 'u1', item, 10), 1)
+  await t.rejects(redis.replaceItem(key('items'), key('outbox'), past, 'i1', item, '{}'), late)
+  await t.rejects(redis.removeItem(key('items'), key('item-order'), key('items-owned'), key('outbox'), past, 'i1', item), late)
+  t.equal(await redis.hget(key('items'), 'i1'), item, 'the item is as it was')
 })
 
 t.test('every key the store writes starts with its prefix', { skip }, async (t) => {
