@@ -223,7 +223,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   }
   const webhookTimeoutMs = read(source, 'WEBHOOK_TIMEOUT_MS', integer(100, 600_000), 10_000)
   const reclaimAfterMs = read(source, 'WEBHOOK_RECLAIM_AFTER_MS', integer(1000), 60_000)
-  // Until an attempt has timed out, its delivery must not be taken over by another instance.
+  // WEBHOOK_TIMEOUT_MS bounds a whole attempt: until it has passed, its delivery must not be taken over by another
+  // instance.
   if (reclaimAfterMs <= webhookTimeoutMs) {
     throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
   }

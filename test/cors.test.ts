@@ -25,6 +25,18 @@ t.test('off by default: a preflight finds no route', async (t) => {
   t.equal(response.headers['access-control-allow-origin'], undefined)
 })
 
+t.test('a malformed preflight is a 400 in the contract\'s ValidationErrorResponse shape, naming what it lacks', async (t) => {
+  const api = await build(t, { CORS_ORIGINS: APP_ORIGIN })
+  const response = await api.app.inject({ method: 'OPTIONS', url: '/v1/items', headers: { origin: APP_ORIGIN } })
+  t.equal(response.statusCode, 400)
+  t.match(response.headers['content-type'], /^application\/json/)
+  t.same(response.json(), {
+    code: 'VALIDATION_ERROR',
+    message: 'The request is invalid.',
+    details: [{ field: 'headers.access-control-request-method', issue: 'is required in a CORS preflight' }]
+  })
+})
+
 t.test('CORS_ORIGINS: preflights from a listed origin answer 204, and responses expose the headers clients read', async (t) => {
   const api = await build(t, { CORS_ORIGINS: `${APP_ORIGIN},https://app.example.com` })
   const allowed = await api.app.inject(preflight(APP_ORIGIN))

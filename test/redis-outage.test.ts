@@ -1,4 +1,5 @@
 // The service on a Redis of the test's own, which the test stops, freezes and starts again mid-traffic.
+import { Redis } from 'ioredis'
 import t from 'tap'
 import { build, captureLogs, newUser } from './helper.js'
 import { failedStart } from './processes.js'
@@ -93,6 +94,26 @@ t.test('a write answered 503 while Redis is frozen is never applied once it thaw
   t.equal((await api.call('listItems', { token: retried.json().accessToken })).statusCode, 200, 'and its session lives')
   t.equal((await api.call('createItem', { token: accessToken, body: { name: 'once' } })).statusCode, 201, 'the retried create is stored')
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1, 'once')
+})
+
+t.test('items evicted from Redis (maxmemory-policy allkeys-*) are skipped by every page, counted and logged, never a 500', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'evicted:', LOG_LEVEL: 'warn' }, { logStream })
+  const { accessToken } = await api.register()
+  const kept = await api.createItem(accessToken, { name: 'kept' })
+  const evicted = await api.createItem(accessToken, { name: 'evicted' })
+  const raw = new Redis(redis.url)
+  t.teardown(() => { raw.disconnect() })
+  await raw.hdel('evicted:items', evicted.id)
+  const page = await api.call('listItems', { token: accessToken })
+  t.equal(page.statusCode, 200)
+  t.same(page.json().data.map((item: { id: string }) => item.id), [kept.id])
+  await raw.del('evicted:items')
+  t.same((await api.call('listItems', { token: accessToken })).json().data, [], 'the whole hash gone: an empty page')
+  const warnings = lines.filter((line) => line.includes('missing from items'))
+  t.equal(warnings.length, 1, 'logged once an interval')
+  t.match(warnings[0], /"skipped":1/)
 })
 
 t.test('a Redis that cannot be reached stops the start, in one line that keeps the password out', { skip }, async (t) => {

@@ -3,7 +3,8 @@ import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
-import { build, testEnvironment } from './helper.js'
+import { createMemoryStore } from '../src/store/memory-store.js'
+import { build, captureLogs, testEnvironment } from './helper.js'
 import { failedStart } from './processes.js'
 
 const ada = { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }
@@ -40,13 +41,14 @@ t.test('SEED_FILE: users and items loaded before the server is ready, as the API
 
 t.test('a bad seed file stops the start with one line naming the entry', async (t) => {
   const bad: Array<[unknown, RegExp]> = [
-    ['{', /: SyntaxError/],
+    ['{', /: is not valid JSON \(at line 1, column 2\)$/],
+    ['{"users": [{"password": SuperSecret}]}', /: is not valid JSON \(at line 1, column 25\)$/],
     [[], /: must be an object with users and items/],
     [{ users: [], extra: [] }, /: has unknown field\(s\) extra$/],
     [{ users: {} }, /: users: must be a list$/],
     [{ users: [ada, { ...grace, email: 'not an email' }] }, /: users\[1\]\.email: must match format "email"$/],
     [{ users: [ada, { ...grace, password: 'short' }] }, /: users\[1\]\.password: must NOT have fewer than 8 characters$/],
-    [{ users: [ada, { ...grace, email: 'ADA@example.com' }] }, /: users\[1\]\.email: is already registered$/],
+    [{ users: [ada, { ...grace, email: 'ADA@example.com' }] }, /: users\[1\]\.email: is listed already, as users\[0\]$/],
     [{ users: [ada], items: ['x'] }, /: items\[0\]: must be an object$/],
     [{ users: [ada], items: [{ owner: ada.email }] }, /: items\[0\]\.name: must have required property 'name'$/],
     [{ users: [ada], items: [{ owner: ada.email, name: 'n', colour: 'red' }] }, /: items\[0\]\.colour: must NOT have additional properties$/],
@@ -61,9 +63,23 @@ t.test('a bad seed file stops the start with one line naming the entry', async (
     await t.rejects(buildApp(loadConfig({ ...testEnvironment, STORE: 'memory', SEED_FILE: file, MAX_ITEMS_PER_USER: '1' })),
       { name: 'SeedError', message: new RegExp(`^Cannot load SEED_FILE ${file}${message.source}`) }, JSON.stringify(contents))
   }
+  const missing = join(t.testdir(), 'missing.json')
+  await t.rejects(buildApp(loadConfig({ ...testEnvironment, STORE: 'memory', SEED_FILE: missing })),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${missing}: Error: ENOENT: no such file or directory, open '${missing}'` })
   const { code, stderr } = await failedStart({ SEED_FILE: seedFile(t, { users: [{ ...ada, role: 'admin' }] }) })
   t.equal(code, 1)
   t.match(stderr.trim(), /^Cannot load SEED_FILE \S+: users\[0\]\.role: must be equal to one of the allowed values$/, 'one line')
   t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32), SEED_FILE: 'seed.json' }),
     { message: 'Invalid configuration: SEED_FILE is for development and test, not production' })
+})
+
+t.test('a second start on a store that kept the first\'s seed (Redis) starts, skipping the users and items seeded before', async (t) => {
+  const store = createMemoryStore()
+  const file = seedFile(t, { users: [ada, grace], items: [{ owner: ada.email, name: 'Difference engine' }] })
+  await build(t, { SEED_FILE: file }, { store })
+  const { lines, logStream } = captureLogs()
+  const again = await build(t, { SEED_FILE: file, LOG_LEVEL: 'info' }, { store, logStream })
+  const { accessToken } = (await again.call('loginUser', { body: { email: ada.email, password: ada.password } })).json()
+  t.equal((await again.call('listItems', { token: accessToken })).json().pagination.total, 1, 'the item once')
+  t.match(lines.join(''), /"users":2,"items":1,"msg":"SEED_FILE: users registered before \(by an earlier start\) skipped, with their items"/)
 })

@@ -1,4 +1,7 @@
 // Webhooks through HTTP: the service's item routes on one side, a real receiver on a local port on the other.
+import { once } from 'node:events'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import ajvFormats from 'ajv-formats'
 import { Webhook } from 'standardwebhooks'
@@ -162,6 +165,43 @@ t.test('a subscriber has at most 32 attempts in progress; the others wait their 
   const received = await target.waitFor(72)
   const delivered = new Set(received.slice(36).map((one) => JSON.parse(one.body).subject))
   t.same([...delivered].sort(), created.slice().sort(), 'after the timeouts, every event is delivered')
+})
+
+t.test('a receiver that answers 200 then trickles its body neither holds an attempt past its deadline nor delays another subscriber on its origin', async (t) => {
+  // One origin, two subscribers: /slow sends its headers, then a byte every 100 ms of a body it never finishes.
+  const requests = { slow: new Set<string>(), fast: new Set<string>(), slowTotal: 0 }
+  const server = createServer((request, response) => {
+    request.resume()
+    request.on('end', () => {
+      const id = String(request.headers['webhook-id'])
+      if (request.url === '/fast') {
+        requests.fast.add(id)
+        response.writeHead(204).end()
+        return
+      }
+      requests.slow.add(id)
+      requests.slowTotal += 1
+      response.writeHead(200, { 'content-length': '1000' })
+      const trickle = setInterval(() => response.write('x'), 100)
+      response.on('close', () => { clearInterval(trickle) })
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const api = await buildWith(t, [{ url: `${origin}/slow`, secret: SECRET }, { url: `${origin}/fast`, secret: SECRET }],
+    { WEBHOOK_TIMEOUT_MS: '1000', RATE_LIMIT_WRITES: '1000' })
+  const { accessToken } = await api.register()
+  for (let index = 0; index < 40; index += 1) await api.createItem(accessToken, { name: `item ${index}` })
+  const began = Date.now()
+  while (requests.fast.size < 40 && Date.now() - began < 10_000) await pause(20)
+  t.equal(requests.fast.size, 40, `the other subscriber got every event, in ${Date.now() - began} ms`)
+  t.ok(Date.now() - began < 3000, 'without waiting for the trickling one')
+  while (requests.slow.size < 40 && Date.now() - began < 10_000) await pause(20)
+  await pause(1500)
+  t.equal(requests.slow.size, 40, 'the trickling subscriber got every event too')
+  t.equal(requests.slowTotal, 40, 'each once: its 200 settled each attempt, and no lease ended under one')
 })
 
 t.test('past its bound, new events are dropped for a subscriber, counted and logged; those waiting keep their place', async (t) => {

@@ -1,6 +1,7 @@
 import fastifyCors from '@fastify/cors'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
+import { validationError } from './errors.js'
 
 interface CorsPluginOptions {
   /** The browser origins allowed to call the API (CORS_ORIGINS); none switches CORS off. */
@@ -16,6 +17,20 @@ const PREFLIGHT_MAX_AGE_SECONDS = 600
  */
 async function corsPlugin (app: FastifyInstance, options: CorsPluginOptions): Promise<void> {
   if (options.origins.length === 0) return
+  // @fastify/cors answers a preflight without Origin or Access-Control-Request-Method with a text/plain 400 of its
+  // own: its OPTIONS route sends the contract's ValidationErrorResponse instead.
+  const preflightInContractShape: onSendHookHandler = (request, reply, payload, done) => {
+    if (reply.statusCode !== 400) {
+      done(null, payload)
+      return
+    }
+    const missing = ['origin', 'access-control-request-method'].filter((header) => request.headers[header] === undefined)
+    reply.type('application/json; charset=utf-8')
+    done(null, JSON.stringify(validationError(missing.map((header) => ({ field: `headers.${header}`, issue: 'is required in a CORS preflight' })))))
+  }
+  app.addHook('onRoute', (route) => {
+    if (route.method === 'OPTIONS') route.onSend = [...[route.onSend ?? []].flat(), preflightInContractShape]
+  })
   await app.register(fastifyCors, {
     origin: [...options.origins],
     methods: ['GET', 'POST', 'PATCH', 'DELETE'],

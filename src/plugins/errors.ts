@@ -37,7 +37,7 @@ function fieldPath (issue: ValidationIssue, context: string): string {
   return (context === 'body' ? ['body', ...segments] : segments).join('.')
 }
 
-function validationError (details: ValidationDetail[]): ValidationErrorBody {
+export function validationError (details: ValidationDetail[]): ValidationErrorBody {
   return { code: 'VALIDATION_ERROR', message: 'The request is invalid.', details }
 }
 

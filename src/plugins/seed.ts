@@ -5,6 +5,7 @@ import type { components } from '../../generated/openapi.js'
 import { schemas } from '../../generated/schemas.js'
 import { validators } from '../../generated/validators.js'
 import { emailKey } from '../auth/email.js'
+import { parseJson } from '../json-text.js'
 import { isPlainObject } from '../plain-object.js'
 import { newItem, newUser } from '../records.js'
 
@@ -38,31 +39,57 @@ const isItemStatus = (value: unknown): value is Schemas['ItemStatus'] => schemas
 /**
  * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
  * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
- * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet.
+ * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet. A user
+ * registered already (by an earlier start, on a store that outlives it) is skipped with its items.
  */
 async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
-  const seed: unknown = JSON.parse(await readFile(file, 'utf8'))
+  const text = await readFile(file, 'utf8')
+  let seed: unknown
+  try {
+    seed = parseJson(text)
+  } catch (error) {
+    throw new SeedError((error as SyntaxError).message)
+  }
   if (!isPlainObject(seed)) throw new SeedError('must be an object with users and items')
   const unknownKeys = Object.keys(seed).filter((key) => key !== 'users' && key !== 'items')
   if (unknownKeys.length > 0) throw new SeedError(`has unknown field(s) ${unknownKeys.join(', ')}`)
   const { store, passwords } = app
   // One at a time, so that seeding never fills the hashing queue.
   const requester = { address: 'seed', stillWanted: () => true }
+  const listedAt = new Map<string, number>()
+  // Users a start before this one seeded (a store that outlives the process: Redis): they and their items are
+  // skipped, so that every instance of a deployment may start with the same SEED_FILE.
+  const seededBefore = new Set<string>()
   for (const [index, entry] of entries(seed, 'users').entries()) {
     const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, entry, `users[${index}]`)
-    const added = await store.users.add(newUser(user, emailKey(user.email), await passwords.hash(user.password, requester)))
-    if (added === undefined) throw new SeedError(`users[${index}].email: is already registered`)
+    const key = emailKey(user.email)
+    const first = listedAt.get(key)
+    if (first !== undefined) throw new SeedError(`users[${index}].email: is listed already, as users[${first}]`)
+    listedAt.set(key, index)
+    const added = await store.users.add(newUser(user, key, await passwords.hash(user.password, requester)))
+    if (added === undefined) seededBefore.add(key)
   }
+  let itemsSkipped = 0
   for (const [index, entry] of entries(seed, 'items').entries()) {
     const where = `items[${index}]`
     if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
     const { owner, status = 'active', ...body } = entry
     const item = valid<Schemas['CreateItemRequest']>(validators.createItem.body, body, where)
     if (!isItemStatus(status)) throw new SeedError(`${where}.status: must be one of ${schemas.ItemStatus.enum.join(', ')}`)
-    const contributor = typeof owner === 'string' ? await store.users.findByEmailKey(emailKey(owner)) : undefined
-    if (contributor?.role !== 'contributor') throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
+    const ownerKey = typeof owner === 'string' ? emailKey(owner) : undefined
+    const contributor = ownerKey === undefined ? undefined : await store.users.findByEmailKey(ownerKey)
+    if (contributor?.role !== 'contributor' || !listedAt.has(contributor.emailKey)) {
+      throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
+    }
+    if (seededBefore.has(contributor.emailKey)) {
+      itemsSkipped += 1
+      continue
+    }
     const added = await store.items.add(newItem(item, contributor.id, status))
     if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
+  }
+  if (seededBefore.size > 0) {
+    app.log.info({ users: seededBefore.size, items: itemsSkipped }, 'SEED_FILE: users registered before (by an earlier start) skipped, with their items')
   }
 }
 

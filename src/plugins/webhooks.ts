@@ -8,7 +8,7 @@ import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
 // How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
 // records, an attempt that ends): how soon another instance's events and retries are picked up.
 const POLL_INTERVAL_MS = 250
-// Attempts in progress per subscriber at most, and connections per subscriber origin.
+// Attempts in progress per subscriber at most, and connections in its pool.
 const CONCURRENT_PER_SUBSCRIBER = 32
 // Each retry's wait is its configured delay, 10 % more or less at random, so that retries spread out.
 const JITTER = 0.1
@@ -35,10 +35,10 @@ class SubscriberWorker {
   #storeFailing = false
   stopped = false
 
-  constructor (subscription: Subscription, outbox: Outbox, sender: WebhookSender, config: WebhooksConfig, log: FastifyBaseLogger) {
+  constructor (subscription: Subscription, outbox: Outbox, config: WebhooksConfig, log: FastifyBaseLogger) {
     this.subscription = subscription
     this.#outbox = outbox
-    this.#sender = sender
+    this.#sender = new WebhookSender(subscription, { timeoutMs: config.timeoutMs, connections: CONCURRENT_PER_SUBSCRIBER })
     this.#config = config
     this.log = log.child({ subscriber: subscriberName(subscription.url) })
   }
@@ -81,6 +81,11 @@ class SubscriberWorker {
     await Promise.all(this.#attempts)
   }
 
+  /** Closes the subscriber's connections, once their attempts have ended, or at once when `abort` is set. */
+  async close (abort: boolean): Promise<void> {
+    await this.#sender.close(abort)
+  }
+
   #storeRecovered (): void {
     if (!this.#storeFailing) return
     this.#storeFailing = false
@@ -96,7 +101,7 @@ class SubscriberWorker {
   }
 
   async #attempt (delivery: Delivery): Promise<void> {
-    const outcome = await this.#sender.send(this.subscription, delivery.event)
+    const outcome = await this.#sender.send(delivery.event)
     const retryDelay = this.#config.retryDelaysMs[delivery.attempt - 1]
     try {
       if (outcome.delivered) {
@@ -142,8 +147,7 @@ export default async function webhooksPlugin (app: FastifyInstance, options: Web
   const { subscriptions } = options.config
   if (subscriptions.length === 0) return
   const { outbox } = app.store
-  const sender = new WebhookSender({ timeoutMs: options.config.timeoutMs, connectionsPerOrigin: CONCURRENT_PER_SUBSCRIBER })
-  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, sender, options.config, app.log))
+  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log))
   for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
 
   const takeAll = (): void => { for (const worker of workers) void worker.take() }
@@ -172,7 +176,7 @@ export default async function webhooksPlugin (app: FastifyInstance, options: Web
     for (const worker of workers) worker.stopped = true
     const allSettled = Promise.all(workers.map(async (worker) => { await worker.settled() }))
     const timedOut = await Promise.race([allSettled.then(() => false), sleep(Math.max(0, deadline - Date.now()), true)])
-    await sender.close(timedOut)
+    await Promise.all(workers.map(async (worker) => { await worker.close(timedOut) }))
     await allSettled
     for (const worker of workers) {
       const lost = outbox.durable ? 0 : await worker.pending()

@@ -257,7 +257,7 @@ declare module 'ioredis' {
     revokeSession (deadline: number, prefix: string, id: string): Result<1, Context>
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, deadline: number, id: string, contributorId: string,
       item: string, maxPerContributor: number, ...event: EventArguments): Result<0 | 1, Context>
-    pageItems (items: string, order: string, first: number, last: number): Result<[number, ...string[]], Context>
+    pageItems (items: string, order: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
     replaceItem (items: string, outbox: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, deadline: number, id: string, expected: string,
       ...event: EventArguments): Result<0 | 1 | string, Context>
@@ -289,6 +289,8 @@ const eventArguments = (event: OutboxEvent | undefined): EventArguments =>
 // fans out into at most this many pairs while the reuse leeway lasts.
 const REMEMBERED_REPLACED_TOKENS = 16
 const MAX_PAIRS_PER_ROTATION = 32
+// A page that meets items gone from Redis says so in the log at most this often.
+const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
 // An edit or delete re-reads the item and tries again when another instance changed it in between; past this
 // many tries it gives up with a StoreUnavailableError rather than hold the request.
 const MAX_CHANGE_ATTEMPTS = 16
@@ -528,10 +530,17 @@ class RedisItemStore implements ItemStore {
   readonly #parsed: ParsedItems
   // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
   readonly #inProgress = new Map<string, Promise<void>>()
+  readonly #logger: RedisStoreLogger
+  // Items in the creation order but gone from the items hash, skipped by pages: counted, and logged at most once
+  // an interval.
+  #missingSkipped = 0
+  #missingLoggedAt = -Infinity
 
-  constructor (redis: Redis, clock: RedisClock, prefix: string, outbox: RedisOutbox, maxPerContributor: number, maxCachedCharacters: number) {
+  constructor (redis: Redis, clock: RedisClock, prefix: string, outbox: RedisOutbox, maxPerContributor: number, maxCachedCharacters: number,
+    logger: RedisStoreLogger) {
     this.#redis = redis
     this.#clock = clock
+    this.#logger = logger
     this.#outbox = outbox
     this.#parsed = new ParsedItems(maxCachedCharacters)
     this.#maxPerContributor = maxPerContributor
@@ -558,8 +567,20 @@ class RedisItemStore implements ItemStore {
   }
 
   async page (offset: number, limit: number): Promise<ItemPage> {
-    const [total, ...items] = await call(this.#redis.pageItems(this.#items, this.#order, offset, offset + limit - 1))
-    return { items: items.map((json) => this.#parsed.parse(json)), total }
+    const [total, ...found] = await call(this.#redis.pageItems(this.#items, this.#order, offset, offset + limit - 1))
+    const items: Item[] = []
+    for (const json of found) if (json !== null) items.push(this.#parsed.parse(json))
+    if (items.length < found.length) this.#skipMissing(found.length - items.length)
+    return { items, total }
+  }
+
+  // An item is missing only when something else deleted it: an eviction policy other than noeviction (README).
+  #skipMissing (count: number): void {
+    this.#missingSkipped += count
+    if (Date.now() - this.#missingLoggedAt < MISSING_ITEMS_LOG_INTERVAL_MS) return
+    this.#missingLoggedAt = Date.now()
+    this.#logger.warn({ skipped: this.#missingSkipped },
+      'items in item-order are missing from items (evicted? Redis needs maxmemory-policy noeviction); pages skip them')
   }
 
   async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
@@ -713,7 +734,7 @@ class RedisRateCounter implements RateCounter {
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {
-  warn: (details: { err: Error }, message: string) => void
+  warn: (details: object, message: string) => void
   info: (message: string) => void
 }
 
@@ -890,7 +911,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   return {
     users: new RedisUserStore(redis, clock, prefix, options.cache?.users ?? CACHED_USERS),
     sessions: new RedisSessionStore(redis, clock, prefix, sessions),
-    items: new RedisItemStore(redis, clock, prefix, outbox, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS),
+    items: new RedisItemStore(redis, clock, prefix, outbox, options.maxItemsPerContributor, options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS,
+      options.logger),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${prefix}rate-limit:${name}:`),
     available: () => redis.status === 'ready',

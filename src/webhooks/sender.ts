@@ -11,54 +11,53 @@ export type AttemptOutcome =
 const MAX_RESPONSE_BYTES = 64 * 1024
 
 /**
- * POSTs events to subscribers as CloudEvents structured JSON, signed per Standard Webhooks 1.0, over a keep-alive
- * pool per subscriber origin of at most `connectionsPerOrigin` connections. Redirects are not followed: a 3xx is a
- * failed attempt, like any status but 2xx.
+ * POSTs events to one subscriber as CloudEvents structured JSON, signed per Standard Webhooks 1.0, over a keep-alive
+ * pool of its own of at most `connections` connections, so a subscriber that holds them up delays no other, even
+ * on the same origin. Redirects are not followed: a 3xx is a failed attempt, like any status but 2xx.
  */
 export class WebhookSender {
+  readonly #url: URL
+  readonly #signer: Webhook
   readonly #agent: Agent
-  readonly #signers = new Map<string, Webhook>()
+  readonly #timeoutMs: number
 
   /**
-   * `timeoutMs` bounds each step of an attempt, with undici's own timers (an AbortSignal per request costs more
-   * than the rest of the attempt's bookkeeping): the connection, the response's headers, each pause in its body.
+   * `timeoutMs` bounds a whole attempt, whatever the receiver does: connecting, sending, waiting for the status and
+   * reading the body.
    */
-  constructor (options: { timeoutMs: number, connectionsPerOrigin: number }) {
-    const { timeoutMs } = options
-    this.#agent = new Agent({
-      connections: options.connectionsPerOrigin,
-      keepAliveTimeout: 30_000,
-      connect: { timeout: timeoutMs },
-      headersTimeout: timeoutMs,
-      bodyTimeout: timeoutMs
-    })
+  constructor (subscription: Subscription, options: { timeoutMs: number, connections: number }) {
+    this.#url = new URL(subscription.url)
+    this.#signer = new Webhook(subscription.secret)
+    this.#timeoutMs = options.timeoutMs
+    this.#agent = new Agent({ connections: options.connections, keepAliveTimeout: 30_000 })
   }
 
-  /** One attempt; never rejects: a timeout, a refused connection or a non-2xx status is a failed outcome. */
-  async send (subscription: Subscription, event: OutboxEvent): Promise<AttemptOutcome> {
-    const signer = this.#signers.get(subscription.id) ?? new Webhook(subscription.secret)
-    this.#signers.set(subscription.id, signer)
-    const url = new URL(subscription.url)
+  /**
+   * One attempt; never rejects: a timeout, a refused connection or a non-2xx status is a failed outcome. The status
+   * settles it: a body still arriving at the deadline is dropped with its connection, and a 2xx stays delivered.
+   */
+  async send (event: OutboxEvent): Promise<AttemptOutcome> {
     const now = new Date()
     try {
       const response = await this.#agent.request({
-        origin: url.origin,
-        path: url.pathname + url.search,
+        origin: this.#url.origin,
+        path: this.#url.pathname + this.#url.search,
         method: 'POST',
         headers: {
           'content-type': 'application/cloudevents+json',
           'user-agent': 'items-service',
           'webhook-id': event.id,
           'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-          'webhook-signature': signer.sign(event.id, now, event.body)
+          'webhook-signature': this.#signer.sign(event.id, now, event.body)
         },
-        body: event.body
+        body: event.body,
+        signal: AbortSignal.timeout(this.#timeoutMs)
       })
-      await response.body.dump({ limit: MAX_RESPONSE_BYTES })
       const { statusCode: status } = response
+      await response.body.dump({ limit: MAX_RESPONSE_BYTES }).catch(() => {})
       return status >= 200 && status < 300 ? { delivered: true, status } : { delivered: false, reason: `answered ${status}` }
     } catch (error) {
-      // "HeadersTimeoutError: Headers Timeout Error", "Error: connect ECONNREFUSED 127.0.0.1:4000", …
+      // "TimeoutError: The operation was aborted due to timeout", "Error: connect ECONNREFUSED 127.0.0.1:4000", …
       return { delivered: false, reason: String(error) }
     }
   }

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
 import { channels as CHANNELS } from '../../generated/routes.js'
+import { parseJson } from '../json-text.js'
 import { isPlainObject } from '../plain-object.js'
 
 export type Channel = typeof CHANNELS[number]
@@ -37,6 +38,10 @@ function subscription (entry: unknown, index: number): Subscription {
   if (typeof url !== 'string' || !URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
     throw problem('url must be an http:// or https:// URL')
   }
+  // The sender would drop them (it sends no Authorization), and a secret does not belong in a URL that is logged.
+  if (new URL(url).username !== '' || new URL(url).password !== '') {
+    throw problem('url must not hold credentials (user:password@); the signature authenticates each delivery')
+  }
   const key = typeof secret === 'string' ? SECRET.exec(secret)?.[1] : undefined
   const bytes = key === undefined ? 0 : Buffer.from(key, 'base64').length
   if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) {
@@ -60,9 +65,9 @@ function subscription (entry: unknown, index: number): Subscription {
 export function parseSubscriptions (json: string): Subscription[] {
   let entries: unknown
   try {
-    entries = JSON.parse(json)
+    entries = parseJson(json)
   } catch (error) {
-    throw new Error(`: is not valid JSON (${(error as Error).message})`)
+    throw new Error(`: ${(error as Error).message}`)
   }
   if (!Array.isArray(entries)) throw new Error(': must be a JSON array of subscriptions')
   if (entries.length > MAX_SUBSCRIPTIONS) throw new Error(`: may list at most ${MAX_SUBSCRIPTIONS} subscriptions`)

@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os'
 import t from 'tap'
 import { build, captureLogs, newUser } from '../helper.js'
+import { redisKeyPrefix, redisSkip } from '../redis.js'
 import { median } from '../../scripts/statistics.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
 import { createMemoryStore } from '../../src/store/memory-store.js'
@@ -482,6 +483,17 @@ t.test('rate limits', async (t) => {
     t.ok(Number(right.headers['retry-after']) > 590, `Retry-After ${right.headers['retry-after']}: until the window ends`)
     t.equal((await api.call('loginUser', { body: { email: 'someone-else@example.com', password: 'wrong-password' } })).statusCode, 401,
       'other accounts are not locked')
+  })
+
+  t.test('on Redis, two instances count one account\'s failures together', { skip: await redisSkip() }, async (t) => {
+    const shared = { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t), RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_FAILURES: '4' }
+    const [one, other] = [await build(t, shared), await build(t, shared)]
+    const { email, password } = newUser()
+    await one.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    const statuses = []
+    for (const api of [one, other, one, other, one]) statuses.push((await api.call('loginUser', { body: { email, password: 'wrong-password' } })).statusCode)
+    t.same(statuses, [401, 401, 401, 401, 429])
+    t.equal((await other.call('loginUser', { body: { email, password } })).statusCode, 429, 'locked on both')
   })
 
   t.test('a successful sign-in clears its account\'s failures', async (t) => {
