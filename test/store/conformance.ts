@@ -266,6 +266,13 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal((await count(store, 'a', 'k', 100)).current, 1)
   })
 
+  t.test('now: the store\'s clock in milliseconds since the epoch; on this host, this process\'s within a few', async (t) => {
+    const store = await fresh(t)
+    const before = Date.now()
+    const now = store.now()
+    t.ok(Number.isInteger(now) && now >= before - 50 && now <= Date.now() + 50, `${now - before} ms from this process's clock`)
+  })
+
   t.test('rate counters: a refund takes back one hit of the window, never below none; a reset forgets the key', async (t) => {
     const store = await fresh(t)
     const counter = store.rateCounter('a')
