@@ -49,7 +49,12 @@ function failingStore (error: Error): Store {
     sessions: broken as Store['sessions'],
     items: broken as Store['items'],
     outbox: createMemoryStore().outbox,
-    rateCounter: () => ({ incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) }, refund: async () => {}, reset: async () => {} }),
+    rateCounter: () => ({
+      incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
+      peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },
+      refund: async () => {},
+      reset: async () => {}
+    }),
     available: () => false,
     now: () => Date.now(),
     close: async () => {}

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onResponseHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
@@ -16,8 +16,12 @@ type Hook = onRequestHookHandler
 interface RouteLimits {
   onRequest?: Hook
   preHandler?: Hook[]
+  onSend?: onSendHookHandler
   onResponse?: onResponseHookHandler[]
 }
+
+// A route's hooks of one kind, as a list: none, one, or several.
+const listed = <T>(hooks: T | T[] | undefined): T[] => hooks === undefined ? [] : [hooks].flat() as T[]
 
 const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
 
@@ -32,9 +36,11 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
  * Every request limit, by operationId, each counting in the store's counter of its own name (in Redis, shared by
  * every instance, with STORE=redis). Limits keyed by the client address (`request.clientAddress`: an IPv6 client by
  * its network) are checked first, in `onRequest`, before any body is read or password checked. The sign-in limits
- * need the email: per address and email, and per account whatever the address (failed sign-ins only: a success
- * clears it). Item writes count per user. Those are checked in `preHandler`, after authentication, the role guard
- * and validation: a write counts only when it can succeed.
+ * need the email: per address and email, and per account whatever the address. Item writes count per user. Those
+ * are checked in `preHandler`, after authentication, the role guard and validation: a write counts only when it can
+ * succeed. The account limit counts failed sign-ins only, once answered (before the answer leaves, so that any
+ * instance asked next sees it), and a success clears it: parallel sign-ins with the right password are never
+ * refused by it.
  *
  * A sign-in or registration answered 503 (the hashing queue was full, the client had gone, the store was
  * unreachable) was not served, so what it counted is taken back: a client refused in a burst is not locked out.
@@ -70,10 +76,26 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     done()
   }
   const failures = app.store.rateCounter('login-failures')
-  // A sign-in that succeeds clears its account's failures.
-  const clearFailures: onResponseHookHandler = (request, reply, done) => {
-    if (reply.statusCode === 200) failures.reset(signInEmail(request)).catch(warnIfFailed(request, 'clearing the sign-in failures'))
-    done()
+  const failuresWindowMs = loginFailures.windowSeconds * 1000
+  const accountNotLocked: Hook = (request, _reply, done) => {
+    failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
+      if (outcome instanceof Error) done(outcome)
+      else done(outcome !== undefined && outcome.current >= loginFailures.max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
+    })
+  }
+  // A failed sign-in counts against its account; one that succeeds clears the account's failures.
+  const countFailure: onSendHookHandler = (request, reply, payload, done) => {
+    const warn = warnIfFailed(request, 'counting a sign-in failure')
+    if (reply.statusCode === 401) {
+      failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
+        if (outcome instanceof Error) warn(outcome)
+        done(null, payload)
+      })
+    } else if (reply.statusCode === 200) {
+      failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
+    } else {
+      done(null, payload)
+    }
   }
   const byAddress = (request: FastifyRequest): string => request.clientAddress
   const writesPerUser = hookFor('item-writes', writes, (request) => request.user.id)
@@ -81,11 +103,9 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     registerUser: { onRequest: hookFor('register', register, byAddress, true), onResponse: [refundUnserved] },
     loginUser: {
       onRequest: hookFor('login-address', loginAddress, byAddress, true),
-      preHandler: [
-        hookFor('login', login, (request) => `${request.clientAddress}\n${signInEmail(request)}`, true),
-        hookFor('login-failures', loginFailures, signInEmail, true)
-      ],
-      onResponse: [refundUnserved, clearFailures]
+      preHandler: [hookFor('login', login, (request) => `${request.clientAddress}\n${signInEmail(request)}`, true), accountNotLocked],
+      onSend: countFailure,
+      onResponse: [refundUnserved]
     },
     refreshTokens: { onRequest: hookFor('refresh', refresh, byAddress) },
     // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
@@ -99,9 +119,10 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     if (routeLimits === undefined) return
     // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
     // over it. The others are appended to the route's own.
-    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...[route.onRequest ?? []].flat()]
-    if (routeLimits.preHandler !== undefined) route.preHandler = [...[route.preHandler ?? []].flat(), ...routeLimits.preHandler]
-    if (routeLimits.onResponse !== undefined) route.onResponse = [...[route.onResponse ?? []].flat(), ...routeLimits.onResponse]
+    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...listed(route.onRequest)]
+    if (routeLimits.preHandler !== undefined) route.preHandler = [...listed(route.preHandler), ...routeLimits.preHandler]
+    if (routeLimits.onSend !== undefined) route.onSend = [...listed(route.onSend), routeLimits.onSend]
+    if (routeLimits.onResponse !== undefined) route.onResponse = [...listed(route.onResponse), ...routeLimits.onResponse]
   })
 }
 

@@ -47,6 +47,12 @@ export class MemoryRateCounter implements RateCounter {
     callback({ current: counter.current, ttl: counter.startedAt + windowMs - now })
   }
 
+  peek (key: string, windowMs: number, callback: (counted: Counted | undefined) => void): void {
+    const counter = this.#locked.get(key) ?? this.#open.get(key)
+    const ttl = counter === undefined ? 0 : counter.startedAt + windowMs - Date.now()
+    callback(counter === undefined || ttl <= 0 ? undefined : { current: counter.current, ttl })
+  }
+
   async refund (key: string): Promise<void> {
     const counter = this.#locked.get(key) ?? this.#open.get(key)
     if (counter !== undefined && counter.current > 0) counter.current -= 1

@@ -237,6 +237,14 @@ local current = redis.call('INCR', KEYS[1])
 if current == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return {current, redis.call('PTTL', KEYS[1])}`
   },
+  // KEYS: the counter. {count, ms until the window ends}, or nil when the window has no hit.
+  peekHits: {
+    numberOfKeys: 1,
+    lua: `
+local current = redis.call('GET', KEYS[1])
+if not current then return false end
+return {tonumber(current), redis.call('PTTL', KEYS[1])}`
+  },
   // KEYS: the counter. One hit less, unless its window has ended (the key is gone) or it counts none.
   refundHit: {
     numberOfKeys: 1,
@@ -265,6 +273,7 @@ declare module 'ioredis' {
       limit: number, leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, eventId: string, retryAt: number | ''): Result<1, Context>
     countHit (counter: string, deadline: number, windowMs: number): Result<[number, number], Context>
+    peekHits (counter: string): Result<[number, number] | null, Context>
     refundHit (counter: string): Result<1, Context>
   }
 }
@@ -716,6 +725,12 @@ class RedisRateCounter implements RateCounter {
 
   incr (key: string, windowMs: number, _max: number, callback: (outcome: Counted | Error) => void): void {
     this.#count(key, windowMs).then(callback, callback)
+  }
+
+  peek (key: string, _windowMs: number, callback: (outcome: Counted | undefined | Error) => void): void {
+    call(this.#redis.peekHits(`${this.#prefix}${key}`)).then((hits) => {
+      callback(hits === null ? undefined : { current: hits[0], ttl: hits[1] })
+    }, callback)
   }
 
   async refund (key: string): Promise<void> {

@@ -179,6 +179,8 @@ export interface Counted {
  */
 export interface RateCounter {
   incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | Error) => void): void
+  /** The hits of `key`'s window (of `windowMs`) so far, counting none; undefined when its window has none. */
+  peek (key: string, windowMs: number, callback: (outcome: Counted | undefined | Error) => void): void
   /** Takes back one hit of `key`'s window: the request it counted was not served. */
   refund (key: string): Promise<void>
   /** Forgets `key`'s hits: its window starts again with the next. */

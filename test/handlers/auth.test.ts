@@ -5,7 +5,7 @@ import { redisKeyPrefix, redisSkip } from '../redis.js'
 import { median } from '../../scripts/statistics.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
 import { createMemoryStore } from '../../src/store/memory-store.js'
-import type { Store } from '../../src/store/store.js'
+import { type Store, StoreUnavailableError } from '../../src/store/store.js'
 
 t.test('registerUser', async (t) => {
   t.test('creates the user, opens a session and answers with a token pair that no cache may keep', async (t) => {
@@ -496,6 +496,14 @@ t.test('rate limits', async (t) => {
     t.equal((await other.call('loginUser', { body: { email, password } })).statusCode, 429, 'locked on both')
   })
 
+  t.test('only failures count against an account: twenty parallel sign-ins with the right password all succeed', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '100' })
+    const { email, password } = newUser()
+    await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    const statuses = await Promise.all(Array.from({ length: 20 }, async () => (await api.call('loginUser', { body: { email, password } })).statusCode))
+    t.same(statuses, Array<number>(20).fill(200))
+  })
+
   t.test('a successful sign-in clears its account\'s failures', async (t) => {
     const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_FAILURES: '2' })
     const { email, password } = newUser()
@@ -513,7 +521,7 @@ t.test('rate limits', async (t) => {
       ...memory,
       rateCounter: (name) => {
         const counter = memory.rateCounter(name)
-        return { incr: counter.incr.bind(counter), refund: async () => { throw new Error('the store lost it') }, reset: counter.reset.bind(counter) }
+        return { incr: counter.incr.bind(counter), peek: counter.peek.bind(counter), refund: async () => { throw new Error('the store lost it') }, reset: counter.reset.bind(counter) }
       }
     }
     const { lines, logStream } = captureLogs()
@@ -521,6 +529,33 @@ t.test('rate limits', async (t) => {
     const burst = await Promise.all(Array.from({ length: 5 }, async () => (await api.call('registerUser', { body: newUser() })).statusCode))
     t.ok(burst.includes(503), `a burst past the queue: ${burst.join(' ')}`)
     t.match(lines.join(''), /"msg":"taking back a rate-limit hit failed; the limit counts the request"/)
+  })
+
+  t.test('an account counter that cannot be read refuses the sign-in (503); one that cannot be written leaves the answer as it is, logged', async (t) => {
+    const memory = createMemoryStore()
+    const failingAccountCounter = (failing: 'peek' | 'writes'): Store => ({
+      ...memory,
+      rateCounter: (name) => {
+        const counter = memory.rateCounter(name)
+        const fails = name === 'login-failures'
+        return {
+          incr: fails && failing === 'writes' ? (_key, _windowMs, _max, callback) => { callback(new Error('the store lost it')) } : counter.incr.bind(counter),
+          peek: fails && failing === 'peek' ? (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) } : counter.peek.bind(counter),
+          refund: counter.refund.bind(counter),
+          reset: fails && failing === 'writes' ? async () => { throw new Error('the store lost it') } : counter.reset.bind(counter)
+        }
+      }
+    })
+    const { email, password } = newUser()
+    const user = { email, password, firstName: 'A', lastName: 'B', role: 'viewer' as const }
+    const unreadable = await build(t, { RATE_LIMIT: 'on' }, { store: failingAccountCounter('peek') })
+    await unreadable.call('registerUser', { body: user })
+    t.equal((await unreadable.call('loginUser', { body: { email, password } })).statusCode, 503)
+    const { lines, logStream } = captureLogs()
+    const unwritable = await build(t, { RATE_LIMIT: 'on', LOG_LEVEL: 'warn' }, { store: failingAccountCounter('writes'), logStream })
+    t.equal((await unwritable.call('loginUser', { body: { email, password: 'wrong-password' } })).statusCode, 401)
+    t.equal((await unwritable.call('loginUser', { body: { email, password } })).statusCode, 200)
+    t.equal(lines.filter((line) => line.includes('counting a sign-in failure failed')).length, 2, 'both logged')
   })
 
   t.test('registration and refresh are limited per client address', async (t) => {

@@ -33,6 +33,11 @@ const count = async (store: Store, name: string, key: string, windowMs: number):
     store.rateCounter(name).incr(key, windowMs, 10, (outcome) => { if (outcome instanceof Error) reject(outcome); else resolve(outcome) })
   })
 
+const peek = async (store: Store, name: string, key: string, windowMs: number): Promise<Counted | undefined> =>
+  await new Promise((resolve, reject) => {
+    store.rateCounter(name).peek(key, windowMs, (outcome) => { if (outcome instanceof Error) reject(outcome); else resolve(outcome) })
+  })
+
 const HOUR = 3_600_000
 
 const announce = (channel: string): Announcement => (announced) => ({ id: randomUUID(), channel, body: JSON.stringify({ channel, item: announced }) })
@@ -262,7 +267,10 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal((await count(store, 'a', 'other', 100)).current, 1, 'another key')
     const { ttl } = await count(store, 'a', 'k', 100)
     t.ok(ttl > 0 && ttl <= 100, `ttl ${ttl}`)
+    t.match(await peek(store, 'a', 'k', 100), { current: 3, ttl: Number }, 'a peek counts nothing')
+    t.equal(await peek(store, 'a', 'never-counted', 100), undefined)
     await new Promise((resolve) => setTimeout(resolve, 110))
+    t.equal(await peek(store, 'a', 'k', 100), undefined, 'the window has ended')
     t.equal((await count(store, 'a', 'k', 100)).current, 1)
   })
 
