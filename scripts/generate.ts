@@ -281,40 +281,55 @@ function validatorModules (routes: RouteEntry[], components: Record<string, Json
   ]
 }
 
-/** The typed lookup of every generated validator: by operationId, then by request part or response status. */
-function validatorLookupModule (routes: RouteEntry[]): string {
+/** The typed lookup of the request validators: by operationId, then by request part. */
+function requestValidatorLookupModule (routes: RouteEntry[]): string {
   const entry = (route: RouteEntry): string => {
     const parts = REQUEST_PARTS
       .filter((part) => route.schema[part] !== undefined)
       .map((part) => `${part}: ${part === 'body' ? 'bodies' : 'parameters'}.${exportName(route.operationId, part)}`)
-    const responses = Object.keys(route.schema.response)
-      .map((status) => `'${status}': responses.${exportName(route.operationId, status)}`)
-    return `  ${route.operationId}: {\n${[...parts, `responses: { ${responses.join(', ')} }`].map((line) => `    ${line}`).join(',\n')}\n  }`
+    return parts.length === 0 ? `  ${route.operationId}: {}` : `  ${route.operationId}: {\n${parts.map((line) => `    ${line}`).join(',\n')}\n  }`
   }
   return `${BANNER}import type { ValidateFunction } from 'ajv'
 import * as bodies from './request-body-validators.js'
 import * as parameters from './request-parameter-validators.js'
-import * as responses from './response-validators.js'
 import type { RouteOperationId } from './routes.js'
 
-export interface OperationValidators {
+export interface RequestValidators {
   /** The request body, as sent. */
   readonly body?: ValidateFunction
   /** Path parameters: coerced from strings. */
   readonly params?: ValidateFunction
   /** Query parameters: coerced from strings, defaults filled in. */
   readonly querystring?: ValidateFunction
-  /** The JSON body the contract allows, by status code. */
-  readonly responses: { readonly [status: string]: ValidateFunction }
 }
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.
 export const validators = {
 ${routes.map(entry).join(',\n')}
-} as const satisfies { readonly [Id in RouteOperationId]: OperationValidators }
+} as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 
 /** The same lookup, with every operation typed alike: for code that looks an operation up by a variable id. */
-export const operationValidators: { readonly [Id in RouteOperationId]: OperationValidators } = validators
+export const operationValidators: { readonly [Id in RouteOperationId]: RequestValidators } = validators
+`
+}
+
+/**
+ * The lookup of the response validators, by operationId then status: a module of its own, loaded only by what
+ * checks responses (CONTRACT_STRICT_RESPONSES and the tests), never by a production start.
+ */
+function responseValidatorLookupModule (routes: RouteEntry[]): string {
+  const entry = (route: RouteEntry): string => {
+    const statuses = Object.keys(route.schema.response).map((status) => `'${status}': responses.${exportName(route.operationId, status)}`)
+    return `  ${route.operationId}: { ${statuses.join(', ')} }`
+  }
+  return `${BANNER}import type { ValidateFunction } from 'ajv'
+import * as responses from './response-validators.js'
+import type { RouteOperationId } from './routes.js'
+
+/** The JSON body the contract allows, by operationId, then by status code. */
+export const responseValidators: { readonly [Id in RouteOperationId]: { readonly [status: string]: ValidateFunction } } = {
+${routes.map(entry).join(',\n')}
+}
 `
 }
 
@@ -331,7 +346,8 @@ export async function generate (): Promise<GeneratedFile[]> {
     { path: 'schemas.ts', contents: schemasModule(components) },
     { path: 'routes.ts', contents: routeTableModule(routes, Object.keys(isObject(document.webhooks) ? document.webhooks : {})) },
     ...validatorModules(routes, components),
-    { path: 'validators.ts', contents: validatorLookupModule(routes) }
+    { path: 'validators.ts', contents: requestValidatorLookupModule(routes) },
+    { path: 'response-validator-lookup.ts', contents: responseValidatorLookupModule(routes) }
   ]
 }
 

@@ -1,6 +1,10 @@
+// First, before Fastify and the rest load, in the server and in an embedder alike: see the module.
+import './tick-object-pin.js'
+import { randomUUID } from 'node:crypto'
 import { StandaloneValidator } from '@fastify/ajv-compiler'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { DestinationStream } from 'pino'
+import type { HashingProcess } from './auth/hashing-process.js'
 import { type AppSettings, withDefaults } from './config.js'
 import { handlers } from './handlers/index.js'
 import authPlugin from './plugins/auth.js'
@@ -9,14 +13,14 @@ import corsPlugin from './plugins/cors.js'
 import docsPlugin from './plugins/docs.js'
 import errorsPlugin, { handleClientError, handleError } from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
-import healthPlugin from './plugins/health.js'
+import loadSheddingPlugin from './plugins/load-shedding.js'
 import rateLimitsPlugin from './plugins/rate-limits.js'
 import routesPlugin, { generatedValidator } from './plugins/routes.js'
 import seedPlugin from './plugins/seed.js'
+import shutdownPlugin from './plugins/shutdown.js'
 import storePlugin from './plugins/store.js'
 import webhooksPlugin from './plugins/webhooks.js'
 import type { Store } from './store/store.js'
-import { randomUuid } from './uuid.js'
 
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
 const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
@@ -34,6 +38,11 @@ export interface BuildAppOptions {
   subscribers?: Subscribers
   /** Where the JSON log lines go; standard output when left out. */
   logStream?: DestinationStream
+  /**
+   * The process that hashes passwords. When left out, the app starts its own on the first sign-in and ends it when
+   * it closes; one given is shared (apps of one process may share one, as the tests do) and left to its giver to end.
+   */
+  hashingProcess?: HashingProcess
 }
 
 /**
@@ -56,7 +65,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     requestIdHeader: false,
     genReqId: (request) => {
       const callerId = request.headers['x-request-id']
-      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUuid()
+      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
     },
     connectionTimeout: 10_000,
     requestTimeout: config.requestTimeoutMs,
@@ -97,14 +106,15 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     await app.register(errorsPlugin)
     await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
     await app.register(corsPlugin, { origins: config.corsOrigins })
-    await app.register(healthPlugin, config)
+    await app.register(shutdownPlugin, config)
+    await app.register(loadSheddingPlugin, config)
     await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
     await app.register(eventsPlugin, {
       subscribers: options.subscribers,
       webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))
     })
     await app.register(webhooksPlugin, { config: config.webhooks })
-    await app.register(authPlugin, config)
+    await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
     await app.register(seedPlugin, { file: config.seedFile })
     await app.register(rateLimitsPlugin, { limits: config.rateLimits })
     await app.register(docsPlugin)

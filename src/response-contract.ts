@@ -1,6 +1,6 @@
 import type { onSendHookHandler } from 'fastify'
 import type { RouteDefinition } from '../generated/routes.js'
-import { operationValidators } from '../generated/validators.js'
+import { responseValidators } from '../generated/response-validator-lookup.js'
 import { INTERNAL_ERROR_BODY } from './errors.js'
 
 export interface SentResponse {
@@ -18,7 +18,7 @@ export function findResponseViolation (route: RouteDefinition, response: SentRes
   }
   const missing = (route.requiredHeaders[status] ?? []).filter((name) => response.headers[name] === undefined)
   if (missing.length > 0) return `required header missing: ${missing.join(', ')}`
-  const validate = operationValidators[route.operationId].responses[status]
+  const validate = responseValidators[route.operationId][status]
   if (validate === undefined) {
     return response.body === '' ? undefined : 'the contract declares no body for this status'
   }

@@ -1,8 +1,7 @@
-// First of all, before any other module loads: see the module.
-import './tick-object-pin.js'
+// First: app.ts pins a tick object before any other module loads (src/tick-object-pin.ts).
+import { buildApp } from './app.js'
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
-import { buildApp } from './app.js'
 import { type AppConfig, loadConfig } from './config.js'
 
 let config: AppConfig

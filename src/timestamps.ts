@@ -21,9 +21,9 @@ function prefixOf (second: number): string {
 
 /**
  * A time (milliseconds since the epoch, now by default) as `Date.prototype.toISOString` writes it:
- * `2026-11-23T12:34:56.789Z`. V8 formats that with snprintf, about 7 000 instructions a call, as much as the rest of
- * a create's handler (npm run bench:instructions); here the text up to the second is kept, so within a second only
- * the milliseconds are written.
+ * `2026-11-23T12:34:56.789Z`. V8 formats that with snprintf, which costs as much as the rest of a create's handler
+ * (docs/performance.md); here the text up to the second is kept, so within a second only the milliseconds are
+ * written.
  */
 export function isoTimestamp (ms = Date.now()): string {
   const second = Math.floor(ms / 1000)

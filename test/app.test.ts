@@ -1,10 +1,9 @@
 import { once } from 'node:events'
 import { get } from 'node:http'
 import { connect } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { build, captureLogs, contractOperations, testEnvironment } from './helper.js'
-import { buildApp } from '../src/app.js'
-import { loadConfig } from '../src/config.js'
+import { build, buildTestApp, captureLogs, contractOperations } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 t.test('every operation openapi.yaml declares is routed', async (t) => {
@@ -84,7 +83,7 @@ t.test('a request that Node\'s HTTP parser refuses is answered in the contract\'
   await once(resetting, 'connect')
   resetting.write('GET /health/live HTTP/1.1\r\nHo')
   // Long enough for the server to be parsing the request when the reset arrives.
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await sleep(100)
   resetting.resetAndDestroy()
   await once(resetting, 'close')
   t.equal((await fetch(`${address}/health/live`)).status, 200, 'a client that resets mid-request is not answered, and the service goes on')
@@ -180,8 +179,7 @@ t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t
 
   const poisoned = await api.inject({ ...login, headers: { 'content-type': 'application/json' }, payload: '{"email":"a@example.com","password":"x","__proto__":{"admin":true}}' })
   t.equal(poisoned.statusCode, 400)
-  t.match(poisoned.json(), { code: 'VALIDATION_ERROR', details: [{ field: 'body' }] })
-  t.equal(({} as { admin?: boolean }).admin, undefined, 'no prototype was polluted')
+  t.match(poisoned.json(), { code: 'VALIDATION_ERROR', details: [{ field: 'body', issue: /^Body is not valid JSON/ }] }, 'refused by the parser, before validation')
 
   const missingBody = await api.inject({ ...login })
   t.equal(missingBody.statusCode, 400)
@@ -229,8 +227,7 @@ t.test('an unexpected failure is a 500 INTERNAL_ERROR that discloses nothing and
 
 t.test('a request\'s logger writes its id on every line, its children\'s too, at the level the logger or the route sets', async (t) => {
   const { lines, logStream } = captureLogs()
-  const app = await buildApp(loadConfig({ ...testEnvironment, LOG_LEVEL: 'warn' }), { logStream })
-  t.teardown(async () => { await app.close() })
+  const app = await buildTestApp(t, { LOG_LEVEL: 'warn' }, { logStream })
   // Routes outside the contract, only to reach request.log as a plugin or a handler does.
   app.get('/log-probe', async (request) => {
     request.log.info('below the level')
@@ -299,7 +296,11 @@ t.test('every API response, error or not, forbids content sniffing and carries i
 
 t.test('a stale generated/ (a request part without its validator) stops the start, naming the fix', async (t) => {
   const { generatedValidator } = await import('../src/plugins/routes.js')
-  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate/ })
+  t.type(generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'querystring' }), 'function', 'a part the contract declares has its validator')
+  // A contract that gained a body for listItems, and generated/ from before: the route asks for a validator that is not there.
+  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'body' }), { message: 'No generated validator for GET /v1/items body; run npm run generate' })
+  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate$/ }, 'nor does a part the generator never validates')
+  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/new-operation', httpPart: 'querystring' }), { message: /^No generated validator for GET \/v1\/new-operation querystring/ })
 })
 
 t.test('a security scheme of the contract that no hook enforces stops the start, naming the operation', async (t) => {

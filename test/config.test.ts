@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
-import { build, captureLogs, testEnvironment } from './helper.js'
+import { build, buildTestApp, captureLogs } from './helper.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})
@@ -120,9 +120,7 @@ t.test('CLIENT_IPV6_PREFIX_LENGTH sets how much of an IPv6 address is one client
 })
 
 t.test('an address limit also applies to a route with no onRequest hook of its own', async (t) => {
-  const { buildApp } = await import('../src/app.js')
-  const app = await buildApp(loadConfig({ ...testEnvironment, RATE_LIMIT: 'on', RATE_LIMIT_REFRESH: '1' }))
-  t.teardown(async () => { await app.close() })
+  const app = await buildTestApp(t, { RATE_LIMIT: 'on', RATE_LIMIT_REFRESH: '1' })
   app.route({ method: 'GET', url: '/probe', config: { operationId: 'refreshTokens' }, handler: async () => ({}) })
   t.same([(await app.inject('/probe')).statusCode, (await app.inject('/probe')).statusCode], [200, 429])
 })

@@ -5,9 +5,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { chromium } from 'playwright-core'
 import t, { type Test } from 'tap'
-import { buildApp } from '../src/app.js'
-import { loadConfig } from '../src/config.js'
-import { build, newUser, testEnvironment } from './helper.js'
+import { build, buildTestApp, newUser } from './helper.js'
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const APP_ORIGIN = 'http://localhost:5173'
@@ -58,7 +56,7 @@ t.test('CORS_ORIGINS: preflights from a listed origin answer 204, and responses 
 
 /** A page server on a port of its own, so an origin of its own; it serves what `html` gives at the time. */
 async function servePage (t: Test, html: () => string): Promise<string> {
-  const server = createServer((_request, response) => { response.writeHead(200, { 'content-type': 'text/html' }).end(html()) })
+  const server = createServer((_request, response) => { response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(html()) })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { server.close() })
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
@@ -69,14 +67,13 @@ t.test('in a browser, a page on a listed origin reads a list from the API on ano
     let client = ''
     const listed = await servePage(t, () => client)
     const unlisted = await servePage(t, () => client)
-    const app = await buildApp(loadConfig({ ...testEnvironment, CORS_ORIGINS: listed }))
-    t.teardown(async () => { await app.close() })
+    const app = await buildTestApp(t, { CORS_ORIGINS: listed })
     const apiUrl = await app.listen({ host: '127.0.0.1', port: 0 })
     const registered = await fetch(`${apiUrl}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser()) })
     const { accessToken } = await registered.json() as { accessToken: string }
     await fetch(`${apiUrl}/v1/items`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${accessToken}` }, body: '{"name":"seen from the browser"}' })
     // The Authorization header makes the browser send a preflight first.
-    client = `<!doctype html><title>client</title><pre id="out">…</pre><script>
+    client = `<!doctype html><title>client</title><pre id="out">pending</pre><script>
 fetch('${apiUrl}/v1/items?pageSize=5', { headers: { authorization: 'Bearer ${accessToken}' } })
   .then(async (response) => { document.getElementById('out').textContent = JSON.stringify({ status: response.status, requestId: response.headers.get('x-request-id'), body: await response.json() }) })
   .catch((error) => { document.getElementById('out').textContent = 'blocked: ' + error.name })
@@ -91,7 +88,7 @@ fetch('${apiUrl}/v1/items?pageSize=5', { headers: { authorization: 'Bearer ${acc
     const tab = await browser.newPage()
     const read = async (origin: string): Promise<string> => {
       await tab.goto(origin)
-      await tab.waitForFunction('document.getElementById("out").textContent !== "…"')
+      await tab.waitForFunction('document.getElementById("out").textContent !== "pending"')
       return await tab.locator('#out').textContent() ?? ''
     }
     t.match(JSON.parse(await read(listed)), {

@@ -5,9 +5,7 @@ import { mkdir } from 'node:fs/promises'
 import { chromium } from 'playwright-core'
 import t from 'tap'
 import { routes } from '../generated/routes.js'
-import { buildApp } from '../src/app.js'
-import { loadConfig } from '../src/config.js'
-import { newUser, testEnvironment } from './helper.js'
+import { buildTestApp, newUser } from './helper.js'
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
 const SCREENSHOT = 'test-artifacts/swagger-ui.png'
@@ -17,8 +15,7 @@ const skip = existsSync(CHROMIUM) || process.env.CI === 'true'
   : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`
 
 t.test('Swagger UI at /docs shows every operation, authorizes with a token that survives a reload, and runs requests', { skip }, async (t) => {
-  const app = await buildApp(loadConfig(testEnvironment))
-  t.teardown(async () => { await app.close() })
+  const app = await buildTestApp(t)
   const baseUrl = await app.listen({ host: '127.0.0.1', port: 0 })
   const user = newUser()
   await fetch(`${baseUrl}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(user) })

@@ -4,13 +4,10 @@
 import t from 'tap'
 import createClient from 'openapi-fetch'
 import type { paths } from '../generated/openapi.js'
-import { buildApp } from '../src/app.js'
-import { loadConfig } from '../src/config.js'
-import { contractMiddleware, testEnvironment } from './helper.js'
+import { buildTestApp, contractMiddleware } from './helper.js'
 
 t.test('a client team walks the whole spec', async (t) => {
-  const app = await buildApp(loadConfig(testEnvironment))
-  t.teardown(async () => { await app.close() })
+  const app = await buildTestApp(t)
   const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
   client.use(contractMiddleware)
   const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } })

@@ -1,4 +1,5 @@
 import { getHeapStatistics } from 'node:v8'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { build, overloadEventLoop } from './helper.js'
 
@@ -48,7 +49,7 @@ t.test('past MAX_HEAP_USED, every request but a GET is shed with 503 and Retry-A
   const { accessToken } = await api.register()
   const actual = process.memoryUsage()
   t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))
-  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await new Promise((resolve) => setTimeout(resolve, 20))
+  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await sleep(20)
   const write = await api.call('createItem', { token: accessToken, body: { name: 'x' } })
   t.equal(write.statusCode, 503)
   t.same(write.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The service is short of memory; try again later.' })
@@ -62,7 +63,7 @@ t.test('what frees memory or ends access is never shed: past MAX_HEAP_USED, item
   const item = await api.createItem(accessToken)
   const actual = process.memoryUsage()
   t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))
-  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await new Promise((resolve) => setTimeout(resolve, 20))
+  while (api.app.memoryUsage().heapUsed < getHeapStatistics().heap_size_limit) await sleep(20)
   t.equal((await api.call('updateItem', { token: accessToken, params: { itemId: item.id }, body: { name: 'y' } })).statusCode, 503, 'an edit is shed')
   t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId: item.id } })).statusCode, 204)
   t.equal((await api.call('logoutUser', { token: accessToken })).statusCode, 204)

@@ -8,6 +8,7 @@ import { parse } from 'yaml'
 import type { components } from '../generated/openapi.js'
 import { type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
 import { type BuildAppOptions, buildApp } from '../src/app.js'
+import { HashingProcess } from '../src/auth/hashing-process.js'
 import { loadConfig } from '../src/config.js'
 import { findResponseViolation } from '../src/response-contract.js'
 import { deleteKeys, REDIS_URL, redisKeyPrefix } from './redis.js'
@@ -180,11 +181,25 @@ export async function overloadEventLoop (app: FastifyInstance, maxEventLoopDelay
   }
 }
 
-/** Builds the app for one test and closes it when the test ends. */
-export async function build (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<Api> {
+// One password hashing process for every app a test file builds (starting one takes most of a second under the test
+// runner); a test about the process itself asks for the app's own with `hashingProcess: undefined`.
+const sharedHashingProcess = new HashingProcess()
+t.teardown(async () => { await sharedHashingProcess.close() })
+
+/**
+ * The app for one test, configured by testEnvironment and `env`, closed when the test ends; not ready yet, so that a
+ * test may add a probe route to it. Every test builds its apps here (embedding.test.ts calls buildApp as embedders do).
+ */
+export async function buildTestApp (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<FastifyInstance> {
   const keyPrefix = store === 'redis' && options.store === undefined ? { REDIS_KEY_PREFIX: redisKeyPrefix(t) } : {}
-  const app = await buildApp(loadConfig({ ...testEnvironment, ...keyPrefix, ...env }), options)
+  const app = await buildApp(loadConfig({ ...testEnvironment, ...keyPrefix, ...env }), { hashingProcess: sharedHashingProcess, ...options })
   t.teardown(async () => { await app.close() })
+  return app
+}
+
+/** The app for one test, ready, with a client that checks every response against the contract. */
+export async function build (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<Api> {
+  const app = await buildTestApp(t, env, options)
   await app.ready()
   return new Api(app)
 }

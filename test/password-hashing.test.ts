@@ -1,6 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { availableParallelism } from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { createMemoryStore } from '../src/store/memory-store.js'
 import { build, newUser } from './helper.js'
@@ -23,8 +24,6 @@ function hashingProcesses (): ProcessStat[] {
     .map((name) => processStat(Number(name)))
     .filter((stat): stat is ProcessStat => stat?.parentPid === process.pid)
 }
-
-const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
 t.test('argon2 runs in a child process at a lower CPU priority, every thread of it', async (t) => {
   const api = await build(t)
@@ -148,12 +147,18 @@ t.test('a sign-in whose client has hung up is dropped before its password is has
   t.ok(afterFlood < idle * 20 + 200, `a sign-in after 60 abandoned ones took ${afterFlood} ms (idle: ${idle} ms)`)
 })
 
-t.test('each app has its own hashing process, and closing the app ends it', async (t) => {
-  const api = await build(t)
+t.test('an app starts a hashing process of its own unless given one, and closing it ends only its own', async (t) => {
+  const sharing = await build(t)
+  await sharing.register()
+  const [shared] = hashingProcesses()
+  if (shared === undefined) throw new Error('no hashing process')
+  const api = await build(t, {}, { hashingProcess: undefined })
   await api.register()
-  const [child] = hashingProcesses()
-  if (child === undefined) throw new Error('no hashing process')
+  const [own, ...others] = hashingProcesses().filter((stat) => stat.pid !== shared.pid)
+  if (own === undefined) throw new Error('no hashing process of its own')
+  t.same(others, [], 'one of its own')
   await api.app.close()
-  t.equal(processStat(child.pid), undefined, 'the process has exited')
-  t.same(hashingProcesses(), [])
+  t.equal(processStat(own.pid), undefined, 'its own has exited')
+  await sharing.app.close()
+  t.same(hashingProcesses().map((stat) => stat.pid), [shared.pid], 'a process given to an app outlives it')
 })

@@ -1,5 +1,6 @@
 // Three service processes on one Redis, a scenario spread across them with no stickiness: they behave as one.
 import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { newUser, type Schemas } from './helper.js'
 import { type Server, start } from './processes.js'
@@ -8,8 +9,6 @@ import { redisKeyPrefix, redisSkip } from './redis.js'
 const skip = await redisSkip()
 
 interface Answer<Body> { status: number, body: Body }
-
-const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
 t.test('three instances on one Redis serve one catalogue', { skip }, async (t) => {
   const env = {

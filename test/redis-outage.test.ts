@@ -1,4 +1,5 @@
 // The service on a Redis of the test's own, which the test stops, freezes and starts again mid-traffic.
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { build, captureLogs, newUser } from './helper.js'
@@ -6,7 +7,6 @@ import { failedStart } from './processes.js'
 import { ownRedis, redisSkip } from './redis.js'
 
 const skip = await redisSkip()
-const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
 t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, not ready, then recovery by itself', { skip }, async (t) => {
   const redis = await ownRedis(t)
@@ -17,9 +17,9 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
 
   // Traffic all along: a list request at a time, each one's status and how long it took.
   const seen: Array<{ status: number, ms: number, retryAfter?: string }> = []
-  let running = true
+  const stopTraffic = new AbortController()
   const traffic = (async () => {
-    while (running) {
+    while (!stopTraffic.signal.aborted) {
       const began = Date.now()
       const response = await api.call('listItems', { token: accessToken })
       seen.push({ status: response.statusCode, ms: Date.now() - began, retryAfter: response.headers['retry-after'] as string | undefined })
@@ -48,7 +48,7 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
   const again = await api.register()
   await api.createItem(again.accessToken)
   t.equal((await api.call('listItems', { token: again.accessToken })).json().pagination.total, 1)
-  running = false
+  stopTraffic.abort()
   await traffic
   t.same(seen.filter(({ status }) => status !== 200 && status !== 503 && status !== 401), [], 'never a 500, never anything else')
   t.ok(seen.every(({ ms }) => ms < 1500), `every request answered within 1.5 s (slowest ${Math.max(...seen.map(({ ms }) => ms))} ms)`)

@@ -3,7 +3,7 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
-import { freePort } from '../scripts/bench/service.js'
+import { freePort } from './net.js'
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 

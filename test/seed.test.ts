@@ -1,10 +1,9 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { buildApp } from '../src/app.js'
 import { loadConfig } from '../src/config.js'
 import { createMemoryStore } from '../src/store/memory-store.js'
-import { build, captureLogs, testEnvironment } from './helper.js'
+import { build, buildTestApp, captureLogs, type Schemas } from './helper.js'
 import { failedStart } from './processes.js'
 
 const ada = { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }
@@ -39,6 +38,13 @@ t.test('SEED_FILE: users and items loaded before the server is ready, as the API
   t.equal((await api.call('registerUser', { body: { ...ada, email: 'Ada@Example.COM' } })).statusCode, 409, 'seeded emails are taken')
 })
 
+t.test('the README\'s fixtures file loads as the README says', async (t) => {
+  const api = await build(t, { SEED_FILE: 'test/fixtures.json' })
+  const signedIn = await api.call('loginUser', { body: { email: 'grace@example.com', password: 'another good password' } })
+  const listed = (await api.call('listItems', { token: signedIn.json().accessToken })).json()
+  t.same(listed.data.map((item: Schemas['Item']) => [item.name, item.status]), [['Difference engine', 'active'], ['Analytical engine', 'archived']])
+})
+
 t.test('a bad seed file stops the start with one line naming the entry', async (t) => {
   const bad: Array<[unknown, RegExp]> = [
     ['{', /: is not valid JSON \(at line 1, column 2\)$/],
@@ -60,11 +66,11 @@ t.test('a bad seed file stops the start with one line naming the entry', async (
   ]
   for (const [contents, message] of bad) {
     const file = seedFile(t, contents)
-    await t.rejects(buildApp(loadConfig({ ...testEnvironment, STORE: 'memory', SEED_FILE: file, MAX_ITEMS_PER_USER: '1' })),
+    await t.rejects(buildTestApp(t, { STORE: 'memory', SEED_FILE: file, MAX_ITEMS_PER_USER: '1' }),
       { name: 'SeedError', message: new RegExp(`^Cannot load SEED_FILE ${file}${message.source}`) }, JSON.stringify(contents))
   }
   const missing = join(t.testdir(), 'missing.json')
-  await t.rejects(buildApp(loadConfig({ ...testEnvironment, STORE: 'memory', SEED_FILE: missing })),
+  await t.rejects(buildTestApp(t, { STORE: 'memory', SEED_FILE: missing }),
     { name: 'SeedError', message: `Cannot load SEED_FILE ${missing}: Error: ENOENT: no such file or directory, open '${missing}'` })
   const { code, stderr } = await failedStart({ SEED_FILE: seedFile(t, { users: [{ ...ada, role: 'admin' }] }) })
   t.equal(code, 1)

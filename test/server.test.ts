@@ -1,6 +1,7 @@
 import { once } from 'node:events'
 import { Agent, request } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { newUser } from './helper.js'
 import { failedStart, start } from './processes.js'
@@ -13,7 +14,7 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(newUser())
   }))
-  await new Promise((resolve) => setTimeout(resolve, 15))
+  await sleep(15)
   const exited = once(server.process, 'exit')
   server.process.kill('SIGTERM')
   const responses = await Promise.all(inFlight)
@@ -50,7 +51,7 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
     return outcome
   }
   const clients = Array.from({ length: 10 }, client)
-  await new Promise((resolve) => setTimeout(resolve, 300))
+  await sleep(300)
   const exited = once(server.process, 'exit')
   signalled = true
   server.process.kill('SIGTERM')
@@ -71,15 +72,16 @@ t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 
   }
   const inHeaders = stuck('GET /health/live HTTP/1.1\r\nHost: localhost\r\n')
   const inBody = stuck('POST /v1/auth/login HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email"')
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await sleep(200)
+  const closedByServer = Promise.all([once(inHeaders, 'close'), once(inBody, 'close')])
   const exited = once(server.process, 'exit')
-  const signalledAt = Date.now()
   server.process.kill('SIGTERM')
+  // Past SHUTDOWN_TIMEOUT close-with-grace exits 1: 0 says the shutdown ended within it, by the process's own clock
+  // (a wall-clock bound here would also count the exit itself, which coverage makes slow on a busy machine).
   const [code] = await exited
-  t.equal(code, 0)
-  t.ok(Date.now() - signalledAt < 3000, `exited ${Date.now() - signalledAt} ms after the signal`)
-  inHeaders.destroy()
-  inBody.destroy()
+  t.equal(code, 0, 'exited 0: the stuck clients did not hold the shutdown past SHUTDOWN_TIMEOUT')
+  await closedByServer
+  t.pass('the server closed both stuck connections')
 })
 
 t.test('a bad setting stops the start with one line naming the variable', async (t) => {
@@ -121,7 +123,7 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
       const response = await post('/v1/auth/register', newUser())
       if (response.status === 201) return ((await response.json()) as { accessToken: string }).accessToken
       t.equal(response.status, 503, 'a sign-up is only shed, never refused')
-      await new Promise((resolve) => setTimeout(resolve, 250))
+      await sleep(250)
     }
     throw new Error('the heap stayed over the line for 10 s after the start')
   }

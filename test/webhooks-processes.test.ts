@@ -1,9 +1,10 @@
 // Webhooks across process ends: SIGTERM with deliveries pending (memory store), and SIGKILL of the instance that
 // made a change (Redis store, two instances).
 import { once } from 'node:events'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
-import { type ReceivedWebhook, type Receiver, startReceiver } from '../scripts/bench/webhook-receiver.js'
+import { type ReceivedWebhook, type Receiver, startReceiver } from './webhook-receiver.js'
 import { newUser, type Schemas } from './helper.js'
 import { type Server, start } from './processes.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
@@ -81,7 +82,7 @@ t.test('two instances on one Redis: one event per change, delivered even when th
   const created = await Promise.all(Array.from({ length: 10 }, async (_, index) =>
     (await send<Schemas['Item']>(index % 2 === 0 ? a : b, '/v1/items', { name: `item ${index}` }, token)).body.id))
   await target.waitFor(10)
-  await new Promise((resolve) => setTimeout(resolve, 500))
+  await sleep(500)
   const subjects = target.received.map((received) => JSON.parse(received.body).subject)
   t.same(subjects.sort(), created.slice().sort(), 'one event per change, whichever instance made it and whichever delivered it')
 

@@ -2,13 +2,14 @@
 import { once } from 'node:events'
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Ajv2020 } from 'ajv/dist/2020.js'
 import ajvFormats from 'ajv-formats'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
 import { contract } from '../generated/contract.js'
 import { schemas } from '../generated/schemas.js'
-import { type ReceivedWebhook, type Receiver, startReceiver } from '../scripts/bench/webhook-receiver.js'
+import { type ReceivedWebhook, type Receiver, startReceiver } from './webhook-receiver.js'
 import { createMemoryStore } from '../src/store/memory-store.js'
 import { type Api, build, captureLogs } from './helper.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from './redis.js'
@@ -44,8 +45,6 @@ async function buildWith (t: Test, subscriptions: object[], env: NodeJS.ProcessE
 const verified = (received: ReceivedWebhook): unknown =>
   new Webhook(SECRET).verify(received.body, Object.fromEntries(Object.entries(received.headers).map(([name, value]) => [name, String(value)])))
 
-const pause = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
-
 t.test('each successful create, edit and delete is POSTed once, signed, as the contract\'s CloudEvent; a failed request sends nothing', async (t) => {
   const target = await receiver(t)
   const api = await buildWith(t, [subscription(target)])
@@ -64,7 +63,7 @@ t.test('each successful create, edit and delete is POSTed once, signed, as the c
   t.equal((await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })).statusCode, 204)
 
   const received = await target.waitFor(3)
-  await pause(300)
+  await sleep(300)
   t.equal(target.received.length, 3, 'nothing more')
   const events = received.map((one) => verified(one) as { id: string, type: string, data: unknown })
   t.same(events.map((event) => event.type), ['items.item.added', 'items.item.edited', 'items.item.removed'])
@@ -90,7 +89,7 @@ t.test('a subscriber limited to one channel gets only that channel; the others g
   await api.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: 'renamed' } })
   await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })
   await everything.waitFor(3)
-  await pause(200)
+  await sleep(200)
   t.same(edits.received.map((one) => JSON.parse(one.body).type), ['items.item.edited'])
 })
 
@@ -105,7 +104,7 @@ t.test('a receiver that answers 500 once gets the event on the next attempt, wit
   t.equal(failed?.headers['webhook-id'], delivered?.headers['webhook-id'])
   t.equal(failed?.body, delivered?.body)
   t.not(failed?.headers['webhook-signature'], undefined)
-  await pause(100)
+  await sleep(100)
   t.equal(target.received.length, 2, 'a 2xx ends the delivery')
   const logged = lines.map((line) => JSON.parse(line) as { msg: string, level: number, attempt?: number, reason?: string, retried?: number, delivered?: number })
   t.match(logged.find((line) => line.msg.startsWith('webhook attempt failed')), { level: 40, attempt: 1, reason: 'answered 500', retried: 1 })
@@ -119,7 +118,7 @@ t.test('a receiver that is down, then back, gets the event', async (t) => {
   const api = await buildWith(t, [subscription(target)], { WEBHOOK_RETRY_DELAYS_MS: '200,200,200' })
   const owner = await api.register()
   const item = await api.createItem(owner.accessToken)
-  await pause(100)
+  await sleep(100)
   await target.start()
   const [delivered] = await target.waitFor(1)
   t.equal(JSON.parse(delivered?.body ?? '{}').subject, item.id)
@@ -147,7 +146,7 @@ t.test('after its last attempt a delivery is dead-lettered and logged at error l
   const owner = await api.register()
   await api.createItem(owner.accessToken)
   const attempts = await target.waitFor(3)
-  await pause(200)
+  await sleep(200)
   t.equal(target.received.length, 3, 'one attempt more than there are delays, then no more')
   const deadLettered = lines.map((line) => JSON.parse(line)).find((line) => line.msg.startsWith('webhook dead-lettered'))
   t.match(deadLettered, { level: 50, eventId: attempts[0]?.headers['webhook-id'], subscriber: target.url, attempt: 3, reason: 'answered 404', deadLettered: 1, retried: 2 })
@@ -160,7 +159,7 @@ t.test('a subscriber has at most 32 attempts in progress; the others wait their 
   const owner = await api.register()
   const created = await Promise.all(Array.from({ length: 36 }, async (_, index) => (await api.createItem(owner.accessToken, { name: `item ${index}` })).id))
   await target.waitFor(32)
-  await pause(300)
+  await sleep(300)
   t.equal(target.received.length, 32, '32 attempts hang, the other four wait')
   const received = await target.waitFor(72)
   const delivered = new Set(received.slice(36).map((one) => JSON.parse(one.body).subject))
@@ -195,11 +194,11 @@ t.test('a receiver that answers 200 then trickles its body neither holds an atte
   const { accessToken } = await api.register()
   for (let index = 0; index < 40; index += 1) await api.createItem(accessToken, { name: `item ${index}` })
   const began = Date.now()
-  while (requests.fast.size < 40 && Date.now() - began < 10_000) await pause(20)
+  while (requests.fast.size < 40 && Date.now() - began < 10_000) await sleep(20)
   t.equal(requests.fast.size, 40, `the other subscriber got every event, in ${Date.now() - began} ms`)
   t.ok(Date.now() - began < 3000, 'without waiting for the trickling one')
-  while (requests.slow.size < 40 && Date.now() - began < 10_000) await pause(20)
-  await pause(1500)
+  while (requests.slow.size < 40 && Date.now() - began < 10_000) await sleep(20)
+  await sleep(1500)
   t.equal(requests.slow.size, 40, 'the trickling subscriber got every event too')
   t.equal(requests.slowTotal, 40, 'each once: its 200 settled each attempt, and no lease ended under one')
 })
@@ -216,7 +215,7 @@ t.test('past its bound, new events are dropped for a subscriber, counted and log
   await api.createItem(owner.accessToken, { name: 'dropped' })
   const received = await target.waitFor(4)
   t.same(received.slice(2).map((one) => JSON.parse(one.body).subject).sort(), kept.map((item) => item.id).sort())
-  await pause(200)
+  await sleep(200)
   t.equal(target.received.length, 4, 'the dropped event is never sent')
   t.match(lines.map((line) => JSON.parse(line)).find((line) => line.msg.startsWith('webhook deliveries dropped')), { level: 50, dropped: 1, deadLettered: 1, subscriber: target.url })
 })
@@ -241,9 +240,9 @@ t.test('with Redis down, taking and settling deliveries fail (logged once), and 
   await target.waitFor(1)
   await redis.stop()
   // The hanging attempt times out while Redis is down, and polls fail, again and again.
-  await pause(1200)
+  await sleep(1200)
   await redis.start()
-  while ((await api.call('checkReadiness')).statusCode !== 200) await pause(50)
+  while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(50)
   const owner2 = await api.register()
   const item = await api.createItem(owner2.accessToken, { name: 'after the outage' })
   const received = await target.waitFor(2)

@@ -30,7 +30,8 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { call, freePort, serviceEnv } from './service.js'
+import { freePort } from '../../test/net.js'
+import { call, serviceEnv } from './service.js'
 
 const WARM_UP = Number(process.env.INSTRUCTIONS_WARM_UP ?? 6000)
 const COUNTED = Number(process.env.INSTRUCTIONS_COUNTED ?? 1000)

@@ -14,11 +14,12 @@ import { once } from 'node:events'
 import { randomUUID } from 'node:crypto'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
-import { connectRedisStore } from '../../src/store/redis-store.js'
+import { connectRedisStore } from '../../src/store/redis/connection.js'
 import { deleteKeys } from '../../test/redis.js'
 import { median } from '../statistics.js'
-import { call, freePort, JWT_SECRET, serviceEnv } from './service.js'
-import { startReceiver } from './webhook-receiver.js'
+import { freePort } from '../../test/net.js'
+import { startReceiver } from '../../test/webhook-receiver.js'
+import { call, JWT_SECRET, serviceEnv } from './service.js'
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)

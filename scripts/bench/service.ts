@@ -1,5 +1,4 @@
-// What both benchmarks need of the service: how it is configured, a free port, and a JSON call to it.
-import { type AddressInfo, createServer } from 'node:net'
+// What both benchmarks need of the service: how it is configured, and a JSON call to it.
 
 export const JWT_SECRET = 'a-benchmark-secret-that-is-at-least-32-bytes'
 
@@ -18,14 +17,6 @@ export const serviceEnv = {
   PASSWORD_QUEUE_LIMIT: '1000',
   MAX_ITEMS_PER_USER: UNREACHABLE,
   MAX_SESSIONS_PER_USER: UNREACHABLE
-}
-
-export async function freePort (host = '127.0.0.1'): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, host, resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 /** A JSON request to the service; throws on any status but 2xx. */

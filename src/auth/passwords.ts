@@ -22,6 +22,8 @@ export interface PasswordsOptions {
   maxWaiting: number
   /** Hashes at once; by default one per core beyond the event loop's, at least one. */
   concurrency?: number
+  /** The process that hashes; by default one of their own, ended by `close`. One given is left to its giver to end. */
+  hashingProcess?: HashingProcess
 }
 
 // A client told to come back gets the next second: a queue of any allowed length drains in about that long.
@@ -50,16 +52,18 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
   const waiting = new Map<string, Waiter[]>()
   const release = (): void => {
     // Hand the slot straight to the next waiter, so no newcomer can take it in between.
-    for (const [address, waiters] of waiting) {
-      waiting.delete(address)
-      // Every address in the map has a task waiting.
-      const next = waiters.shift()!
-      if (waiters.length > 0) waiting.set(address, waiters)
-      waitingCount -= 1
-      next.admit()
+    const turn = waiting.entries().next()
+    if (turn.done === true) {
+      active -= 1
       return
     }
-    active -= 1
+    const [address, waiters] = turn.value
+    waiting.delete(address)
+    // Every address in the map has a task waiting.
+    const next = waiters.shift()!
+    if (waiters.length > 0) waiting.set(address, waiters)
+    waitingCount -= 1
+    next.admit()
   }
   // Makes room for a newcomer from `address` in a full queue, or refuses it. Scans the addresses (at most
   // `maxWaiting`) only while the queue is full.
@@ -104,12 +108,12 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
  * argon2 asks for (19 MiB a hash). The queue is bounded, client addresses take turns in it, a full one refuses
  * from the biggest holder, and work for clients that hung up is never done.
  */
-export function createPasswords ({ maxWaiting, concurrency = Math.max(1, availableParallelism() - 1) }: PasswordsOptions): Passwords {
+export function createPasswords ({ maxWaiting, concurrency = Math.max(1, availableParallelism() - 1), hashingProcess }: PasswordsOptions): Passwords {
   const limit = limitConcurrency(concurrency, maxWaiting)
-  const hashingProcess = new HashingProcess()
+  const hashing = hashingProcess ?? new HashingProcess()
   return {
-    hash: async (password, requester) => await limit(async () => await hashingProcess.hash(password), requester),
-    verify: async (hash, password, requester) => await limit(async () => await hashingProcess.verify(hash, password), requester),
-    close: async () => { await hashingProcess.close() }
+    hash: async (password, requester) => await limit(async () => await hashing.hash(password), requester),
+    verify: async (hash, password, requester) => await limit(async () => await hashing.verify(hash, password), requester),
+    close: async () => { if (hashingProcess === undefined) await hashing.close() }
   }
 }

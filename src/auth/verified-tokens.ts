@@ -9,16 +9,18 @@
  * that hash cost more than the HS256 check it saves. Keeping the tokens themselves exposes nothing new: whoever
  * can read this process's memory can read the signing secret too.
  */
+import { FifoMap } from 'toad-cache'
+
 const unexpired = (claims: { readonly exp: number }, nowMs: number): boolean => nowMs <= claims.exp * 1000
 
 export class VerifiedTokens<Claims extends { readonly exp: number }> {
-  readonly #claimsByHeader = new Map<string, Claims>()
+  // The oldest out first.
+  readonly #claimsByHeader: FifoMap<Claims>
   // Forgotten with the connection itself.
   readonly #lastByConnection = new WeakMap<object, { readonly header: string, readonly claims: Claims }>()
-  readonly #capacity: number
 
   constructor (capacity: number) {
-    this.#capacity = capacity
+    this.#claimsByHeader = new FifoMap(capacity)
   }
 
   /** The claims of a header verified before, unless they have expired since (as in fast-jwt, exp is inclusive). */
@@ -37,12 +39,6 @@ export class VerifiedTokens<Claims extends { readonly exp: number }> {
 
   /** Remembers a header whose token has just passed verification; the oldest entry makes room once full. */
   remember (header: string, connection: object, claims: Claims): void {
-    if (this.#claimsByHeader.size >= this.#capacity) {
-      for (const oldest of this.#claimsByHeader.keys()) {
-        this.#claimsByHeader.delete(oldest)
-        break
-      }
-    }
     this.#claimsByHeader.set(header, claims)
     this.#lastByConnection.set(connection, { header, claims })
   }

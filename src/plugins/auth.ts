@@ -1,6 +1,7 @@
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
+import type { HashingProcess } from '../auth/hashing-process.js'
 import { createPasswords, type Passwords } from '../auth/passwords.js'
 import { PerKeyQueue } from '../auth/per-key-queue.js'
 import type { Principal } from '../auth/principal.js'
@@ -29,7 +30,10 @@ declare module 'fastify' {
   }
 }
 
-type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs' | 'passwordQueueLimit'>
+type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs' | 'passwordQueueLimit'> & {
+  /** See BuildAppOptions.hashingProcess. */
+  hashingProcess?: HashingProcess
+}
 
 // Sessions forgotten per sweep at most, so a sweep never holds the event loop for long (about a millisecond).
 const SESSIONS_PER_SWEEP = 10_000
@@ -71,7 +75,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     }
   })
 
-  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit }))
+  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit, hashingProcess: options.hashingProcess }))
   app.decorate('registrations', new PerKeyQueue())
   // onClose runs once the server has stopped and every request in flight has been answered.
   app.addHook('onClose', async () => { await app.passwords.close() })
@@ -129,22 +133,34 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     return principal
   }
 
-  // A hook with a callback rather than an async function, so that a request whose session and user the store has
-  // at hand goes on without a promise (see `Store`).
-  app.decorate('authenticate', function authenticate (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+  // The caller, when the store has their session and user at hand, or else the claims to ask the store about.
+  // Throws the 401 of a missing, malformed, invalid or expired token.
+  const identify = (request: FastifyRequest, now: number): Principal | VerifiedClaims => {
     const { authorization } = request.headers
     if (authorization === undefined) throw tokenRequired()
     const connection = request.raw.socket
-    const now = Date.now()
     const claims = verifiedTokens.get(authorization, connection, now) ?? verify(authorization, connection)
     if (claims.typ !== 'access') throw sessionEnded()
-    const known = principalOf(claims, app.store.sessions.cached(claims.sid, now), app.store.users.cached(claims.sub))
-    if (known !== undefined) {
-      request.user = known
+    return principalOf(claims, app.store.sessions.cached(claims.sid, now), app.store.users.cached(claims.sub)) ?? claims
+  }
+
+  // A hook with a callback rather than an async function, so that a request whose session and user the store has
+  // at hand goes on without a promise (see `Store`); every refusal goes through `done`.
+  app.decorate('authenticate', function authenticate (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
+    const now = Date.now()
+    let identified: Principal | VerifiedClaims
+    try {
+      identified = identify(request, now)
+    } catch (error) {
+      done(error as Error)
+      return
+    }
+    if (!('typ' in identified)) {
+      request.user = identified
       done()
       return
     }
-    askStore(claims, now).then((principal) => {
+    askStore(identified, now).then((principal) => {
       request.user = principal
       done()
     }, done)

@@ -3,7 +3,6 @@ import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from '
 import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
-import { enforceResponseContract } from '../response-contract.js'
 import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
 
@@ -55,13 +54,15 @@ export default async function routesPlugin (app: FastifyInstance, options: Route
   // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
   for (const schema of Object.values(schemas)) app.addSchema(schema)
   const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
+  // Loaded only in strict mode: a production start never loads the response validators.
+  const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
   for (const [index, route] of routes.entries()) {
     app.route({
       method: route.method,
       url: route.url,
       schema: route.schema,
       onRequest: guards[index],
-      onSend: options.strictResponses ? [enforceResponseContract(route)] : [],
+      onSend: enforceResponseContract === undefined ? [] : [enforceResponseContract(route)],
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
       config: { operationId: route.operationId }
     })

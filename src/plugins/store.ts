@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { StoreConfig } from '../config.js'
 import { createMemoryStore } from '../store/memory-store.js'
-import { connectRedisStore } from '../store/redis-store.js'
+import { connectRedisStore } from '../store/redis/connection.js'
 import type { Store } from '../store/store.js'
 
 declare module 'fastify' {

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import type { WebhooksConfig } from '../config.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
@@ -139,11 +140,11 @@ interface WebhooksPluginOptions {
  * other status, a timeout or a connection error is retried on WEBHOOK_RETRY_DELAYS_MS; after the last attempt the
  * delivery is dead-lettered (logged at error level). No HTTP response waits for a delivery.
  *
- * At shutdown, with the memory store, pending deliveries get until the health plugin's shutdown deadline (80 % of
+ * At shutdown, with the memory store, pending deliveries get until the shutdown plugin's deadline (80 % of
  * SHUTDOWN_TIMEOUT), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
  * rest stay for the other instances.
  */
-export default async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {
+async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {
   const { subscriptions } = options.config
   if (subscriptions.length === 0) return
   const { outbox } = app.store
@@ -164,7 +165,7 @@ export default async function webhooksPlugin (app: FastifyInstance, options: Web
 
   app.addHook('onClose', async () => {
     clearInterval(poll)
-    // Set by the health plugin's preClose hook, which every close runs first.
+    // Set by the shutdown plugin's preClose hook, which every close runs first.
     const deadline = app.lifecycle.shutdownDeadline
     if (!outbox.durable) {
       // What is in this process's memory is lost when it ends: deliver what is due while there is time.
@@ -185,3 +186,6 @@ export default async function webhooksPlugin (app: FastifyInstance, options: Web
     }
   })
 }
+
+// Encapsulated (its hooks serve no one else), with the plugins whose state it reads declared.
+export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown'], encapsulate: true })

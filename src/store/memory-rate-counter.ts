@@ -1,3 +1,4 @@
+import { FifoMap } from 'toad-cache'
 import type { Counted, RateCounter } from './store.js'
 
 interface Counter {
@@ -15,18 +16,20 @@ interface Counter {
  *
  * The evictable keys leave in the order their windows began, which, all windows of a limit being one length, is
  * the order they end in: the first to go is the one with the least left to count. A key moves only when a window
- * begins, not on every count as in a least-recently-used map: taking it out and putting it back cost an item
- * write about 700 instructions (npm run bench:instructions).
+ * begins, not on every count as in a least-recently-used map, which would take it out and put it back on every
+ * write (docs/performance.md). The evictable keys are a toad-cache FIFO; the locked ones are hand-kept, since no
+ * cache library keeps an entry pinned until a time and refuses newcomers while all are pinned.
  */
 export class MemoryRateCounter implements RateCounter {
   readonly #capacity: number
   // Under their limit, the earliest window first.
-  readonly #open = new Map<string, Counter>()
+  readonly #open: FifoMap<Counter>
   // Over their limit, in the order they were locked.
   readonly #locked = new Map<string, Counter>()
 
   constructor (capacity: number) {
     this.#capacity = capacity
+    this.#open = new FifoMap(capacity)
   }
 
   /** Counts a request of `key`; answers at once, never with an error. */
@@ -41,8 +44,6 @@ export class MemoryRateCounter implements RateCounter {
       this.#locked.delete(key)
       this.#open.delete(key)
       this.#open.set(key, counter)
-      // One key in at most, so one out is enough; no iterator is made while there is room.
-      if (this.#open.size > this.#capacity) this.#open.delete(this.#open.keys().next().value!)
     }
     callback({ current: counter.current, ttl: counter.startedAt + windowMs - now })
   }

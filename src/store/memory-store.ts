@@ -1,5 +1,6 @@
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
+import { isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
 import { type Announcement, type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
@@ -32,12 +33,6 @@ class MemoryUserStore implements UserStore {
     return this.#byEmailKey.get(emailKey)
   }
 }
-
-// Reuse detection remembers this many refresh tokens per session after they were replaced; an older one is merely
-// unknown. Together with the fan-out cap below, this bounds what one session holds however often it refreshes.
-const REMEMBERED_REPLACED_TOKENS = 16
-// How many pairs one rotation may fan out into while the reuse leeway lasts (parallel retries, several tabs).
-const MAX_PAIRS_PER_ROTATION = 32
 
 interface SessionEntry {
   readonly session: Session
@@ -72,7 +67,7 @@ class MemorySessionStore implements SessionStore {
 
   async get (id: string, now: number): Promise<Session | undefined> {
     const entry = this.#byId.get(id)
-    if (entry === undefined || entry.session.expiresAt > now) return entry?.session
+    if (entry === undefined || isLive(entry.session, now)) return entry?.session
     this.#forget(entry)
     return undefined
   }
@@ -80,13 +75,13 @@ class MemorySessionStore implements SessionStore {
   // An ended session is left to `get`, which forgets it.
   cached (id: string, now: number): Session | undefined {
     const session = this.#byId.get(id)?.session
-    return session !== undefined && session.expiresAt > now ? session : undefined
+    return session !== undefined && isLive(session, now) ? session : undefined
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
     const entry = this.#byTokenHash.get(presentedHash)
     if (entry === undefined) return { status: 'unknown' }
-    if (entry.session.expiresAt <= now) {
+    if (!isLive(entry.session, now)) {
       this.#forget(entry)
       return { status: 'unknown' }
     }
@@ -115,7 +110,7 @@ class MemorySessionStore implements SessionStore {
   async sweep (now: number, limit: number): Promise<number> {
     let forgotten = 0
     for (const entry of this.#byId.values()) {
-      if (forgotten === limit || entry.session.expiresAt > now) break
+      if (forgotten === limit || isLive(entry.session, now)) break
       this.#forget(entry)
       forgotten += 1
     }
@@ -225,9 +220,9 @@ export interface MemoryStoreOptions {
   pendingDeliveries?: MemoryOutboxBounds
 }
 
-// Per subscriber: 10 000 deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a typical
-// item, 200 of the largest).
-export const PENDING_DELIVERIES: MemoryOutboxBounds = { deliveries: 10_000, characters: 4 * 1024 * 1024 }
+// Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
+// typical item, 200 of the largest).
+export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DELIVERIES, characters: 4 * 1024 * 1024 }
 
 // Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.
@@ -238,10 +233,11 @@ export function createMemoryStore ({
   maxItemsPerContributor = Infinity,
   maxUsers = Infinity,
   maxItems = Infinity,
-  pendingDeliveries = PENDING_DELIVERIES
+  pendingDeliveries = MEMORY_OUTBOX_BOUNDS
 }: MemoryStoreOptions = {}): Store {
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
+  let open = true
   return {
     users: new MemoryUserStore(maxUsers),
     sessions: new MemorySessionStore(),
@@ -252,8 +248,8 @@ export function createMemoryStore ({
       rateCounters.set(name, counter)
       return counter
     },
-    available: () => true,
+    available: () => open,
     now: () => Date.now(),
-    close: async () => {}
+    close: async () => { open = false }
   }
 }

@@ -203,8 +203,8 @@ export class StoreUnavailableError extends Error {
  *
  * Authentication reads the caller's session and user on every request. Each store keeps them at hand (in memory,
  * all of them; on Redis, those this instance has read and is told of every change to), and `cached` hands them
- * over synchronously: awaiting two promises cost an authenticated request about 3 000 instructions
- * (npm run bench:instructions).
+ * over synchronously, since awaiting two promises on every authenticated request costs measurably
+ * (docs/performance.md).
  */
 export interface Store {
   readonly users: UserStore

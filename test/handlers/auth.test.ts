@@ -1,4 +1,5 @@
 import { availableParallelism } from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { build, captureLogs, newUser } from '../helper.js'
 import { redisKeyPrefix, redisSkip } from '../redis.js'
@@ -135,7 +136,7 @@ t.test('loginUser', async (t) => {
 
 t.test('access tokens', async (t) => {
   const api = await build(t)
-  const { accessToken, user } = await api.register()
+  const { accessToken } = await api.register()
   const claims = decodeClaims(accessToken)
   const now = Math.floor(Date.now() / 1000)
   const valid = { ...claims, iat: now, exp: now + 60 }
@@ -277,11 +278,11 @@ t.test('sessions', async (t) => {
     })
     const ended = Date.now() + 1001
     t.capture(Date, 'now', () => ended)
-    while (forgotten.length === 0) await new Promise((resolve) => setTimeout(resolve, 10))
+    while (forgotten.length === 0) await sleep(10)
     t.equal(forgotten[0], 2, 'both ended sessions forgotten in one sweep')
 
     t.capture(sessions, 'sweep', async () => { throw new Error('store unreachable') })
-    while (!lines.some((line) => line.includes('session sweep failed'))) await new Promise((resolve) => setTimeout(resolve, 10))
+    while (!lines.some((line) => line.includes('session sweep failed'))) await sleep(10)
     t.equal((await api.call('checkLiveness')).statusCode, 200)
   })
 })

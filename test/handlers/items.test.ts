@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import type { DomainEvent } from '../../src/plugins/events.js'
 import type { RouteOperationId } from '../../generated/routes.js'
@@ -310,7 +311,7 @@ t.test('events', async (t) => {
     const api = await build(t)
     const owner = await api.register()
     let finished = 0
-    const slow = async (): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, 50)); finished += 1 }
+    const slow = async (): Promise<void> => { await sleep(50); finished += 1 }
     api.app.events.on('items.item.added', slow)
     await api.createItem(owner.accessToken)
     api.app.events.off('items.item.added', slow)

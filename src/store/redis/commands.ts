@@ -1,0 +1,44 @@
+import { StoreUnavailableError } from '../store.js'
+
+// Lua scripts make each write atomic across every instance, in one round trip; each module keeps its scripts beside
+// the code that runs them, and connection.ts hands them all to the client. Where a script finds keys in data it
+// reads (a session's tokens), it builds them from a family's prefix (keys.ts): allowed on one Redis server; on Redis
+// Cluster every key must then share one hash slot (docs/redis.md).
+
+export interface Script {
+  readonly numberOfKeys: number
+  readonly lua: string
+}
+
+// A command Redis has not answered in this long fails (503), so a request never hangs on a stalled server.
+export const COMMAND_TIMEOUT_MS = 1000
+
+// Opens every write script: ARGV[1] is the write's deadline on Redis's clock (ms), taken off ARGV so that the
+// script's own arguments start at ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails:
+// by then its instance has stopped waiting and told the client it failed (503), so it must not happen later (a
+// retry would duplicate it, or a refresh retried be taken for a replay). `now` is Redis's time, for every instance.
+export const WRITE_DEADLINE = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if now > tonumber(table.remove(ARGV, 1)) then
+  return redis.error_reply('DEADLINE the write reached Redis after its deadline; nothing was changed')
+end
+`
+
+/**
+ * Turns what Redis could not do into a StoreUnavailableError: unreachable, timed out, out of memory, loading.
+ * A reply that says a command or script is wrong is a bug, and stays what it is.
+ */
+function unavailable (error: unknown): never {
+  if (error instanceof Error && error.name === 'ReplyError' && /^(ERR|WRONGTYPE)/.test(error.message)) throw error
+  throw new StoreUnavailableError(`Redis: ${String(error)}`, { cause: error })
+}
+
+/** A command's reply, or a StoreUnavailableError when Redis could not give one. */
+export async function call<T> (command: Promise<T>): Promise<T> {
+  try {
+    return await command
+  } catch (error) {
+    return unavailable(error)
+  }
+}

@@ -1,0 +1,140 @@
+import { Redis } from 'ioredis'
+import { PENDING_DELIVERIES } from '../rules.js'
+import { type Store, StoreUnavailableError } from '../store.js'
+import { RedisClock } from './clock.js'
+import { COMMAND_TIMEOUT_MS } from './commands.js'
+import { itemScripts, RedisItemStore } from './items.js'
+import { redisKeys } from './keys.js'
+import { outboxScripts, RedisOutbox } from './outbox.js'
+import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
+import { RedisSessionStore, sessionScripts } from './sessions.js'
+import { TrackedSessions, trackSessions } from './tracking.js'
+import { RedisUserStore, userScripts } from './users.js'
+
+/** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
+export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...outboxScripts, ...rateCounterScripts }
+
+/** What the store says about its connection; the store plugin logs it. */
+export interface RedisStoreLogger {
+  warn: (details: object, message: string) => void
+  info: (message: string) => void
+}
+
+export interface RedisStoreOptions {
+  url: string
+  /** Starts every key the store writes. */
+  keyPrefix: string
+  /** Items one contributor may own at once. */
+  maxItemsPerContributor: number
+  logger: RedisStoreLogger
+  /** Deliveries each webhook subscriber keeps at most (default PENDING_DELIVERIES); past that, new events are dropped for it. */
+  maxPendingDeliveries?: number
+  /** What each instance keeps in its own memory: users, sessions, characters of item JSON (see the defaults below). */
+  cache?: { users: number, sessions: number, itemCharacters: number }
+}
+
+// Users each instance keeps (the oldest out first); a user is at most about 2 KB, so at most about 20 MB.
+const CACHED_USERS = 10_000
+// Sessions each instance keeps while Redis tracks them (the oldest out first): about 200 bytes each, 20 MB.
+const CACHED_SESSIONS = 100_000
+// Characters of item JSON each instance keeps parsed (the oldest out first): with the parsed items, about 32 MB.
+const CACHED_ITEM_CHARACTERS = 8 * 1024 * 1024
+// Reconnecting after a lost connection waits 100 ms more each try, at most this long.
+const MAX_RECONNECT_DELAY_MS = 2000
+const CONNECT_TIMEOUT_MS = 2000
+// Redis's clock is reckoned again this often, and at each (re)connection, in case either clock was stepped.
+const CLOCK_CHECK_INTERVAL_MS = 30_000
+
+/** Shows where Redis is without its password. */
+const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//')
+
+/**
+ * The store on Redis: any number of instances of the service share one catalogue, its users, sessions and rate
+ * limits. Round trips per operation (one unless said):
+ *
+ * - users.add, users.get, users.findByEmailKey: one (a script for add and findByEmailKey);
+ * - sessions.open, rotateRefreshToken, revoke: one each (scripts); get: none for a session this instance has read
+ *   while Redis tracks it for the instance, one otherwise; sweep: none (Redis expires keys);
+ * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
+ * - items.update, remove: two (read, then a compare-and-set script), and one more each time another instance
+ *   changed the item in between;
+ * - a rate limit count: one;
+ * - outbox.take, settle, pending: one each (take fans out new events first, in the same script); subscribe: none
+ *   (the instance passes its subscribers to each take). The item writes append their event to the outbox stream in
+ *   the script that makes the change, at no extra round trip.
+ *
+ * Commands are never queued while Redis is unreachable and never sent again after a lost connection (a script may
+ * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. A write script that
+ * Redis runs only after that (a frozen or overloaded server) changes nothing (WRITE_DEADLINE). The client
+ * reconnects by itself.
+ */
+export async function connectRedisStore (options: RedisStoreOptions): Promise<Store> {
+  const redis = new Redis(options.url, {
+    lazyConnect: true,
+    scripts,
+    enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: COMMAND_TIMEOUT_MS,
+    connectTimeout: CONNECT_TIMEOUT_MS,
+    // Not auto-pipelining: it holds each command for a turn of the event loop, and each request waits for its
+    // commands one after another (docs/performance.md).
+    retryStrategy: (attempt) => Math.min(attempt * 100, MAX_RECONNECT_DELAY_MS)
+  })
+  // Said once an outage begins, and once it ends, however many reconnections fail in between.
+  let connected = false
+  let unreachable = false
+  // Why the first connection failed: the client says it in an 'error' event, and rejects connect() with only
+  // "Connection is closed".
+  const firstError = new Promise<Error>((resolve) => redis.once('error', resolve))
+  redis.on('error', (err: Error) => {
+    if (!connected || unreachable) return
+    unreachable = true
+    options.logger.warn({ err }, 'Redis is unreachable; reconnecting')
+  })
+  redis.on('ready', () => {
+    if (!unreachable) return
+    unreachable = false
+    options.logger.info('Redis is reachable again')
+  })
+  try {
+    await redis.connect()
+    connected = true
+  } catch (error) {
+    redis.disconnect()
+    // Both have settled by now; the event, which came first, wins the race.
+    const reason = await Promise.race([firstError, Promise.resolve(new Error(String(error)))])
+    throw new StoreUnavailableError(`Cannot connect to Redis at ${withoutPassword(options.url)}: ${reason.message}`)
+  }
+  const clock = new RedisClock(redis)
+  await clock.check()
+  const checkClock = (): void => { clock.check().catch(() => {}) }
+  redis.on('ready', checkClock)
+  const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
+  const keys = redisKeys(options.keyPrefix)
+  const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
+  const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
+  const invalidations = await trackSessions(redis, keys.session, sessions)
+  let closed = false
+  return {
+    users: new RedisUserStore(redis, clock, keys, options.cache?.users ?? CACHED_USERS),
+    sessions: new RedisSessionStore(redis, clock, keys, sessions),
+    items: new RedisItemStore(redis, clock, keys, outbox, {
+      maxPerContributor: options.maxItemsPerContributor,
+      maxCachedCharacters: options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS,
+      logger: options.logger
+    }),
+    outbox,
+    rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
+    // The connection is 'ready' until QUIT's reply has closed it.
+    available: () => !closed && redis.status === 'ready',
+    now: () => clock.now(),
+    close: async () => {
+      closed = true
+      clearInterval(clockChecks)
+      invalidations.disconnect()
+      if (redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
+      else redis.disconnect()
+    }
+  }
+}

@@ -1,0 +1,232 @@
+import type { Redis, Result } from 'ioredis'
+import { type Announcement, type Item, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
+import type { RedisClock } from './clock.js'
+import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import type { RedisKeys } from './keys.js'
+import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
+
+export const itemScripts = {
+  // KEYS: items, order, sequence, owned per contributor, outbox. ARGV: id, contributor id, item as JSON, items one
+  // contributor may own, and the event (APPEND_EVENT). 1 when added, 0 over the quota.
+  addItem: {
+    numberOfKeys: 5,
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
+redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
+redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+appendEvent(KEYS[5], 5)
+return 1`
+  },
+  // KEYS: items, order. ARGV: first rank, last rank. {total, item JSON...}.
+  pageItems: {
+    numberOfKeys: 2,
+    lua: `
+local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], ARGV[2])
+local total = redis.call('ZCARD', KEYS[2])
+if #ids == 0 then return {total} end
+return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
+  },
+  // KEYS: items, outbox. ARGV: id, the item as it was read, the item to store, and the event (APPEND_EVENT). 1 when
+  // stored, 0 when the item is gone, or the item as it is now when it changed since it was read.
+  replaceItem: {
+    numberOfKeys: 2,
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+if current ~= ARGV[2] then return current end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+appendEvent(KEYS[2], 4)
+return 1`
+  },
+  // KEYS: items, order, owned per contributor, outbox. ARGV: id, the item as it was read, and the event
+  // (APPEND_EVENT). As replaceItem.
+  removeItem: {
+    numberOfKeys: 4,
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+if current ~= ARGV[2] then return current end
+local contributorId = cjson.decode(current).contributorId
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
+appendEvent(KEYS[4], 3)
+return 1`
+  }
+} as const satisfies Record<string, Script>
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, deadline: number, id: string, contributorId: string,
+      item: string, maxPerContributor: number, ...event: EventArguments): Result<0 | 1, Context>
+    pageItems (items: string, order: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
+    replaceItem (items: string, outbox: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+    removeItem (items: string, order: string, owned: string, outbox: string, deadline: number, id: string, expected: string,
+      ...event: EventArguments): Result<0 | 1 | string, Context>
+  }
+}
+
+// A page that meets items gone from Redis says so in the log at most this often.
+const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
+// An edit or delete re-reads the item and tries again when another instance changed it in between; past this
+// many tries it gives up with a StoreUnavailableError rather than hold the request.
+const MAX_CHANGE_ATTEMPTS = 16
+
+// Stored as the service wrote them; handed out frozen, as the memory store's are.
+const parseItem = (json: string): Item => Object.freeze(JSON.parse(json) as Item)
+// In one order of fields, so that the JSON read back compares equal to the JSON written.
+const itemJson = (item: Item): string => JSON.stringify(itemRecord(item))
+
+/**
+ * Items parsed before, by the JSON they were parsed from: an item read again unchanged (a page every client reads)
+ * costs a lookup instead of a parse and a new object. A changed item has other JSON, so it is parsed afresh.
+ * Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters (items vary 100-fold).
+ */
+class ParsedItems {
+  readonly #byJson = new Map<string, Item>()
+  readonly #maxCharacters: number
+  #characters = 0
+
+  constructor (maxCharacters: number) {
+    this.#maxCharacters = maxCharacters
+  }
+
+  parse (json: string): Item {
+    const cached = this.#byJson.get(json)
+    if (cached !== undefined) return cached
+    const item = parseItem(json)
+    this.#byJson.set(json, item)
+    this.#characters += json.length
+    // No iterator is made while there is room.
+    while (this.#characters > this.#maxCharacters) {
+      const oldest = this.#byJson.keys().next().value!
+      this.#byJson.delete(oldest)
+      this.#characters -= oldest.length
+    }
+    return item
+  }
+}
+
+export interface RedisItemStoreOptions {
+  maxPerContributor: number
+  maxCachedCharacters: number
+  logger: { warn: (details: object, message: string) => void }
+}
+
+export class RedisItemStore implements ItemStore {
+  readonly #redis: Redis
+  readonly #clock: RedisClock
+  readonly #keys: RedisKeys
+  readonly #outbox: RedisOutbox
+  readonly #maxPerContributor: number
+  readonly #parsed: ParsedItems
+  // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
+  readonly #inProgress = new Map<string, Promise<void>>()
+  readonly #logger: RedisItemStoreOptions['logger']
+  // Items in the creation order but gone from the items hash, skipped by pages: counted, and logged at most once
+  // an interval.
+  #missingSkipped = 0
+  #missingLoggedAt = -Infinity
+
+  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, outbox: RedisOutbox, options: RedisItemStoreOptions) {
+    this.#redis = redis
+    this.#clock = clock
+    this.#keys = keys
+    this.#outbox = outbox
+    this.#logger = options.logger
+    this.#parsed = new ParsedItems(options.maxCachedCharacters)
+    this.#maxPerContributor = options.maxPerContributor
+  }
+
+  async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
+    const keys = this.#keys
+    const json = itemJson(item)
+    const stored = parseItem(json)
+    const event = announce?.(stored)
+    const added = await call(this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox,
+      this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
+    if (added === 0) return undefined
+    this.#outbox.recorded(event)
+    return stored
+  }
+
+  async get (id: string): Promise<Item | undefined> {
+    const json = await call(this.#redis.hget(this.#keys.items, id))
+    return json === null ? undefined : this.#parsed.parse(json)
+  }
+
+  async page (offset: number, limit: number): Promise<ItemPage> {
+    const [total, ...found] = await call(this.#redis.pageItems(this.#keys.items, this.#keys.itemOrder, offset, offset + limit - 1))
+    const items: Item[] = []
+    for (const json of found) if (json !== null) items.push(this.#parsed.parse(json))
+    if (items.length < found.length) this.#skipMissing(found.length - items.length)
+    return { items, total }
+  }
+
+  // An item is missing only when something else deleted it: an eviction policy other than noeviction (docs/redis.md).
+  #skipMissing (count: number): void {
+    this.#missingSkipped += count
+    if (Date.now() - this.#missingLoggedAt < MISSING_ITEMS_LOG_INTERVAL_MS) return
+    this.#missingLoggedAt = Date.now()
+    this.#logger.warn({ skipped: this.#missingSkipped },
+      'items in item-order are missing from items (evicted? Redis needs maxmemory-policy noeviction); pages skip them')
+  }
+
+  async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
+    return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
+      const next = itemJson(change(current))
+      const stored = parseItem(next)
+      const event = announce?.(stored)
+      const outcome = await call(this.#redis.replaceItem(this.#keys.items, this.#keys.outbox, this.#clock.writeDeadline(), id, json, next,
+        ...eventArguments(event)))
+      if (outcome !== 1) return outcome
+      this.#outbox.recorded(event)
+      return stored
+    }))
+  }
+
+  async remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined> {
+    const keys = this.#keys
+    return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
+      confirm(current)
+      const event = announce?.(current)
+      const outcome = await call(this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, this.#clock.writeDeadline(), id, json,
+        ...eventArguments(event)))
+      if (outcome !== 1) return outcome
+      this.#outbox.recorded(event)
+      return current
+    }))
+  }
+
+  /**
+   * Runs the changes of one item that this instance has in progress one after another, so that they never retry
+   * against each other: only changes made by other instances can make one try again.
+   */
+  async #oneAtATime<T> (id: string, task: () => Promise<T>): Promise<T> {
+    const running = (this.#inProgress.get(id) ?? Promise.resolve()).then(task)
+    const settled = running.then(() => {}, () => {})
+    this.#inProgress.set(id, settled)
+    try {
+      return await running
+    } finally {
+      if (this.#inProgress.get(id) === settled) this.#inProgress.delete(id)
+    }
+  }
+
+  /**
+   * Optimistic concurrency: reads the item, then has `attempt` write it only if it is still as read. When another
+   * instance changed it in between, `attempt` answers with the item as it is now, and runs again on that. So the
+   * callbacks of `update` and `remove` may run more than once, each time on the item as it then was: they must be
+   * pure. 0 from `attempt` means the item is gone.
+   */
+  async #change (id: string, attempt: (current: Item, json: string) => Promise<Item | 0 | string>): Promise<Item | undefined> {
+    const json = await call(this.#redis.hget(this.#keys.items, id))
+    let outcome: Item | 0 | string = json ?? 0
+    for (let attempts = 0; typeof outcome === 'string'; attempts += 1) {
+      if (attempts === MAX_CHANGE_ATTEMPTS) throw new StoreUnavailableError(`item ${id} changed ${attempts} times while being changed`)
+      outcome = await attempt(parseItem(outcome), outcome)
+    }
+    return outcome === 0 ? undefined : outcome
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * Every key the Redis store writes, under the deployment's prefix (REDIS_KEY_PREFIX), named here and nowhere else:
+ * the scripts receive these names as keys or, where they find a key's id in data they read (a session's tokens),
+ * the family's prefix to put before it. docs/redis.md describes each key's contents.
+ */
+export interface RedisKeys {
+  /** Hash: user id → the user as JSON. */
+  readonly users: string
+  /** Hash: email key (the address folded) → user id. */
+  readonly userEmails: string
+  /** Family, + session id. Hash: user, expires, rotated, current, previous, replaced (token hashes). */
+  readonly session: string
+  /** Family, + refresh token hash. String: the session id, expiring with the session. */
+  readonly refreshToken: string
+  /** Family, + user id. Sorted set: the user's session ids, scored by their end. */
+  readonly userSessions: string
+  /** Hash: item id → the item as JSON. */
+  readonly items: string
+  /** Sorted set: item ids by creation (score: itemSequence). */
+  readonly itemOrder: string
+  /** String: the last creation number given. */
+  readonly itemSequence: string
+  /** Hash: contributor id → items they own. */
+  readonly itemsOwned: string
+  /** Stream: events not yet fanned out to their subscribers. */
+  readonly outbox: string
+  /** Family, + subscriber id + ':' + due|events|attempts|dropped (webhookKeys). */
+  readonly webhook: string
+  /** Family, + limit name + ':' + the caller's key. String: hits in the window, expiring with it. */
+  readonly rateLimit: string
+}
+
+export const redisKeys = (prefix: string): RedisKeys => ({
+  users: `${prefix}users`,
+  userEmails: `${prefix}user-emails`,
+  session: `${prefix}session:`,
+  refreshToken: `${prefix}refresh-token:`,
+  userSessions: `${prefix}user-sessions:`,
+  items: `${prefix}items`,
+  itemOrder: `${prefix}item-order`,
+  itemSequence: `${prefix}item-sequence`,
+  itemsOwned: `${prefix}items-owned`,
+  outbox: `${prefix}outbox`,
+  webhook: `${prefix}webhook:`,
+  rateLimit: `${prefix}rate-limit:`
+})
+
+export interface WebhookKeys {
+  /** Sorted set: event ids pending delivery, scored by when each may be taken next. */
+  readonly due: string
+  /** Hash: event id → "channel body". */
+  readonly events: string
+  /** Hash: event id → attempts taken. */
+  readonly attempts: string
+  /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
+  readonly dropped: string
+}
+
+export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
+  const base = `${keys.webhook}${subscriber}:`
+  return { due: `${base}due`, events: `${base}events`, attempts: `${base}attempts`, dropped: `${base}dropped` }
+}

@@ -1,0 +1,165 @@
+import type { Redis, Result } from 'ioredis'
+import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
+import type { RefreshOutcome, Session, SessionStore } from '../store.js'
+import type { RedisClock } from './clock.js'
+import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import type { RedisKeys } from './keys.js'
+import type { TrackedSessions } from './tracking.js'
+
+// Opens the session scripts, after WRITE_DEADLINE: ARGV[1..3] are the prefixes of the session, refresh-token and
+// user-sessions keys (keys.ts), for the keys a script finds in what it reads; `forget` forgets a session: its
+// refresh tokens, its record, its place among its user's sessions.
+const FORGET_SESSION = `
+local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
+local function forget (sessionId)
+  local sessionKey = families.session .. sessionId
+  local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
+  if not fields[1] then return end
+  for i = 2, 4 do
+    for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
+  end
+  redis.call('DEL', sessionKey)
+  redis.call('ZREM', families.userSessions .. fields[1], sessionId)
+end
+`
+
+export const sessionScripts = {
+  // KEYS: session, its first refresh token, its user's sessions. ARGV: (FORGET_SESSION), session id, user id, end
+  // (ms), token hash, sessions a user may have.
+  openSession: {
+    numberOfKeys: 3,
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
+redis.call('PEXPIREAT', KEYS[1], expiresAt)
+redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt)
+-- Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
+redis.call('ZADD', KEYS[3], expiresAt, sessionId)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local excess = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[8])
+if excess > 0 then
+  for _, oldest in ipairs(redis.call('ZRANGE', KEYS[3], 0, excess - 1)) do forget(oldest) end
+end
+redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
+return 1`
+  },
+  // KEYS: the presented token. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's clock as the
+  // instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per rotation.
+  // {status, session id, user id, end}.
+  rotateRefreshToken: {
+    numberOfKeys: 1,
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+local presented, nextHash, now, leeway = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local sessionId = redis.call('GET', KEYS[1])
+if not sessionId then return {'unknown'} end
+local sessionKey = families.session .. sessionId
+local session = redis.call('HMGET', sessionKey, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced')
+if not session[1] or tonumber(session[2]) <= now then
+  forget(sessionId)
+  redis.call('DEL', KEYS[1])
+  return {'unknown'}
+end
+local function split (text)
+  local list = {}
+  for hash in string.gmatch(text, '%S+') do list[#list + 1] = hash end
+  return list
+end
+local function contains (list, wanted)
+  for _, hash in ipairs(list) do if hash == wanted then return true end end
+  return false
+end
+local current, previous, replaced, rotatedAt = split(session[4]), split(session[5]), split(session[6]), tonumber(session[3])
+if contains(current, presented) then
+  for _, hash in ipairs(previous) do replaced[#replaced + 1] = hash end
+  while #replaced > tonumber(ARGV[8]) do redis.call('DEL', families.refreshToken .. table.remove(replaced, 1)) end
+  previous, current, rotatedAt = current, {nextHash}, now
+elseif contains(previous, presented) and now - rotatedAt < leeway then
+  if #current >= tonumber(ARGV[9]) then return {'unknown'} end
+  current[#current + 1] = nextHash
+else
+  forget(sessionId)
+  return {'reused'}
+end
+redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
+  'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
+redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2])
+return {'rotated', sessionId, session[1], session[2]}`
+  },
+  // KEYS: none. ARGV: (FORGET_SESSION), session id.
+  revokeSession: {
+    numberOfKeys: 0,
+    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+forget(ARGV[4])
+return 1`
+  }
+} as const satisfies Record<string, Script>
+
+/** The key prefixes FORGET_SESSION takes. */
+type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    openSession (session: string, token: string, userSessions: string, deadline: number, ...args: [...SessionFamilies, id: string, userId: string,
+      expiresAt: number, tokenHash: string, maxPerUser: number]): Result<1, Context>
+    rotateRefreshToken (token: string, deadline: number, ...args: [...SessionFamilies, presentedHash: string, nextHash: string, now: number,
+      reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string?, string?, string?], Context>
+    revokeSession (deadline: number, ...args: [...SessionFamilies, id: string]): Result<1, Context>
+  }
+}
+
+export class RedisSessionStore implements SessionStore {
+  readonly #redis: Redis
+  readonly #clock: RedisClock
+  readonly #keys: RedisKeys
+  readonly #families: SessionFamilies
+  readonly #cache: TrackedSessions
+
+  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, cache: TrackedSessions) {
+    this.#redis = redis
+    this.#clock = clock
+    this.#keys = keys
+    this.#families = [keys.session, keys.refreshToken, keys.userSessions]
+    this.#cache = cache
+  }
+
+  async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
+    const keys = this.#keys
+    await call(this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash, keys.userSessions + session.userId,
+      this.#clock.writeDeadline(), ...this.#families, session.id, session.userId, session.expiresAt, refreshTokenHash, maxPerUser))
+  }
+
+  cached (id: string, now: number): Session | undefined {
+    const session = this.#cache.get(id)
+    return session !== undefined && isLive(session, now) ? session : undefined
+  }
+
+  async get (id: string, now: number): Promise<Session | undefined> {
+    const cached = this.#cache.get(id)
+    if (cached !== undefined) return isLive(cached, now) ? cached : undefined
+    const readAt = this.#cache.epoch
+    const [userId, expires] = await call(this.#redis.hmget(this.#keys.session + id, 'user', 'expires'))
+    if (userId === null || userId === undefined) return undefined
+    const session = { id, userId, expiresAt: Number(expires) }
+    this.#cache.keep(session, readAt)
+    return isLive(session, now) ? session : undefined
+  }
+
+  async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
+    const [status, id, userId, expires] = await call(this.#redis.rotateRefreshToken(this.#keys.refreshToken + presentedHash,
+      this.#clock.writeDeadline(), ...this.#families, presentedHash, nextHash, now, reuseLeewayMs, REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
+    if (status === 'rotated' && id !== undefined && userId !== undefined) {
+      return { status, session: { id, userId, expiresAt: Number(expires) } }
+    }
+    return { status: status === 'reused' ? 'reused' : 'unknown' }
+  }
+
+  async revoke (id: string): Promise<void> {
+    await call(this.#redis.revokeSession(this.#clock.writeDeadline(), ...this.#families, id))
+    this.#cache.invalidate([id])
+  }
+
+  /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */
+  async sweep (): Promise<number> {
+    return 0
+  }
+}

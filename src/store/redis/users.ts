@@ -1,0 +1,78 @@
+import type { Redis, Result } from 'ioredis'
+import { FifoMap } from 'toad-cache'
+import type { User, UserStore } from '../store.js'
+import type { RedisClock } from './clock.js'
+import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import type { RedisKeys } from './keys.js'
+
+export const userScripts = {
+  // KEYS: users, user emails. ARGV: id, email key, user as JSON. 1 when added, 0 when the email key is taken.
+  addUser: {
+    numberOfKeys: 2,
+    lua: `${WRITE_DEADLINE}
+if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1`
+  },
+  // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
+  findUserByEmailKey: {
+    numberOfKeys: 2,
+    lua: `
+local id = redis.call('HGET', KEYS[2], ARGV[1])
+if not id then return false end
+return redis.call('HGET', KEYS[1], id)`
+  }
+} as const satisfies Record<string, Script>
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    addUser (users: string, emails: string, deadline: number, id: string, emailKey: string, user: string): Result<0 | 1, Context>
+    findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
+  }
+}
+
+// Stored as the service wrote them; handed out frozen, as the memory store's are.
+const parseUser = (json: string): User => Object.freeze(JSON.parse(json) as User)
+
+/**
+ * Users are never changed or removed once added, so each instance keeps the ones it has read (the oldest out
+ * first): authentication reads the caller's user on every request, and this spares it a round trip.
+ */
+export class RedisUserStore implements UserStore {
+  readonly #redis: Redis
+  readonly #clock: RedisClock
+  readonly #keys: RedisKeys
+  readonly #byId: FifoMap<User>
+
+  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, maxCached: number) {
+    this.#redis = redis
+    this.#clock = clock
+    this.#keys = keys
+    this.#byId = new FifoMap(maxCached)
+  }
+
+  async add (user: User): Promise<User | undefined> {
+    const json = JSON.stringify(user)
+    const added = await call(this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#clock.writeDeadline(), user.id, user.emailKey, json))
+    return added === 1 ? parseUser(json) : undefined
+  }
+
+  async get (id: string): Promise<User | undefined> {
+    const cached = this.cached(id)
+    if (cached !== undefined) return cached
+    const json = await call(this.#redis.hget(this.#keys.users, id))
+    if (json === null) return undefined
+    const user = parseUser(json)
+    this.#byId.set(id, user)
+    return user
+  }
+
+  async findByEmailKey (emailKey: string): Promise<User | undefined> {
+    const json = await call(this.#redis.findUserByEmailKey(this.#keys.users, this.#keys.userEmails, emailKey))
+    return json === null ? undefined : parseUser(json)
+  }
+
+  cached (id: string): User | undefined {
+    return this.#byId.get(id)
+  }
+}

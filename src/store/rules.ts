@@ -1,0 +1,17 @@
+import type { Session } from './store.js'
+
+// What every store does alike, said once: the bounds a session's refresh tokens and a subscriber's deliveries keep
+// to, and when a session ends.
+
+/**
+ * Reuse detection remembers this many refresh tokens per session after they were replaced; an older one is merely
+ * unknown. Together with MAX_PAIRS_PER_ROTATION, this bounds what one session holds however often it refreshes.
+ */
+export const REMEMBERED_REPLACED_TOKENS = 16
+/** How many pairs one rotation may fan out into while the reuse leeway lasts (parallel retries, several tabs). */
+export const MAX_PAIRS_PER_ROTATION = 32
+/** Deliveries each webhook subscriber keeps at most; past that, new events are dropped for it (and counted). */
+export const PENDING_DELIVERIES = 10_000
+
+/** A session serves until its end (milliseconds since the epoch), not at it. */
+export const isLive = (session: Session, now: number): boolean => session.expiresAt > now
