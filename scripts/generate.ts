@@ -342,7 +342,6 @@ export async function generate (): Promise<GeneratedFile[]> {
   const types = astToString(await openapiTS(document as unknown as OpenAPI3, { exportType: false }))
   return [
     { path: 'openapi.ts', contents: BANNER + types },
-    { path: 'contract.ts', contents: `${BANNER}/** The contract, as served at /openapi.json and /openapi.yaml. */\nexport const contract: Record<string, unknown> = ${JSON.stringify(document, null, 2)}\n` },
     { path: 'schemas.ts', contents: schemasModule(components) },
     { path: 'routes.ts', contents: routeTableModule(routes, Object.keys(isObject(document.webhooks) ? document.webhooks : {})) },
     ...validatorModules(routes, components),

@@ -1,26 +1,18 @@
 // First, before Fastify and the rest load, in the server and in an embedder alike: see the module.
 import './tick-object-pin.js'
 import { randomUUID } from 'node:crypto'
-import { StandaloneValidator } from '@fastify/ajv-compiler'
 import Fastify, { type FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import type { DestinationStream } from 'pino'
 import type { HashingProcess } from './auth/hashing-process.js'
 import { type AppSettings, withDefaults } from './config.js'
-import { handlers } from './handlers/index.js'
-import authPlugin from './plugins/auth.js'
-import clientAddressPlugin from './plugins/client-address.js'
-import corsPlugin from './plugins/cors.js'
-import docsPlugin from './plugins/docs.js'
-import errorsPlugin, { handleClientError, handleError } from './plugins/errors.js'
-import eventsPlugin, { type Subscribers } from './plugins/events.js'
-import loadSheddingPlugin from './plugins/load-shedding.js'
-import rateLimitsPlugin from './plugins/rate-limits.js'
-import routesPlugin, { generatedValidator } from './plugins/routes.js'
-import seedPlugin from './plugins/seed.js'
-import shutdownPlugin from './plugins/shutdown.js'
-import storePlugin from './plugins/store.js'
-import webhooksPlugin from './plugins/webhooks.js'
+import { handleClientError, handleError } from './plugins/errors.js'
+import type { Subscribers } from './plugins/events.js'
+import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Store } from './store/store.js'
+
+// How long the service may take to start (Fastify's default is 10 s a plugin).
+const PLUGIN_TIMEOUT_MS = 120_000
 
 // A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
 const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
@@ -30,6 +22,10 @@ const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
 // id of every request included.
 const SECRET_LOG_KEYS = ['password', 'refreshToken', 'accessToken']
 const REDACTED_LOG_PATHS = ['req.headers.authorization', ...SECRET_LOG_KEYS, ...SECRET_LOG_KEYS.map((key) => `body.${key}`)]
+
+// The service, its decorators the app's own. Wrapped apart: fastify-plugin marks the function it is given, and
+// itemsService itself must stay encapsulated for a host that registers it.
+const itemsServiceOfTheApp = fp(async (app: FastifyInstance, options: ItemsServiceOptions) => { await itemsService(app, options) }, { name: 'items-service' })
 
 export interface BuildAppOptions {
   /** Where data is kept; when left out, the store the configuration names (STORE). */
@@ -68,9 +64,12 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
       return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
     },
     connectionTimeout: 10_000,
+    // The service loads as one plugin (itemsService), so its whole start counts against this: connecting to the
+    // store and hashing a SEED_FILE's passwords (about 20 ms a user) included, or a start under valgrind.
+    pluginTimeout: PLUGIN_TIMEOUT_MS,
     requestTimeout: config.requestTimeoutMs,
     // Node checks request deadlines on this interval (30 s by default, which let a slow client run up to twice its
-    // deadline): a request that has not fully arrived is answered 408 at most REQUEST_TIMEOUT + 1 s after it began.
+    // deadline): a request that has not fully arrived is answered 408 at most REQUEST_TIMEOUT_MS + 1 s after it began.
     // Node enforces the deadline on a body only while headersTimeout is no longer than requestTimeout.
     http: { connectionsCheckingInterval: 1_000, headersTimeout: config.requestTimeoutMs },
     keepAliveTimeout: 72_000,
@@ -79,8 +78,6 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     // A malformed URL goes through the one error handler like every other error.
     frameworkErrors: handleError,
     clientErrorHandler: handleClientError,
-    // Request validators are generated ahead of time from the contract; nothing is compiled at startup.
-    schemaController: { compilersFactory: { buildValidator: StandaloneValidator({ readMode: true, restoreFunction: generatedValidator }) } },
     // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an
     // undeclared 414 past 100 characters). Node's header limit (16 KiB) bounds the whole URL anyway.
     routerOptions: { maxParamLength: 16_384 },
@@ -90,35 +87,17 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     // only when the operator says the proxy is trusted.
     trustProxy: config.trustProxy
   })
+  for (const deprecation of config.deprecations) app.log.warn(deprecation)
   if (config.jwt.secretGenerated) {
     app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
   }
-  // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
-  app.removeContentTypeParser('text/plain')
-  // On every response, errors included: the id to quote in a report, and no content sniffing of the JSON by a
-  // browser (the docs get the rest of helmet's headers in their own plugin).
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id).header('x-content-type-options', 'nosniff')
-    done()
-  })
-
   try {
-    await app.register(errorsPlugin)
-    await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
-    await app.register(corsPlugin, { origins: config.corsOrigins })
-    await app.register(shutdownPlugin, config)
-    await app.register(loadSheddingPlugin, config)
-    await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
-    await app.register(eventsPlugin, {
+    await app.register(itemsServiceOfTheApp, {
+      config,
+      store: options.store,
       subscribers: options.subscribers,
-      webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))
+      hashingProcess: options.hashingProcess
     })
-    await app.register(webhooksPlugin, { config: config.webhooks })
-    await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
-    await app.register(seedPlugin, { file: config.seedFile })
-    await app.register(rateLimitsPlugin, { limits: config.rateLimits })
-    await app.register(docsPlugin)
-    await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
   } catch (error) {
     // What the plugins loaded so far hold (a store connection, the hashing process) is released.
     await app.close()

@@ -1,6 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
+import { Ajv, type ErrorObject } from 'ajv'
+import envSchema from 'env-schema'
+import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
 import { parseSubscriptions, type Subscription } from './webhooks/subscriptions.js'
 
@@ -9,28 +12,6 @@ export class ConfigError extends Error {
 }
 
 type Reader<T> = (raw: string, name: string) => T
-
-const integer = (min: number, max = Number.MAX_SAFE_INTEGER): Reader<number> => (raw, name) => {
-  const value = Number(raw)
-  if (raw.trim() === '' || !Number.isInteger(value) || value < min || value > max) {
-    throw new ConfigError(`Invalid configuration: ${name} must be an integer from ${min} to ${max}, got "${raw}"`)
-  }
-  return value
-}
-
-const oneOf = <const T extends string>(...choices: T[]): Reader<T> => (raw, name) => {
-  if (!(choices as string[]).includes(raw)) {
-    throw new ConfigError(`Invalid configuration: ${name} must be one of ${choices.join(', ')}, got "${raw}"`)
-  }
-  return raw as T
-}
-
-const text = (minLength: number): Reader<string> => (raw, name) => {
-  if (raw.length < minLength) {
-    throw new ConfigError(`Invalid configuration: ${name} must be at least ${minLength} characters long`)
-  }
-  return raw
-}
 
 const redisUrl: Reader<string> = (raw, name) => {
   if (!/^rediss?:\/\/./.test(raw) || !URL.canParse(raw)) {
@@ -96,21 +77,6 @@ const delays: Reader<number[]> = (raw, name) => {
   throw new ConfigError(`Invalid configuration: ${name} must be comma-separated whole milliseconds, got "${raw}"`)
 }
 
-// Standard Webhooks' schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
-const DEFAULT_RETRY_DELAYS_MS = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000]
-
-const mebibytes = (value: number | undefined): number | undefined => value === undefined ? undefined : value * 1024 * 1024
-
-function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback: T): T
-function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>): T | undefined
-function read<T> (source: NodeJS.ProcessEnv, name: string, reader: Reader<T>, fallback?: T): T | undefined {
-  const raw = source[name]
-  return raw === undefined ? fallback : reader(raw, name)
-}
-
-const ENVIRONMENTS = ['development', 'test', 'production'] as const
-const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const
-
 export interface RateLimit {
   max: number
   windowSeconds: number
@@ -140,10 +106,10 @@ export interface WebhooksConfig {
 }
 
 export interface AppConfig {
-  environment: typeof ENVIRONMENTS[number]
+  environment: Environment['NODE_ENV']
   host: string
   port: number
-  logLevel: typeof LOG_LEVELS[number]
+  logLevel: Environment['LOG_LEVEL']
   jwt: {
     secret: string
     /** True when no JWT_SECRET was given and a random one was made for this process. */
@@ -186,102 +152,135 @@ export interface AppConfig {
   maxHeapUsedBytes: number | undefined
   /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
   strictResponses: boolean
+  /** One line for each setting read under a name it has since replaced; logged as warnings at start. */
+  deprecations: string[]
+}
+
+// Validates with the schema's types and defaults, no coercion: readEnvironment turns whole numbers into numbers,
+// so that anything else given for an integer ("1e3", " ", "0x10") is refused, not read as some number.
+const ajv = new Ajv({ allErrors: false, useDefaults: true, coerceTypes: false, removeAdditional: true })
+
+/**
+ * The variables of the schema that `source` sets, validated, with their defaults. A variable set under the name it
+ * replaces is read, and said in `deprecations`; an error names the variable as it was set.
+ */
+function readEnvironment (source: NodeJS.ProcessEnv): { environment: Environment, deprecations: string[] } {
+  const given: Record<string, string | number> = {}
+  const setAs = new Map<string, string>()
+  const deprecations: string[] = []
+  for (const [name, variable] of Object.entries<VariableSchema>(variables)) {
+    const oldName = variable.replaces
+    const usedName = source[name] === undefined && oldName !== undefined && source[oldName] !== undefined ? oldName : name
+    const raw = source[usedName]
+    if (raw === undefined) continue
+    if (usedName !== name) deprecations.push(`${usedName} is deprecated and will be removed: set ${name} instead`)
+    setAs.set(name, usedName)
+    given[name] = variable.type === 'integer' && /^-?\d{1,15}$/.test(raw) ? Number(raw) : raw
+  }
+  try {
+    return { environment: envSchema<Environment>({ schema: environmentSchema, data: given, env: false, ajv }), deprecations }
+  } catch (error) {
+    // env-schema throws with Ajv's errors; the schema's properties are the variables, so the first error's path
+    // (`/PORT`) names one of them, and one that was set.
+    const [first] = (error as { errors: [ErrorObject] }).errors
+    const failed = first.instancePath.slice(1) as VariableName
+    throw new ConfigError(`Invalid configuration: ${invalidValue(failed, setAs.get(failed)!, String(given[failed]))}`)
+  }
 }
 
 /**
- * Reads and validates every setting the service takes from the environment (README.md documents each one);
+ * Reads and validates every setting the service takes from the environment (src/environment.ts lists each one);
  * throws a ConfigError naming the variable when a value is bad.
  */
 export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig {
-  const environment = read(source, 'NODE_ENV', oneOf(...ENVIRONMENTS), 'development')
-  const jwtSecret = read(source, 'JWT_SECRET', text(32))
+  const { environment: env, deprecations } = readEnvironment(source)
+  const environment = env.NODE_ENV
+  const jwtSecret = env.JWT_SECRET
   if (environment === 'production' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV is production')
   }
-  const storeKind = read(source, 'STORE', oneOf('memory', 'redis'), 'memory')
   // Every instance must verify the tokens every other one signs.
-  if (storeKind === 'redis' && jwtSecret === undefined) {
+  if (env.STORE === 'redis' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)')
   }
-  const strictResponses = read(source, 'CONTRACT_STRICT_RESPONSES', oneOf('0', '1'), '0') === '1'
+  const strictResponses = env.CONTRACT_STRICT_RESPONSES === '1'
   if (environment === 'production' && strictResponses) {
     throw new ConfigError('Invalid configuration: CONTRACT_STRICT_RESPONSES is for development and test, not production')
   }
-  const windowSeconds = read(source, 'RATE_LIMIT_WINDOW', integer(1), 60)
-  const trustProxy = read(source, 'TRUST_PROXY', proxies, false)
+  const windowSeconds = env.RATE_LIMIT_WINDOW_SECONDS
+  const trustProxy = proxies(env.TRUST_PROXY, 'TRUST_PROXY')
   // Trusting every hop lets each client name its own address in X-Forwarded-For, and with it its own rate-limit key.
-  if ((trustProxy === true || typeof trustProxy === 'function') && read(source, 'TRUST_PROXY_UNSAFE', oneOf('0', '1'), '0') !== '1') {
+  if ((trustProxy === true || typeof trustProxy === 'function') && env.TRUST_PROXY_UNSAFE !== '1') {
     throw new ConfigError('Invalid configuration: TRUST_PROXY=true or a hop count lets any client choose its address (and its rate limits); ' +
       'list the proxies\' addresses or CIDR ranges instead, or set TRUST_PROXY_UNSAFE=1 if no client can reach the service but through them')
   }
-  const seedFile = read(source, 'SEED_FILE', text(1))
+  const seedFile = env.SEED_FILE
   if (environment === 'production' && seedFile !== undefined) {
     throw new ConfigError('Invalid configuration: SEED_FILE is for development and test, not production')
   }
-  if (source.WEBHOOKS !== undefined && source.WEBHOOKS_FILE !== undefined) {
+  if (env.WEBHOOKS !== undefined && env.WEBHOOKS_FILE !== undefined) {
     throw new ConfigError('Invalid configuration: set WEBHOOKS or WEBHOOKS_FILE, not both')
   }
-  const webhookTimeoutMs = read(source, 'WEBHOOK_TIMEOUT_MS', integer(100, 600_000), 10_000)
-  const reclaimAfterMs = read(source, 'WEBHOOK_RECLAIM_AFTER_MS', integer(1000), 60_000)
   // WEBHOOK_TIMEOUT_MS bounds a whole attempt: until it has passed, its delivery must not be taken over by another
   // instance.
-  if (reclaimAfterMs <= webhookTimeoutMs) {
+  if (env.WEBHOOK_RECLAIM_AFTER_MS <= env.WEBHOOK_TIMEOUT_MS) {
     throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
   }
+  const rateLimit = (max: number, seconds = windowSeconds): RateLimit => ({ max, windowSeconds: seconds })
   return {
     environment,
-    host: read(source, 'HOST', text(1), '127.0.0.1'),
-    port: read(source, 'PORT', integer(0, 65535), 3000),
-    logLevel: read(source, 'LOG_LEVEL', oneOf(...LOG_LEVELS), 'info'),
+    host: env.HOST,
+    port: env.PORT,
+    logLevel: env.LOG_LEVEL,
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),
       secretGenerated: jwtSecret === undefined,
-      accessTokenTtlSeconds: read(source, 'ACCESS_TOKEN_TTL', integer(1), 900),
+      accessTokenTtlSeconds: env.ACCESS_TOKEN_TTL_SECONDS,
       issuer: 'items-service',
       audience: 'items-service'
     },
-    refreshTokenTtlSeconds: read(source, 'REFRESH_TOKEN_TTL', integer(1), 604800),
-    refreshReuseLeewaySeconds: read(source, 'REFRESH_REUSE_LEEWAY', integer(0, 60), 5),
-    maxSessionsPerUser: read(source, 'MAX_SESSIONS_PER_USER', integer(1), 20),
-    sessionSweepIntervalMs: read(source, 'SESSION_SWEEP_INTERVAL', integer(10), 60000),
-    passwordQueueLimit: read(source, 'PASSWORD_QUEUE_LIMIT', integer(1), 128),
-    bodyLimit: read(source, 'BODY_LIMIT', integer(1024), 65536),
-    requestTimeoutMs: read(source, 'REQUEST_TIMEOUT', integer(1000), 30000),
-    rateLimits: read(source, 'RATE_LIMIT', oneOf('on', 'off'), 'on') === 'off'
+    refreshTokenTtlSeconds: env.REFRESH_TOKEN_TTL_SECONDS,
+    refreshReuseLeewaySeconds: env.REFRESH_REUSE_LEEWAY_SECONDS,
+    maxSessionsPerUser: env.MAX_SESSIONS_PER_USER,
+    sessionSweepIntervalMs: env.SESSION_SWEEP_INTERVAL_MS,
+    passwordQueueLimit: env.PASSWORD_QUEUE_LIMIT,
+    bodyLimit: env.BODY_LIMIT_BYTES,
+    requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
+    rateLimits: env.RATE_LIMIT === 'off'
       ? null
       : {
-          login: { max: read(source, 'RATE_LIMIT_LOGIN', integer(1), 10), windowSeconds },
-          loginAddress: { max: read(source, 'RATE_LIMIT_LOGIN_ADDRESS', integer(1), 60), windowSeconds },
-          loginFailures: {
-            max: read(source, 'RATE_LIMIT_LOGIN_FAILURES', integer(1), 10),
-            windowSeconds: read(source, 'RATE_LIMIT_LOGIN_FAILURES_WINDOW_SECONDS', integer(1), 900)
-          },
-          register: { max: read(source, 'RATE_LIMIT_REGISTER', integer(1), 20), windowSeconds },
-          refresh: { max: read(source, 'RATE_LIMIT_REFRESH', integer(1), 60), windowSeconds },
-          writes: { max: read(source, 'RATE_LIMIT_WRITES', integer(1), 60), windowSeconds }
+          login: rateLimit(env.RATE_LIMIT_LOGIN),
+          loginAddress: rateLimit(env.RATE_LIMIT_LOGIN_ADDRESS),
+          loginFailures: rateLimit(env.RATE_LIMIT_LOGIN_FAILURES, env.RATE_LIMIT_LOGIN_FAILURES_WINDOW_SECONDS),
+          register: rateLimit(env.RATE_LIMIT_REGISTER),
+          refresh: rateLimit(env.RATE_LIMIT_REFRESH),
+          writes: rateLimit(env.RATE_LIMIT_WRITES)
         },
     store: {
-      kind: storeKind,
-      redisUrl: read(source, 'REDIS_URL', redisUrl, 'redis://127.0.0.1:6379'),
-      redisKeyPrefix: read(source, 'REDIS_KEY_PREFIX', text(1), 'items-service:'),
-      maxItemsPerUser: read(source, 'MAX_ITEMS_PER_USER', integer(1), 1000),
-      memoryMaxUsers: read(source, 'MEMORY_STORE_MAX_USERS', integer(1), 100_000),
-      memoryMaxItems: read(source, 'MEMORY_STORE_MAX_ITEMS', integer(1), 1_000_000)
+      kind: env.STORE,
+      redisUrl: redisUrl(env.REDIS_URL, 'REDIS_URL'),
+      redisKeyPrefix: env.REDIS_KEY_PREFIX,
+      maxItemsPerUser: env.MAX_ITEMS_PER_USER,
+      memoryMaxUsers: env.MEMORY_STORE_MAX_USERS,
+      memoryMaxItems: env.MEMORY_STORE_MAX_ITEMS
     },
     webhooks: {
-      subscriptions: read(source, 'WEBHOOKS', subscriptions) ?? read(source, 'WEBHOOKS_FILE', subscriptionsFile, []),
-      timeoutMs: webhookTimeoutMs,
-      retryDelaysMs: read(source, 'WEBHOOK_RETRY_DELAYS_MS', delays, DEFAULT_RETRY_DELAYS_MS),
-      reclaimAfterMs
+      subscriptions: env.WEBHOOKS !== undefined
+        ? subscriptions(env.WEBHOOKS, 'WEBHOOKS')
+        : env.WEBHOOKS_FILE === undefined ? [] : subscriptionsFile(env.WEBHOOKS_FILE, 'WEBHOOKS_FILE'),
+      timeoutMs: env.WEBHOOK_TIMEOUT_MS,
+      retryDelaysMs: delays(env.WEBHOOK_RETRY_DELAYS_MS, 'WEBHOOK_RETRY_DELAYS_MS'),
+      reclaimAfterMs: env.WEBHOOK_RECLAIM_AFTER_MS
     },
     seedFile,
-    corsOrigins: read(source, 'CORS_ORIGINS', origins, []),
+    corsOrigins: env.CORS_ORIGINS === undefined ? [] : origins(env.CORS_ORIGINS, 'CORS_ORIGINS'),
     trustProxy,
-    clientIpv6PrefixLength: read(source, 'CLIENT_IPV6_PREFIX_LENGTH', integer(1, 128), 64),
-    shutdownTimeoutMs: read(source, 'SHUTDOWN_TIMEOUT', integer(1), 10000),
-    maxEventLoopDelayMs: read(source, 'MAX_EVENT_LOOP_DELAY', integer(0), 1000),
-    maxHeapUsedBytes: mebibytes(read(source, 'MAX_HEAP_USED', integer(16))),
-    strictResponses
+    clientIpv6PrefixLength: env.CLIENT_IPV6_PREFIX_LENGTH,
+    shutdownTimeoutMs: env.SHUTDOWN_TIMEOUT_MS,
+    maxEventLoopDelayMs: env.MAX_EVENT_LOOP_DELAY_MS,
+    maxHeapUsedBytes: env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * 1024 * 1024,
+    strictResponses,
+    deprecations
   }
 }
 

@@ -1,5 +1,6 @@
 // The package's public entry point, for embedding the service in another program or its integration tests.
 export { buildApp, type BuildAppOptions } from './app.js'
+export { itemsService, type ItemsServiceOptions } from './service.js'
 export { type AppConfig, type AppSettings, ConfigError, loadConfig } from './config.js'
 export type { Channel, DomainEvent, EventHandler, Subscribers } from './plugins/events.js'
 export { createMemoryStore } from './store/memory-store.js'

@@ -22,7 +22,7 @@ try {
 }
 
 // On SIGTERM/SIGINT (or an uncaught error): stop accepting, let in-flight requests and pending event
-// handlers finish, then exit; past SHUTDOWN_TIMEOUT the process exits anyway.
+// handlers finish, then exit; past SHUTDOWN_TIMEOUT_MS the process exits anyway.
 closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ signal, err }) => {
   app.log.warn({ signal, err }, 'shutting down')
   await app.close()

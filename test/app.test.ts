@@ -89,8 +89,8 @@ t.test('a request that Node\'s HTTP parser refuses is answered in the contract\'
   t.equal((await fetch(`${address}/health/live`)).status, 200, 'a client that resets mid-request is not answered, and the service goes on')
 })
 
-t.test('a client too slow with its headers or its body gets a 408 and its connection closed, within REQUEST_TIMEOUT + 1 s', async (t) => {
-  const api = await build(t, { REQUEST_TIMEOUT: '1000' })
+t.test('a client too slow with its headers or its body gets a 408 and its connection closed, within REQUEST_TIMEOUT_MS + 1 s', async (t) => {
+  const api = await build(t, { REQUEST_TIMEOUT_MS: '1000' })
   const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
   const requests = {
     'stuck half-way through its headers': 'GET /health/live HTTP/1.1\r\nHost: x\r\n',
@@ -170,7 +170,7 @@ t.test('validation errors list one detail per failing field, with dotted paths',
 })
 
 t.test('a body that is not JSON is a 400, a 415 or a 413, never a 500', async (t) => {
-  const api = await build(t, { BODY_LIMIT: '2048' })
+  const api = await build(t, { BODY_LIMIT_BYTES: '2048' })
   const login = { method: 'POST', url: '/v1/auth/login' }
 
   const malformed = await api.inject({ ...login, headers: { 'content-type': 'application/json' }, payload: '{"email":' })

@@ -24,9 +24,9 @@ t.test('a bad value stops the start with a message naming the variable', async (
   const bad: Record<string, string> = {
     PORT: 'eighty',
     HOST: '',
-    BODY_LIMIT: '1e3',
-    SHUTDOWN_TIMEOUT: ' ',
-    ACCESS_TOKEN_TTL: '0',
+    BODY_LIMIT_BYTES: '1e3',
+    SHUTDOWN_TIMEOUT_MS: ' ',
+    ACCESS_TOKEN_TTL_SECONDS: '0',
     JWT_SECRET: 'too short',
     RATE_LIMIT: 'maybe',
     LOG_LEVEL: 'loud'
@@ -187,4 +187,38 @@ t.test('CORS_ORIGINS: none by default, else origins as a browser sends them', as
   for (const value of ['localhost:5173', 'http://localhost:5173/', 'https://app.example.com/path', '*', '']) {
     t.throws(() => loadConfig({ CORS_ORIGINS: value }), { name: 'ConfigError', message: /^Invalid configuration: CORS_ORIGINS must be comma-separated origins/ }, value)
   }
+})
+
+t.test('a setting under the name it had before is still read, with a deprecation line at start; the new name wins', async (t) => {
+  const config = loadConfig({ SHUTDOWN_TIMEOUT: '4000', ACCESS_TOKEN_TTL: '60', MAX_HEAP_USED: '64' })
+  t.equal(config.shutdownTimeoutMs, 4000)
+  t.equal(config.jwt.accessTokenTtlSeconds, 60)
+  t.equal(config.maxHeapUsedBytes, 64 * 1024 * 1024)
+  t.same(config.deprecations, [
+    'ACCESS_TOKEN_TTL is deprecated and will be removed: set ACCESS_TOKEN_TTL_SECONDS instead',
+    'SHUTDOWN_TIMEOUT is deprecated and will be removed: set SHUTDOWN_TIMEOUT_MS instead',
+    'MAX_HEAP_USED is deprecated and will be removed: set MAX_HEAP_USED_MIB instead'
+  ])
+  const both = loadConfig({ SHUTDOWN_TIMEOUT: '4000', SHUTDOWN_TIMEOUT_MS: '5000' })
+  t.equal(both.shutdownTimeoutMs, 5000, 'the new name wins')
+  t.same(both.deprecations, [], 'and nothing is said')
+  t.throws(() => loadConfig({ BODY_LIMIT: '12' }), { message: 'Invalid configuration: BODY_LIMIT must be an integer from 1024 to 9007199254740991, got "12"' },
+    'an error names the variable as it was set')
+  const { lines, logStream } = captureLogs()
+  await build(t, { LOG_LEVEL: 'warn', RATE_LIMIT_WINDOW: '30' }, { logStream })
+  t.match(lines.map((line) => JSON.parse(line) as { level: number, msg: string }), [{ level: 40, msg: 'RATE_LIMIT_WINDOW is deprecated and will be removed: set RATE_LIMIT_WINDOW_SECONDS instead' }], 'one warning line')
+})
+
+t.test('an integer setting is whole digits: nothing else passes for a number', async (t) => {
+  for (const value of ['0x10', ' 80', '80 ', '1e3', '8.0', '', '99999999999999999']) {
+    t.throws(() => loadConfig({ PORT: value }), { message: `Invalid configuration: PORT must be an integer from 0 to 65535, got "${value}"` }, JSON.stringify(value))
+  }
+  t.equal(loadConfig({ PORT: '0' }).port, 0)
+})
+
+t.test('the README\'s configuration table is the schema\'s (npm run docs:config writes it)', async (t) => {
+  const { readFileSync } = await import('node:fs')
+  const { withCurrentTable, README } = await import('../scripts/config-table.js')
+  const readme = readFileSync(README, 'utf8')
+  t.equal(readme, withCurrentTable(readme))
 })

@@ -86,7 +86,7 @@ t.test('an unavailable store is a 503 SERVICE_UNAVAILABLE with Retry-After on ev
 })
 
 t.test('an overloaded service sheds every operation with 503 but those that free memory or end access', async (t) => {
-  const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
   await overloadEventLoop(api.app, 20)
   const validRequest = validRequests(forgedToken)
   const neverShed = ['deleteItem', 'logoutUser']
@@ -102,7 +102,7 @@ t.test('an overloaded service sheds every operation with 503 but those that free
 })
 
 t.test('every operation that takes a body answers 413 for an oversized one and 415 for one that is not JSON', async (t) => {
-  const api = await build(t, { BODY_LIMIT: '1024' })
+  const api = await build(t, { BODY_LIMIT_BYTES: '1024' })
   const validRequest = validRequests((await api.register()).accessToken)
   for (const route of acceptsBody) {
     const request = validRequest[route.operationId]

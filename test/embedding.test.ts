@@ -6,8 +6,9 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { buildApp } from '../src/app.js'
-import type { AppSettings } from '../src/config.js'
-import { captureLogs } from './helper.js'
+import { type AppSettings, loadConfig } from '../src/config.js'
+import { itemsService } from '../src/service.js'
+import { captureLogs, testEnvironment } from './helper.js'
 
 const run = promisify(execFile)
 
@@ -45,4 +46,21 @@ await app.close()
 `)
   const check = await run(process.execPath, ['check.js'], { cwd: project })
   t.equal(check.stdout.trim(), '200 {"status":"ok"}')
+})
+
+t.test('the service is also a plugin: a host server registers it beside its own routes, which keep their own handling', async (t) => {
+  const { default: Fastify } = await import('fastify')
+  const host = Fastify({ logger: false })
+  t.teardown(async () => { await host.close() })
+  host.get('/host/status', async () => ({ host: 'up' }))
+  host.post('/host/echo', { schema: { body: { type: 'object', properties: { n: { type: 'integer' } } } } }, async (request) => request.body)
+  await host.register(itemsService, { config: loadConfig({ ...testEnvironment, STORE: 'memory' }) })
+  t.same((await host.inject({ method: 'GET', url: '/host/status' })).json(), { host: 'up' })
+  t.same((await host.inject({ method: 'POST', url: '/host/echo', payload: { n: '7' } })).json(), { n: 7 }, 'the host\'s own validator (it coerces)')
+  t.equal((await host.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'the service\'s routes')
+  const unauthorised = await host.inject({ method: 'GET', url: '/v1/items' })
+  t.equal(unauthorised.statusCode, 401)
+  t.equal(unauthorised.json().code, 'AUTHENTICATION_REQUIRED', 'in the contract\'s shape')
+  const invalid = await host.inject({ method: 'POST', url: '/v1/auth/login', payload: { email: 'a@b.co', password: 7 } })
+  t.same(invalid.json().details, [{ field: 'body.password', issue: 'must be string' }], 'the generated validators, which coerce nothing in a body')
 })

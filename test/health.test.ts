@@ -29,7 +29,7 @@ t.test('a draining service is alive but not ready', async (t) => {
 })
 
 t.test('an overloaded service sheds requests with 503 and Retry-After', async (t) => {
-  const api = await build(t, { MAX_EVENT_LOOP_DELAY: '20' })
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
   await overloadEventLoop(api.app, 20)
   const response = await api.inject({ method: 'GET', url: '/health/ready' })
   t.equal(response.statusCode, 503)
@@ -44,8 +44,8 @@ t.test('a malformed URL is a 400 in the contract\'s shape, never Fastify\'s own'
   t.same(response.json().details, [{ field: 'url', issue: 'is not a valid URL' }])
 })
 
-t.test('past MAX_HEAP_USED, every request but a GET is shed with 503 and Retry-After; reads go on', async (t) => {
-  const api = await build(t, { MAX_HEAP_USED: '1024' })
+t.test('past MAX_HEAP_USED_MIB, every request but a GET is shed with 503 and Retry-After; reads go on', async (t) => {
+  const api = await build(t, { MAX_HEAP_USED_MIB: '1024' })
   const { accessToken } = await api.register()
   const actual = process.memoryUsage()
   t.capture(process, 'memoryUsage', () => ({ ...actual, heapUsed: getHeapStatistics().heap_size_limit }))
@@ -57,8 +57,8 @@ t.test('past MAX_HEAP_USED, every request but a GET is shed with 503 and Retry-A
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
 })
 
-t.test('what frees memory or ends access is never shed: past MAX_HEAP_USED, item deletes and logout are served', async (t) => {
-  const api = await build(t, { MAX_HEAP_USED: '1024' })
+t.test('what frees memory or ends access is never shed: past MAX_HEAP_USED_MIB, item deletes and logout are served', async (t) => {
+  const api = await build(t, { MAX_HEAP_USED_MIB: '1024' })
   const { accessToken } = await api.register()
   const item = await api.createItem(accessToken)
   const actual = process.memoryUsage()

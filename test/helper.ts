@@ -147,7 +147,7 @@ export const testEnvironment: NodeJS.ProcessEnv = {
   LOG_LEVEL: 'silent',
   RATE_LIMIT: 'off',
   // No load shedding unless a test is about it: on a machine busy with other work a test's request would be shed.
-  MAX_EVENT_LOOP_DELAY: '0',
+  MAX_EVENT_LOOP_DELAY_MS: '0',
   JWT_SECRET: TEST_JWT_SECRET,
   CONTRACT_STRICT_RESPONSES: '1',
   STORE: store,

@@ -17,7 +17,7 @@ t.test('three instances on one Redis serve one catalogue', { skip }, async (t) =
     RATE_LIMIT: 'on',
     RATE_LIMIT_REGISTER: '1000',
     RATE_LIMIT_WRITES: '1000',
-    REFRESH_REUSE_LEEWAY: '1'
+    REFRESH_REUSE_LEEWAY_SECONDS: '1'
   }
   const instances: Server[] = await Promise.all([start(env), start(env), start(env)])
   t.teardown(() => { for (const instance of instances) instance.process.kill('SIGKILL') })

@@ -74,7 +74,7 @@ t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeo
 t.test('a write answered 503 while Redis is frozen is never applied once it thaws: a retry neither duplicates nor is taken for a replay', { skip }, async (t) => {
   const redis = await ownRedis(t)
   // No reuse leeway: a refresh that had rotated the token would make the retry a replay, and revoke the session.
-  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, REFRESH_REUSE_LEEWAY: '0' })
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, REFRESH_REUSE_LEEWAY_SECONDS: '0' })
   const { accessToken, refreshToken } = await api.register()
   // The caller's user and session read once, so that the create's only command while frozen is its write.
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)

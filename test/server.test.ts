@@ -62,8 +62,8 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
   t.equal(code, 0)
 })
 
-t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 within SHUTDOWN_TIMEOUT', async (t) => {
-  const server = await start({ SHUTDOWN_TIMEOUT: '3000' })
+t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 within SHUTDOWN_TIMEOUT_MS', async (t) => {
+  const server = await start({ SHUTDOWN_TIMEOUT_MS: '3000' })
   const { port } = new URL(server.url)
   const stuck = (request: string): Socket => {
     const socket = connect(Number(port), '127.0.0.1').on('error', () => {})
@@ -76,10 +76,10 @@ t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 
   const closedByServer = Promise.all([once(inHeaders, 'close'), once(inBody, 'close')])
   const exited = once(server.process, 'exit')
   server.process.kill('SIGTERM')
-  // Past SHUTDOWN_TIMEOUT close-with-grace exits 1: 0 says the shutdown ended within it, by the process's own clock
+  // Past SHUTDOWN_TIMEOUT_MS close-with-grace exits 1: 0 says the shutdown ended within it, by the process's own clock
   // (a wall-clock bound here would also count the exit itself, which coverage makes slow on a busy machine).
   const [code] = await exited
-  t.equal(code, 0, 'exited 0: the stuck clients did not hold the shutdown past SHUTDOWN_TIMEOUT')
+  t.equal(code, 0, 'exited 0: the stuck clients did not hold the shutdown past SHUTDOWN_TIMEOUT_MS')
   await closedByServer
   t.pass('the server closed both stuck connections')
 })
@@ -109,7 +109,7 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
   // The items fill the heap only where the store is the heap. The line leaves room for what the test's loader
   // keeps (it compiles the TypeScript sources in the server's process): on Node 24, under coverage, 101 MB after a
   // full collection with 224 items stored, where the built server holds 31 MB.
-  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED: '128' }, ['--max-old-space-size=160'])
+  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED_MIB: '128' }, ['--max-old-space-size=160'])
   t.teardown(() => { server.process.kill('SIGKILL') })
   const post = async (path: string, body: unknown, token?: string): Promise<Response> => await fetch(`${server.url}${path}`, {
     method: 'POST',

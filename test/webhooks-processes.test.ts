@@ -34,7 +34,7 @@ const verified = (received: ReceivedWebhook | undefined): unknown =>
 const logLines = (server: Server): Array<{ msg: string, [field: string]: unknown }> =>
   server.output().split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line))
 
-t.test('SIGTERM with the memory store: due deliveries are attempted until SHUTDOWN_TIMEOUT, the rest are counted as lost', async (t) => {
+t.test('SIGTERM with the memory store: due deliveries are attempted until SHUTDOWN_TIMEOUT_MS, the rest are counted as lost', async (t) => {
   const recovering = await receiver(t)
   const failing = await receiver(t)
   const hanging = await receiver(t)
@@ -46,7 +46,7 @@ t.test('SIGTERM with the memory store: due deliveries are attempted until SHUTDO
     WEBHOOKS: JSON.stringify([recovering, failing, hanging].map(({ url }) => ({ url, secret: SECRET }))),
     WEBHOOK_RETRY_DELAYS_MS: '300,600000',
     WEBHOOK_TIMEOUT_MS: '30000',
-    SHUTDOWN_TIMEOUT: '3000'
+    SHUTDOWN_TIMEOUT_MS: '3000'
   })
   t.teardown(() => { server.process.kill('SIGKILL') })
   const token = await contributor(server)

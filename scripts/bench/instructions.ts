@@ -44,7 +44,7 @@ const run = promisify(execFile)
 
 // As in npm run bench, and so every feature on, but for load shedding on the event loop's lag, which valgrind's
 // slowness would trip.
-const countedEnv = { ...serviceEnv, MAX_EVENT_LOOP_DELAY: '0' }
+const countedEnv = { ...serviceEnv, MAX_EVENT_LOOP_DELAY_MS: '0' }
 
 interface Server { process: ChildProcess, url: string, profiles: string }
 

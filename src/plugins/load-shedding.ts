@@ -9,7 +9,7 @@ import { type ApiError, serviceUnavailable } from '../errors.js'
 type LoadSheddingPluginOptions = Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes'>
 
 // V8's heap limit counts the young generation too, which a small --max-old-space-size makes a large part of it
-// (docs/operations.md): set MAX_HEAP_USED for such a heap.
+// (docs/operations.md): set MAX_HEAP_USED_MIB for such a heap.
 const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 // Response buffers and sockets live outside the heap, and code and the runtime take a fixed share: the resident
 // size may reach twice the heap limit and this much more.

@@ -45,8 +45,8 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
  * A sign-in or registration answered 503 (the hashing queue was full, the client had gone, the store was
  * unreachable) was not served, so what it counted is taken back: a client refused in a burst is not locked out.
  *
- * The hooks are callbacks that count in the store directly, rather than @fastify/rate-limit's, which has no
- * per-account limit, no refund and (measured through its `createRateLimit`) cost an item write more.
+ * Hand-written rather than @fastify/rate-limit: it counts every request it sees before the handler, and cannot
+ * count only the failed sign-ins (peek first, count the 401) nor take back the hit of a request answered 503.
  */
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
   if (options.limits === null) return

@@ -24,10 +24,10 @@ interface RoutesPluginOptions {
 const validatorsByRoute = new Map(routes.map((route) => [`${route.method} ${route.url}`, operationValidators[route.operationId]]))
 
 /**
- * The restore function of Fastify's standalone validator compiler: every request validator was generated ahead of
- * time from the contract, so none is compiled at startup.
+ * The validator compiler of the routes: every request validator was generated ahead of time from the contract, so
+ * none is compiled at startup.
  */
-export function generatedValidator ({ method, url, httpPart }: { method: string, url: string, httpPart: string }): ValidateFunction {
+export function generatedValidator ({ method, url, httpPart }: { method: string, url: string, httpPart?: string }): ValidateFunction {
   const operation = validatorsByRoute.get(`${method} ${url}`)
   const validator = httpPart === 'body' || httpPart === 'params' || httpPart === 'querystring' ? operation?.[httpPart] : undefined
   if (validator === undefined) throw new Error(`No generated validator for ${method} ${url} ${httpPart}; run npm run generate`)
@@ -53,6 +53,9 @@ function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOpt
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
   for (const schema of Object.values(schemas)) app.addSchema(schema)
+  // Set in this context, where the schemas are added: a compiler set in a parent is replaced by the default one in a
+  // context that adds schemas of its own.
+  app.setValidatorCompiler(generatedValidator)
   const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
@@ -64,7 +67,9 @@ export default async function routesPlugin (app: FastifyInstance, options: Route
       onRequest: guards[index],
       onSend: enforceResponseContract === undefined ? [] : [enforceResponseContract(route)],
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
-      config: { operationId: route.operationId }
+      config: { operationId: route.operationId },
+      // Only what the contract declares is served, in a host server too: no HEAD twin of a GET.
+      exposeHeadRoute: false
     })
   }
 }

@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
@@ -18,11 +18,11 @@ declare module 'fastify' {
 
 type ShutdownPluginOptions = Pick<AppConfig, 'shutdownTimeoutMs'>
 
-// Once shutdown begins, kept-alive connections stay open this long (at most a quarter of SHUTDOWN_TIMEOUT), so
+// Once shutdown begins, kept-alive connections stay open this long (at most a quarter of SHUTDOWN_TIMEOUT_MS), so
 // that a request already on its way over one is answered, with Connection: close, rather than met by a reset.
 const DRAIN_GRACE_MS = 1000
 const DRAIN_POLL_MS = 10
-// The share of SHUTDOWN_TIMEOUT after which the connections still open are closed, whatever they are doing, so
+// The share of SHUTDOWN_TIMEOUT_MS after which the connections still open are closed, whatever they are doing, so
 // that the process ends by itself (exit 0) before close-with-grace gives up on it.
 const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
 
@@ -31,7 +31,7 @@ const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
  * Connection: close, so no client sends another request over a connection about to close; kept-alive connections
  * get a short grace for requests already on their way; then the connections with no request in progress (idle, or
  * a client stuck in its headers) are closed, the others when their response is written, and any left at 80 % of
- * SHUTDOWN_TIMEOUT.
+ * SHUTDOWN_TIMEOUT_MS.
  */
 async function shutdownPlugin (app: FastifyInstance, options: ShutdownPluginOptions): Promise<void> {
   app.decorate('lifecycle', { draining: false, shutdownDeadline: Infinity })
@@ -42,8 +42,12 @@ async function shutdownPlugin (app: FastifyInstance, options: ShutdownPluginOpti
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
   })
-  // After Fastify's own listener: no hook on the request path.
-  app.server.on('request', (request: IncomingMessage, response: ServerResponse) => { responses.set(request.socket, response) })
+  // A hook rather than a second 'request' listener on the server, which makes Node copy the listener list on
+  // every request (docs/performance.md).
+  app.addHook('onRequest', (request, reply, done) => {
+    responses.set(request.raw.socket, reply.raw)
+    done()
+  })
   // The response of the request in progress on a connection, if any: one not written yet (this service writes
   // each response at once, headers and body).
   const unwritten = (socket: Socket): ServerResponse | undefined => {

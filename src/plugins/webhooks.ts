@@ -141,7 +141,7 @@ interface WebhooksPluginOptions {
  * delivery is dead-lettered (logged at error level). No HTTP response waits for a delivery.
  *
  * At shutdown, with the memory store, pending deliveries get until the shutdown plugin's deadline (80 % of
- * SHUTDOWN_TIMEOUT), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
+ * SHUTDOWN_TIMEOUT_MS), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
  * rest stay for the other instances.
  */
 async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {

@@ -26,8 +26,8 @@ t.test('registerUser', async (t) => {
     t.notMatch(response.body, /password|argon2/)
   })
 
-  t.test('ACCESS_TOKEN_TTL sets the access token lifetime', async (t) => {
-    const api = await build(t, { ACCESS_TOKEN_TTL: '60' })
+  t.test('ACCESS_TOKEN_TTL_SECONDS sets the access token lifetime', async (t) => {
+    const api = await build(t, { ACCESS_TOKEN_TTL_SECONDS: '60' })
     const { accessToken, expiresIn } = await api.register()
     const claims = decodeClaims(accessToken)
     t.equal(expiresIn, 60)
@@ -265,7 +265,7 @@ t.test('sessions', async (t) => {
   t.test('ended sessions are swept on a timer, and a failing sweep is logged, not fatal', async (t) => {
     const { lines, logStream } = captureLogs()
     // The memory store's sweep (Redis expires sessions by itself).
-    const api = await build(t, { STORE: 'memory', REFRESH_TOKEN_TTL: '1', SESSION_SWEEP_INTERVAL: '50', LOG_LEVEL: 'error' }, { logStream })
+    const api = await build(t, { STORE: 'memory', REFRESH_TOKEN_TTL_SECONDS: '1', SESSION_SWEEP_INTERVAL_MS: '50', LOG_LEVEL: 'error' }, { logStream })
     await api.register()
     await api.register()
     const sessions = api.app.store.sessions
@@ -302,8 +302,8 @@ t.test('refreshTokens', async (t) => {
     t.equal((await api.call('listItems', { token: second.accessToken })).statusCode, 200)
   })
 
-  t.test('with REFRESH_REUSE_LEEWAY=0, presenting a used refresh token revokes the whole session', async (t) => {
-    const api = await build(t, { REFRESH_REUSE_LEEWAY: '0' })
+  t.test('with REFRESH_REUSE_LEEWAY_SECONDS=0, presenting a used refresh token revokes the whole session', async (t) => {
+    const api = await build(t, { REFRESH_REUSE_LEEWAY_SECONDS: '0' })
     const first = await api.register()
     const second = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
     const replay = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
@@ -315,8 +315,8 @@ t.test('refreshTokens', async (t) => {
     t.equal(afterRevocation.json().code, 'INVALID_TOKEN', 'and so is the access token')
   })
 
-  t.test('with REFRESH_REUSE_LEEWAY=0, ten concurrent refreshes with one token give exactly one 200', async (t) => {
-    const api = await build(t, { REFRESH_REUSE_LEEWAY: '0' })
+  t.test('with REFRESH_REUSE_LEEWAY_SECONDS=0, ten concurrent refreshes with one token give exactly one 200', async (t) => {
+    const api = await build(t, { REFRESH_REUSE_LEEWAY_SECONDS: '0' })
     const { refreshToken } = await api.register()
     const responses = await Promise.all(Array.from({ length: 10 }, async () =>
       await api.call('refreshTokens', { body: { refreshToken } })))
@@ -337,7 +337,7 @@ t.test('refreshTokens', async (t) => {
   })
 
   t.test('a retry after a lost response gets a working pair; after the leeway the replay ends the session', async (t) => {
-    const api = await build(t, { REFRESH_REUSE_LEEWAY: '5' })
+    const api = await build(t, { REFRESH_REUSE_LEEWAY_SECONDS: '5' })
     const first = await api.register()
     const lost = (await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })).json()
     const retry = await api.call('refreshTokens', { body: { refreshToken: first.refreshToken } })
@@ -390,7 +390,7 @@ t.test('refreshTokens', async (t) => {
   })
 
   t.test('an unknown or expired refresh token is INVALID_REFRESH_TOKEN', async (t) => {
-    const api = await build(t, { REFRESH_TOKEN_TTL: '1' })
+    const api = await build(t, { REFRESH_TOKEN_TTL_SECONDS: '1' })
     const unknown = await api.call('refreshTokens', { body: { refreshToken: 'x'.repeat(43) } })
     t.equal(unknown.statusCode, 401)
     t.equal(unknown.json().code, 'INVALID_REFRESH_TOKEN')
@@ -428,7 +428,7 @@ t.test('logoutUser ends the current session only', async (t) => {
 
 t.test('rate limits', async (t) => {
   t.test('login attempts are limited per client address and email, with Retry-After', async (t) => {
-    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '2', RATE_LIMIT_WINDOW: '60' })
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '2', RATE_LIMIT_WINDOW_SECONDS: '60' })
     await api.register({ email: 'target@example.com' })
     const login = async (email: string) => await api.call('loginUser', { body: { email, password: 'guess-guess' } })
     t.equal((await login('target@example.com')).statusCode, 401)
@@ -441,7 +441,7 @@ t.test('rate limits', async (t) => {
   })
 
   t.test('sign-in attempts are also limited per client address alone, before any password is checked', async (t) => {
-    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '3', RATE_LIMIT_WINDOW: '60' })
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '3', RATE_LIMIT_WINDOW_SECONDS: '60' })
     const statuses: number[] = []
     for (let attempt = 0; attempt < 5; attempt += 1) {
       statuses.push((await api.call('loginUser', { body: { email: `nobody${attempt}@example.com`, password: 'guess-guess' } })).statusCode)
@@ -450,7 +450,7 @@ t.test('rate limits', async (t) => {
   })
 
   t.test('a locked key stays locked however many other keys are counted after it', async (t) => {
-    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '2', RATE_LIMIT_WINDOW: '60' })
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '2', RATE_LIMIT_WINDOW_SECONDS: '60' })
     const attempt = async (remoteAddress: string, body: unknown = {}) => (await api.call('loginUser', { remoteAddress, body })).statusCode
     t.same([await attempt('198.51.100.1'), await attempt('198.51.100.1'), await attempt('198.51.100.1')], [400, 400, 429])
     // More client addresses than the limiter keeps keys for, each counted once (an invalid body costs no hash).

@@ -1,0 +1,65 @@
+import type { FastifyInstance } from 'fastify'
+import type { HashingProcess } from './auth/hashing-process.js'
+import type { AppConfig } from './config.js'
+import { handlers } from './handlers/index.js'
+import authPlugin from './plugins/auth.js'
+import clientAddressPlugin from './plugins/client-address.js'
+import corsPlugin from './plugins/cors.js'
+import docsPlugin from './plugins/docs.js'
+import errorsPlugin from './plugins/errors.js'
+import eventsPlugin, { type Subscribers } from './plugins/events.js'
+import loadSheddingPlugin from './plugins/load-shedding.js'
+import rateLimitsPlugin from './plugins/rate-limits.js'
+import routesPlugin from './plugins/routes.js'
+import seedPlugin from './plugins/seed.js'
+import shutdownPlugin from './plugins/shutdown.js'
+import storePlugin from './plugins/store.js'
+import webhooksPlugin from './plugins/webhooks.js'
+import type { Store } from './store/store.js'
+
+export interface ItemsServiceOptions {
+  /** The whole configuration (loadConfig() reads it from the environment). */
+  config: AppConfig
+  /** Where data is kept; when left out, the store the configuration names (STORE). */
+  store?: Store | undefined
+  /** Event handlers to subscribe before the first request, by channel. */
+  subscribers?: Subscribers | undefined
+  /** See BuildAppOptions.hashingProcess. */
+  hashingProcess?: HashingProcess | undefined
+}
+
+/**
+ * The whole service as a Fastify plugin: its routes, with the validators generated from the contract, and every
+ * plugin they need, in the order a request meets them. Registered as it is, it keeps to its own encapsulation
+ * context (a host server's other routes keep their own validators, error handler and hooks); buildApp registers it
+ * through fastify-plugin, so that its decorators (store, events, ...) are the app's. What only a server can set
+ * (the logger, request ids, timeouts, trustProxy, the client error handler) is buildApp's, or the host's.
+ */
+export async function itemsService (app: FastifyInstance, options: ItemsServiceOptions): Promise<void> {
+  const { config } = options
+  // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
+  app.removeContentTypeParser('text/plain')
+  // On every response, errors included: the id to quote in a report, and no content sniffing of the JSON by a
+  // browser (the docs get the rest of helmet's headers in their own plugin).
+  app.addHook('onRequest', (request, reply, done) => {
+    reply.header('x-request-id', request.id).header('x-content-type-options', 'nosniff')
+    done()
+  })
+
+  await app.register(errorsPlugin)
+  await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
+  await app.register(corsPlugin, { origins: config.corsOrigins })
+  await app.register(shutdownPlugin, config)
+  await app.register(loadSheddingPlugin, config)
+  await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
+  await app.register(eventsPlugin, {
+    subscribers: options.subscribers,
+    webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))
+  })
+  await app.register(webhooksPlugin, { config: config.webhooks })
+  await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
+  await app.register(seedPlugin, { file: config.seedFile })
+  await app.register(rateLimitsPlugin, { limits: config.rateLimits })
+  await app.register(docsPlugin)
+  await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
+}
