@@ -1,6 +1,5 @@
 // First, before Fastify and the rest load, in the server and in an embedder alike: see the module.
 import './tick-object-pin.js'
-import { randomUUID } from 'node:crypto'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { DestinationStream } from 'pino'
@@ -10,6 +9,7 @@ import { handleClientError, handleError } from './plugins/errors.js'
 import type { Subscribers } from './plugins/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Store } from './store/store.js'
+import { randomUuid } from './uuid.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
 const PLUGIN_TIMEOUT_MS = 120_000
@@ -61,7 +61,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     requestIdHeader: false,
     genReqId: (request) => {
       const callerId = request.headers['x-request-id']
-      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUUID()
+      return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUuid()
     },
     connectionTimeout: 10_000,
     // The service loads as one plugin (itemsService), so its whole start counts against this: connecting to the

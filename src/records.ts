@@ -1,13 +1,13 @@
-import { randomUUID } from 'node:crypto'
 import type { components } from '../generated/openapi.js'
 import type { Item, User } from './store/store.js'
 import { isoTimestamp } from './timestamps.js'
+import { randomUuid } from './uuid.js'
 
 type Schemas = components['schemas']
 
 /** A new user, as registering makes one (and SEED_FILE too), its password already hashed. */
 export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string): User => ({
-  id: randomUUID(),
+  id: randomUuid(),
   email: registration.email,
   emailKey,
   passwordHash,
@@ -21,7 +21,7 @@ export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password
 export function newItem (creation: Schemas['CreateItemRequest'], contributorId: string, status: Schemas['ItemStatus'] = 'active'): Item {
   const now = isoTimestamp()
   return {
-    id: randomUUID(),
+    id: randomUuid(),
     name: creation.name,
     description: creation.description ?? null,
     status,

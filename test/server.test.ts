@@ -95,12 +95,14 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
   await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
   t.teardown(() => { taken.close() })
   const { port } = taken.address() as AddressInfo
-  for (const LOG_LEVEL of ['silent', 'error', 'info']) {
-    const inUse = await failedStart({ PORT: String(port), LOG_LEVEL })
-    t.equal(inUse.code, 1)
-    t.match(inUse.stderr, new RegExp(`^Cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE.*$`, 'm'), `port in use, LOG_LEVEL=${LOG_LEVEL}`)
+  // The starts run side by side: each is a process of its own.
+  const levels = ['silent', 'error', 'info']
+  const [badHost, ...inUse] = await Promise.all([failedStart({ HOST: '999.1.1.1', LOG_LEVEL: 'silent' }),
+    ...levels.map(async (LOG_LEVEL) => await failedStart({ PORT: String(port), LOG_LEVEL }))])
+  for (const [index, started] of inUse.entries()) {
+    t.equal(started.code, 1)
+    t.match(started.stderr, new RegExp(`^Cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE.*$`, 'm'), `port in use, LOG_LEVEL=${levels[index]}`)
   }
-  const badHost = await failedStart({ HOST: '999.1.1.1', LOG_LEVEL: 'silent' })
   t.equal(badHost.code, 1)
   t.match(badHost.stderr, /^Cannot listen on 999\.1\.1\.1:3000: .*(ENOTFOUND|EAI_AGAIN|EADDRNOTAVAIL).*$/m)
 })

@@ -1,7 +1,7 @@
-import { randomUUID } from 'node:crypto'
 // npm run bench:store: the in-memory store at 1 000 000 items. Shows that a page costs the same whatever its
 // number (a slice of the creation-ordered array) and how much memory one stored item takes.
 import { createMemoryStore } from '../../src/store/memory-store.js'
+import { randomUuid } from '../../src/uuid.js'
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 1_000_000)
 const PAGE_SIZE = 100
@@ -11,11 +11,11 @@ collectGarbage()
 const heapBefore = process.memoryUsage().heapUsed
 const { items } = createMemoryStore()
 const now = new Date().toISOString()
-const contributorId = randomUUID()
+const contributorId = randomUuid()
 // Ids as the service makes them: one flat 36-character string each (crypto.randomUUID()'s stay a tree of
 // concatenated strings, about 480 bytes, until something flattens them).
 for (let index = 0; index < ITEMS; index += 1) {
-  await items.add({ id: randomUUID(), name: `Item ${index}`, description: null, status: 'active', contributorId, createdAt: now, updatedAt: now })
+  await items.add({ id: randomUuid(), name: `Item ${index}`, description: null, status: 'active', contributorId, createdAt: now, updatedAt: now })
 }
 collectGarbage()
 const bytesPerItem = (process.memoryUsage().heapUsed - heapBefore) / ITEMS

@@ -1,5 +1,6 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import type { Store } from '../store/store.js'
+import { randomUuid } from '../uuid.js'
 
 /** The claims this service puts in an access token besides iat, exp, iss and aud. */
 export interface AccessTokenClaims {
@@ -38,7 +39,7 @@ export class Tokens {
   }
 
   async open (userId: string): Promise<TokenPair> {
-    const sessionId = randomUUID()
+    const sessionId = randomUuid()
     const refreshToken = newRefreshToken()
     await this.#options.store.sessions.open(
       { id: sessionId, userId, expiresAt: Date.now() + this.#options.refreshTokenTtlSeconds * 1000 },
@@ -64,7 +65,7 @@ export class Tokens {
 
   #pair (userId: string, sessionId: string, refreshToken: string): TokenPair {
     return {
-      accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUUID(), typ: 'access' }),
+      accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUuid(), typ: 'access' }),
       refreshToken,
       expiresIn: this.#options.accessTokenTtlSeconds
     }

@@ -1,10 +1,10 @@
-import { randomUUID } from 'node:crypto'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../generated/openapi.js'
 import { schemas } from '../../generated/schemas.js'
 import type { Announcement, OutboxEvent } from '../store/store.js'
 import { isoTimestamp } from '../timestamps.js'
+import { randomUuid } from '../uuid.js'
 
 /** The channels are the contract's webhooks; an event is the CloudEvents envelope declared there. */
 export type Channel = keyof webhooks
@@ -69,7 +69,7 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
       return (item): OutboxEvent => {
         const event: DomainEvent<typeof channel> = {
           specversion: specversion.const,
-          id: randomUUID(),
+          id: randomUuid(),
           source: source.const,
           type: channel,
           time: isoTimestamp(),
