@@ -109,6 +109,8 @@ export interface AppConfig {
   environment: Environment['NODE_ENV']
   host: string
   port: number
+  /** The operations API (metrics), on `host`; off when undefined. */
+  operations: { port: number, token: string | undefined } | undefined
   logLevel: Environment['LOG_LEVEL']
   jwt: {
     secret: string
@@ -231,6 +233,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     environment,
     host: env.HOST,
     port: env.PORT,
+    operations: env.OPS_PORT === undefined ? undefined : { port: env.OPS_PORT, token: env.OPS_TOKEN },
     logLevel: env.LOG_LEVEL,
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),

@@ -40,6 +40,13 @@ export const variables = {
   NODE_ENV: { type: 'string', enum: ENVIRONMENTS, default: 'development', description: 'Production requires `JWT_SECRET`, and so does `STORE=redis`.' },
   HOST: { type: 'string', minLength: 1, default: '127.0.0.1', description: 'Address to listen on (`0.0.0.0` for all interfaces).' },
   PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3000, description: 'Port to listen on (`0` picks a free one).' },
+  OPS_PORT: {
+    type: 'integer',
+    minimum: 0,
+    maximum: 65535,
+    description: 'Port of the operations API (`GET /metrics`, ops/openapi.yaml), on `HOST`, never on the API port; unset, it is off (`0` picks a free one).'
+  },
+  OPS_TOKEN: { type: 'string', minLength: 16, description: 'When set, the operations API requires it as a bearer token; unset, whoever reaches `OPS_PORT` may read it.' },
   LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info', description: 'The lowest level logged.' },
   JWT_SECRET: {
     type: 'string',

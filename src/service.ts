@@ -9,6 +9,8 @@ import docsPlugin from './plugins/docs.js'
 import errorsPlugin from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
 import loadSheddingPlugin from './plugins/load-shedding.js'
+import metricsPlugin from './plugins/metrics.js'
+import operationsPlugin from './plugins/operations.js'
 import rateLimitsPlugin from './plugins/rate-limits.js'
 import routesPlugin from './plugins/routes.js'
 import seedPlugin from './plugins/seed.js'
@@ -49,9 +51,10 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(errorsPlugin)
   await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
   await app.register(corsPlugin, { origins: config.corsOrigins })
+  await app.register(metricsPlugin, { exposed: config.operations !== undefined })
   await app.register(shutdownPlugin, config)
   await app.register(loadSheddingPlugin, config)
-  await app.register(storePlugin, { config: config.store, ...(options.store === undefined ? {} : { store: options.store }) })
+  await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, ...(options.store === undefined ? {} : { store: options.store }) })
   await app.register(eventsPlugin, {
     subscribers: options.subscribers,
     webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))
@@ -62,4 +65,5 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })
   await app.register(docsPlugin)
   await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
+  if (config.operations !== undefined) await app.register(operationsPlugin, { host: config.host, ...config.operations })
 }

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t from 'tap'
+import { routes as operationsRoutes } from '../generated/operations/routes.js'
 import { routes } from '../generated/routes.js'
 import { findDrift } from '../scripts/generate.js'
 import { contractOperations } from './helper.js'
@@ -16,7 +17,7 @@ const quiet = {
   NO_UPDATE_NOTIFIER: '1'
 }
 
-t.test('generated/ is what openapi.yaml produces (run npm run generate after editing the contract)', async (t) => {
+t.test('generated/ is what the contracts produce (run npm run generate after editing one)', async (t) => {
   t.same(await findDrift(), [])
 })
 
@@ -26,13 +27,22 @@ t.test('the route table has exactly the operations openapi.yaml declares, at the
   t.same(fromTable.sort(byId), contractOperations().sort(byId))
 })
 
-t.test('the contract lints clean under Redocly recommended', async (t) => {
-  const { stdout } = await run('npx', ['redocly', 'lint', 'openapi.yaml', '--format', 'json'], { env: quiet })
-  const report = JSON.parse(stdout.slice(stdout.indexOf('{'))) as { totals: { errors: number, warnings: number } }
-  t.same(report.totals, { errors: 0, warnings: 0, ignored: 0 }, 'zero errors and zero warnings')
+t.test('every operation of the operations API is under its one security scheme, opsToken, which the operations plugin enforces', async (t) => {
+  t.same(operationsRoutes.filter((route) => route.security.join() !== 'opsToken').map((route) => route.operationId), [])
 })
 
-t.test('the contract lints clean under Spectral spectral:oas', async (t) => {
-  const { stdout } = await run('npx', ['spectral', 'lint', '--format', 'json', '--quiet', 'openapi.yaml'], { env: quiet })
+// The public API's contract and the operations API's.
+const contracts = ['openapi.yaml', 'ops/openapi.yaml']
+
+t.test('the contracts lint clean under Redocly recommended', async (t) => {
+  for (const contract of contracts) {
+    const { stdout } = await run('npx', ['redocly', 'lint', contract, '--format', 'json'], { env: quiet })
+    const report = JSON.parse(stdout.slice(stdout.indexOf('{'))) as { totals: { errors: number, warnings: number } }
+    t.same(report.totals, { errors: 0, warnings: 0, ignored: 0 }, `${contract}: zero errors and zero warnings`)
+  }
+})
+
+t.test('the contracts lint clean under Spectral spectral:oas', async (t) => {
+  const { stdout } = await run('npx', ['spectral', 'lint', '--format', 'json', '--quiet', ...contracts], { env: quiet })
   t.same(JSON.parse(stdout), [])
 })

@@ -9,11 +9,21 @@ export interface Server {
   output: () => string
 }
 
-/** Starts src/server.ts on a free port; resolves once it listens. */
-export async function start (env: NodeJS.ProcessEnv, nodeOptions: string[] = []): Promise<Server> {
-  const child = spawn(process.execPath, [...nodeOptions, ...process.execArgv, 'src/server.ts'], {
+export interface StartOptions {
+  /** Node's own options (`--max-old-space-size=…`). */
+  nodeOptions?: string[]
+  /** What to run instead of src/server.ts under the test's loader: a built server (`['dist/src/server.js']`). */
+  entry?: string[]
+  /** The directory to run it in; the repository by default. */
+  cwd?: string
+}
+
+/** Starts src/server.ts (or `entry`) on a free port; resolves once it listens. */
+export async function start (env: NodeJS.ProcessEnv, { nodeOptions = [], entry = [...process.execArgv, 'src/server.ts'], cwd }: StartOptions = {}): Promise<Server> {
+  const child = spawn(process.execPath, [...nodeOptions, ...entry], {
     env: { ...process.env, ...testEnvironment, LOG_LEVEL: 'info', PORT: '0', ...env },
-    stdio: ['ignore', 'pipe', 'pipe']
+    stdio: ['ignore', 'pipe', 'pipe'],
+    cwd
   })
   let output = ''
   child.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })

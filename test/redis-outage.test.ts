@@ -3,8 +3,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { build, captureLogs, newUser } from './helper.js'
+import { freePort } from './net.js'
 import { failedStart } from './processes.js'
 import { ownRedis, redisSkip } from './redis.js'
+import { startReceiver } from './webhook-receiver.js'
 
 const skip = await redisSkip()
 
@@ -54,6 +56,31 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
   t.ok(seen.every(({ ms }) => ms < 1500), `every request answered within 1.5 s (slowest ${Math.max(...seen.map(({ ms }) => ms))} ms)`)
   t.equal(lines.filter((line) => line.includes('Redis is unreachable; reconnecting')).length, 1, 'one warning for the outage')
   t.equal(lines.filter((line) => line.includes('Redis is reachable again')).length, 1)
+})
+
+t.test('while Redis is down, the metrics still answer: store down, the last catalogue size and backlog kept', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const target = await startReceiver()
+  t.teardown(target.stop)
+  const opsPort = await freePort()
+  const api = await build(t, {
+    STORE: 'redis',
+    REDIS_URL: redis.url,
+    OPS_PORT: String(opsPort),
+    WEBHOOKS: JSON.stringify([{ url: target.url, secret: `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}` }])
+  })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  await api.createItem(accessToken)
+  await target.waitFor(1)
+  const figures = async (): Promise<string[]> => {
+    const response = await fetch(`http://127.0.0.1:${opsPort}/metrics`)
+    t.equal(response.status, 200)
+    return (await response.text()).split('\n').filter((line) => /^items_service_(store_up|items|webhook_backlog)\b/.test(line))
+  }
+  const backlog = `items_service_webhook_backlog{subscriber="${target.url}"} 0`
+  t.same(await figures(), ['items_service_store_up 1', 'items_service_items 1', backlog])
+  await redis.stop()
+  t.same(await figures(), ['items_service_store_up 0', 'items_service_items 1', backlog], 'the last figures the store gave')
 })
 
 t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeout, not a hang', { skip }, async (t) => {

@@ -111,7 +111,7 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
   // The items fill the heap only where the store is the heap. The line leaves room for what the test's loader
   // keeps (it compiles the TypeScript sources in the server's process): on Node 24, under coverage, 101 MB after a
   // full collection with 224 items stored, where the built server holds 31 MB.
-  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED_MIB: '128' }, ['--max-old-space-size=160'])
+  const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED_MIB: '128' }, { nodeOptions: ['--max-old-space-size=160'] })
   t.teardown(() => { server.process.kill('SIGKILL') })
   const post = async (path: string, body: unknown, token?: string): Promise<Response> => await fetch(`${server.url}${path}`, {
     method: 'POST',

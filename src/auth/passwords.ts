@@ -17,9 +17,18 @@ export interface Passwords {
   close (): Promise<void>
 }
 
+/** Told what the queue of sign-ins and registrations does, for the metrics and the logs. */
+export interface QueueObserver {
+  /** How many wait now; told at every change. */
+  waiting: (count: number) => void
+  /** One was refused: the queue was full. */
+  refused: () => void
+}
+
 export interface PasswordsOptions {
   /** Sign-ins and registrations that may wait for a hash; one more is refused with 503 at once. */
   maxWaiting: number
+  observer?: QueueObserver
   /** Hashes at once; by default one per core beyond the event loop's, at least one. */
   concurrency?: number
   /** The process that hashes; by default one of their own, ended by `close`. One given is left to its giver to end. */
@@ -45,9 +54,17 @@ interface Waiter {
  * which then goes to the back of the line. A task whose caller no longer wants it when its turn comes is dropped
  * unrun.
  */
-function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: () => Promise<T>, requester: Requester) => Promise<T> {
+function limitConcurrency (concurrency: number, maxWaiting: number, observer: QueueObserver | undefined): <T>(task: () => Promise<T>, requester: Requester) => Promise<T> {
   let active = 0
   let waitingCount = 0
+  const waitingChanged = (change: number): void => {
+    waitingCount += change
+    observer?.waiting(waitingCount)
+  }
+  const refuse = (): ApiError => {
+    observer?.refused()
+    return queueFull()
+  }
   // Waiting tasks by address, the addresses in turn order; an address leaves the map when it has none left.
   const waiting = new Map<string, Waiter[]>()
   const release = (): void => {
@@ -62,7 +79,7 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
     // Every address in the map has a task waiting.
     const next = waiters.shift()!
     if (waiters.length > 0) waiting.set(address, waiters)
-    waitingCount -= 1
+    waitingChanged(-1)
     next.admit()
   }
   // Makes room for a newcomer from `address` in a full queue, or refuses it. Scans the addresses (at most
@@ -73,17 +90,17 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
       if (waiters.length > biggest.length) biggest = waiters
     }
     const own = waiting.get(address)?.length ?? 0
-    if (own + 1 >= biggest.length) throw queueFull()
+    if (own + 1 >= biggest.length) throw refuse()
     // The biggest holder holds at least two places more than the newcomer's address, so it keeps one.
-    biggest.pop()!.refuse(queueFull())
-    waitingCount -= 1
+    biggest.pop()!.refuse(refuse())
+    waitingChanged(-1)
   }
   return async (task, requester) => {
     if (active < concurrency) {
       active += 1
     } else {
       if (waitingCount >= maxWaiting) makeRoom(requester.address)
-      waitingCount += 1
+      waitingChanged(1)
       await new Promise<void>((resolve, reject) => {
         const waiters = waiting.get(requester.address) ?? []
         waiters.push({ admit: resolve, refuse: reject })
@@ -108,8 +125,8 @@ function limitConcurrency (concurrency: number, maxWaiting: number): <T>(task: (
  * argon2 asks for (19 MiB a hash). The queue is bounded, client addresses take turns in it, a full one refuses
  * from the biggest holder, and work for clients that hung up is never done.
  */
-export function createPasswords ({ maxWaiting, concurrency = Math.max(1, availableParallelism() - 1), hashingProcess }: PasswordsOptions): Passwords {
-  const limit = limitConcurrency(concurrency, maxWaiting)
+export function createPasswords ({ maxWaiting, observer, concurrency = Math.max(1, availableParallelism() - 1), hashingProcess }: PasswordsOptions): Passwords {
+  const limit = limitConcurrency(concurrency, maxWaiting, observer)
   const hashing = hashingProcess ?? new HashingProcess()
   return {
     hash: async (password, requester) => await limit(async () => await hashing.hash(password), requester),

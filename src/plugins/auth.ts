@@ -1,8 +1,9 @@
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction, onRequestHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
+import { Counter, Gauge } from 'prom-client'
 import type { HashingProcess } from '../auth/hashing-process.js'
-import { createPasswords, type Passwords } from '../auth/passwords.js'
+import { createPasswords, type Passwords, type QueueObserver } from '../auth/passwords.js'
 import { PerKeyQueue } from '../auth/per-key-queue.js'
 import type { Principal } from '../auth/principal.js'
 import { type AccessTokenClaims, Tokens } from '../auth/tokens.js'
@@ -61,6 +62,27 @@ export function requireRole (roles: readonly Role[]): onRequestHookHandler {
   }
 }
 
+/** The sign-in queue's metrics, and one warning when it fills (one line, however many it then refuses) and one line when it empties. */
+function signInQueueObserver (app: FastifyInstance, maxWaiting: number): QueueObserver {
+  const waiting = new Gauge({ name: 'items_service_signin_queue_waiting', help: 'Sign-ins and registrations waiting for a password hash.', registers: [app.metrics] })
+  const refused = new Counter({ name: 'items_service_signin_refused_total', help: 'Sign-ins and registrations refused with 503: the queue was full.', registers: [app.metrics] })
+  let full = false
+  return {
+    waiting: (count) => {
+      waiting.set(count)
+      if (count > 0 || !full) return
+      full = false
+      app.log.info('the sign-in queue has emptied')
+    },
+    refused: () => {
+      refused.inc()
+      if (full) return
+      full = true
+      app.log.warn({ waiting: maxWaiting, passwordQueueLimit: maxWaiting }, 'sign-in queue full: refusing sign-ins and registrations with 503 until it empties')
+    }
+  }
+}
+
 async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Promise<void> {
   const { secret, issuer, audience, accessTokenTtlSeconds } = options.jwt
   await app.register(fastifyJwt, {
@@ -75,7 +97,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     }
   })
 
-  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit, hashingProcess: options.hashingProcess }))
+  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit, observer: signInQueueObserver(app, options.passwordQueueLimit), hashingProcess: options.hashingProcess }))
   app.decorate('registrations', new PerKeyQueue())
   // onClose runs once the server has stopped and every request in flight has been answered.
   app.addHook('onClose', async () => { await app.passwords.close() })
@@ -167,4 +189,4 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   })
 }
 
-export default fp(authPlugin, { name: 'auth', dependencies: ['store'] })
+export default fp(authPlugin, { name: 'auth', dependencies: ['store', 'metrics'] })

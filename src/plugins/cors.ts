@@ -2,6 +2,7 @@ import fastifyCors from '@fastify/cors'
 import type { FastifyInstance, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { validationError } from './errors.js'
+import { appendedHooks } from './route-hooks.js'
 
 interface CorsPluginOptions {
   /** The browser origins allowed to call the API (CORS_ORIGINS); none switches CORS off. */
@@ -29,7 +30,7 @@ async function corsPlugin (app: FastifyInstance, options: CorsPluginOptions): Pr
     done(null, JSON.stringify(validationError(missing.map((header) => ({ field: `headers.${header}`, issue: 'is required in a CORS preflight' })))))
   }
   app.addHook('onRoute', (route) => {
-    if (route.method === 'OPTIONS') route.onSend = [...[route.onSend ?? []].flat(), preflightInContractShape]
+    if (route.method === 'OPTIONS') route.onSend = appendedHooks(route.onSend, preflightInContractShape)
   })
   await app.register(fastifyCors, {
     origin: [...options.origins],

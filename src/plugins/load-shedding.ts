@@ -2,11 +2,18 @@ import { getHeapStatistics } from 'node:v8'
 import fastifyUnderPressure from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { Counter } from 'prom-client'
 import type { RouteOperationId } from '../../generated/routes.js'
 import type { AppConfig } from '../config.js'
-import { type ApiError, serviceUnavailable } from '../errors.js'
+import { serviceUnavailable } from '../errors.js'
 
 type LoadSheddingPluginOptions = Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes'>
+
+interface Overload {
+  readonly reason: 'event_loop_delay' | 'heap_used' | 'rss'
+  /** The figures that passed the limit, for the log line. */
+  readonly measured: Record<string, number>
+}
 
 // V8's heap limit counts the young generation too, which a small --max-old-space-size makes a large part of it
 // (docs/operations.md): set MAX_HEAP_USED_MIB for such a heap.
@@ -32,22 +39,42 @@ async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPl
   // Under-pressure only samples here (no limits given, so it adds no hook of its own, whose reading of
   // request.routeOptions built an object on every request); the hook below sheds from its samples.
   await app.register(fastifyUnderPressure, { sampleInterval: MEMORY_SAMPLE_INTERVAL_MS })
-  const shed = (method: string): ApiError | undefined => {
+  const shedCount = new Counter<'reason'>({
+    name: 'items_service_shed_total',
+    help: 'Requests refused with 503 under overload, by the limit passed: event_loop_delay, heap_used or rss.',
+    labelNames: ['reason'],
+    registers: [app.metrics]
+  })
+  // What was past its limit at the last request; undefined while nothing is.
+  let episode: Overload | undefined
+  const overload = (): Overload | undefined => {
     const { eventLoopDelay, heapUsed, rssBytes } = app.memoryUsage()
     if (options.maxEventLoopDelayMs > 0 && eventLoopDelay > options.maxEventLoopDelayMs) {
-      return serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
+      return { reason: 'event_loop_delay', measured: { eventLoopDelayMs: eventLoopDelay, maxEventLoopDelayMs: options.maxEventLoopDelayMs } }
     }
-    if (method !== 'GET' && (heapUsed > maxHeapUsedBytes || rssBytes > maxRssBytes)) {
-      return serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS)
-    }
+    if (heapUsed > maxHeapUsedBytes) return { reason: 'heap_used', measured: { heapUsedBytes: heapUsed, maxHeapUsedBytes } }
+    if (rssBytes > maxRssBytes) return { reason: 'rss', measured: { rssBytes, maxRssBytes } }
     return undefined
   }
   app.addHook('onRequest', (request, _reply, done) => {
-    const refusal = shed(request.method)
+    const now = overload()
+    // One line when an overload begins, with the figure past its limit, and one when it ends, however many
+    // requests it sheds in between.
+    if (now?.reason !== episode?.reason) {
+      if (now === undefined) app.log.info({ reason: episode?.reason }, 'no longer shedding load')
+      else app.log.warn({ reason: now.reason, ...now.measured }, `shedding load: ${now.reason} is past its limit`)
+    }
+    episode = now
+    // Short of memory, what only reads goes on.
+    if (now === undefined || (now.reason !== 'event_loop_delay' && request.method === 'GET')) return done()
     // Read only when shedding: routeOptions builds an object on every read.
-    const operationId = refusal === undefined ? undefined : request.routeOptions.config.operationId
-    done(operationId !== undefined && NEVER_SHED.has(operationId) ? undefined : refusal)
+    const operationId = request.routeOptions.config.operationId
+    if (operationId !== undefined && NEVER_SHED.has(operationId)) return done()
+    shedCount.inc({ reason: now.reason })
+    done(now.reason === 'event_loop_delay'
+      ? serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
+      : serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS))
   })
 }
 
-export default fp(loadSheddingPlugin, { name: 'load-shedding' })
+export default fp(loadSheddingPlugin, { name: 'load-shedding', dependencies: ['metrics'] })

@@ -1,10 +1,12 @@
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
+import { Counter } from 'prom-client'
 import type { RouteOperationId } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
-import { rateLimited } from '../errors.js'
+import { ApiError, rateLimited } from '../errors.js'
 import type { Counted, RateCounter } from '../store/store.js'
+import { appendedHooks } from './route-hooks.js'
 
 interface RateLimitsPluginOptions {
   /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
@@ -20,9 +22,6 @@ interface RouteLimits {
   onResponse?: onResponseHookHandler[]
 }
 
-// A route's hooks of one kind, as a list: none, one, or several.
-const listed = <T>(hooks: T | T[] | undefined): T[] => hooks === undefined ? [] : [hooks].flat() as T[]
-
 const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
 
 // A store that cannot count fails the request (503 when it is unreachable): a limit that no longer holds would let
@@ -31,6 +30,8 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
   if (outcome instanceof Error) return outcome
   return outcome.current > max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined
 }
+
+const isRateLimited = (error: Error | undefined): boolean => error instanceof ApiError && error.statusCode === 429
 
 /**
  * Every request limit, by operationId, each counting in the store's counter of its own name (in Redis, shared by
@@ -51,6 +52,12 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
   if (options.limits === null) return
   const { login, loginAddress, loginFailures, register, refresh, writes } = options.limits
+  const refusals = new Counter<'limit'>({
+    name: 'items_service_rate_limited_total',
+    help: 'Requests refused with 429, by the limit they passed (its counter\'s name).',
+    labelNames: ['limit'],
+    registers: [app.metrics]
+  })
   // The hits each sign-in and registration counted, while it is in flight.
   const counted = new WeakMap<FastifyRequest, Array<{ counter: RateCounter, key: string }>>()
   const hookFor = (name: string, { max, windowSeconds }: RateLimit, keyOf: (request: FastifyRequest) => string, refundable = false): Hook => {
@@ -60,6 +67,7 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
       const key = keyOf(request)
       counter.incr(key, windowMs, max, (outcome) => {
         const refused = verdict(outcome, max)
+        if (isRateLimited(refused)) refusals.inc({ limit: name })
         if (refused === undefined && refundable) counted.set(request, [...counted.get(request) ?? [], { counter, key }])
         done(refused)
       })
@@ -79,8 +87,10 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
   const failuresWindowMs = loginFailures.windowSeconds * 1000
   const accountNotLocked: Hook = (request, _reply, done) => {
     failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
-      if (outcome instanceof Error) done(outcome)
-      else done(outcome !== undefined && outcome.current >= loginFailures.max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
+      if (outcome instanceof Error) return done(outcome)
+      const locked = outcome !== undefined && outcome.current >= loginFailures.max
+      if (locked) refusals.inc({ limit: 'login-failures' })
+      done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
     })
   }
   // A failed sign-in counts against its account; one that succeeds clears the account's failures.
@@ -119,11 +129,11 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     if (routeLimits === undefined) return
     // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
     // over it. The others are appended to the route's own.
-    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...listed(route.onRequest)]
-    if (routeLimits.preHandler !== undefined) route.preHandler = [...listed(route.preHandler), ...routeLimits.preHandler]
-    if (routeLimits.onSend !== undefined) route.onSend = [...listed(route.onSend), routeLimits.onSend]
-    if (routeLimits.onResponse !== undefined) route.onResponse = [...listed(route.onResponse), ...routeLimits.onResponse]
+    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...appendedHooks(route.onRequest)]
+    if (routeLimits.preHandler !== undefined) route.preHandler = appendedHooks(route.preHandler, ...routeLimits.preHandler)
+    if (routeLimits.onSend !== undefined) route.onSend = appendedHooks(route.onSend, routeLimits.onSend)
+    if (routeLimits.onResponse !== undefined) route.onResponse = appendedHooks(route.onResponse, ...routeLimits.onResponse)
   })
 }
 
-export default fp(rateLimitsPlugin, { name: 'rate-limits', dependencies: ['store', 'client-address'] })
+export default fp(rateLimitsPlugin, { name: 'rate-limits', dependencies: ['store', 'client-address', 'metrics'] })

@@ -21,18 +21,25 @@ interface RoutesPluginOptions {
   strictResponses: boolean
 }
 
-const validatorsByRoute = new Map(routes.map((route) => [`${route.method} ${route.url}`, operationValidators[route.operationId]]))
+type RequestValidators = Partial<Record<'body' | 'params' | 'querystring', ValidateFunction>>
+type ValidatorCompiler = (route: { method: string, url: string, httpPart?: string }) => ValidateFunction
 
 /**
- * The validator compiler of the routes: every request validator was generated ahead of time from the contract, so
- * none is compiled at startup.
+ * A validator compiler that compiles nothing: every request validator of a contract's routes was generated ahead of
+ * time, so none is compiled at startup.
  */
-export function generatedValidator ({ method, url, httpPart }: { method: string, url: string, httpPart?: string }): ValidateFunction {
-  const operation = validatorsByRoute.get(`${method} ${url}`)
-  const validator = httpPart === 'body' || httpPart === 'params' || httpPart === 'querystring' ? operation?.[httpPart] : undefined
-  if (validator === undefined) throw new Error(`No generated validator for ${method} ${url} ${httpPart}; run npm run generate`)
-  return validator
+export function generatedValidators<Id extends string> (table: ReadonlyArray<{ method: string, url: string, operationId: Id }>, validators: { readonly [Key in Id]: RequestValidators }): ValidatorCompiler {
+  const byRoute = new Map(table.map((route) => [`${route.method} ${route.url}`, validators[route.operationId]]))
+  return ({ method, url, httpPart }) => {
+    const operation = byRoute.get(`${method} ${url}`)
+    const validator = httpPart === 'body' || httpPart === 'params' || httpPart === 'querystring' ? operation?.[httpPart] : undefined
+    if (validator === undefined) throw new Error(`No generated validator for ${method} ${url} ${httpPart}; run npm run generate`)
+    return validator
+  }
 }
+
+/** The public API's. */
+export const generatedValidator = generatedValidators(routes, operationValidators)
 
 // The hooks that guard an operation: its security scheme's, then its role check. A scheme with no hook, or a choice
 // between schemes (which no operation offers yet), fails at start rather than letting a request through unchecked.

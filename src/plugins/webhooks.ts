@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../config.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
@@ -20,6 +21,17 @@ interface Counts {
   deadLettered: number
 }
 
+type Outcome = 'delivered' | 'retried' | 'dead_lettered' | 'dropped'
+
+/** The deliveries' metrics, labelled by subscriber: its configured URL without the query, never anything a caller sends. */
+interface DeliveryMetrics {
+  readonly outcomes: Counter<'subscriber' | 'outcome'>
+  readonly duration: Histogram<'subscriber'>
+}
+
+// From a receiver on the same host to WEBHOOK_TIMEOUT_MS's default (5 s) and past it.
+const ATTEMPT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
 const jittered = (delayMs: number): number => Math.round(delayMs * (1 + JITTER * (2 * Math.random() - 1)))
 
 /** Takes one subscriber's due deliveries from the outbox and attempts them, at most CONCURRENT_PER_SUBSCRIBER at once. */
@@ -36,12 +48,22 @@ class SubscriberWorker {
   #storeFailing = false
   stopped = false
 
-  constructor (subscription: Subscription, outbox: Outbox, config: WebhooksConfig, log: FastifyBaseLogger) {
+  readonly #metrics: DeliveryMetrics
+  readonly #name: string
+
+  constructor (subscription: Subscription, outbox: Outbox, config: WebhooksConfig, log: FastifyBaseLogger, metrics: DeliveryMetrics) {
     this.subscription = subscription
     this.#outbox = outbox
     this.#sender = new WebhookSender(subscription, { timeoutMs: config.timeoutMs, connections: CONCURRENT_PER_SUBSCRIBER })
     this.#config = config
-    this.log = log.child({ subscriber: subscriberName(subscription.url) })
+    this.#name = subscriberName(subscription.url)
+    this.log = log.child({ subscriber: this.#name })
+    this.#metrics = metrics
+  }
+
+  /** The subscriber's name in logs and metrics. */
+  get name (): string {
+    return this.#name
   }
 
   /**
@@ -57,6 +79,7 @@ class SubscriberWorker {
       this.#storeRecovered()
       if (dropped > 0) {
         this.counts.deadLettered += dropped
+        this.#count('dropped', dropped)
         this.log.error({ dropped, ...this.counts }, 'webhook deliveries dropped: the subscriber has as many pending as the outbox keeps')
       }
       for (const delivery of deliveries) this.#track(this.#attempt(delivery))
@@ -101,22 +124,31 @@ class SubscriberWorker {
     })
   }
 
+  #count (outcome: Outcome, count = 1): void {
+    this.#metrics.outcomes.inc({ subscriber: this.#name, outcome }, count)
+  }
+
   async #attempt (delivery: Delivery): Promise<void> {
+    const started = performance.now()
     const outcome = await this.#sender.send(delivery.event)
+    this.#metrics.duration.observe({ subscriber: this.#name }, (performance.now() - started) / 1000)
     const retryDelay = this.#config.retryDelaysMs[delivery.attempt - 1]
     try {
       if (outcome.delivered) {
         await this.#outbox.settle(this.subscription.id, delivery)
         this.counts.delivered += 1
+        this.#count('delivered')
         this.#logAttempt('info', delivery, outcome, 'webhook delivered')
       } else if (retryDelay === undefined) {
         await this.#outbox.settle(this.subscription.id, delivery)
         this.counts.deadLettered += 1
+        this.#count('dead_lettered')
         this.#logAttempt('error', delivery, outcome, 'webhook dead-lettered: its last attempt failed')
       } else {
         const retryAt = Date.now() + jittered(retryDelay)
         await this.#outbox.settle(this.subscription.id, delivery, retryAt)
         this.counts.retried += 1
+        this.#count('retried')
         this.#logAttempt('warn', delivery, outcome, `webhook attempt failed; retrying at ${new Date(retryAt).toISOString()}`)
       }
     } catch (err) {
@@ -148,7 +180,36 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
   const { subscriptions } = options.config
   if (subscriptions.length === 0) return
   const { outbox } = app.store
-  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log))
+  const metrics: DeliveryMetrics = {
+    outcomes: new Counter({
+      name: 'items_service_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retried, dead_lettered (the last attempt failed), dropped (the subscriber had as many pending as the outbox keeps).',
+      labelNames: ['subscriber', 'outcome'],
+      registers: [app.metrics]
+    }),
+    duration: new Histogram({
+      name: 'items_service_webhook_delivery_duration_seconds',
+      help: 'Time of one delivery attempt, from sending to the receiver\'s status or the attempt\'s failure.',
+      labelNames: ['subscriber'],
+      buckets: ATTEMPT_BUCKETS,
+      registers: [app.metrics]
+    })
+  }
+  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics))
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge({
+    name: 'items_service_webhook_backlog',
+    help: 'Deliveries not yet ended per subscriber, read from the store (on Redis, every instance\'s).',
+    labelNames: ['subscriber'],
+    registers: [app.metrics],
+    async collect () {
+      // A subscriber whose backlog the store cannot tell now keeps its last figure.
+      await Promise.all(workers.map(async (worker) => {
+        const pending = await worker.pending().catch(() => undefined)
+        if (pending !== undefined) this.set({ subscriber: worker.name }, pending)
+      }))
+    }
+  })
   for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
 
   const takeAll = (): void => { for (const worker of workers) void worker.take() }
@@ -188,4 +249,4 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
 }
 
 // Encapsulated (its hooks serve no one else), with the plugins whose state it reads declared.
-export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown'], encapsulate: true })
+export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown', 'metrics'], encapsulate: true })

@@ -174,6 +174,10 @@ class MemoryItemStore implements ItemStore {
     }
   }
 
+  async count (): Promise<number> {
+    return this.#byId.size
+  }
+
   async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined

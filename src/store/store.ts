@@ -113,6 +113,8 @@ export interface ItemStore {
   get (id: string): Promise<Item | undefined>
   /** Items in creation order, oldest first. */
   page (offset: number, limit: number): Promise<ItemPage>
+  /** How many items the catalogue holds. */
+  count (): Promise<number>
   /**
    * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
    * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller.

@@ -191,6 +191,7 @@ export function storeConformance (t: Test, open: OpenStore): void {
 
   t.test('items: added, got, paged in creation order with the total', async (t) => {
     const { items } = await fresh(t)
+    t.equal(await items.count(), 0)
     const contributorId = randomUUID()
     const added = []
     for (let index = 0; index < 5; index += 1) added.push(await items.add(item(contributorId, { name: `item ${index}`, description: index === 0 ? 'ü€𝄞' : null })))
@@ -201,6 +202,9 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.same(await items.page(0, 2), { items: added.slice(0, 2), total: 5 })
     t.same(await items.page(3, 10), { items: added.slice(3), total: 5 })
     t.same(await items.page(10, 10), { items: [], total: 5 })
+    t.equal(await items.count(), 5)
+    await items.remove(added[1]!.id, () => {})
+    t.equal(await items.count(), 4, 'a removed item is no longer counted')
   })
 
   t.test('items: a contributor owns at most as many as the store allows; removing one frees its place', async (t) => {

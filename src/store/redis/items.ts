@@ -164,6 +164,10 @@ export class RedisItemStore implements ItemStore {
     return { items, total }
   }
 
+  async count (): Promise<number> {
+    return await call(this.#redis.zcard(this.#keys.itemOrder))
+  }
+
   // An item is missing only when something else deleted it: an eviction policy other than noeviction (docs/redis.md).
   #skipMissing (count: number): void {
     this.#missingSkipped += count

@@ -1,0 +1,23 @@
+# syntax=docker/dockerfile:1
+# The service from a built artifact: the build stage compiles and drops the dev tools; the runtime stage holds only
+# dist/, the contract it serves and the production dependencies, and runs as the image's unprivileged `node` user.
+# test/production.test.ts runs the build stage's steps on a clean copy and starts what they leave, as this file does.
+
+FROM node:22-bookworm-slim AS build
+WORKDIR /app
+COPY . .
+RUN npm ci --no-audit --no-fund
+RUN npm run build
+RUN npm prune --omit=dev --no-audit --no-fund
+
+FROM node:22-bookworm-slim
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=3000
+WORKDIR /app
+COPY --from=build /app/package.json /app/openapi.yaml ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+USER node
+EXPOSE 3000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT ?? 3000) + '/health/ready').then((response) => process.exit(response.ok ? 0 : 1), () => process.exit(1))"]
+CMD ["node", "dist/src/server.js"]

@@ -1,0 +1,64 @@
+import { timingSafeEqual } from 'node:crypto'
+import Fastify, { type FastifyInstance, type onRequestHookHandler } from 'fastify'
+import fp from 'fastify-plugin'
+import { routes } from '../../generated/operations/routes.js'
+import { schemas } from '../../generated/operations/schemas.js'
+import { operationValidators } from '../../generated/operations/validators.js'
+import { unauthorized } from '../errors.js'
+import { operationsHandlers } from '../handlers/operations.js'
+import errorsPlugin from './errors.js'
+import { generatedValidators } from './routes.js'
+
+interface OperationsPluginOptions {
+  host: string
+  port: number
+  /** Required as a bearer token on every operation, when set. */
+  token: string | undefined
+}
+
+const BEARER = /^Bearer[ ]+(\S+)$/i
+
+/** The `opsToken` scheme of ops/openapi.yaml: the bearer token must be OPS_TOKEN, when it is set. */
+function opsToken (token: string | undefined): onRequestHookHandler {
+  const expected = Buffer.from(token ?? '')
+  return (request, _reply, done) => {
+    if (token === undefined) return done()
+    const presented = BEARER.exec(request.headers.authorization ?? '')?.[1]
+    if (presented === undefined) return done(unauthorized('AUTHENTICATION_REQUIRED', 'The operations token is required.'))
+    const given = Buffer.from(presented)
+    done(given.length === expected.length && timingSafeEqual(given, expected) ? undefined : unauthorized('INVALID_TOKEN', 'The operations token is wrong.'))
+  }
+}
+
+/**
+ * The operations API (ops/openapi.yaml) on a server of its own, on OPS_PORT, so that what it tells never reaches
+ * the public API's port. It starts listening when the app is ready and stops when the app closes.
+ */
+async function operationsPlugin (app: FastifyInstance, options: OperationsPluginOptions): Promise<void> {
+  const server = Fastify({ loggerInstance: app.log.child({ api: 'operations' }), exposeHeadRoutes: false })
+  server.decorate('metrics', app.metrics)
+  await server.register(errorsPlugin)
+  for (const schema of Object.values(schemas)) server.addSchema(schema)
+  server.setValidatorCompiler(generatedValidators(routes, operationValidators))
+  // Every operation is under the contract's one requirement, opsToken (test/contract.test.ts holds it to that).
+  const authenticate = opsToken(options.token)
+  for (const route of routes) {
+    server.route({
+      method: route.method,
+      url: route.url,
+      schema: route.schema,
+      onRequest: [authenticate],
+      handler: operationsHandlers[route.operationId]
+    })
+  }
+  app.addHook('onReady', async () => {
+    await server.listen({
+      host: options.host,
+      port: options.port,
+      listenTextResolver: (address) => `Operations API at ${address}`
+    })
+  })
+  app.addHook('onClose', async () => { await server.close() })
+}
+
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics'] })
