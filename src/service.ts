@@ -65,5 +65,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })
   await app.register(docsPlugin)
   await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
-  if (config.operations !== undefined) await app.register(operationsPlugin, { host: config.host, ...config.operations })
+  if (config.operations !== undefined) {
+    await app.register(operationsPlugin, { host: config.host, ...config.operations, subscriptions: config.webhooks.subscriptions })
+  }
 }

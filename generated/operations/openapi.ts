@@ -22,16 +22,106 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks/dead-letters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The dead letters of each subscriber
+         * @description Deliveries given up after their last attempt, oldest first, per configured subscriber (each keeps at most
+         *     1 000; past that the oldest goes, counted in `items_service_webhook_dead_letters_pushed_out_total`). On
+         *     Redis they are shared by every instance and outlive restarts.
+         */
+        get: operations["listDeadLetters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/dead-letters/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deliver dead letters again
+         * @description Gives dead letters back to delivery as new ones: all of them, a subscriber's, or those of the given event
+         *     ids. Each is sent again with the same `webhook-id` (its event id), so a receiver that got it after all can
+         *     tell, and a fresh timestamp and signature; its attempts start again. Those for which a subscriber's pending
+         *     deliveries have no room (10 000) stay dead letters.
+         */
+        post: operations["redeliverDeadLetters"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        DeadLetterList: {
+            subscribers: {
+                /** @description The subscriber's URL without its query. */
+                subscriber: string;
+                /** @description Dead letters the subscriber holds, listed or not. */
+                total: number;
+                deadLetters: components["schemas"]["DeadLetter"][];
+            }[];
+        };
+        DeadLetter: {
+            /**
+             * Format: uuid
+             * @description The event's id, sent as `webhook-id` on every attempt.
+             */
+            eventId: string;
+            channel: string;
+            attempts: number;
+            /** @description What the last attempt met (`answered 500`, a timeout, a refused connection). */
+            failure: string;
+            /** Format: date-time */
+            failedAt: string;
+            /** @description The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each). */
+            event: {
+                [key: string]: unknown;
+            };
+        };
+        RedeliverRequest: {
+            /** @description Only this subscriber's dead letters (its URL without the query); every subscriber's when left out. */
+            subscriber?: string;
+            /** @description Only these events' dead letters; all when left out. */
+            eventIds?: string[];
+        };
+        RedeliverResponse: {
+            redelivered: number;
+        };
+        /** @description The body of a 400. */
+        ValidationErrorResponse: {
+            /** @constant */
+            code: "VALIDATION_ERROR";
+            message: string;
+            details: {
+                field: string;
+                issue: string;
+            }[];
+        };
         /** @description The body of every error but a 400. */
         ErrorResponse: {
             /**
              * @description - `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.
              *     - `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.
-             *     - `NOT_FOUND` (404): the route does not exist.
+             *     - `NOT_FOUND` (404): the route, or the webhook subscriber, does not exist.
              *     - `INTERNAL_ERROR` (500): an unexpected failure.
              * @enum {string}
              */
@@ -55,8 +145,50 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /** @description A parameter or the body is invalid. */
+        ValidationError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "VALIDATION_ERROR",
+                 *       "message": "The request is invalid.",
+                 *       "details": [
+                 *         {
+                 *           "field": "limit",
+                 *           "issue": "must be <= 1000"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["ValidationErrorResponse"];
+            };
+        };
+        /** @description No configured subscriber has that URL. */
+        UnknownSubscriber: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "NOT_FOUND",
+                 *       "message": "No webhook subscriber is configured at https://hooks.example.com/other."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
     };
-    parameters: never;
+    parameters: {
+        /**
+         * @description A configured subscriber's URL without its query (as the metrics label it); every subscriber when left out.
+         * @example https://hooks.example.com/items
+         */
+        subscriber: string;
+    };
     requestBodies: never;
     headers: never;
     pathItems: never;
@@ -87,6 +219,103 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+        };
+    };
+    listDeadLetters: {
+        parameters: {
+            query?: {
+                /**
+                 * @description A configured subscriber's URL without its query (as the metrics label it); every subscriber when left out.
+                 * @example https://hooks.example.com/items
+                 */
+                subscriber?: components["parameters"]["subscriber"];
+                /**
+                 * @description Dead letters listed per subscriber at most, oldest first.
+                 * @example 100
+                 */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The dead letters, by subscriber. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "subscribers": [
+                     *         {
+                     *           "subscriber": "https://hooks.example.com/items",
+                     *           "total": 1,
+                     *           "deadLetters": [
+                     *             {
+                     *               "eventId": "3b241101-e2bb-4255-8caf-4136c566a962",
+                     *               "channel": "items.item.added",
+                     *               "attempts": 6,
+                     *               "failure": "answered 500",
+                     *               "failedAt": "2026-11-24T10:00:00.000Z",
+                     *               "event": {
+                     *                 "specversion": "1.0",
+                     *                 "id": "3b241101-e2bb-4255-8caf-4136c566a962"
+                     *               }
+                     *             }
+                     *           ]
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["DeadLetterList"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSubscriber"];
+        };
+    };
+    redeliverDeadLetters: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "subscriber": "https://hooks.example.com/items",
+                 *       "eventIds": [
+                 *         "3b241101-e2bb-4255-8caf-4136c566a962"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["RedeliverRequest"];
+            };
+        };
+        responses: {
+            /** @description How many were given back to delivery. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "redelivered": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["RedeliverResponse"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSubscriber"];
         };
     };
 }

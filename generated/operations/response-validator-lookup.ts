@@ -5,5 +5,7 @@ import type { RouteOperationId } from './routes.js'
 
 /** The JSON body the contract allows, by operationId, then by status code. */
 export const responseValidators: { readonly [Id in RouteOperationId]: { readonly [status: string]: ValidateFunction } } = {
-  getMetrics: { '401': responses.getMetrics_401 }
+  getMetrics: { '401': responses.getMetrics_401 },
+  listDeadLetters: { '200': responses.listDeadLetters_200, '400': responses.listDeadLetters_400, '401': responses.listDeadLetters_401, '404': responses.listDeadLetters_404 },
+  redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404 }
 }

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters'
 
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
@@ -32,6 +32,8 @@ export interface RouteDefinition {
 /** The parameters of each operation that the request validators fill in with their default when a request leaves them out. */
 export interface DefaultedParameters extends Record<RouteOperationId, string> {
   getMetrics: never
+  listDeadLetters: 'limit'
+  redeliverDeadLetters: never
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -53,6 +55,89 @@ export const routes: readonly RouteDefinition[] = [
         "401": {
           "$ref": "ErrorResponse"
         }
+      }
+    }
+  },
+  {
+    "operationId": "listDeadLetters",
+    "method": "GET",
+    "url": "/webhooks/dead-letters",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "DeadLetterList"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "subscriber": {
+            "type": "string",
+            "maxLength": 2048
+          },
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "default": 100
+          }
+        },
+        "required": []
+      }
+    }
+  },
+  {
+    "operationId": "redeliverDeadLetters",
+    "method": "POST",
+    "url": "/webhooks/dead-letters/redeliver",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "RedeliverResponse"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "body": {
+        "$ref": "RedeliverRequest"
       }
     }
   }

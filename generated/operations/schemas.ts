@@ -4,6 +4,153 @@
  * them by that id (`{ "$ref": "Item" }`), so each is stated once.
  */
 export const schemas = {
+  "DeadLetterList": {
+    "$id": "DeadLetterList",
+    "type": "object",
+    "required": [
+      "subscribers"
+    ],
+    "properties": {
+      "subscribers": {
+        "type": "array",
+        "items": {
+          "type": "object",
+          "required": [
+            "subscriber",
+            "total",
+            "deadLetters"
+          ],
+          "properties": {
+            "subscriber": {
+              "type": "string",
+              "description": "The subscriber's URL without its query."
+            },
+            "total": {
+              "type": "integer",
+              "minimum": 0,
+              "description": "Dead letters the subscriber holds, listed or not."
+            },
+            "deadLetters": {
+              "type": "array",
+              "items": {
+                "$ref": "DeadLetter"
+              }
+            }
+          }
+        }
+      }
+    }
+  },
+  "DeadLetter": {
+    "$id": "DeadLetter",
+    "type": "object",
+    "required": [
+      "eventId",
+      "channel",
+      "attempts",
+      "failure",
+      "failedAt",
+      "event"
+    ],
+    "properties": {
+      "eventId": {
+        "type": "string",
+        "format": "uuid",
+        "description": "The event's id, sent as `webhook-id` on every attempt."
+      },
+      "channel": {
+        "type": "string"
+      },
+      "attempts": {
+        "type": "integer",
+        "minimum": 1
+      },
+      "failure": {
+        "type": "string",
+        "description": "What the last attempt met (`answered 500`, a timeout, a refused connection)."
+      },
+      "failedAt": {
+        "type": "string",
+        "format": "date-time"
+      },
+      "event": {
+        "type": "object",
+        "additionalProperties": true,
+        "description": "The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each)."
+      }
+    }
+  },
+  "RedeliverRequest": {
+    "$id": "RedeliverRequest",
+    "type": "object",
+    "additionalProperties": false,
+    "properties": {
+      "subscriber": {
+        "type": "string",
+        "maxLength": 2048,
+        "description": "Only this subscriber's dead letters (its URL without the query); every subscriber's when left out."
+      },
+      "eventIds": {
+        "type": "array",
+        "maxItems": 1000,
+        "description": "Only these events' dead letters; all when left out.",
+        "items": {
+          "type": "string",
+          "format": "uuid"
+        }
+      }
+    }
+  },
+  "RedeliverResponse": {
+    "$id": "RedeliverResponse",
+    "type": "object",
+    "required": [
+      "redelivered"
+    ],
+    "properties": {
+      "redelivered": {
+        "type": "integer",
+        "minimum": 0
+      }
+    }
+  },
+  "ValidationErrorResponse": {
+    "$id": "ValidationErrorResponse",
+    "type": "object",
+    "description": "The body of a 400.",
+    "required": [
+      "code",
+      "message",
+      "details"
+    ],
+    "properties": {
+      "code": {
+        "type": "string",
+        "const": "VALIDATION_ERROR"
+      },
+      "message": {
+        "type": "string"
+      },
+      "details": {
+        "type": "array",
+        "items": {
+          "type": "object",
+          "required": [
+            "field",
+            "issue"
+          ],
+          "properties": {
+            "field": {
+              "type": "string"
+            },
+            "issue": {
+              "type": "string"
+            }
+          }
+        }
+      }
+    }
+  },
   "ErrorResponse": {
     "$id": "ErrorResponse",
     "type": "object",
@@ -15,7 +162,7 @@ export const schemas = {
     "properties": {
       "code": {
         "type": "string",
-        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route does not exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, or the webhook subscriber, does not exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
         "enum": [
           "AUTHENTICATION_REQUIRED",
           "INVALID_TOKEN",

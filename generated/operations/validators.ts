@@ -15,7 +15,13 @@ export interface RequestValidators {
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.
 export const validators = {
-  getMetrics: {}
+  getMetrics: {},
+  listDeadLetters: {
+    querystring: parameters.listDeadLetters_querystring
+  },
+  redeliverDeadLetters: {
+    body: bodies.redeliverDeadLetters_body
+  }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 
 /** The same lookup, with every operation typed alike: for code that looks an operation up by a variable id. */

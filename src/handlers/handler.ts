@@ -2,24 +2,33 @@ import type { RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerD
 import type { operations } from '../../generated/openapi.js'
 import type { DefaultedParameters, RouteOperationId as OperationId } from '../../generated/routes.js'
 
-type JsonContent<T> = T extends { content: { 'application/json': infer Body } } ? Body : undefined
-type Parameters<Id extends OperationId, Location extends 'path' | 'query'> =
-  NonNullable<operations[Id]['parameters'][Location]>
-// The request validators fill in defaulted parameters, so a handler always sees them.
-type WithDefaults<T, Keys extends PropertyKey> = T & { [K in Keys & keyof T]-?: NonNullable<T[K]> }
-type Responses<Id extends OperationId> = operations[Id]['responses']
-
-/** Fastify's route generics for one operation, all taken from the contract: a reply is checked per status code. */
-export interface OperationRoute<Id extends OperationId> {
-  Body: JsonContent<operations[Id]['requestBody']>
-  Querystring: WithDefaults<Parameters<Id, 'query'>, DefaultedParameters[Id]>
-  Params: Parameters<Id, 'path'>
-  Reply: { [Status in keyof Responses<Id>]: JsonContent<Responses<Id>[Status]> }
+/** What openapi-typescript generates for one operation. */
+interface OperationTypes {
+  parameters: { query?: unknown, path?: unknown }
+  requestBody?: unknown
+  responses: object
 }
 
-export type Handler<Id extends OperationId> = RouteHandlerMethod<
-  RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, OperationRoute<Id>
+// A JSON body as its type; a text one (the operations API's metrics) as a string.
+type Content<T> = T extends { content: { 'application/json': infer Body } } ? Body : T extends { content: { 'text/plain': infer Text } } ? Text : undefined
+// The request validators fill in defaulted parameters, so a handler always sees them.
+type WithDefaults<T, Keys extends PropertyKey> = T & { [K in Keys & keyof T]-?: NonNullable<T[K]> }
+
+/** Fastify's route generics for one operation, all taken from its contract: a reply is checked per status code. */
+export interface ContractRoute<Operation extends OperationTypes, Defaulted extends PropertyKey> {
+  Body: Content<Operation['requestBody']>
+  Querystring: WithDefaults<NonNullable<Operation['parameters']['query']>, Defaulted>
+  Params: NonNullable<Operation['parameters']['path']>
+  Reply: { [Status in keyof Operation['responses']]: Content<Operation['responses'][Status]> }
+}
+
+/** The handler of one operation of a contract, given its generated types and defaulted parameters. */
+export type ContractHandler<Operation extends OperationTypes, Defaulted extends PropertyKey> = RouteHandlerMethod<
+  RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, ContractRoute<Operation, Defaulted>
 >
+
+/** The handler of one operation of the public API (openapi.yaml). */
+export type Handler<Id extends OperationId> = ContractHandler<operations[Id], DefaultedParameters[Id]>
 
 /** One handler per operation of the contract: a missing, extra or misspelled one does not compile. */
 export type Handlers = { [Id in OperationId]: Handler<Id> }

@@ -1,5 +1,5 @@
 import { timingSafeEqual } from 'node:crypto'
-import Fastify, { type FastifyInstance, type onRequestHookHandler } from 'fastify'
+import Fastify, { type FastifyInstance, type onRequestHookHandler, type RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import { routes } from '../../generated/operations/routes.js'
 import { schemas } from '../../generated/operations/schemas.js'
@@ -7,13 +7,22 @@ import { operationValidators } from '../../generated/operations/validators.js'
 import { unauthorized } from '../errors.js'
 import { operationsHandlers } from '../handlers/operations.js'
 import errorsPlugin from './errors.js'
+import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
 import { generatedValidators } from './routes.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The configured webhook subscribers' ids, by name (the URL without its query); on the operations server. */
+    webhookSubscribers: ReadonlyMap<string, string>
+  }
+}
 
 interface OperationsPluginOptions {
   host: string
   port: number
   /** Required as a bearer token on every operation, when set. */
   token: string | undefined
+  subscriptions: readonly Subscription[]
 }
 
 const BEARER = /^Bearer[ ]+(\S+)$/i
@@ -37,6 +46,8 @@ function opsToken (token: string | undefined): onRequestHookHandler {
 async function operationsPlugin (app: FastifyInstance, options: OperationsPluginOptions): Promise<void> {
   const server = Fastify({ loggerInstance: app.log.child({ api: 'operations' }), exposeHeadRoutes: false })
   server.decorate('metrics', app.metrics)
+  server.decorate('store', app.store)
+  server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
   for (const schema of Object.values(schemas)) server.addSchema(schema)
   server.setValidatorCompiler(generatedValidators(routes, operationValidators))
@@ -48,7 +59,8 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
       url: route.url,
       schema: route.schema,
       onRequest: [authenticate],
-      handler: operationsHandlers[route.operationId]
+      // Each handler is typed by its operation; the route table, by every operation at once.
+      handler: operationsHandlers[route.operationId] as RouteHandlerMethod
     })
   }
   app.addHook('onReady', async () => {
@@ -61,4 +73,4 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   app.addHook('onClose', async () => { await server.close() })
 }
 
-export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics'] })
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store'] })

@@ -3,6 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../config.js'
+import { DEAD_LETTERS } from '../store/rules.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
@@ -27,6 +28,7 @@ type Outcome = 'delivered' | 'retried' | 'dead_lettered' | 'dropped'
 interface DeliveryMetrics {
   readonly outcomes: Counter<'subscriber' | 'outcome'>
   readonly duration: Histogram<'subscriber'>
+  readonly deadLettersPushedOut: Counter<'subscriber'>
 }
 
 // From a receiver on the same host to WEBHOOK_TIMEOUT_MS's default (5 s) and past it.
@@ -140,10 +142,11 @@ class SubscriberWorker {
         this.#count('delivered')
         this.#logAttempt('info', delivery, outcome, 'webhook delivered')
       } else if (retryDelay === undefined) {
-        await this.#outbox.settle(this.subscription.id, delivery)
+        const pushedOut = await this.#outbox.deadLetter(this.subscription.id, delivery, outcome.reason, Date.now())
         this.counts.deadLettered += 1
         this.#count('dead_lettered')
-        this.#logAttempt('error', delivery, outcome, 'webhook dead-lettered: its last attempt failed')
+        this.#metrics.deadLettersPushedOut.inc({ subscriber: this.#name }, pushedOut)
+        this.#logAttempt('error', delivery, outcome, 'webhook dead-lettered: its last attempt failed; kept for redelivery (GET /webhooks/dead-letters on OPS_PORT)')
       } else {
         const retryAt = Date.now() + jittered(retryDelay)
         await this.#outbox.settle(this.subscription.id, delivery, retryAt)
@@ -170,7 +173,8 @@ interface WebhooksPluginOptions {
 /**
  * Delivers the events of the store's outbox to the configured webhooks, at least once: a 2xx ends a delivery; any
  * other status, a timeout or a connection error is retried on WEBHOOK_RETRY_DELAYS_MS; after the last attempt the
- * delivery is dead-lettered (logged at error level). No HTTP response waits for a delivery.
+ * delivery is dead-lettered: logged at error level and kept in the store, for the operations API to list and
+ * deliver again. No HTTP response waits for a delivery.
  *
  * At shutdown, with the memory store, pending deliveries get until the shutdown plugin's deadline (80 % of
  * SHUTDOWN_TIMEOUT_MS), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
@@ -193,6 +197,12 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
       labelNames: ['subscriber'],
       buckets: ATTEMPT_BUCKETS,
       registers: [app.metrics]
+    }),
+    deadLettersPushedOut: new Counter({
+      name: 'items_service_webhook_dead_letters_pushed_out_total',
+      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS}.`,
+      labelNames: ['subscriber'],
+      registers: [app.metrics]
     })
   }
   const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics))
@@ -207,6 +217,19 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
       await Promise.all(workers.map(async (worker) => {
         const pending = await worker.pending().catch(() => undefined)
         if (pending !== undefined) this.set({ subscriber: worker.name }, pending)
+      }))
+    }
+  })
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge({
+    name: 'items_service_webhook_dead_letters',
+    help: 'Dead letters kept per subscriber, read from the store (on Redis, every instance\'s): deliver them again through the operations API.',
+    labelNames: ['subscriber'],
+    registers: [app.metrics],
+    async collect () {
+      await Promise.all(workers.map(async (worker) => {
+        const kept = await outbox.deadLetters(worker.subscription.id, 0).catch(() => undefined)
+        if (kept !== undefined) this.set({ subscriber: worker.name }, kept.total)
       }))
     }
   })

@@ -1,4 +1,5 @@
-import type { Delivery, Outbox, OutboxEvent, Taken } from './store.js'
+import { DEAD_LETTERS } from './rules.js'
+import type { DeadLetter, Delivery, Outbox, OutboxEvent, Taken } from './store.js'
 
 interface PendingDelivery {
   readonly event: OutboxEvent
@@ -57,6 +58,8 @@ interface SubscriberQueue {
   /** Deliveries taken and not settled yet, in the order they were taken (with one lease length, of their lease's end). */
   readonly leased: Map<string, PendingDelivery>
   readonly retries: RetryHeap
+  /** Deliveries given up, oldest first, at most DEAD_LETTERS. */
+  readonly deadLetters: Map<string, DeadLetter>
   /** Characters of the pending events' bodies. */
   characters: number
   dropped: number
@@ -102,7 +105,7 @@ export class MemoryOutbox implements Outbox {
 
   async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
     if (this.#queues.has(subscriber)) return
-    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), characters: 0, dropped: 0 })
+    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), characters: 0, dropped: 0 })
   }
 
   onRecorded (listener: (event: OutboxEvent) => void): void {
@@ -156,5 +159,40 @@ export class MemoryOutbox implements Outbox {
   async pending (subscriber: string): Promise<number> {
     const queue = this.#queues.get(subscriber)
     return queue === undefined ? 0 : pendingCount(queue)
+  }
+
+  async deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number> {
+    const queue = this.#queues.get(subscriber)
+    if (queue === undefined || !queue.leased.has(delivery.event.id)) return 0
+    await this.settle(subscriber, delivery)
+    queue.deadLetters.set(delivery.event.id, { event: delivery.event, attempts: delivery.attempt, failure, failedAt: now })
+    let pushedOut = 0
+    for (const eventId of queue.deadLetters.keys()) {
+      if (queue.deadLetters.size <= DEAD_LETTERS) break
+      queue.deadLetters.delete(eventId)
+      pushedOut += 1
+    }
+    return pushedOut
+  }
+
+  async deadLetters (subscriber: string, limit: number): Promise<{ deadLetters: DeadLetter[], total: number }> {
+    const kept = this.#queues.get(subscriber)?.deadLetters ?? new Map<string, DeadLetter>()
+    return { deadLetters: [...kept.values()].slice(0, limit), total: kept.size }
+  }
+
+  async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {
+    const queue = this.#queues.get(subscriber)
+    if (queue === undefined) return 0
+    let redelivered = 0
+    for (const eventId of eventIds ?? [...queue.deadLetters.keys()]) {
+      const deadLetter = queue.deadLetters.get(eventId)
+      if (deadLetter === undefined) continue
+      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + deadLetter.event.body.length > this.#bounds.characters) break
+      queue.deadLetters.delete(eventId)
+      queue.fresh.set(eventId, { event: deadLetter.event, attempt: 0, dueAt: now })
+      queue.characters += deadLetter.event.body.length
+      redelivered += 1
+    }
+    return redelivered
   }
 }

@@ -13,5 +13,11 @@ export const MAX_PAIRS_PER_ROTATION = 32
 /** Deliveries each webhook subscriber keeps at most; past that, new events are dropped for it (and counted). */
 export const PENDING_DELIVERIES = 10_000
 
+/**
+ * Dead letters (deliveries whose last attempt failed) each subscriber keeps at most, for an operator to read and
+ * deliver again; past that, the oldest goes (and is counted).
+ */
+export const DEAD_LETTERS = 1_000
+
 /** A session serves until its end (milliseconds since the epoch), not at it. */
 export const isLive = (session: Session, now: number): boolean => session.expiresAt > now

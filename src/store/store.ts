@@ -134,6 +134,17 @@ export interface Delivery {
   readonly attempt: number
 }
 
+/** A delivery given up after its last attempt, kept until an operator delivers it again or a newer one pushes it out. */
+export interface DeadLetter {
+  readonly event: OutboxEvent
+  /** Attempts made, the last included. */
+  readonly attempts: number
+  /** What the last attempt met: the subscriber's status, or the error. */
+  readonly failure: string
+  /** When it was given up, in milliseconds since the epoch. */
+  readonly failedAt: number
+}
+
 export interface Taken {
   readonly deliveries: Delivery[]
   /** Deliveries to the subscriber that the outbox dropped since the last take, to stay within its bound. */
@@ -164,6 +175,18 @@ export interface Outbox {
   settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void>
   /** Deliveries to `subscriber` not yet ended. */
   pending (subscriber: string): Promise<number>
+  /**
+   * Ends a delivery whose last attempt failed (`failure` says how) and keeps it among the subscriber's dead letters,
+   * at most DEAD_LETTERS, the oldest out first; resolves with how many were pushed out.
+   */
+  deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number>
+  /** The subscriber's dead letters, oldest first, at most `limit`, and how many it holds. */
+  deadLetters (subscriber: string, limit: number): Promise<{ readonly deadLetters: DeadLetter[], readonly total: number }>
+  /**
+   * Gives the dead letters of `eventIds` (all when undefined) back to delivery, due at `now`, their attempts counted
+   * afresh; resolves with how many. Those for which the subscriber's pending deliveries have no room stay.
+   */
+  redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number>
 }
 
 export interface Counted {

@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
+import { DEAD_LETTERS } from '../../src/store/rules.js'
 import type { Announcement, Counted, Item, OutboxEvent, Store, User } from '../../src/store/store.js'
 
 export type OpenStore = (t: Test, options: { maxItemsPerContributor: number, maxPendingDeliveries?: number }) => Promise<Store>
@@ -357,6 +358,63 @@ export function storeConformance (t: Test, open: OpenStore): void {
     await outbox.settle('s', delivered!, now)
     t.equal(await outbox.pending('s'), 0, 'settling an ended delivery again changes nothing')
     t.equal(await outbox.pending('nobody'), 0)
+  })
+
+  t.test('outbox: a delivery given up is kept as a dead letter, listed oldest first, and delivered again as new, with its event id', async (t) => {
+    const { items, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED])
+    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    const now = Date.now() + 1
+    const taken = (await outbox.take('s', now, 3, HOUR)).deliveries
+    for (const [index, delivery] of taken.entries()) t.equal(await outbox.deadLetter('s', delivery, `answered 50${index}`, now + index), 0, 'none pushed out')
+    t.equal(await outbox.pending('s'), 0, 'a dead letter is no longer pending')
+    t.equal(await outbox.deadLetter('s', taken[0]!, 'again', now), 0, 'one that has ended is not kept twice')
+    const { deadLetters, total } = await outbox.deadLetters('s', 2)
+    t.equal(total, 3)
+    t.same(deadLetters, taken.slice(0, 2).map((delivery, index) => ({ event: delivery.event, attempts: 1, failure: `answered 50${index}`, failedAt: now + index })),
+      'oldest first, at most the limit, each with its event, attempts, failure and time')
+    t.same(await outbox.deadLetters('s', 0), { deadLetters: [], total: 3 }, 'a limit of 0 lists none, only the total')
+    t.same(await outbox.deadLetters('nobody', 10), { deadLetters: [], total: 0 })
+
+    t.equal(await outbox.redeliver('s', [taken[1]!.event.id, randomUUID()], now), 1, 'by event id; an unknown one is skipped')
+    t.equal(await outbox.redeliver('s', [], now), 0, 'an empty list gives none back')
+    const again = (await outbox.take('s', now, 10, HOUR)).deliveries
+    t.same(again.map(({ event, attempt }) => [event, attempt]), [[taken[1]!.event, 1]], 'taken again as a first attempt, the same event')
+    t.equal(await outbox.redeliver('s', undefined, now), 2, 'all the others')
+    t.same((await outbox.deadLetters('s', 10)).total, 0)
+    t.equal((await outbox.take('s', now, 10, HOUR)).deliveries.length, 2)
+    t.equal(await outbox.redeliver('nobody', undefined, now), 0)
+  })
+
+  t.test(`outbox: a subscriber keeps at most ${DEAD_LETTERS} dead letters, the oldest out first`, async (t) => {
+    const { items, outbox } = await fresh(t, DEAD_LETTERS + 1)
+    await outbox.subscribe('s', [ADDED])
+    const contributorId = randomUUID()
+    for (let index = 0; index <= DEAD_LETTERS; index += 1) await items.add(item(contributorId), announce(ADDED))
+    const now = Date.now() + 1
+    const taken = []
+    // A take may hand out fewer than are due (Redis fans out events in batches).
+    while (taken.length <= DEAD_LETTERS) taken.push(...(await outbox.take('s', now, DEAD_LETTERS + 1, HOUR)).deliveries)
+    const pushedOut = []
+    for (const delivery of taken) pushedOut.push(await outbox.deadLetter('s', delivery, 'answered 500', now))
+    t.same(pushedOut.filter((count) => count > 0), [1], 'the last one pushed one out')
+    const { deadLetters, total } = await outbox.deadLetters('s', 1)
+    t.equal(total, DEAD_LETTERS)
+    t.same(deadLetters.map((deadLetter) => deadLetter.event.id), [taken[1]!.event.id], 'the oldest went')
+  })
+
+  t.test('outbox: dead letters are delivered again only while the subscriber\'s pending deliveries have room', async (t) => {
+    const { items, outbox } = await open(t, { maxItemsPerContributor: 10, maxPendingDeliveries: 2 })
+    await outbox.subscribe('s', [ADDED])
+    const contributorId = randomUUID()
+    for (let index = 0; index < 2; index += 1) await items.add(item(contributorId), announce(ADDED))
+    const now = Date.now() + 1
+    for (const delivery of (await outbox.take('s', now, 2, HOUR)).deliveries) await outbox.deadLetter('s', delivery, 'answered 500', now)
+    for (let index = 0; index < 2; index += 1) await items.add(item(contributorId), announce(ADDED))
+    await outbox.take('s', now, 2, HOUR)
+    t.equal(await outbox.pending('s'), 2, 'at the bound')
+    t.equal(await outbox.redeliver('s', undefined, now), 0, 'no room: they stay')
+    t.equal((await outbox.deadLetters('s', 10)).total, 2)
   })
 
   t.test('outbox: retries come back soonest first, each at its time', async (t) => {

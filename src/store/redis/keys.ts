@@ -24,7 +24,7 @@ export interface RedisKeys {
   readonly itemsOwned: string
   /** Stream: events not yet fanned out to their subscribers. */
   readonly outbox: string
-  /** Family, + subscriber id + ':' + due|events|attempts|dropped (webhookKeys). */
+  /** Family, + subscriber id + ':' + due|events|attempts|dropped|dead-letters|dead-letter-order (webhookKeys). */
   readonly webhook: string
   /** Family, + limit name + ':' + the caller's key. String: hits in the window, expiring with it. */
   readonly rateLimit: string
@@ -54,9 +54,20 @@ export interface WebhookKeys {
   readonly attempts: string
   /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
   readonly dropped: string
+  /** Hash: event id → the dead letter as JSON ({ id, channel, body, attempts, failure, failedAt }). */
+  readonly deadLetters: string
+  /** Sorted set: the dead letters' event ids, scored by an ever-growing number: oldest first. */
+  readonly deadLetterOrder: string
 }
 
 export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
   const base = `${keys.webhook}${subscriber}:`
-  return { due: `${base}due`, events: `${base}events`, attempts: `${base}attempts`, dropped: `${base}dropped` }
+  return {
+    due: `${base}due`,
+    events: `${base}events`,
+    attempts: `${base}attempts`,
+    dropped: `${base}dropped`,
+    deadLetters: `${base}dead-letters`,
+    deadLetterOrder: `${base}dead-letter-order`
+  }
 }

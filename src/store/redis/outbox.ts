@@ -1,5 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import type { Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
+import { DEAD_LETTERS } from '../rules.js'
+import type { DeadLetter, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 import { call, type Script } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 
@@ -67,6 +68,70 @@ else
   redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
 end
 return 1`
+  },
+  // KEYS: a subscriber's due deliveries, events, attempts, dead letters and their order. ARGV: event id, attempts,
+  // failure, when (ms), most dead letters kept. Ends the delivery and keeps it as the newest dead letter; pushes out
+  // the oldest past the bound. How many it pushed out; nothing when the delivery had ended already (another instance
+  // took it over once its lease ended, and settled it).
+  deadLetterDelivery: {
+    numberOfKeys: 5,
+    lua: `
+local stored = redis.call('HGET', KEYS[2], ARGV[1])
+if not stored then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+local space = string.find(stored, ' ', 1, true)
+redis.call('HSET', KEYS[4], ARGV[1], cjson.encode({
+  id = ARGV[1], channel = string.sub(stored, 1, space - 1), body = string.sub(stored, space + 1),
+  attempts = tonumber(ARGV[2]), failure = ARGV[3], failedAt = tonumber(ARGV[4])
+}))
+local newest = redis.call('ZRANGE', KEYS[5], 0, 0, 'REV', 'WITHSCORES')
+redis.call('ZADD', KEYS[5], (tonumber(newest[2]) or 0) + 1, ARGV[1])
+local pushedOut = 0
+while redis.call('ZCARD', KEYS[5]) > tonumber(ARGV[5]) do
+  local oldest = redis.call('ZPOPMIN', KEYS[5])
+  redis.call('HDEL', KEYS[4], oldest[1])
+  pushedOut = pushedOut + 1
+end
+return pushedOut`
+  },
+  // KEYS: a subscriber's dead letters and their order. ARGV: most to list. {total, dead letter JSON, ...}, oldest first.
+  listDeadLetters: {
+    numberOfKeys: 2,
+    lua: `
+local listed = {redis.call('ZCARD', KEYS[2])}
+local limit = tonumber(ARGV[1])
+local ids = limit > 0 and redis.call('ZRANGE', KEYS[2], 0, limit - 1) or {}
+if #ids > 0 then
+  for _, json in ipairs(redis.call('HMGET', KEYS[1], unpack(ids))) do listed[#listed + 1] = json end
+end
+return listed`
+  },
+  // KEYS: a subscriber's due deliveries, events, attempts, dead letters and their order. ARGV: now (ms), most
+  // deliveries a subscriber keeps, then the event ids to deliver again (none: every dead letter, oldest first).
+  // Each goes back to the due deliveries as a new one, while there is room; how many went.
+  redeliverDeadLetters: {
+    numberOfKeys: 5,
+    lua: `
+local ids = {}
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[5], 0, -1) end
+local redelivered = 0
+for _, eventId in ipairs(ids) do
+  local json = redis.call('HGET', KEYS[4], eventId)
+  if json then
+    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then break end
+    local letter = cjson.decode(json)
+    redis.call('ZADD', KEYS[1], ARGV[1], eventId)
+    redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. letter.body)
+    redis.call('HDEL', KEYS[3], eventId)
+    redis.call('HDEL', KEYS[4], eventId)
+    redis.call('ZREM', KEYS[5], eventId)
+    redelivered = redelivered + 1
+  end
+end
+return redelivered`
   }
 } as const satisfies Record<string, Script>
 
@@ -75,7 +140,23 @@ declare module 'ioredis' {
     takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, now: number, limit: number, leaseMs: number,
       fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, eventId: string, retryAt: number | ''): Result<1, Context>
+    deadLetterDelivery (due: string, events: string, attempts: string, deadLetters: string, deadLetterOrder: string,
+      eventId: string, attemptsMade: number, failure: string, failedAt: number, bound: number): Result<number, Context>
+    // The scripts change a dead letter and its place in the order together: every id listed has its JSON.
+    listDeadLetters (deadLetters: string, deadLetterOrder: string, limit: number): Result<[number, ...string[]], Context>
+    redeliverDeadLetters (due: string, events: string, attempts: string, deadLetters: string, deadLetterOrder: string,
+      now: number, maxPending: number, ...eventIds: string[]): Result<number, Context>
   }
+}
+
+/** A dead letter as deadLetterDelivery stores it. */
+interface StoredDeadLetter {
+  id: string
+  channel: string
+  body: string
+  attempts: number
+  failure: string
+  failedAt: number
 }
 
 /** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
@@ -149,5 +230,29 @@ export class RedisOutbox implements Outbox {
 
   async pending (subscriber: string): Promise<number> {
     return await call(this.#redis.zcard(webhookKeys(this.#keys, subscriber).due))
+  }
+
+  async deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number> {
+    const keys = webhookKeys(this.#keys, subscriber)
+    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.deadLetters, keys.deadLetterOrder,
+      delivery.event.id, delivery.attempt, failure, now, DEAD_LETTERS))
+  }
+
+  async deadLetters (subscriber: string, limit: number): Promise<{ deadLetters: DeadLetter[], total: number }> {
+    const keys = webhookKeys(this.#keys, subscriber)
+    const [total, ...found] = await call(this.#redis.listDeadLetters(keys.deadLetters, keys.deadLetterOrder, limit))
+    const deadLetters = found.map((json): DeadLetter => {
+      const { id, channel, body, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
+      return { event: { id, channel, body }, attempts, failure, failedAt }
+    })
+    return { deadLetters, total }
+  }
+
+  async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {
+    // An empty list gives none back; the script reads no ids as all of them.
+    if (eventIds?.length === 0) return 0
+    const keys = webhookKeys(this.#keys, subscriber)
+    return await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.deadLetters, keys.deadLetterOrder,
+      now, this.#maxPending, ...eventIds ?? []))
   }
 }

@@ -1,0 +1,92 @@
+// Dead letters: a delivery given up after its last attempt is kept in the store, listed and delivered again through
+// the operations API (ops/openapi.yaml), whose every answer here is checked against that contract.
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Webhook } from 'standardwebhooks'
+import t, { type Test } from 'tap'
+import type { operations } from '../generated/operations/openapi.js'
+import { responseValidators } from '../generated/operations/response-validator-lookup.js'
+import type { RouteOperationId } from '../generated/operations/routes.js'
+import { build, type Api } from './helper.js'
+import { freePort } from './net.js'
+import { redisKeyPrefix, redisSkip } from './redis.js'
+import { type Receiver, startReceiver } from './webhook-receiver.js'
+
+const SECRET = `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}`
+type DeadLetterList = operations['listDeadLetters']['responses'][200]['content']['application/json']
+
+/** Calls the operations API and checks the answer against its contract. */
+async function opsCall (t: Test, base: string, operationId: RouteOperationId, path: string, body?: unknown): Promise<{ status: number, json: unknown }> {
+  const response = await fetch(`${base}${path}`, body === undefined ? {} : { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const json: unknown = await response.json()
+  const validate = responseValidators[operationId][String(response.status)]
+  t.ok(validate?.(json), `${operationId} ${response.status} in the operations contract's shape: ${JSON.stringify(validate?.errors ?? 'undeclared status')}`)
+  return { status: response.status, json }
+}
+
+async function instance (t: Test, target: Receiver, env: NodeJS.ProcessEnv = {}): Promise<{ api: Api, ops: string }> {
+  const opsPort = await freePort()
+  const api = await build(t, {
+    OPS_PORT: String(opsPort),
+    WEBHOOKS: JSON.stringify([{ url: target.url, secret: SECRET }]),
+    // One retry, soon: a delivery is given up at its second failed attempt.
+    WEBHOOK_RETRY_DELAYS_MS: '10',
+    ...env
+  })
+  return { api, ops: `http://127.0.0.1:${opsPort}` }
+}
+
+/** Waits until the subscriber holds `count` dead letters, and lists them. */
+async function deadLetters (t: Test, ops: string, count: number): Promise<DeadLetterList> {
+  for (const givesUp = Date.now() + 10_000; ; await sleep(20)) {
+    const { json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')
+    const list = json as DeadLetterList
+    if (list.subscribers[0]?.total === count || Date.now() > givesUp) return list
+  }
+}
+
+t.test('a delivery given up is listed with its event and failure, and delivered again with its webhook-id, freshly signed', async (t) => {
+  const target = await startReceiver()
+  t.teardown(target.stop)
+  target.answer(500, 500)
+  const { api, ops } = await instance(t, target)
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const item = await api.createItem(accessToken)
+  const list = await deadLetters(t, ops, 1)
+  const [deadLetter] = list.subscribers[0]?.deadLetters ?? []
+  t.match(list, { subscribers: [{ subscriber: target.url, total: 1 }] })
+  t.match(deadLetter, { channel: 'items.item.added', attempts: 2, failure: 'answered 500', event: { type: 'items.item.added' } })
+  t.match(JSON.stringify(deadLetter?.event), item.id, 'the event as the subscriber was to receive it')
+  const [first] = await target.waitFor(2)
+
+  t.match(await opsCall(t, ops, 'listDeadLetters', `/webhooks/dead-letters?subscriber=${encodeURIComponent('http://127.0.0.1:1/other')}`), { status: 404, json: { code: 'NOT_FOUND' } })
+  t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?limit=0'), { status: 400, json: { details: [{ field: 'limit' }] } })
+  t.match(await opsCall(t, ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', { eventIds: ['not-a-uuid'] }), { status: 400 })
+
+  // Webhook timestamps are in seconds: the next one is fresh if it is later.
+  await sleep(1000)
+  t.same((await opsCall(t, ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', { subscriber: target.url, eventIds: [deadLetter!.eventId] })).json, { redelivered: 1 })
+  const [again] = (await target.waitFor(3)).slice(2)
+  t.equal(again?.headers['webhook-id'], deadLetter!.eventId, 'the same webhook-id as the original, so a receiver can tell')
+  t.equal(again?.body, first?.body, 'the same event')
+  t.ok(Number(again?.headers['webhook-timestamp']) > Number(first?.headers['webhook-timestamp']), 'a fresh timestamp')
+  t.doesNotThrow(() => new Webhook(SECRET).verify(again?.body ?? '', again?.headers as Record<string, string>), 'and a signature that verifies')
+  t.same((await deadLetters(t, ops, 0)).subscribers, [{ subscriber: target.url, total: 0, deadLetters: [] }])
+})
+
+t.test('on Redis, a dead letter outlives the instance that gave it up and is delivered by another', { skip: await redisSkip() }, async (t) => {
+  const target = await startReceiver()
+  t.teardown(target.stop)
+  target.answer(500, 500)
+  const env = { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }
+  const first = await instance(t, target, env)
+  const { accessToken } = await first.api.register({ role: 'contributor' })
+  await first.api.createItem(accessToken)
+  const [deadLetter] = (await deadLetters(t, first.ops, 1)).subscribers[0]?.deadLetters ?? []
+  await first.api.app.close()
+
+  const second = await instance(t, target, env)
+  t.same((await deadLetters(t, second.ops, 1)).subscribers[0]?.deadLetters, [deadLetter], 'kept in Redis')
+  t.same((await opsCall(t, second.ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', {})).json, { redelivered: 1 }, 'all of them')
+  const [, , again] = await target.waitFor(3)
+  t.equal(again?.headers['webhook-id'], deadLetter?.eventId)
+})
