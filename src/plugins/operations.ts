@@ -6,8 +6,8 @@ import { schemas } from '../../generated/operations/schemas.js'
 import { operationValidators } from '../../generated/operations/validators.js'
 import { unauthorized } from '../errors.js'
 import { operationsHandlers } from '../handlers/operations.js'
-import errorsPlugin from './errors.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
+import errorsPlugin, { handleClientError, handleError } from './errors.js'
 import { generatedValidators } from './routes.js'
 
 declare module 'fastify' {
@@ -26,6 +26,9 @@ interface OperationsPluginOptions {
 }
 
 const BEARER = /^Bearer[ ]+(\S+)$/i
+// Its largest request is a redelivery of 1 000 event ids (about 40 KB); a client gets as long as on the public port.
+const BODY_LIMIT_BYTES = 64 * 1024
+const TIMEOUT_MS = 10_000
 
 /** The `opsToken` scheme of ops/openapi.yaml: the bearer token must be OPS_TOKEN, when it is set. */
 function opsToken (token: string | undefined): onRequestHookHandler {
@@ -44,7 +47,15 @@ function opsToken (token: string | undefined): onRequestHookHandler {
  * the public API's port. It starts listening when the app is ready and stops when the app closes.
  */
 async function operationsPlugin (app: FastifyInstance, options: OperationsPluginOptions): Promise<void> {
-  const server = Fastify({ loggerInstance: app.log.child({ api: 'operations' }), exposeHeadRoutes: false })
+  const server = Fastify({
+    loggerInstance: app.log.child({ api: 'operations' }),
+    exposeHeadRoutes: false,
+    bodyLimit: BODY_LIMIT_BYTES,
+    connectionTimeout: TIMEOUT_MS,
+    requestTimeout: TIMEOUT_MS,
+    frameworkErrors: handleError,
+    clientErrorHandler: handleClientError
+  })
   server.decorate('metrics', app.metrics)
   server.decorate('store', app.store)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
