@@ -206,33 +206,27 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
     })
   }
   const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics))
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge({
-    name: 'items_service_webhook_backlog',
-    help: 'Deliveries not yet ended per subscriber, read from the store (on Redis, every instance\'s).',
-    labelNames: ['subscriber'],
-    registers: [app.metrics],
-    async collect () {
-      // A subscriber whose backlog the store cannot tell now keeps its last figure.
-      await Promise.all(workers.map(async (worker) => {
-        const pending = await worker.pending().catch(() => undefined)
-        if (pending !== undefined) this.set({ subscriber: worker.name }, pending)
-      }))
-    }
-  })
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge({
-    name: 'items_service_webhook_dead_letters',
-    help: 'Dead letters kept per subscriber, read from the store (on Redis, every instance\'s): deliver them again through the operations API.',
-    labelNames: ['subscriber'],
-    registers: [app.metrics],
-    async collect () {
-      await Promise.all(workers.map(async (worker) => {
-        const kept = await outbox.deadLetters(worker.subscription.id, 0).catch(() => undefined)
-        if (kept !== undefined) this.set({ subscriber: worker.name }, kept.total)
-      }))
-    }
-  })
+  // A gauge per subscriber read from the store at each scrape; one the store cannot tell now keeps its last figure.
+  const storeGauge = (name: string, help: string, read: (worker: SubscriberWorker) => Promise<number>): void => {
+    // eslint-disable-next-line no-new -- registered in the registry, which reads it
+    new Gauge({
+      name,
+      help,
+      labelNames: ['subscriber'],
+      registers: [app.metrics],
+      async collect () {
+        await Promise.all(workers.map(async (worker) => {
+          const figure = await read(worker).catch(() => undefined)
+          if (figure !== undefined) this.set({ subscriber: worker.name }, figure)
+        }))
+      }
+    })
+  }
+  storeGauge('items_service_webhook_backlog', 'Deliveries not yet ended per subscriber, read from the store (on Redis, every instance\'s).',
+    async (worker) => await worker.pending())
+  storeGauge('items_service_webhook_dead_letters',
+    'Dead letters kept per subscriber, read from the store (on Redis, every instance\'s): deliver them again through the operations API.',
+    async (worker) => (await outbox.deadLetters(worker.subscription.id, 0)).total)
   for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
 
   const takeAll = (): void => { for (const worker of workers) void worker.take() }
