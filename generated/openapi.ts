@@ -773,6 +773,12 @@ export interface components {
          * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
          */
         webhookSignature: string;
+        /**
+         * @description W3C Trace Context of the attempt, sent while the service traces (`OTEL_EXPORTER_OTLP_ENDPOINT` is set): it
+         *     names the trace of the request that caused the event, so a receiver that continues it joins that trace.
+         * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+         */
+        traceparent: string;
     };
     requestBodies: never;
     headers: {
@@ -1228,6 +1234,12 @@ export interface operations {
                  * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
                  */
                 "webhook-signature": components["parameters"]["webhookSignature"];
+                /**
+                 * @description W3C Trace Context of the attempt, sent while the service traces (`OTEL_EXPORTER_OTLP_ENDPOINT` is set): it
+                 *     names the trace of the request that caused the event, so a receiver that continues it joins that trace.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["traceparent"];
             };
             path?: never;
             cookie?: never;
@@ -1286,6 +1298,12 @@ export interface operations {
                  * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
                  */
                 "webhook-signature": components["parameters"]["webhookSignature"];
+                /**
+                 * @description W3C Trace Context of the attempt, sent while the service traces (`OTEL_EXPORTER_OTLP_ENDPOINT` is set): it
+                 *     names the trace of the request that caused the event, so a receiver that continues it joins that trace.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["traceparent"];
             };
             path?: never;
             cookie?: never;
@@ -1344,6 +1362,12 @@ export interface operations {
                  * @example v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=
                  */
                 "webhook-signature": components["parameters"]["webhookSignature"];
+                /**
+                 * @description W3C Trace Context of the attempt, sent while the service traces (`OTEL_EXPORTER_OTLP_ENDPOINT` is set): it
+                 *     names the trace of the request that caused the event, so a receiver that continues it joins that trace.
+                 * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+                 */
+                traceparent?: components["parameters"]["traceparent"];
             };
             path?: never;
             cookie?: never;

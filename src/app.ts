@@ -8,6 +8,7 @@ import { type AppSettings, withDefaults } from './config.js'
 import { handleClientError, handleError } from './plugins/errors.js'
 import type { Subscribers } from './plugins/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
+import type { Tracing } from './plugins/tracing.js'
 import type { Store } from './store/store.js'
 import { randomUuid } from './uuid.js'
 
@@ -39,6 +40,8 @@ export interface BuildAppOptions {
    * it closes; one given is shared (apps of one process may share one, as the tests do) and left to its giver to end.
    */
   hashingProcess?: HashingProcess
+  /** The process's tracer (src/tracing.ts), when tracing is on; it must have started before this module loaded. */
+  tracing?: Tracing
 }
 
 /**
@@ -96,7 +99,8 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
       config,
       store: options.store,
       subscribers: options.subscribers,
-      hashingProcess: options.hashingProcess
+      hashingProcess: options.hashingProcess,
+      tracing: options.tracing
     })
   } catch (error) {
     // What the plugins loaded so far hold (a store connection, the hashing process) is released.

@@ -105,12 +105,19 @@ export interface WebhooksConfig {
   reclaimAfterMs: number
 }
 
+export interface TracingConfig {
+  protocol: Environment['OTEL_EXPORTER_OTLP_PROTOCOL']
+  serviceName: string
+}
+
 export interface AppConfig {
   environment: Environment['NODE_ENV']
   host: string
   port: number
   /** The operations API (metrics), on `host`; off when undefined. */
   operations: { port: number, token: string | undefined } | undefined
+  /** OpenTelemetry tracing; off when undefined. */
+  tracing: TracingConfig | undefined
   logLevel: Environment['LOG_LEVEL']
   jwt: {
     secret: string
@@ -234,6 +241,9 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     host: env.HOST,
     port: env.PORT,
     operations: env.OPS_PORT === undefined ? undefined : { port: env.OPS_PORT, token: env.OPS_TOKEN },
+    tracing: env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined && env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
+      ? undefined
+      : { protocol: env.OTEL_EXPORTER_OTLP_PROTOCOL, serviceName: env.OTEL_SERVICE_NAME },
     logLevel: env.LOG_LEVEL,
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),

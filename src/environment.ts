@@ -47,6 +47,14 @@ export const variables = {
     description: 'Port of the operations API (`GET /metrics`, ops/openapi.yaml), on `HOST`, never on the API port; unset, it is off (`0` picks a free one).'
   },
   OPS_TOKEN: { type: 'string', minLength: 16, description: 'When set, the operations API requires it as a bearer token; unset, whoever reaches `OPS_PORT` may read it.' },
+  OTEL_EXPORTER_OTLP_ENDPOINT: {
+    type: 'string',
+    minLength: 1,
+    description: 'Where traces go over OTLP/HTTP (`/v1/traces` appended), e.g. `http://127.0.0.1:4318`; unset, and `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` too, tracing is off and none of it is loaded. The SDK reads the other standard `OTEL_*` variables itself (docs/operations.md).'
+  },
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: { type: 'string', minLength: 1, description: 'The traces URL itself, instead of `OTEL_EXPORTER_OTLP_ENDPOINT`.' },
+  OTEL_EXPORTER_OTLP_PROTOCOL: { type: 'string', enum: ['http/protobuf', 'http/json'], default: 'http/protobuf', description: 'How spans are sent (`grpc` is not offered).' },
+  OTEL_SERVICE_NAME: { type: 'string', minLength: 1, default: 'items-service', description: 'The service\'s name on its spans.' },
   LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info', description: 'The lowest level logged.' },
   JWT_SECRET: {
     type: 'string',

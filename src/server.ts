@@ -1,5 +1,5 @@
-// First: app.ts pins a tick object before any other module loads (src/tick-object-pin.ts).
-import { buildApp } from './app.js'
+// First, before any other module loads: see the module.
+import './tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { type AppConfig, loadConfig } from './config.js'
@@ -12,9 +12,13 @@ try {
   process.exit(1)
 }
 
+// Before the rest of the service loads, so that its instrumentations see the modules they patch load.
+const tracing = config.tracing === undefined ? undefined : (await import('./tracing.js')).startTracing(config.tracing)
+const { buildApp } = await import('./app.js')
+
 let app: FastifyInstance
 try {
-  app = await buildApp(config)
+  app = await buildApp(config, tracing === undefined ? {} : { tracing })
 } catch (error) {
   // A store that cannot be reached (Redis) stops the start, in one line.
   console.error((error as Error).message)
@@ -26,6 +30,8 @@ try {
 closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ signal, err }) => {
   app.log.warn({ signal, err }, 'shutting down')
   await app.close()
+  // The spans of the last requests and deliveries, before the process ends.
+  await tracing?.shutdown()
 })
 
 try {

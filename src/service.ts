@@ -16,6 +16,7 @@ import routesPlugin from './plugins/routes.js'
 import seedPlugin from './plugins/seed.js'
 import shutdownPlugin from './plugins/shutdown.js'
 import storePlugin from './plugins/store.js'
+import tracingPlugin, { type Tracing } from './plugins/tracing.js'
 import webhooksPlugin from './plugins/webhooks.js'
 import type { Store } from './store/store.js'
 
@@ -28,6 +29,8 @@ export interface ItemsServiceOptions {
   subscribers?: Subscribers | undefined
   /** See BuildAppOptions.hashingProcess. */
   hashingProcess?: HashingProcess | undefined
+  /** See BuildAppOptions.tracing. */
+  tracing?: Tracing | undefined
 }
 
 /**
@@ -48,6 +51,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
     done()
   })
 
+  await app.register(tracingPlugin, { tracing: options.tracing })
   await app.register(errorsPlugin)
   await app.register(clientAddressPlugin, { ipv6PrefixLength: config.clientIpv6PrefixLength })
   await app.register(corsPlugin, { origins: config.corsOrigins })

@@ -64,6 +64,13 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
   }
 })
 
+t.test('tracing: off unless an OTLP endpoint is set, for all signals or for traces alone; http/protobuf by default', async (t) => {
+  t.equal(loadConfig({ OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'named' }).tracing, undefined)
+  t.same(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318' }).tracing, { protocol: 'http/protobuf', serviceName: 'items-service' })
+  t.same(loadConfig({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://collector:4318/v1/traces', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_SERVICE_NAME: 'named' }).tracing,
+    { protocol: 'http/json', serviceName: 'named' })
+})
+
 t.test('TRUST_PROXY: off by default; addresses, or true and a number of hops only with TRUST_PROXY_UNSAFE=1', async (t) => {
   t.equal(loadConfig({}).trustProxy, false)
   for (const anyClient of ['true', '2']) {

@@ -66,6 +66,7 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
     },
     announce (channel, actorId) {
       if (!options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
+      const traceparent = app.tracing.traceparent()
       return (item): OutboxEvent => {
         const event: DomainEvent<typeof channel> = {
           specversion: specversion.const,
@@ -77,7 +78,8 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
           datacontenttype: datacontenttype.const,
           data: { item, actorId }
         }
-        return { id: event.id, channel, body: JSON.stringify(event) }
+        const recorded = { id: event.id, channel, body: JSON.stringify(event) }
+        return traceparent === undefined ? recorded : { ...recorded, traceparent }
       }
     }
   }
@@ -100,4 +102,4 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
   app.addHook('onClose', async () => { await Promise.all(deliveries) })
 }
 
-export default fp(eventsPlugin, { name: 'events', dependencies: ['store'] })
+export default fp(eventsPlugin, { name: 'events', dependencies: ['store', 'tracing'] })

@@ -4,6 +4,7 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../config.js'
 import { DEAD_LETTERS } from '../store/rules.js'
+import type { TraceContext } from './tracing.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
@@ -51,9 +52,10 @@ class SubscriberWorker {
   stopped = false
 
   readonly #metrics: DeliveryMetrics
+  readonly #tracing: TraceContext
   readonly #name: string
 
-  constructor (subscription: Subscription, outbox: Outbox, config: WebhooksConfig, log: FastifyBaseLogger, metrics: DeliveryMetrics) {
+  constructor (subscription: Subscription, outbox: Outbox, config: WebhooksConfig, log: FastifyBaseLogger, metrics: DeliveryMetrics, tracing: TraceContext) {
     this.subscription = subscription
     this.#outbox = outbox
     this.#sender = new WebhookSender(subscription, { timeoutMs: config.timeoutMs, connections: CONCURRENT_PER_SUBSCRIBER })
@@ -61,6 +63,7 @@ class SubscriberWorker {
     this.#name = subscriberName(subscription.url)
     this.log = log.child({ subscriber: this.#name })
     this.#metrics = metrics
+    this.#tracing = tracing
   }
 
   /** The subscriber's name in logs and metrics. */
@@ -132,7 +135,8 @@ class SubscriberWorker {
 
   async #attempt (delivery: Delivery): Promise<void> {
     const started = performance.now()
-    const outcome = await this.#sender.send(delivery.event)
+    // In the trace of the request that caused the event: the attempt's span, and its traceparent header, join it.
+    const outcome = await this.#tracing.within(delivery.event.traceparent, async () => await this.#sender.send(delivery.event))
     this.#metrics.duration.observe({ subscriber: this.#name }, (performance.now() - started) / 1000)
     const retryDelay = this.#config.retryDelaysMs[delivery.attempt - 1]
     try {
@@ -205,7 +209,7 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
       registers: [app.metrics]
     })
   }
-  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics))
+  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics, app.tracing))
   // A gauge per subscriber read from the store at each scrape; one the store cannot tell now keeps its last figure.
   const storeGauge = (name: string, help: string, read: (worker: SubscriberWorker) => Promise<number>): void => {
     // eslint-disable-next-line no-new -- registered in the registry, which reads it
@@ -266,4 +270,4 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
 }
 
 // Encapsulated (its hooks serve no one else), with the plugins whose state it reads declared.
-export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown', 'metrics'], encapsulate: true })
+export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown', 'metrics', 'tracing'], encapsulate: true })

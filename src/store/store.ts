@@ -95,6 +95,8 @@ export interface OutboxEvent {
   readonly channel: string
   /** The event as its subscribers receive it, JSON. */
   readonly body: string
+  /** The W3C traceparent of the request that caused the event, when it was traced: its deliveries join that trace. */
+  readonly traceparent?: string
 }
 
 /**

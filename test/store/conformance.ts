@@ -386,6 +386,29 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal(await outbox.redeliver('nobody', undefined, now), 0)
   })
 
+  t.test('outbox: an event\'s traceparent stays with each of its deliveries: retried, dead-lettered and delivered again', async (t) => {
+    const { items, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED])
+    const traceparent = `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`
+    const traced: Announcement = (announced) => ({ ...announce(ADDED)(announced), traceparent })
+    await items.add(item(randomUUID(), { name: 'traced' }), traced)
+    await items.add(item(randomUUID(), { name: 'untraced' }), announce(ADDED))
+    const now = Date.now() + 1
+    // By name: deliveries due at one time may come in any order.
+    const traceparents = (deliveries: ReadonlyArray<{ event: OutboxEvent }>): unknown[] => deliveries.map(({ event }) => [(JSON.parse(event.body) as { item: Item }).item.name, event.traceparent])
+      .sort(([a], [b]) => String(a).localeCompare(String(b)))
+    const taken = (await outbox.take('s', now, 10, HOUR)).deliveries
+    t.same(traceparents(taken), [['traced', traceparent], ['untraced', undefined]])
+    for (const delivery of taken) await outbox.settle('s', delivery, now)
+    const retried = (await outbox.take('s', now, 10, HOUR)).deliveries
+    t.same(traceparents(retried), [['traced', traceparent], ['untraced', undefined]], 'on a retry')
+    for (const delivery of retried) await outbox.deadLetter('s', delivery, 'answered 500', now)
+    t.same(traceparents((await outbox.deadLetters('s', 10)).deadLetters), [['traced', traceparent], ['untraced', undefined]], 'in a dead letter')
+    await outbox.redeliver('s', undefined, now)
+    const redelivered = (await outbox.take('s', now, 10, HOUR)).deliveries
+    t.same(traceparents(redelivered), [['traced', traceparent], ['untraced', undefined]], 'delivered again')
+  })
+
   t.test(`outbox: a subscriber keeps at most ${DEAD_LETTERS} dead letters, the oldest out first`, async (t) => {
     const { items, outbox } = await fresh(t, DEAD_LETTERS + 1)
     await outbox.subscribe('s', [ADDED])

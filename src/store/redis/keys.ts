@@ -52,9 +52,11 @@ export interface WebhookKeys {
   readonly events: string
   /** Hash: event id → attempts taken. */
   readonly attempts: string
+  /** Hash: event id → the traceparent of the request that caused it, for the events that have one. */
+  readonly traceparents: string
   /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
   readonly dropped: string
-  /** Hash: event id → the dead letter as JSON ({ id, channel, body, attempts, failure, failedAt }). */
+  /** Hash: event id → the dead letter as JSON ({ id, channel, body, traceparent, attempts, failure, failedAt }). */
   readonly deadLetters: string
   /** Sorted set: the dead letters' event ids, scored by an ever-growing number: oldest first. */
   readonly deadLetterOrder: string
@@ -66,6 +68,7 @@ export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
     due: `${base}due`,
     events: `${base}events`,
     attempts: `${base}attempts`,
+    traceparents: `${base}traceparents`,
     dropped: `${base}dropped`,
     deadLetters: `${base}dead-letters`,
     deadLetterOrder: `${base}dead-letter-order`

@@ -5,22 +5,28 @@ import { call, type Script } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 
 // Appends a change's event to the outbox stream, in the script that makes the change (items.ts), when it was given
-// one: ARGV[first..first+3] = event id, channel, body, the stream's bound.
+// one: ARGV[first..first+4] = event id, channel, body, the stream's bound, and its traceparent when it has one.
 export const APPEND_EVENT = `
 local function appendEvent (outbox, first)
   if not ARGV[first] then return end
-  redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2])
+  if ARGV[first + 4] then
+    redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2],
+      'traceparent', ARGV[first + 4])
+  else
+    redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2])
+  end
 end
 `
 
 export const outboxScripts = {
-  // KEYS: outbox, and this subscriber's due deliveries, events, attempts and dropped count. ARGV: now (ms), most to
-  // take, lease (ms), most events to fan out, most deliveries a subscriber keeps, then for each subscriber its
-  // channels (space-separated) and its due, events and dropped keys. First moves events from the outbox stream to
-  // every subscriber of their channel (a delivery is due from the moment its event was recorded); then takes this
-  // subscriber's due deliveries, each leased until now + lease. {dropped, event id, attempt, "channel body", ...}.
+  // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count and traceparents. ARGV: now
+  // (ms), most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, then for each
+  // subscriber its channels (space-separated) and its due, events, dropped and traceparents keys. First moves events
+  // from the outbox stream to every subscriber of their channel (a delivery is due from the moment its event was
+  // recorded); then takes this subscriber's due deliveries, each leased until now + lease.
+  // {dropped, event id, attempt, "channel body", traceparent or '', ...}.
   takeDeliveries: {
-    numberOfKeys: 5,
+    numberOfKeys: 6,
     lua: `
 local now = tonumber(ARGV[1])
 local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[4])
@@ -28,17 +34,18 @@ if #entries > 0 then
   local fannedOut = {}
   for _, entry in ipairs(entries) do
     local fields = entry[2]
-    local eventId, channel, body = fields[2], fields[4], fields[6]
+    local eventId, channel, body, traceparent = fields[2], fields[4], fields[6], fields[8]
     -- Scored by when it was recorded, the stream id's milliseconds and, in thousandths, its sequence: oldest first.
     local ms, sequence = string.match(entry[1], '^(%d+)-(%d+)$')
     local recordedAt = ms .. '.' .. string.format('%03d', math.min(tonumber(sequence), 999))
-    for i = 6, #ARGV, 4 do
+    for i = 6, #ARGV, 5 do
       if string.find(' ' .. ARGV[i] .. ' ', ' ' .. channel .. ' ', 1, true) then
-        local due, events, dropped = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+        local due, events, dropped, traceparents = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
         if redis.call('ZCARD', due) >= tonumber(ARGV[5]) then
           redis.call('INCR', dropped)
         elseif redis.call('ZADD', due, 'NX', recordedAt, eventId) == 1 then
           redis.call('HSET', events, eventId, channel .. ' ' .. body)
+          if traceparent then redis.call('HSET', traceparents, eventId, traceparent) end
         end
       end
     end
@@ -53,45 +60,50 @@ for _, eventId in ipairs(redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', '
   taken[#taken + 1] = eventId
   taken[#taken + 1] = redis.call('HINCRBY', KEYS[4], eventId, 1)
   taken[#taken + 1] = redis.call('HGET', KEYS[3], eventId)
+  taken[#taken + 1] = redis.call('HGET', KEYS[6], eventId) or ''
 end
 return taken`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts. ARGV: event id, when to retry ('' when it has ended).
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents. ARGV: event id, when to retry ('' when it
+  // has ended).
   settleDelivery: {
-    numberOfKeys: 3,
+    numberOfKeys: 4,
     lua: `
 if ARGV[2] == '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
 else
   redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[1])
 end
 return 1`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, dead letters and their order. ARGV: event id, attempts,
-  // failure, when (ms), most dead letters kept. Ends the delivery and keeps it as the newest dead letter; pushes out
-  // the oldest past the bound. How many it pushed out; nothing when the delivery had ended already (another instance
-  // took it over once its lease ended, and settled it).
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, dead letters and their order. ARGV: event
+  // id, attempts, failure, when (ms), most dead letters kept. Ends the delivery and keeps it as the newest dead
+  // letter; pushes out the oldest past the bound. How many it pushed out; nothing when the delivery had ended already
+  // (another instance took it over once its lease ended, and settled it).
   deadLetterDelivery: {
-    numberOfKeys: 5,
+    numberOfKeys: 6,
     lua: `
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 if not stored then return 0 end
+local traceparent = redis.call('HGET', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[1])
 local space = string.find(stored, ' ', 1, true)
-redis.call('HSET', KEYS[4], ARGV[1], cjson.encode({
-  id = ARGV[1], channel = string.sub(stored, 1, space - 1), body = string.sub(stored, space + 1),
+redis.call('HSET', KEYS[5], ARGV[1], cjson.encode({
+  id = ARGV[1], channel = string.sub(stored, 1, space - 1), body = string.sub(stored, space + 1), traceparent = traceparent or nil,
   attempts = tonumber(ARGV[2]), failure = ARGV[3], failedAt = tonumber(ARGV[4])
 }))
-local newest = redis.call('ZRANGE', KEYS[5], 0, 0, 'REV', 'WITHSCORES')
-redis.call('ZADD', KEYS[5], (tonumber(newest[2]) or 0) + 1, ARGV[1])
+local newest = redis.call('ZRANGE', KEYS[6], 0, 0, 'REV', 'WITHSCORES')
+redis.call('ZADD', KEYS[6], (tonumber(newest[2]) or 0) + 1, ARGV[1])
 local pushedOut = 0
-while redis.call('ZCARD', KEYS[5]) > tonumber(ARGV[5]) do
-  local oldest = redis.call('ZPOPMIN', KEYS[5])
-  redis.call('HDEL', KEYS[4], oldest[1])
+while redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[5]) do
+  local oldest = redis.call('ZPOPMIN', KEYS[6])
+  redis.call('HDEL', KEYS[5], oldest[1])
   pushedOut = pushedOut + 1
 end
 return pushedOut`
@@ -108,26 +120,27 @@ if #ids > 0 then
 end
 return listed`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, dead letters and their order. ARGV: now (ms), most
-  // deliveries a subscriber keeps, then the event ids to deliver again (none: every dead letter, oldest first).
-  // Each goes back to the due deliveries as a new one, while there is room; how many went.
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, dead letters and their order. ARGV: now
+  // (ms), most deliveries a subscriber keeps, then the event ids to deliver again (none: every dead letter, oldest
+  // first). Each goes back to the due deliveries as a new one, while there is room; how many went.
   redeliverDeadLetters: {
-    numberOfKeys: 5,
+    numberOfKeys: 6,
     lua: `
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', KEYS[5], 0, -1) end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[6], 0, -1) end
 local redelivered = 0
 for _, eventId in ipairs(ids) do
-  local json = redis.call('HGET', KEYS[4], eventId)
+  local json = redis.call('HGET', KEYS[5], eventId)
   if json then
     if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then break end
     local letter = cjson.decode(json)
     redis.call('ZADD', KEYS[1], ARGV[1], eventId)
     redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. letter.body)
     redis.call('HDEL', KEYS[3], eventId)
-    redis.call('HDEL', KEYS[4], eventId)
-    redis.call('ZREM', KEYS[5], eventId)
+    if letter.traceparent then redis.call('HSET', KEYS[4], eventId, letter.traceparent) end
+    redis.call('HDEL', KEYS[5], eventId)
+    redis.call('ZREM', KEYS[6], eventId)
     redelivered = redelivered + 1
   end
 end
@@ -137,14 +150,14 @@ return redelivered`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, now: number, limit: number, leaseMs: number,
-      fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
-    settleDelivery (due: string, events: string, attempts: string, eventId: string, retryAt: number | ''): Result<1, Context>
-    deadLetterDelivery (due: string, events: string, attempts: string, deadLetters: string, deadLetterOrder: string,
+    takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, traceparents: string, now: number, limit: number,
+      leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
+    settleDelivery (due: string, events: string, attempts: string, traceparents: string, eventId: string, retryAt: number | ''): Result<1, Context>
+    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, deadLetters: string, deadLetterOrder: string,
       eventId: string, attemptsMade: number, failure: string, failedAt: number, bound: number): Result<number, Context>
     // The scripts change a dead letter and its place in the order together: every id listed has its JSON.
     listDeadLetters (deadLetters: string, deadLetterOrder: string, limit: number): Result<[number, ...string[]], Context>
-    redeliverDeadLetters (due: string, events: string, attempts: string, deadLetters: string, deadLetterOrder: string,
+    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, deadLetters: string, deadLetterOrder: string,
       now: number, maxPending: number, ...eventIds: string[]): Result<number, Context>
   }
 }
@@ -154,13 +167,15 @@ interface StoredDeadLetter {
   id: string
   channel: string
   body: string
+  traceparent?: string
   attempts: number
   failure: string
   failedAt: number
 }
 
 /** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
-export type EventArguments = [] | [id: string, channel: string, body: string, outboxBound: number]
+export type EventArguments = [] | [id: string, channel: string, body: string, outboxBound: number] |
+  [id: string, channel: string, body: string, outboxBound: number, traceparent: string]
 
 // Events the outbox stream keeps at most (about, trimmed by whole nodes) while no instance has fanned them out to
 // their subscribers yet; an instance does so within a poll of the webhooks plugin, so this is only reached while no
@@ -169,8 +184,11 @@ const OUTBOX_STREAM_BOUND = 100_000
 // Events one take moves from the outbox stream to their subscribers at most.
 const FAN_OUT_BATCH = 1_000
 
-export const eventArguments = (event: OutboxEvent | undefined): EventArguments =>
-  event === undefined ? [] : [event.id, event.channel, event.body, OUTBOX_STREAM_BOUND]
+export const eventArguments = (event: OutboxEvent | undefined): EventArguments => {
+  if (event === undefined) return []
+  const { id, channel, body, traceparent } = event
+  return traceparent === undefined ? [id, channel, body, OUTBOX_STREAM_BOUND] : [id, channel, body, OUTBOX_STREAM_BOUND, traceparent]
+}
 
 /**
  * The outbox on Redis: the item scripts append each event to a stream; a take moves the stream's events to a sorted
@@ -182,7 +200,8 @@ export class RedisOutbox implements Outbox {
   readonly durable = true
   readonly #redis: Redis
   readonly #keys: RedisKeys
-  // For each subscriber: its channels (space-separated), due, events and dropped keys, as the take script reads them.
+  // For each subscriber: its channels (space-separated), due, events, dropped and traceparents keys, as the take
+  // script reads them.
   readonly #subscribers: string[] = []
   readonly #subscribed = new Set<string>()
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
@@ -203,7 +222,7 @@ export class RedisOutbox implements Outbox {
     if (this.#subscribed.has(subscriber)) return
     this.#subscribed.add(subscriber)
     const keys = webhookKeys(this.#keys, subscriber)
-    this.#subscribers.push(channels.join(' '), keys.due, keys.events, keys.dropped)
+    this.#subscribers.push(channels.join(' '), keys.due, keys.events, keys.dropped, keys.traceparents)
   }
 
   onRecorded (listener: (event: OutboxEvent) => void): void {
@@ -213,19 +232,20 @@ export class RedisOutbox implements Outbox {
   async take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken> {
     const keys = webhookKeys(this.#keys, subscriber)
     const [dropped, ...taken] = await call(this.#redis.takeDeliveries(this.#keys.outbox, keys.due, keys.events, keys.attempts, keys.dropped,
-      now, limit, leaseMs, FAN_OUT_BATCH, this.#maxPending, ...this.#subscribers))
+      keys.traceparents, now, limit, leaseMs, FAN_OUT_BATCH, this.#maxPending, ...this.#subscribers))
     const deliveries: Delivery[] = []
-    for (let index = 0; index + 2 < taken.length; index += 3) {
-      const [id, attempt, stored] = [String(taken[index]), Number(taken[index + 1]), String(taken[index + 2])]
+    for (let index = 0; index + 3 < taken.length; index += 4) {
+      const [id, attempt, stored, traceparent] = [String(taken[index]), Number(taken[index + 1]), String(taken[index + 2]), String(taken[index + 3])]
       const space = stored.indexOf(' ')
-      deliveries.push({ event: { id, channel: stored.slice(0, space), body: stored.slice(space + 1) }, attempt })
+      const event = { id, channel: stored.slice(0, space), body: stored.slice(space + 1) }
+      deliveries.push({ event: traceparent === '' ? event : { ...event, traceparent }, attempt })
     }
     return { deliveries, dropped }
   }
 
   async settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void> {
     const keys = webhookKeys(this.#keys, subscriber)
-    await call(this.#redis.settleDelivery(keys.due, keys.events, keys.attempts, delivery.event.id, retryAt ?? ''))
+    await call(this.#redis.settleDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, delivery.event.id, retryAt ?? ''))
   }
 
   async pending (subscriber: string): Promise<number> {
@@ -234,7 +254,7 @@ export class RedisOutbox implements Outbox {
 
   async deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number> {
     const keys = webhookKeys(this.#keys, subscriber)
-    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.deadLetters, keys.deadLetterOrder,
+    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterOrder,
       delivery.event.id, delivery.attempt, failure, now, DEAD_LETTERS))
   }
 
@@ -242,8 +262,8 @@ export class RedisOutbox implements Outbox {
     const keys = webhookKeys(this.#keys, subscriber)
     const [total, ...found] = await call(this.#redis.listDeadLetters(keys.deadLetters, keys.deadLetterOrder, limit))
     const deadLetters = found.map((json): DeadLetter => {
-      const { id, channel, body, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
-      return { event: { id, channel, body }, attempts, failure, failedAt }
+      const { id, channel, body, traceparent, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
+      return { event: traceparent === undefined ? { id, channel, body } : { id, channel, body, traceparent }, attempts, failure, failedAt }
     })
     return { deadLetters, total }
   }
@@ -252,7 +272,7 @@ export class RedisOutbox implements Outbox {
     // An empty list gives none back; the script reads no ids as all of them.
     if (eventIds?.length === 0) return 0
     const keys = webhookKeys(this.#keys, subscriber)
-    return await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.deadLetters, keys.deadLetterOrder,
+    return await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterOrder,
       now, this.#maxPending, ...eventIds ?? []))
   }
 }
