@@ -6,7 +6,7 @@ type Role = components['schemas']['Role']
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'checkLiveness' | 'checkReadiness' | 'registerUser' | 'loginUser' | 'refreshTokens' | 'logoutUser' | 'listItems' | 'createItem' | 'getItem' | 'deleteItem' | 'updateItem'
+export type RouteOperationId = 'openDocs' | 'checkLiveness' | 'checkReadiness' | 'registerUser' | 'loginUser' | 'refreshTokens' | 'logoutUser' | 'listItems' | 'createItem' | 'getItem' | 'deleteItem' | 'updateItem'
 
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
@@ -32,6 +32,7 @@ export interface RouteDefinition {
 
 /** The parameters of each operation that the request validators fill in with their default when a request leaves them out. */
 export interface DefaultedParameters extends Record<RouteOperationId, string> {
+  openDocs: never
   checkLiveness: never
   checkReadiness: never
   registerUser: never
@@ -46,6 +47,20 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
 }
 
 export const routes: readonly RouteDefinition[] = [
+  {
+    "operationId": "openDocs",
+    "method": "GET",
+    "url": "/",
+    "security": [],
+    "roles": [],
+    "statuses": [
+      "302"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {}
+    }
+  },
   {
     "operationId": "checkLiveness",
     "method": "GET",

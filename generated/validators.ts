@@ -15,6 +15,7 @@ export interface RequestValidators {
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.
 export const validators = {
+  openDocs: {},
   checkLiveness: {},
   checkReadiness: {},
   registerUser: {

@@ -5,9 +5,9 @@ import { randomUuid } from './uuid.js'
 
 type Schemas = components['schemas']
 
-/** A new user, as registering makes one (and SEED_FILE too), its password already hashed. */
-export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string): User => ({
-  id: randomUuid(),
+/** A new user, as registering makes one (and SEED_FILE too, with the id it may give), its password already hashed. */
+export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string, id = randomUuid()): User => ({
+  id,
   email: registration.email,
   emailKey,
   passwordHash,
@@ -17,11 +17,11 @@ export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password
   createdAt: isoTimestamp()
 })
 
-/** A new item of `contributorId`, as creating one makes it (and SEED_FILE too, in the status it gives). */
-export function newItem (creation: Schemas['CreateItemRequest'], contributorId: string, status: Schemas['ItemStatus'] = 'active'): Item {
+/** A new item of `contributorId`, as creating one makes it (and SEED_FILE too, with the id and status it gives). */
+export function newItem (creation: Schemas['CreateItemRequest'], contributorId: string, status: Schemas['ItemStatus'] = 'active', id = randomUuid()): Item {
   const now = isoTimestamp()
   return {
-    id: randomUuid(),
+    id,
     name: creation.name,
     description: creation.description ?? null,
     status,

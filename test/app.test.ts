@@ -267,6 +267,8 @@ t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', asyn
   t.match(yaml.headers['content-type'], /yaml/)
   t.match(yaml.body, /operationId: listItems/)
   t.match(yaml.body, /servers:\n {2}- url: \/\n/)
+  const root = await api.call('openDocs')
+  t.same([root.statusCode, root.headers.location], [302, '/docs'], 'the service\'s address leads to the docs')
   const docs = await api.app.inject({ method: 'GET', url: '/docs/' })
   t.equal(docs.statusCode, 200)
   t.match(docs.body, /swagger-ui/i)

@@ -24,6 +24,7 @@ const forgedToken = forgeToken({ alg: 'HS256', typ: 'JWT' }, {
 
 /** A request each operation would accept, given a store that works and a signed-in contributor's token. */
 const validRequests = (token: string): Record<RouteOperationId, CallOptions> => ({
+  openDocs: {},
   checkLiveness: {},
   checkReadiness: {},
   registerUser: { body: newUser() },
@@ -37,7 +38,7 @@ const validRequests = (token: string): Record<RouteOperationId, CallOptions> => 
   deleteItem: { token, params: { itemId: ITEM_ID } }
 })
 
-const usesStore = routes.filter((route) => !route.operationId.startsWith('check'))
+const usesStore = routes.filter((route) => !route.operationId.startsWith('check') && route.operationId !== 'openDocs')
 const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
 
 // Every part of the store that a request uses fails every call with `error` and has nothing at hand; rate counters
@@ -85,14 +86,16 @@ t.test('an unavailable store is a 503 SERVICE_UNAVAILABLE with Retry-After on ev
   }
 })
 
-t.test('an overloaded service sheds every operation with 503 but those that free memory or end access', async (t) => {
+t.test('an overloaded service sheds every operation with 503 but those that free memory or end access, and the redirect to the docs', async (t) => {
   const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
   await overloadEventLoop(api.app, 20)
   const validRequest = validRequests(forgedToken)
   const neverShed = ['deleteItem', 'logoutUser']
   for (const route of routes) {
     const response = await api.call(route.operationId, validRequest[route.operationId])
-    if (neverShed.includes(route.operationId)) {
+    if (route.operationId === 'openDocs') {
+      t.equal(response.statusCode, 302, 'openDocs is served')
+    } else if (neverShed.includes(route.operationId)) {
       t.equal(response.statusCode, 401, `${route.operationId} is served: its forged token is refused`)
     } else {
       t.equal(response.statusCode, 503, route.operationId)

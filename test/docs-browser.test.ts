@@ -38,10 +38,18 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   await page.goto(`${baseUrl}/docs/`)
 
   for (const route of routes) {
-    const tag = route.url.startsWith('/health') ? 'ops' : route.url.startsWith('/v1/auth') ? 'auth' : 'items'
+    const tag = route.url === '/' ? 'docs' : route.url.startsWith('/health') ? 'ops' : route.url.startsWith('/v1/auth') ? 'auth' : 'items'
     await page.locator(`#operations-${tag}-${route.operationId}`).waitFor()
     t.pass(`${route.operationId} is listed under ${tag}`)
   }
+
+  t.equal(await page.title(), 'Items Service', 'the page is named by the contract\'s title')
+  t.match(await page.locator('.information-container .title').innerText(), /^Items Service/)
+  t.equal(await page.locator('.topbar').count(), 0, 'no top bar: neither Swagger\'s logo nor a box that loads another document')
+  const create = page.locator('#operations-items-createItem')
+  await create.locator('.opblock-summary').click()
+  t.match(await create.locator('.opblock-section-request-body .highlight-code').innerText(), /"name": "Difference engine"/, 'a body shows its example')
+  await create.locator('.opblock-summary').click()
 
   await page.locator('.auth-wrapper .authorize').click()
   await page.locator('.modal-ux input[type=text], .modal-ux input[type=password]').first().fill(accessToken)

@@ -15,6 +15,7 @@ const EXISTING_ITEM = 'an item the caller owns'
 // What a request the contract accepts, from a signed-in contributor, may get. Fuzzed emails, passwords and
 // refresh tokens are random, so sign-in and refresh mostly fail; random item ids mostly do not exist.
 const outcomesOfValidRequests: Record<RouteOperationId, number[]> = {
+  openDocs: [302],
   checkLiveness: [200],
   checkReadiness: [200],
   registerUser: [201, 409],

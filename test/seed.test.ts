@@ -1,4 +1,4 @@
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { loadConfig } from '../src/config.js'
@@ -7,6 +7,7 @@ import { build, buildTestApp, captureLogs, type Schemas } from './helper.js'
 import { failedStart } from './processes.js'
 
 const ada = { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }
+const ID = '7a0c1e2d-3f4b-4a5c-8d6e-9f0a1b2c3d4e'
 const grace = { email: 'grace@example.com', password: 'another good password', firstName: 'Grace', lastName: 'Hopper', role: 'viewer' }
 
 function seedFile (t: Test, contents: unknown): string {
@@ -38,11 +39,17 @@ t.test('SEED_FILE: users and items loaded before the server is ready, as the API
   t.equal((await api.call('registerUser', { body: { ...ada, email: 'Ada@Example.COM' } })).statusCode, 409, 'seeded emails are taken')
 })
 
-t.test('the README\'s fixtures file loads as the README says', async (t) => {
+t.test('the README\'s fixtures file is the one it shows, and loads as it says, with the ids it gives', async (t) => {
+  const fixtures = readFileSync('test/fixtures.json', 'utf8')
+  t.ok(readFileSync('README.md', 'utf8').includes(`\`\`\`json\n${fixtures}\`\`\``), 'the README shows the file as it is')
   const api = await build(t, { SEED_FILE: 'test/fixtures.json' })
   const signedIn = await api.call('loginUser', { body: { email: 'grace@example.com', password: 'another good password' } })
-  const listed = (await api.call('listItems', { token: signedIn.json().accessToken })).json()
+  const token = signedIn.json().accessToken
+  const listed = (await api.call('listItems', { token })).json()
   t.same(listed.data.map((item: Schemas['Item']) => [item.name, item.status]), [['Difference engine', 'active'], ['Analytical engine', 'archived']])
+  const known = await api.call('getItem', { token, params: { itemId: '0b5f6c7e-3c1a-4d2b-9e8f-1a2b3c4d5e6f' } })
+  t.match(known.json(), { name: 'Difference engine', contributorId: '5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f' }, 'an item and its owner by the ids the file gives')
+  t.match(listed.data[1], { id: /^[0-9a-f]{8}-[0-9a-f]{4}-4/ }, 'an entry without one gets a random id')
 })
 
 t.test('a bad seed file stops the start with one line naming the entry', async (t) => {
@@ -55,6 +62,9 @@ t.test('a bad seed file stops the start with one line naming the entry', async (
     [{ users: [ada, { ...grace, email: 'not an email' }] }, /: users\[1\]\.email: must match format "email"$/],
     [{ users: [ada, { ...grace, password: 'short' }] }, /: users\[1\]\.password: must NOT have fewer than 8 characters$/],
     [{ users: [ada, { ...grace, email: 'ADA@example.com' }] }, /: users\[1\]\.email: is listed already, as users\[0\]$/],
+    [{ users: ['x'] }, /: users\[0\]: must be an object$/],
+    [{ users: [{ ...ada, id: 'ada' }] }, /: users\[0\]\.id: must be a uuid$/],
+    [{ users: [{ ...ada, id: ID }], items: [{ owner: ada.email, name: 'n', id: ID.toUpperCase() }] }, /: items\[0\]\.id: is given already, by users\[0\]$/],
     [{ users: [ada], items: ['x'] }, /: items\[0\]: must be an object$/],
     [{ users: [ada], items: [{ owner: ada.email }] }, /: items\[0\]\.name: must have required property 'name'$/],
     [{ users: [ada], items: [{ owner: ada.email, name: 'n', colour: 'red' }] }, /: items\[0\]\.colour: must NOT have additional properties$/],

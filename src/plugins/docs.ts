@@ -24,8 +24,14 @@ export default async function docsPlugin (app: FastifyInstance): Promise<void> {
       postProcessor: (document) => ({ ...document, servers: [{ url: '/', description: 'The instance serving this document.' }] })
     }
   })
-  // The token given to Authorize is kept in the browser's local storage, so a reload does not lose it.
-  await app.register(fastifySwaggerUi, { routePrefix: '/docs', uiConfig: { persistAuthorization: true } })
+  // The page is the contract's, by its title; the standalone top bar (Swagger's logo and a box that loads any other
+  // document) is left out. The token given to Authorize is kept in the browser's local storage, so a reload does
+  // not lose it.
+  await app.register(fastifySwaggerUi, {
+    routePrefix: '/docs',
+    theme: { title: app.swagger().info.title },
+    uiConfig: { layout: 'BaseLayout', persistAuthorization: true }
+  })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/openapi.yaml', { schema: { hide: true } }, async (_request, reply) =>
     reply.type('application/yaml').send(app.swagger({ yaml: true })))

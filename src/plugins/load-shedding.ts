@@ -23,8 +23,9 @@ const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
 const MEMORY_SAMPLE_INTERVAL_MS = 250
 // What frees memory or ends access is served however loaded the service is: shedding it would keep the service
-// short of memory, or a stolen session open, for as long as the overload lasts.
-const NEVER_SHED: ReadonlySet<RouteOperationId> = new Set(['deleteItem', 'logoutUser'])
+// short of memory, or a stolen session open, for as long as the overload lasts. The redirect to the docs costs less
+// to send than a refusal.
+const NEVER_SHED: ReadonlySet<RouteOperationId> = new Set(['deleteItem', 'logoutUser', 'openDocs'])
 const RETRY_AFTER_SECONDS = 5
 
 /**

@@ -37,6 +37,20 @@ function valid<T> (validate: ValidateFunction, entry: unknown, where: string): T
 const isItemStatus = (value: unknown): value is Schemas['ItemStatus'] => schemas.ItemStatus.enum.some((status) => status === value)
 
 /**
+ * The id an entry gives, if any, so that a test can name a known user or item: a uuid, as the contract's item ids
+ * are (checked by the generated validator), and given once in the file. Kept in lower case, as the service makes them.
+ */
+function givenId (id: unknown, where: string, given: Map<string, string>): string | undefined {
+  if (id === undefined) return undefined
+  if (!validators.getItem.params({ itemId: id })) throw new SeedError(`${where}.id: must be a uuid`)
+  const key = String(id).toLowerCase()
+  const first = given.get(key)
+  if (first !== undefined) throw new SeedError(`${where}.id: is given already, by ${first}`)
+  given.set(key, where)
+  return key
+}
+
+/**
  * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
  * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
  * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet. A user
@@ -60,21 +74,27 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
   // Users a start before this one seeded (a store that outlives the process: Redis): they and their items are
   // skipped, so that every instance of a deployment may start with the same SEED_FILE.
   const seededBefore = new Set<string>()
+  const givenIds = new Map<string, string>()
   for (const [index, entry] of entries(seed, 'users').entries()) {
-    const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, entry, `users[${index}]`)
+    const where = `users[${index}]`
+    if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
+    const { id, ...registration } = entry
+    const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, registration, where)
+    const userId = givenId(id, where, givenIds)
     const key = emailKey(user.email)
     const first = listedAt.get(key)
-    if (first !== undefined) throw new SeedError(`users[${index}].email: is listed already, as users[${first}]`)
+    if (first !== undefined) throw new SeedError(`${where}.email: is listed already, as users[${first}]`)
     listedAt.set(key, index)
-    const added = await store.users.add(newUser(user, key, await passwords.hash(user.password, requester)))
+    const added = await store.users.add(newUser(user, key, await passwords.hash(user.password, requester), userId))
     if (added === undefined) seededBefore.add(key)
   }
   let itemsSkipped = 0
   for (const [index, entry] of entries(seed, 'items').entries()) {
     const where = `items[${index}]`
     if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
-    const { owner, status = 'active', ...body } = entry
+    const { owner, status = 'active', id, ...body } = entry
     const item = valid<Schemas['CreateItemRequest']>(validators.createItem.body, body, where)
+    const itemId = givenId(id, where, givenIds)
     if (!isItemStatus(status)) throw new SeedError(`${where}.status: must be one of ${schemas.ItemStatus.enum.join(', ')}`)
     const ownerKey = typeof owner === 'string' ? emailKey(owner) : undefined
     const contributor = ownerKey === undefined ? undefined : await store.users.findByEmailKey(ownerKey)
@@ -85,7 +105,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
       itemsSkipped += 1
       continue
     }
-    const added = await store.items.add(newItem(item, contributor.id, status))
+    const added = await store.items.add(newItem(item, contributor.id, status, itemId))
     if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
   }
   if (seededBefore.size > 0) {
