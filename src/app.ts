@@ -66,7 +66,9 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
       const callerId = request.headers['x-request-id']
       return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUuid()
     },
-    connectionTimeout: 10_000,
+    // No socket inactivity timeout (connectionTimeout): it would also cut a request the service is still working
+    // on (a sign-in waiting for its hash) and leave its client an empty reply. Slow clients meet requestTimeout and
+    // headersTimeout below (a connection that sends nothing included), idle kept-alive ones keepAliveTimeout.
     // The service loads as one plugin (itemsService), so its whole start counts against this: connecting to the
     // store and hashing a SEED_FILE's passwords (about 20 ms a user) included, or a start under valgrind.
     pluginTimeout: PLUGIN_TIMEOUT_MS,

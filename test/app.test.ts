@@ -104,6 +104,20 @@ t.test('a client too slow with its headers or its body gets a 408 and its connec
     t.match(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)), { code: 'BAD_REQUEST', message: String })
     t.ok(elapsed < 3000, `${name}: closed after ${elapsed} ms`)
   }
+  const started = Date.now()
+  await rawExchange(address, '')
+  t.ok(Date.now() - started < 3000, `a connection that sends nothing: closed after ${Date.now() - started} ms`)
+})
+
+t.test('an answer that takes longer than 10 s to make still reaches its client (a sign-in queued behind slow hashing)', async (t) => {
+  const app = await buildTestApp(t)
+  app.get('/slow-probe', async () => {
+    await sleep(10_500)
+    return { answered: true }
+  })
+  const address = await app.listen({ host: '127.0.0.1', port: 0 })
+  const response = await fetch(`${address}/slow-probe`)
+  t.same([response.status, await response.json()], [200, { answered: true }])
 })
 
 t.test('an error a plugin raises with a 4xx status keeps that status, in the ErrorResponse shape', async (t) => {
