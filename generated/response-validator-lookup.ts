@@ -5,7 +5,7 @@ import type { RouteOperationId } from './routes.js'
 
 /** The JSON body the contract allows, by operationId, then by status code. */
 export const responseValidators: { readonly [Id in RouteOperationId]: { readonly [status: string]: ValidateFunction } } = {
-  openDocs: {  },
+  openDocs: {},
   checkLiveness: { '200': responses.checkLiveness_200, '503': responses.checkLiveness_503 },
   checkReadiness: { '200': responses.checkReadiness_200, '503': responses.checkReadiness_503 },
   registerUser: { '201': responses.registerUser_201, '400': responses.registerUser_400, '409': responses.registerUser_409, '413': responses.registerUser_413, '415': responses.registerUser_415, '429': responses.registerUser_429, '500': responses.registerUser_500, '503': responses.registerUser_503, '507': responses.registerUser_507 },

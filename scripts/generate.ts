@@ -331,7 +331,7 @@ export const operationValidators: { readonly [Id in RouteOperationId]: RequestVa
 function responseValidatorLookupModule (banner: string, routes: RouteEntry[]): string {
   const entry = (route: RouteEntry): string => {
     const statuses = Object.keys(route.schema.response).map((status) => `'${status}': responses.${exportName(route.operationId, status)}`)
-    return `  ${route.operationId}: { ${statuses.join(', ')} }`
+    return `  ${route.operationId}: ${statuses.length === 0 ? '{}' : `{ ${statuses.join(', ')} }`}`
   }
   return `${banner}import type { ValidateFunction } from 'ajv'
 import * as responses from './response-validators.js'
