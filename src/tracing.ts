@@ -15,14 +15,12 @@ import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { TracingConfig } from './config.js'
+import { contractPath } from './plugins/route-hooks.js'
 import type { Tracing } from './plugins/tracing.js'
 
 // The service's only ES-module import that an instrumentation patches (ioredis, a CommonJS package imported from
 // ours); everything else passes the loader hook untouched.
 const PATCHED_IMPORTS = ['ioredis']
-
-/** The contract's path template of a route (`/v1/items/{id}`), as the metrics label it. */
-const pathTemplate = (url: string): string => url.replace(/:(\w+)/g, '{$1}')
 
 function nameRequestSpan (span: Span, request: FastifyRequest): void {
   const { url, config } = request.routeOptions
@@ -31,7 +29,7 @@ function nameRequestSpan (span: Span, request: FastifyRequest): void {
     span.updateName(request.method)
     return
   }
-  const route = pathTemplate(url)
+  const route = contractPath(url)
   span.updateName(`${request.method} ${route}`)
   span.setAttribute('http.route', route)
   const { operationId } = config

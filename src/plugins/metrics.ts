@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks'
 import type { FastifyInstance, onResponseHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client'
-import { appendedHooks } from './route-hooks.js'
+import { appendedHooks, contractPath } from './route-hooks.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -105,7 +105,7 @@ async function metricsPlugin (app: FastifyInstance, options: MetricsPluginOption
     const operation = route.config?.operationId
     if (operation === undefined) return
     const method = String(route.method)
-    const template = route.url.replace(/:(\w+)/g, '{$1}')
+    const template = contractPath(route.url)
     // One series per status the route answers, made on its first use.
     const byStatus = new Map<number, DurationSeries>()
     const observe: onResponseHookHandler = (_request, reply, done) => {

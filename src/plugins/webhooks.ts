@@ -87,7 +87,9 @@ class SubscriberWorker {
         this.#count('dropped', dropped)
         this.log.error({ dropped, ...this.counts }, 'webhook deliveries dropped: the subscriber has as many pending as the outbox keeps')
       }
-      for (const delivery of deliveries) this.#track(this.#attempt(delivery))
+      // Each in the trace of the request that caused its event: the attempt's span (and so its traceparent header),
+      // its store commands and the lines logged about it join that trace.
+      for (const delivery of deliveries) this.#track(this.#tracing.within(delivery.event.traceparent, async () => { await this.#attempt(delivery) }))
     } catch (err) {
       if (!this.#storeFailing) this.log.warn({ err }, 'cannot take webhook deliveries from the store; trying again')
       this.#storeFailing = true
@@ -135,8 +137,7 @@ class SubscriberWorker {
 
   async #attempt (delivery: Delivery): Promise<void> {
     const started = performance.now()
-    // In the trace of the request that caused the event: the attempt's span, and its traceparent header, join it.
-    const outcome = await this.#tracing.within(delivery.event.traceparent, async () => await this.#sender.send(delivery.event))
+    const outcome = await this.#sender.send(delivery.event)
     this.#metrics.duration.observe({ subscriber: this.#name }, (performance.now() - started) / 1000)
     const retryDelay = this.#config.retryDelaysMs[delivery.attempt - 1]
     try {
