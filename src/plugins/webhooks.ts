@@ -4,10 +4,10 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../config.js'
 import { DEAD_LETTERS } from '../store/rules.js'
-import type { TraceContext } from './tracing.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
+import type { TraceContext } from './tracing.js'
 
 // How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
 // records, an attempt that ends): how soon another instance's events and retries are picked up.
