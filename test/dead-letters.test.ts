@@ -6,6 +6,8 @@ import t, { type Test } from 'tap'
 import type { operations } from '../generated/operations/openapi.js'
 import { responseValidators } from '../generated/operations/response-validator-lookup.js'
 import type { RouteOperationId } from '../generated/operations/routes.js'
+import { createMemoryStore } from '../src/store/memory-store.js'
+import type { Store } from '../src/store/store.js'
 import { build, type Api } from './helper.js'
 import { freePort } from './net.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
@@ -23,7 +25,7 @@ async function opsCall (t: Test, base: string, operationId: RouteOperationId, pa
   return { status: response.status, json }
 }
 
-async function instance (t: Test, target: Receiver, env: NodeJS.ProcessEnv = {}): Promise<{ api: Api, ops: string }> {
+async function instance (t: Test, target: Receiver, env: NodeJS.ProcessEnv = {}, store?: Store): Promise<{ api: Api, ops: string }> {
   const opsPort = await freePort()
   const api = await build(t, {
     OPS_PORT: String(opsPort),
@@ -31,7 +33,7 @@ async function instance (t: Test, target: Receiver, env: NodeJS.ProcessEnv = {})
     // One retry, soon: a delivery is given up at its second failed attempt.
     WEBHOOK_RETRY_DELAYS_MS: '10',
     ...env
-  })
+  }, store === undefined ? {} : { store })
   return { api, ops: `http://127.0.0.1:${opsPort}` }
 }
 
@@ -89,4 +91,18 @@ t.test('on Redis, a dead letter outlives the instance that gave it up and is del
   t.same((await opsCall(t, second.ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', {})).json, { redelivered: 1 }, 'all of them')
   const [, , again] = await target.waitFor(3)
   t.equal(again?.headers['webhook-id'], deadLetter?.eventId)
+})
+
+t.test('an answer the operations API takes more than 10 s to make still reaches its client (a store slow to list)', async (t) => {
+  const target = await startReceiver()
+  t.teardown(target.stop)
+  const store = createMemoryStore()
+  const list = store.outbox.deadLetters.bind(store.outbox)
+  store.outbox.deadLetters = async (subscriber, limit) => {
+    await sleep(10_500)
+    return await list(subscriber, limit)
+  }
+  const { ops } = await instance(t, target, {}, store)
+  const { status, json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')
+  t.same([status, json], [200, { subscribers: [{ subscriber: target.url, total: 0, deadLetters: [] }] }])
 })

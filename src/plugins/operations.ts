@@ -51,7 +51,8 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     loggerInstance: app.log.child({ api: 'operations' }),
     exposeHeadRoutes: false,
     bodyLimit: BODY_LIMIT_BYTES,
-    connectionTimeout: TIMEOUT_MS,
+    // A slow client meets requestTimeout; no inactivity timeout (connectionTimeout), which would also cut an answer
+    // still being made (a store slow to list) and leave an empty reply, as on the public server (src/app.ts).
     requestTimeout: TIMEOUT_MS,
     frameworkErrors: handleError,
     clientErrorHandler: handleClientError
