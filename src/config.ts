@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
 import { Ajv, type ErrorObject } from 'ajv'
 import envSchema from 'env-schema'
+import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
 import { parseSubscriptions, type Subscription } from './webhooks/subscriptions.js'
@@ -133,6 +134,8 @@ export interface AppConfig {
   sessionSweepIntervalMs: number
   /** Sign-ins and registrations that may wait for a password hash at once. */
   passwordQueueLimit: number
+  /** What hashing a new password costs (argon2id). */
+  passwordHashCost: PasswordHashCost
   bodyLimit: number
   /** How long a request's headers and body together may take to arrive. */
   requestTimeoutMs: number
@@ -223,6 +226,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     throw new ConfigError('Invalid configuration: TRUST_PROXY=true or a hop count lets any client choose its address (and its rate limits); ' +
       'list the proxies\' addresses or CIDR ranges instead, or set TRUST_PROXY_UNSAFE=1 if no client can reach the service but through them')
   }
+  const passwordHashCost = { memoryKib: env.PASSWORD_HASH_MEMORY_KIB, passes: env.PASSWORD_HASH_PASSES }
+  if (environment === 'production' && (passwordHashCost.memoryKib < OWASP_HASH_COST.memoryKib || passwordHashCost.passes < OWASP_HASH_COST.passes)) {
+    throw new ConfigError(`Invalid configuration: PASSWORD_HASH_MEMORY_KIB and PASSWORD_HASH_PASSES below ${OWASP_HASH_COST.memoryKib} and ${OWASP_HASH_COST.passes} (OWASP's minimum) are for tests, not production`)
+  }
   const seedFile = env.SEED_FILE
   if (environment === 'production' && seedFile !== undefined) {
     throw new ConfigError('Invalid configuration: SEED_FILE is for development and test, not production')
@@ -257,6 +264,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     maxSessionsPerUser: env.MAX_SESSIONS_PER_USER,
     sessionSweepIntervalMs: env.SESSION_SWEEP_INTERVAL_MS,
     passwordQueueLimit: env.PASSWORD_QUEUE_LIMIT,
+    passwordHashCost,
     bodyLimit: env.BODY_LIMIT_BYTES,
     requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
     rateLimits: env.RATE_LIMIT === 'off'

@@ -2,6 +2,7 @@
 // validates the environment against this schema (env-schema), the Environment type is derived from it, and the
 // README's configuration table is written from it (npm run docs:config; a test checks the README is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
+import { OWASP_HASH_COST } from './auth/hash-cost.js'
 
 interface Variable {
   readonly description: string
@@ -79,6 +80,14 @@ export const variables = {
     default: 128,
     description: 'Sign-ins and registrations that may wait for a password hash, from any client while there is room; a full queue refuses (503, `Retry-After: 1`) from the client holding the most places (docs/security.md).'
   },
+  PASSWORD_HASH_MEMORY_KIB: {
+    type: 'integer',
+    minimum: 8,
+    maximum: 1048576,
+    default: OWASP_HASH_COST.memoryKib,
+    description: 'Memory an argon2id hash of a new password takes (KiB); stored hashes keep the cost they were made with. Less than the default (OWASP\'s minimum) is refused when `NODE_ENV=production`: a cheaper hash is for tests.'
+  },
+  PASSWORD_HASH_PASSES: { type: 'integer', minimum: 1, maximum: 16, default: OWASP_HASH_COST.passes, description: 'Passes of an argon2id hash over its memory (its time cost); fewer than the default is refused when `NODE_ENV=production`.' },
   SESSION_SWEEP_INTERVAL_MS: { type: 'integer', minimum: 10, default: 60000, replaces: 'SESSION_SWEEP_INTERVAL', description: 'Time between sweeps that forget ended sessions (at most 10 000 a sweep).' },
   BODY_LIMIT_BYTES: { type: 'integer', minimum: 1024, default: 65536, replaces: 'BODY_LIMIT', description: 'Largest accepted request body; larger is a 413.' },
   REQUEST_TIMEOUT_MS: {
@@ -86,7 +95,7 @@ export const variables = {
     minimum: 1000,
     default: 30000,
     replaces: 'REQUEST_TIMEOUT',
-    description: 'How long a request\'s headers and body together may take to arrive; a slower client gets 408 and its connection closed, at most one second later than this.'
+    description: 'How long a request\'s headers and body together may take to arrive (on `OPS_PORT` too); a slower client gets 408 and its connection closed, at most one second later than this.'
   },
   RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off (for test rigs that register hundreds of accounts a minute).' },
   RATE_LIMIT_WINDOW_SECONDS: { type: 'integer', minimum: 1, default: 60, replaces: 'RATE_LIMIT_WINDOW', description: 'Window of every rate limit but the account limit.' },

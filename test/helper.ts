@@ -150,6 +150,9 @@ export const testEnvironment: NodeJS.ProcessEnv = {
   MAX_EVENT_LOOP_DELAY_MS: '0',
   JWT_SECRET: TEST_JWT_SECRET,
   CONTRACT_STRICT_RESPONSES: '1',
+  // The cheapest argon2id hash: a test about hashing's real cost asks for the defaults (and the app's own process).
+  PASSWORD_HASH_MEMORY_KIB: '8',
+  PASSWORD_HASH_PASSES: '1',
   STORE: store,
   REDIS_URL,
   REDIS_KEY_PREFIX: fileKeyPrefix
@@ -183,7 +186,7 @@ export async function overloadEventLoop (app: FastifyInstance, maxEventLoopDelay
 
 // One password hashing process for every app a test file builds (starting one takes most of a second under the test
 // runner); a test about the process itself asks for the app's own with `hashingProcess: undefined`.
-const sharedHashingProcess = new HashingProcess()
+const sharedHashingProcess = new HashingProcess(loadConfig(testEnvironment).passwordHashCost)
 t.teardown(async () => { await sharedHashingProcess.close() })
 
 /**

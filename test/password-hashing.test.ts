@@ -3,9 +3,17 @@ import { connect } from 'node:net'
 import { availableParallelism } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { OWASP_HASH_COST } from '../src/auth/hash-cost.js'
+import { HashingProcess } from '../src/auth/hashing-process.js'
+import { loadConfig } from '../src/config.js'
 import { createMemoryStore } from '../src/store/memory-store.js'
 import { build, newUser } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
+
+// The queue's tests need hashes that take as long as production's; the helper's shared process makes the cheapest.
+const PRODUCTION_HASH_COST = { PASSWORD_HASH_MEMORY_KIB: String(OWASP_HASH_COST.memoryKib), PASSWORD_HASH_PASSES: String(OWASP_HASH_COST.passes) }
+const productionHashing = new HashingProcess(OWASP_HASH_COST)
+t.teardown(async () => { await productionHashing.close() })
 
 interface ProcessStat { pid: number, parentPid: number, niceness: number, cpuTicks: number }
 
@@ -36,12 +44,15 @@ t.test('argon2 runs in a child process at a lower CPU priority, every thread of 
 })
 
 t.test('when the hashing process dies, the sign-ins it was working on fail with a 500 and the next start a new one', async (t) => {
-  const api = await build(t)
+  const others = new Set(hashingProcesses().map((stat) => stat.pid))
+  const ownProcesses = (): ProcessStat[] => hashingProcesses().filter((stat) => !others.has(stat.pid))
+  // Production's cost, in a process of the app's own: the test must find its hashes in the middle of their work.
+  const api = await build(t, PRODUCTION_HASH_COST, { hashingProcess: undefined })
   const user = newUser()
   await api.call('registerUser', { body: user })
   const login = async (): Promise<number> =>
     (await api.call('loginUser', { body: { email: user.email, password: user.password } })).statusCode
-  const [child] = hashingProcesses()
+  const [child] = ownProcesses()
   if (child === undefined) throw new Error('no hashing process')
 
   const logins = Array.from({ length: 4 }, login)
@@ -52,7 +63,8 @@ t.test('when the hashing process dies, the sign-ins it was working on fail with 
   t.ok(statuses.includes(500), `statuses ${statuses.join(', ')}`)
   t.ok(statuses.every((status) => status === 200 || status === 500))
   t.equal(await login(), 200)
-  t.notSame(hashingProcesses().map((stat) => stat.pid), [child.pid])
+  const [successor, ...more] = ownProcesses()
+  t.ok(successor !== undefined && successor.pid !== child.pid && more.length === 0, 'a new process took its place')
 })
 
 t.test('a stored hash argon2 cannot read fails that sign-in with a 500, not the process', async (t) => {
@@ -76,7 +88,7 @@ t.test('a stored hash argon2 cannot read fails that sign-in with a 500, not the 
 })
 
 t.test('sign-ins beyond the hashing queue are answered 503 with Retry-After at once, not queued', async (t) => {
-  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '2' })
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '2' }, { hashingProcess: productionHashing })
   const started = Date.now()
   const responses = await Promise.all(Array.from({ length: 12 }, async () => {
     const response = await api.call('loginUser', { body: { email: 'nobody@example.com', password: 'guess-guess' } })
@@ -94,7 +106,7 @@ t.test('sign-ins beyond the hashing queue are answered 503 with Retry-After at o
 })
 
 t.test('a burst from one address, with nobody else waiting, is served whole: bursts wait their turn', async (t) => {
-  const api = await build(t, { RATE_LIMIT: 'on' })
+  const api = await build(t, { RATE_LIMIT: 'on' }, { hashingProcess: productionHashing })
   const users = Array.from({ length: 50 }, () => newUser())
   const registered = await Promise.all(users.map(async (body, index) =>
     (await api.call('registerUser', { body, remoteAddress: index < 20 ? '127.0.0.1' : `192.0.2.${index}` })).statusCode))
@@ -104,7 +116,7 @@ t.test('a burst from one address, with nobody else waiting, is served whole: bur
 })
 
 t.test('a full hashing queue refuses from the address holding the most places, and addresses take turns', async (t) => {
-  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '8' })
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '8' }, { hashingProcess: productionHashing })
   const signIn = async (remoteAddress: string, email: string): Promise<{ status: number, at: number }> => {
     const response = await api.call('loginUser', { remoteAddress, body: { email, password: 'guess-guess' } })
     return { status: response.statusCode, at: performance.now() }
@@ -124,7 +136,7 @@ t.test('a full hashing queue refuses from the address holding the most places, a
 })
 
 t.test('a sign-in whose client has hung up is dropped before its password is hashed', async (t) => {
-  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '100' })
+  const api = await build(t, { PASSWORD_QUEUE_LIMIT: '100' }, { hashingProcess: productionHashing })
   const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
   const { port } = new URL(address)
   const body = JSON.stringify({ email: 'nobody@example.com', password: 'guess-guess' })
@@ -150,15 +162,32 @@ t.test('a sign-in whose client has hung up is dropped before its password is has
 t.test('an app starts a hashing process of its own unless given one, and closing it ends only its own', async (t) => {
   const sharing = await build(t)
   await sharing.register()
-  const [shared] = hashingProcesses()
-  if (shared === undefined) throw new Error('no hashing process')
+  // The shared process, and any other this file's tests left running.
+  const running = hashingProcesses().map((stat) => stat.pid).sort()
   const api = await build(t, {}, { hashingProcess: undefined })
   await api.register()
-  const [own, ...others] = hashingProcesses().filter((stat) => stat.pid !== shared.pid)
+  const [own, ...others] = hashingProcesses().filter((stat) => !running.includes(stat.pid))
   if (own === undefined) throw new Error('no hashing process of its own')
   t.same(others, [], 'one of its own')
   await api.app.close()
   t.equal(processStat(own.pid), undefined, 'its own has exited')
   await sharing.app.close()
-  t.same(hashingProcesses().map((stat) => stat.pid), [shared.pid], 'a process given to an app outlives it')
+  t.same(hashingProcesses().map((stat) => stat.pid).sort(), running, 'a process given to an app outlives it')
+})
+
+t.test('a new password is hashed at the configured cost; production takes none below OWASP\'s minimum', async (t) => {
+  const storedHash = async (env: NodeJS.ProcessEnv): Promise<string | undefined> => {
+    const store = createMemoryStore()
+    const api = await build(t, env, { store, hashingProcess: undefined })
+    const { user } = await api.register()
+    return (await store.users.get(user.id))?.passwordHash
+  }
+  t.match(await storedHash({ PASSWORD_HASH_MEMORY_KIB: '64', PASSWORD_HASH_PASSES: '3' }), /^\$argon2id\$v=19\$m=64,p=1,t=3\$/)
+  t.match(await storedHash(PRODUCTION_HASH_COST), /^\$argon2id\$v=19\$m=19456,p=1,t=2\$/, 'the default')
+  const production = { NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32) } as const
+  t.same(loadConfig(production).passwordHashCost, OWASP_HASH_COST)
+  for (const cheaper of [{ PASSWORD_HASH_MEMORY_KIB: '19455' }, { PASSWORD_HASH_PASSES: '1' }]) {
+    t.throws(() => loadConfig({ ...production, ...cheaper }), /PASSWORD_HASH_MEMORY_KIB and PASSWORD_HASH_PASSES below 19456 and 2 .* are for tests, not production/)
+  }
+  t.same(loadConfig({ ...production, PASSWORD_HASH_MEMORY_KIB: '65536', PASSWORD_HASH_PASSES: '3' }).passwordHashCost, { memoryKib: 65536, passes: 3 }, 'a dearer one is taken')
 })

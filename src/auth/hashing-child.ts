@@ -1,9 +1,11 @@
 // The password hashing process that hashing-process.ts starts, at a lower CPU priority than the service.
 import argon2 from 'argon2'
+import type { PasswordHashCost } from './hash-cost.js'
 import type { HashingRequest, HashingResponse } from './hashing-process.js'
 
-// OWASP's minimum for argon2id: 19 MiB of memory, two passes, one lane.
-const hashOptions = { type: argon2.argon2id, memoryCost: 19456, timeCost: 2, parallelism: 1 } as const
+// The cost, as HashingProcess passes it (JSON, the only argument).
+const cost = JSON.parse(String(process.argv[2])) as PasswordHashCost
+const hashOptions = { type: argon2.argon2id, memoryCost: cost.memoryKib, timeCost: cost.passes, parallelism: 1 } as const
 // An unknown user's password is checked against this, so the answer takes as long as for a known user.
 const dummyHash = argon2.hash('not a password of anyone', hashOptions)
 

@@ -3,6 +3,7 @@ import { once } from 'node:events'
 import { setPriority } from 'node:os'
 import { extname } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { OWASP_HASH_COST, type PasswordHashCost } from './hash-cost.js'
 
 export type HashingRequest =
   | { id: number, operation: 'hash', password: string }
@@ -31,6 +32,9 @@ export class HashingProcess {
   #connection: Connection | undefined
   #nextId = 0
 
+  /** `cost` is what hashing a new password costs; a stored hash is checked at the cost it was made with. */
+  constructor (readonly cost: PasswordHashCost = OWASP_HASH_COST) {}
+
   async hash (password: string): Promise<string> {
     const value = await this.#request({ id: this.#nextId++, operation: 'hash', password })
     return String(value)
@@ -54,7 +58,7 @@ export class HashingProcess {
   }
 
   async #request (request: HashingRequest): Promise<string | boolean> {
-    const { child, pending } = this.#connection?.child.connected === true ? this.#connection : (this.#connection = start())
+    const { child, pending } = this.#connection?.child.connected === true ? this.#connection : (this.#connection = start(this.cost))
     const answer = new Promise<string | boolean>((resolve, reject) => pending.set(request.id, { resolve, reject }))
     // Held while a request is out, so that even a process with nothing else to do waits for the answer.
     child.ref()
@@ -70,8 +74,8 @@ interface Connection {
   pending: Map<number, Pending>
 }
 
-function start (): Connection {
-  const child = fork(childModule, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
+function start (cost: PasswordHashCost): Connection {
+  const child = fork(childModule, [JSON.stringify(cost)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })
   const pending = new Map<number, Pending>()
   child.on('message', (response: HashingResponse) => {
     const request = pending.get(response.id)

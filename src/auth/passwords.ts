@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os'
 import { type ApiError, serviceUnavailable } from '../errors.js'
+import type { PasswordHashCost } from './hash-cost.js'
 import { HashingProcess } from './hashing-process.js'
 
 /** Who asks for a hash: its client's address, and whether that client still wants the answer. */
@@ -31,8 +32,9 @@ export interface PasswordsOptions {
   observer?: QueueObserver
   /** Hashes at once; by default one per core beyond the event loop's, at least one. */
   concurrency?: number
-  /** The process that hashes; by default one of their own, ended by `close`. One given is left to its giver to end. */
+  /** The process that hashes; by default one of their own at `hashCost`, ended by `close`. One given is left to its giver to end. */
   hashingProcess?: HashingProcess
+  hashCost?: PasswordHashCost
 }
 
 // A client told to come back gets the next second: a queue of any allowed length drains in about that long.
@@ -122,12 +124,12 @@ function limitConcurrency (concurrency: number, maxWaiting: number, observer: Qu
 /**
  * Hashing runs in a low-priority process (see HashingProcess), and at most one hash runs per core beyond the
  * event loop's (at least one), so a storm of sign-ins queues rather than taking every core and all the memory
- * argon2 asks for (19 MiB a hash). The queue is bounded, client addresses take turns in it, a full one refuses
+ * argon2 asks for (PASSWORD_HASH_MEMORY_KIB a hash). The queue is bounded, client addresses take turns in it, a full one refuses
  * from the biggest holder, and work for clients that hung up is never done.
  */
-export function createPasswords ({ maxWaiting, observer, concurrency = Math.max(1, availableParallelism() - 1), hashingProcess }: PasswordsOptions): Passwords {
+export function createPasswords ({ maxWaiting, observer, concurrency = Math.max(1, availableParallelism() - 1), hashingProcess, hashCost }: PasswordsOptions): Passwords {
   const limit = limitConcurrency(concurrency, maxWaiting, observer)
-  const hashing = hashingProcess ?? new HashingProcess()
+  const hashing = hashingProcess ?? new HashingProcess(hashCost)
   return {
     hash: async (password, requester) => await limit(async () => await hashing.hash(password), requester),
     verify: async (hash, password, requester) => await limit(async () => await hashing.verify(hash, password), requester),

@@ -31,7 +31,7 @@ declare module 'fastify' {
   }
 }
 
-type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs' | 'passwordQueueLimit'> & {
+type AuthPluginOptions = Pick<AppConfig, 'jwt' | 'refreshTokenTtlSeconds' | 'refreshReuseLeewaySeconds' | 'maxSessionsPerUser' | 'sessionSweepIntervalMs' | 'passwordQueueLimit' | 'passwordHashCost'> & {
   /** See BuildAppOptions.hashingProcess. */
   hashingProcess?: HashingProcess
 }
@@ -97,7 +97,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     }
   })
 
-  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit, observer: signInQueueObserver(app, options.passwordQueueLimit), hashingProcess: options.hashingProcess }))
+  app.decorate('passwords', createPasswords({ maxWaiting: options.passwordQueueLimit, observer: signInQueueObserver(app, options.passwordQueueLimit), hashingProcess: options.hashingProcess, hashCost: options.passwordHashCost }))
   app.decorate('registrations', new PerKeyQueue())
   // onClose runs once the server has stopped and every request in flight has been answered.
   app.addHook('onClose', async () => { await app.passwords.close() })

@@ -23,12 +23,13 @@ interface OperationsPluginOptions {
   /** Required as a bearer token on every operation, when set. */
   token: string | undefined
   subscriptions: readonly Subscription[]
+  /** How long a request's headers and body may take to arrive, as on the public port. */
+  requestTimeoutMs: number
 }
 
 const BEARER = /^Bearer[ ]+(\S+)$/i
-// Its largest request is a redelivery of 1 000 event ids (about 40 KB); a client gets as long as on the public port.
+// Its largest request is a redelivery of 1 000 event ids (about 40 KB).
 const BODY_LIMIT_BYTES = 64 * 1024
-const TIMEOUT_MS = 10_000
 
 /** The `opsToken` scheme of ops/openapi.yaml: the bearer token must be OPS_TOKEN, when it is set. */
 function opsToken (token: string | undefined): onRequestHookHandler {
@@ -53,7 +54,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     bodyLimit: BODY_LIMIT_BYTES,
     // A slow client meets requestTimeout; no inactivity timeout (connectionTimeout), which would also cut an answer
     // still being made (a store slow to list) and leave an empty reply, as on the public server (src/app.ts).
-    requestTimeout: TIMEOUT_MS,
+    requestTimeout: options.requestTimeoutMs,
     frameworkErrors: handleError,
     clientErrorHandler: handleClientError
   })

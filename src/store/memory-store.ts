@@ -222,6 +222,8 @@ export interface MemoryStoreOptions {
   maxItems?: number
   /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
   pendingDeliveries?: MemoryOutboxBounds
+  /** Client keys each rate limit keeps under its limit, and as many again over it. */
+  keysPerRateLimit?: number
 }
 
 // Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
@@ -237,7 +239,8 @@ export function createMemoryStore ({
   maxItemsPerContributor = Infinity,
   maxUsers = Infinity,
   maxItems = Infinity,
-  pendingDeliveries = MEMORY_OUTBOX_BOUNDS
+  pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
+  keysPerRateLimit = KEYS_PER_RATE_LIMIT
 }: MemoryStoreOptions = {}): Store {
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
@@ -248,7 +251,7 @@ export function createMemoryStore ({
     items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox),
     outbox,
     rateCounter: (name) => {
-      const counter = rateCounters.get(name) ?? new MemoryRateCounter(KEYS_PER_RATE_LIMIT)
+      const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
       rateCounters.set(name, counter)
       return counter
     },

@@ -450,11 +450,13 @@ t.test('rate limits', async (t) => {
   })
 
   t.test('a locked key stays locked however many other keys are counted after it', async (t) => {
-    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '2', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    // The memory store's bound (on Redis a key is only ever forgotten when its window ends), made small.
+    const keysPerRateLimit = 500
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_ADDRESS: '2', RATE_LIMIT_WINDOW_SECONDS: '60' }, { store: createMemoryStore({ keysPerRateLimit }) })
     const attempt = async (remoteAddress: string, body: unknown = {}) => (await api.call('loginUser', { remoteAddress, body })).statusCode
     t.same([await attempt('198.51.100.1'), await attempt('198.51.100.1'), await attempt('198.51.100.1')], [400, 400, 429])
     // More client addresses than the limiter keeps keys for, each counted once (an invalid body costs no hash).
-    for (let address = 0; address < 50_001; address += 1) await attempt(`10.${address >> 16}.${(address >> 8) & 255}.${address & 255}`)
+    for (let address = 0; address <= keysPerRateLimit; address += 1) await attempt(`10.0.${address >> 8}.${address & 255}`)
     t.equal(await attempt('198.51.100.1'), 429)
   })
 
