@@ -1,20 +1,26 @@
 # syntax=docker/dockerfile:1
-# The service from a built artifact: the build stage compiles and drops the dev tools; the runtime stage holds only
-# dist/, the contract it serves and the production dependencies, and runs as the image's unprivileged `node` user.
-# test/production.test.ts runs the build stage's steps on a clean copy and starts what they leave, as this file does.
+# The service from a built artifact: one stage installs the production dependencies alone (from package.json and
+# the lock, so the layer is reused until they change), another compiles; the runtime stage holds only their
+# results (node_modules, dist/, the contract it serves) and runs as the image's unprivileged `node` user.
+# test/production.test.ts runs the dependencies stage as written, assembles the runtime tree as its COPY lines say
+# and starts it, as this file does.
+
+FROM node:22-bookworm-slim AS dependencies
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM node:22-bookworm-slim AS build
 WORKDIR /app
 COPY . .
 RUN npm ci --no-audit --no-fund
 RUN npm run build
-RUN npm prune --omit=dev --no-audit --no-fund
 
 FROM node:22-bookworm-slim
 ENV NODE_ENV=production HOST=0.0.0.0 PORT=3000
 WORKDIR /app
+COPY --from=dependencies /app/node_modules ./node_modules
 COPY --from=build /app/package.json /app/openapi.yaml ./
-COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 USER node
 EXPOSE 3000

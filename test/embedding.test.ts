@@ -1,16 +1,10 @@
-// Embedding: another project installs the packed package and builds the service with a few typed settings.
-import { execFile } from 'node:child_process'
-import { mkdtemp, rm, writeFile } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { promisify } from 'node:util'
+// Embedding: another project builds the service with a few typed settings, or registers it as a plugin
+// (test/production.test.ts installs the packed package into another project).
 import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { type AppSettings, loadConfig } from '../src/config.js'
 import { itemsService } from '../src/service.js'
 import { captureLogs, testEnvironment } from './helper.js'
-
-const run = promisify(execFile)
 
 t.test('buildApp takes any part of the configuration; the rest keeps its default', async (t) => {
   const { lines, logStream } = captureLogs()
@@ -29,23 +23,6 @@ t.test('buildApp takes any part of the configuration; the rest keeps its default
   const withSecret = await buildApp({ logLevel: 'warn', jwt: { secret: 's'.repeat(32) } }, { logStream: quiet.logStream })
   await withSecret.close()
   t.same(quiet.lines, [], 'a secret given is not a generated one')
-})
-
-t.test('the packed package installs into another project and serves from there', async (t) => {
-  const project = await mkdtemp(join(tmpdir(), 'items-embed-'))
-  t.teardown(async () => { await rm(project, { recursive: true, force: true }) })
-  const { stdout } = await run('npm', ['pack', '--silent', '--pack-destination', project], { env: { ...process.env, NO_UPDATE_NOTIFIER: '1' } })
-  const tarball = join(project, stdout.trim().split('\n').at(-1) ?? '')
-  await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'embedder', private: true, type: 'module' }))
-  await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', tarball], { cwd: project, env: { ...process.env, NO_UPDATE_NOTIFIER: '1' } })
-  await writeFile(join(project, 'check.js'), `import { buildApp } from '@items-service/server'
-const app = await buildApp({ logLevel: 'silent' })
-const response = await app.inject({ method: 'GET', url: '/health/ready' })
-console.log(response.statusCode, response.body)
-await app.close()
-`)
-  const check = await run(process.execPath, ['check.js'], { cwd: project })
-  t.equal(check.stdout.trim(), '200 {"status":"ok"}')
 })
 
 t.test('the service is also a plugin: a host server registers it beside its own routes, which keep their own handling', async (t) => {

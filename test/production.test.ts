@@ -1,9 +1,9 @@
-// The production start as the Dockerfile makes it (no container engine runs here): its build stage's steps, run
-// as written on a clean copy of the repository, leave a tree without dev tools that serves from dist/.
+// What leaves the repository: the npm package another project installs, and the image the Dockerfile makes (no
+// container engine runs here, so its stages are followed on the file system). Both hold the build of one `npm pack`.
 import { execFile } from 'node:child_process'
-import { cp, mkdtemp, readFile, rm } from 'node:fs/promises'
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { basename, join } from 'node:path'
+import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
@@ -35,45 +35,85 @@ function stagesOf (dockerfile: string): Stage[] {
   return stages
 }
 
+const argumentsOf = (instructions: readonly Instruction[], keyword: string): string[] =>
+  instructions.filter((instruction) => instruction.keyword === keyword).map((instruction) => instruction.argument)
+
 /** The variables an ENV instruction sets (`ENV A=1 B=2`). */
-const environmentOf = (instructions: readonly Instruction[]): Record<string, string> => Object.fromEntries(instructions
-  .filter((instruction) => instruction.keyword === 'ENV')
-  .flatMap((instruction) => instruction.argument.split(/\s+/).map((pair) => pair.split('=') as [string, string])))
+const environmentOf = (instructions: readonly Instruction[]): Record<string, string> => Object.fromEntries(
+  argumentsOf(instructions, 'ENV').flatMap((argument) => argument.split(/\s+/).map((pair) => pair.split('=') as [string, string])))
 
-const dockerfile = stagesOf(await readFile('Dockerfile', 'utf8'))
+const [dependencies, build, runtime] = stagesOf(await readFile('Dockerfile', 'utf8'))
 
-t.test('the Dockerfile builds in one stage and runs, unprivileged, from another that holds no dev tools', async (t) => {
-  t.equal(dockerfile.length, 2)
-  const [build, runtime] = dockerfile
-  t.match(build?.from, /^node:(22|24)[\w.-]* AS build$/, 'the build stage, on an LTS line CI proves')
+// One build for both: `npm pack` runs the package's `prepack` script, `npm run build`, in this checkout.
+const packDirectory = await mkdtemp(join(tmpdir(), 'items-pack-'))
+t.teardown(async () => { await rm(packDirectory, { recursive: true, force: true }) })
+const { stdout: packed } = await run('npm', ['pack', '--silent', '--pack-destination', packDirectory], { env: npmEnvironment })
+const tarball = join(packDirectory, packed.trim().split('\n').at(-1) ?? '')
+
+t.test('the Dockerfile installs the production dependencies in one stage, builds in another, and runs, unprivileged, from a third', async (t) => {
+  t.match(dependencies?.from, /^node:(22|24)[\w.-]* AS dependencies$/, 'on an LTS line CI proves')
+  t.same(argumentsOf(dependencies?.instructions ?? [], 'COPY'), ['package.json package-lock.json ./'], 'from the manifest and the lock alone')
+  t.match(build?.from, /^node:(22|24)[\w.-]* AS build$/)
+  // This checkout was installed so (`npm ci`), and `npm pack` above ran the build: the test follows the build
+  // stage by using this checkout's build.
+  t.same(argumentsOf(build?.instructions ?? [], 'RUN'), ['npm ci --no-audit --no-fund', 'npm run build'], 'the repository\'s install and build')
   const runtimeSteps = runtime?.instructions ?? []
-  t.notOk(runtimeSteps.some((instruction) => instruction.keyword === 'RUN'), 'nothing runs in the runtime stage: it only copies the build\'s result')
-  t.same(runtimeSteps.filter((instruction) => instruction.keyword === 'USER').map((instruction) => instruction.argument), ['node'], 'not root')
+  t.same(argumentsOf(runtimeSteps, 'RUN'), [], 'nothing runs in the runtime stage: it only copies the other stages\' results')
+  t.same(argumentsOf(runtimeSteps, 'USER'), ['node'], 'not root')
   t.match(environmentOf(runtimeSteps), { HOST: '0.0.0.0', NODE_ENV: 'production' })
-  t.match(runtimeSteps.find((instruction) => instruction.keyword === 'HEALTHCHECK')?.argument, /\/health\/ready/)
+  t.match(argumentsOf(runtimeSteps, 'HEALTHCHECK')[0], /\/health\/ready/)
 })
 
-t.test('the build stage\'s steps, on a clean copy, leave a tree that serves from dist/ without dev tools', async (t) => {
-  const copy = await mkdtemp(join(tmpdir(), 'items-image-'))
-  t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
-  // COPY . . with the .dockerignore's entries left out.
-  const ignored = new Set((await readFile('.dockerignore', 'utf8')).split('\n').filter((line) => line !== ''))
-  await cp('.', copy, { recursive: true, filter: (source) => !ignored.has(basename(source)) })
-  for (const step of dockerfile[0]?.instructions.filter((instruction) => instruction.keyword === 'RUN') ?? []) {
-    await run('sh', ['-c', step.argument], { cwd: copy, env: npmEnvironment })
+t.test('the runtime tree, assembled as the Dockerfile says, serves from dist/ without dev tools, and its HEALTHCHECK passes', async (t) => {
+  const stageDirectories: Record<string, string> = { build: '.' }
+  const image = await mkdtemp(join(tmpdir(), 'items-image-'))
+  const installed = await mkdtemp(join(tmpdir(), 'items-dependencies-'))
+  t.teardown(async () => {
+    await rm(image, { recursive: true, force: true })
+    await rm(installed, { recursive: true, force: true })
+  })
+  // The dependencies stage, as written, on a directory holding what it copies.
+  for (const file of argumentsOf(dependencies?.instructions ?? [], 'COPY')[0]?.split(/\s+/).slice(0, -1) ?? []) await cp(file, join(installed, file))
+  for (const step of argumentsOf(dependencies?.instructions ?? [], 'RUN')) await run('sh', ['-c', step], { cwd: installed, env: npmEnvironment })
+  stageDirectories.dependencies = installed
+  // `COPY --from=<stage> /app/<source>… <destination>`, from the directory that stands for each stage's /app.
+  const runtimeSteps = runtime?.instructions ?? []
+  for (const copy of argumentsOf(runtimeSteps, 'COPY')) {
+    const [from = '', ...paths] = copy.split(/\s+/)
+    const stage = stageDirectories[from.replace('--from=', '')] ?? ''
+    const destination = paths.pop() ?? ''
+    for (const source of paths) {
+      const relative = source.replace(/^\/app\//, '')
+      // cp(1): node:fs's cp takes several times as long over node_modules.
+      await run('cp', ['-R', join(stage, relative), destination.endsWith('/') ? join(image, destination, relative) : join(image, destination)])
+    }
   }
-  await t.rejects(run('npx', ['--no-install', 'tsc', '--version'], { cwd: copy, env: npmEnvironment }), 'the dev tools are gone')
+  await t.rejects(run('npx', ['--no-install', 'tsc', '--version'], { cwd: image, env: npmEnvironment }), 'the dev tools are not there')
 
-  const runtime = dockerfile[1]?.instructions ?? []
-  const cmd = JSON.parse(runtime.find((instruction) => instruction.keyword === 'CMD')?.argument ?? '[]') as string[]
+  const cmd = JSON.parse(argumentsOf(runtimeSteps, 'CMD')[0] ?? '[]') as string[]
   t.equal(cmd[0], 'node')
-  const server = await start({ ...environmentOf(runtime), PORT: '0', STORE: 'memory', CONTRACT_STRICT_RESPONSES: '0', PASSWORD_HASH_MEMORY_KIB: undefined, PASSWORD_HASH_PASSES: undefined }, { entry: cmd.slice(1), cwd: copy })
+  const server = await start({ ...environmentOf(runtimeSteps), PORT: '0', STORE: 'memory', CONTRACT_STRICT_RESPONSES: '0', PASSWORD_HASH_MEMORY_KIB: undefined, PASSWORD_HASH_PASSES: undefined }, { entry: cmd.slice(1), cwd: image })
   t.teardown(() => { server.process.kill() })
   t.equal((await fetch(`${server.url}/docs/json`)).status, 200, 'the contract it serves is in the image')
-  const healthcheck = JSON.parse(runtime.find((instruction) => instruction.keyword === 'HEALTHCHECK')?.argument.replace(/^.*?CMD /, '') ?? '[]') as string[]
+  const healthcheck = JSON.parse(argumentsOf(runtimeSteps, 'HEALTHCHECK')[0]?.replace(/^.*?CMD /, '') ?? '[]') as string[]
   const { port } = new URL(server.url)
   await run(healthcheck[0] ?? '', healthcheck.slice(1), { env: { ...process.env, PORT: port } })
   t.pass('the HEALTHCHECK command passes against it')
+})
+
+t.test('the packed package installs into another project and serves from there', async (t) => {
+  const project = await mkdtemp(join(tmpdir(), 'items-embed-'))
+  t.teardown(async () => { await rm(project, { recursive: true, force: true }) })
+  await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'embedder', private: true, type: 'module' }))
+  await run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', tarball], { cwd: project, env: npmEnvironment })
+  await writeFile(join(project, 'check.js'), `import { buildApp } from '@items-service/server'
+const app = await buildApp({ logLevel: 'silent' })
+const response = await app.inject({ method: 'GET', url: '/health/ready' })
+console.log(response.statusCode, response.body)
+await app.close()
+`)
+  const check = await run(process.execPath, ['check.js'], { cwd: project })
+  t.equal(check.stdout.trim(), '200 {"status":"ok"}')
 })
 
 t.test('compose.yaml runs three instances on Redis, named only by variables the service reads, and Prometheus scrapes them', async (t) => {
