@@ -7,11 +7,10 @@ import { OWASP_HASH_COST } from '../src/auth/hash-cost.js'
 import { HashingProcess } from '../src/auth/hashing-process.js'
 import { loadConfig } from '../src/config.js'
 import { createMemoryStore } from '../src/store/memory-store.js'
-import { build, newUser } from './helper.js'
+import { build, newUser, productionHashCost } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 // The queue's tests need hashes that take as long as production's; the helper's shared process makes the cheapest.
-const PRODUCTION_HASH_COST = { PASSWORD_HASH_MEMORY_KIB: String(OWASP_HASH_COST.memoryKib), PASSWORD_HASH_PASSES: String(OWASP_HASH_COST.passes) }
 const productionHashing = new HashingProcess(OWASP_HASH_COST)
 t.teardown(async () => { await productionHashing.close() })
 
@@ -47,7 +46,7 @@ t.test('when the hashing process dies, the sign-ins it was working on fail with 
   const others = new Set(hashingProcesses().map((stat) => stat.pid))
   const ownProcesses = (): ProcessStat[] => hashingProcesses().filter((stat) => !others.has(stat.pid))
   // Production's cost, in a process of the app's own: the test must find its hashes in the middle of their work.
-  const api = await build(t, PRODUCTION_HASH_COST, { hashingProcess: undefined })
+  const api = await build(t, productionHashCost, { hashingProcess: undefined })
   const user = newUser()
   await api.call('registerUser', { body: user })
   const login = async (): Promise<number> =>
@@ -183,7 +182,7 @@ t.test('a new password is hashed at the configured cost; production takes none b
     return (await store.users.get(user.id))?.passwordHash
   }
   t.match(await storedHash({ PASSWORD_HASH_MEMORY_KIB: '64', PASSWORD_HASH_PASSES: '3' }), /^\$argon2id\$v=19\$m=64,p=1,t=3\$/)
-  t.match(await storedHash(PRODUCTION_HASH_COST), /^\$argon2id\$v=19\$m=19456,p=1,t=2\$/, 'the default')
+  t.match(await storedHash(productionHashCost), /^\$argon2id\$v=19\$m=19456,p=1,t=2\$/, 'the default')
   const production = { NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32) } as const
   t.same(loadConfig(production).passwordHashCost, OWASP_HASH_COST)
   for (const cheaper of [{ PASSWORD_HASH_MEMORY_KIB: '19455' }, { PASSWORD_HASH_PASSES: '1' }]) {
