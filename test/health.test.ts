@@ -1,7 +1,7 @@
 import { getHeapStatistics } from 'node:v8'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { build, overloadEventLoop } from './helper.js'
+import { build, buildTestApp, overloadEventLoop } from './helper.js'
 
 t.test('liveness and readiness answer ok while the service runs', async (t) => {
   const api = await build(t)
@@ -35,6 +35,20 @@ t.test('an overloaded service sheds requests with 503 and Retry-After', async (t
   t.equal(response.statusCode, 503)
   t.equal(response.json().code, 'SERVICE_UNAVAILABLE')
   t.equal(response.headers['retry-after'], '5')
+})
+
+t.test('a fresh instance serves its first requests, however long its start kept the event loop busy', async (t) => {
+  const app = await buildTestApp(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
+  // A start that holds the event loop for several samples (a large contract's schemas, on a machine busy with
+  // other work): what it delays is no request.
+  await app.register(async () => {
+    const busyUntil = Date.now() + 600
+    while (Date.now() < busyUntil) { /* busy */ }
+  })
+  await app.ready()
+  // The timers that fell due while it was busy (the load samples) run first.
+  await new Promise((resolve) => setTimeout(resolve, 1))
+  t.equal((await app.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200)
 })
 
 t.test('a malformed URL is a 400 in the contract\'s shape, never Fastify\'s own', async (t) => {

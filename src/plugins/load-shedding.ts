@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { getHeapStatistics } from 'node:v8'
 import fastifyUnderPressure from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
@@ -6,6 +7,13 @@ import { Counter } from 'prom-client'
 import type { RouteOperationId } from '../../generated/routes.js'
 import type { AppConfig } from '../config.js'
 import { serviceUnavailable } from '../errors.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The event loop's mean delay over the last sample, in milliseconds, measured since the app was ready. */
+    eventLoopDelayMs: () => number
+  }
+}
 
 type LoadSheddingPluginOptions = Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes'>
 
@@ -21,7 +29,8 @@ const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 // Response buffers and sockets live outside the heap, and code and the runtime take a fixed share: the resident
 // size may reach twice the heap limit and this much more.
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
-const MEMORY_SAMPLE_INTERVAL_MS = 250
+const SAMPLE_INTERVAL_MS = 250
+const EVENT_LOOP_RESOLUTION_MS = 10
 // What frees memory or ends access is served however loaded the service is: shedding it would keep the service
 // short of memory, or a stolen session open, for as long as the overload lasts. The redirect to the docs costs less
 // to send than a refusal.
@@ -37,9 +46,32 @@ async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPl
   const heapLimit = getHeapStatistics().heap_size_limit
   const maxHeapUsedBytes = options.maxHeapUsedBytes ?? Math.round(heapLimit * HEAP_SHARE_BEFORE_SHEDDING)
   const maxRssBytes = 2 * heapLimit + RSS_ALLOWANCE_BYTES
-  // Under-pressure only samples here (no limits given, so it adds no hook of its own, whose reading of
+  // Under-pressure only samples memory here (no limits given, so it adds no hook of its own, whose reading of
   // request.routeOptions built an object on every request); the hook below sheds from its samples.
-  await app.register(fastifyUnderPressure, { sampleInterval: MEMORY_SAMPLE_INTERVAL_MS })
+  await app.register(fastifyUnderPressure, { sampleInterval: SAMPLE_INTERVAL_MS })
+  // The event loop's delay counts from the moment the app is ready. Under-pressure's own measure starts at its
+  // registration and cannot be started later or reset: it took in the start's synchronous work (compiling the
+  // contract's schemas), which on a busy machine read as an overload and shed a fresh instance's first requests.
+  const delay = monitorEventLoopDelay({ resolution: EVENT_LOOP_RESOLUTION_MS })
+  let eventLoopDelayMs = 0
+  // Every interval has a reading: the histogram's timer falls due before the sampler's, even after the loop was
+  // held past both.
+  const sampleDelay = (): void => {
+    eventLoopDelayMs = Math.max(0, delay.mean / 1e6 - EVENT_LOOP_RESOLUTION_MS)
+    delay.reset()
+  }
+  let sampler: NodeJS.Timeout | undefined
+  app.decorate('eventLoopDelayMs', () => eventLoopDelayMs)
+  app.addHook('onReady', (done) => {
+    delay.enable()
+    sampler = setInterval(sampleDelay, SAMPLE_INTERVAL_MS).unref()
+    done()
+  })
+  app.addHook('onClose', (_app, done) => {
+    clearInterval(sampler)
+    delay.disable()
+    done()
+  })
   const shedCount = new Counter<'reason'>({
     name: 'items_service_shed_total',
     help: 'Requests refused with 503 under overload, by the limit passed: event_loop_delay, heap_used or rss.',
@@ -49,9 +81,9 @@ async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPl
   // What was past its limit at the last request; undefined while nothing is.
   let episode: Overload | undefined
   const overload = (): Overload | undefined => {
-    const { eventLoopDelay, heapUsed, rssBytes } = app.memoryUsage()
-    if (options.maxEventLoopDelayMs > 0 && eventLoopDelay > options.maxEventLoopDelayMs) {
-      return { reason: 'event_loop_delay', measured: { eventLoopDelayMs: eventLoopDelay, maxEventLoopDelayMs: options.maxEventLoopDelayMs } }
+    const { heapUsed, rssBytes } = app.memoryUsage()
+    if (options.maxEventLoopDelayMs > 0 && eventLoopDelayMs > options.maxEventLoopDelayMs) {
+      return { reason: 'event_loop_delay', measured: { eventLoopDelayMs, maxEventLoopDelayMs: options.maxEventLoopDelayMs } }
     }
     if (heapUsed > maxHeapUsedBytes) return { reason: 'heap_used', measured: { heapUsedBytes: heapUsed, maxHeapUsedBytes } }
     if (rssBytes > maxRssBytes) return { reason: 'rss', measured: { rssBytes, maxRssBytes } }
