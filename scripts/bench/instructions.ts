@@ -13,8 +13,8 @@
 //
 // Each window's instructions in libuv's timers phase are counted apart and left out of the figure. Under
 // callgrind a request takes about 50 times as long as at full speed, so work that runs on a clock rather than per
-// request (under-pressure's samples every 250 ms, each reading and clearing an event-loop-delay histogram, about
-// 190 000 instructions; Node's check of request deadlines every second; the session sweep) would be charged to
+// request (the load samples every 250 ms, under-pressure's and load shedding's, each reading and clearing an
+// event-loop-delay histogram, about 190 000 instructions; Node's check of request deadlines every second; the session sweep) would be charged to
 // each request about 50 times over: 13 000 to 15 000 instructions a request, against about 300 at full speed. No
 // request's own work runs in a timer. The timers' share of each window is printed beside it.
 //
