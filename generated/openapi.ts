@@ -501,6 +501,8 @@ export interface components {
         /** @description The caller is signed in; the response carries a new token pair. */
         Authenticated: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 "Cache-Control": components["headers"]["Cache-Control"];
                 Pragma: components["headers"]["Pragma"];
                 [name: string]: unknown;
@@ -526,6 +528,8 @@ export interface components {
         /** @description The item. */
         ItemFound: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 ETag: components["headers"]["ETag"];
                 [name: string]: unknown;
             };
@@ -550,6 +554,8 @@ export interface components {
          */
         ValidationFailed: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -574,6 +580,8 @@ export interface components {
          */
         Unauthorized: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 "WWW-Authenticate": components["headers"]["WWW-Authenticate"];
                 [name: string]: unknown;
             };
@@ -590,6 +598,8 @@ export interface components {
         /** @description The caller's role may not do this, the caller does not own the item (`FORBIDDEN`), or a contributor's item quota is reached (`ITEM_QUOTA_EXCEEDED`). */
         Forbidden: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -608,6 +618,8 @@ export interface components {
          */
         PreconditionFailed: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -623,6 +635,8 @@ export interface components {
         /** @description The item does not exist (`NOT_FOUND`). */
         NotFound: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -638,6 +652,8 @@ export interface components {
         /** @description The body is larger than the service accepts (`PAYLOAD_TOO_LARGE`). */
         PayloadTooLarge: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -653,6 +669,8 @@ export interface components {
         /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`). */
         UnsupportedMediaType: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -668,6 +686,8 @@ export interface components {
         /** @description Too many requests from this client, or item changes by this user; try again after `Retry-After` seconds (`RATE_LIMITED`). */
         TooManyRequests: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 "Retry-After": components["headers"]["Retry-After"];
                 [name: string]: unknown;
             };
@@ -687,6 +707,8 @@ export interface components {
          */
         ServiceUnavailable: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 /** @description Seconds to wait before trying again, when the service can tell (it does when shedding load and when its data store is unreachable). */
                 "Retry-After"?: number;
                 [name: string]: unknown;
@@ -707,6 +729,8 @@ export interface components {
          */
         StoreFull: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -736,6 +760,8 @@ export interface components {
         /** @description An unexpected failure (`INTERNAL_ERROR`); nothing internal is disclosed. */
         InternalError: {
             headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
                 [name: string]: unknown;
             };
             content: {
@@ -819,6 +845,22 @@ export interface components {
         Pragma: "no-cache";
         /** @description Seconds to wait before trying again. */
         "Retry-After": number;
+        /**
+         * @description The rate limits the operation counts against, per the IETF draft "RateLimit header fields for HTTP"
+         *     (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its quota `q` and
+         *     its window `w` in seconds. Sent on every response of a rate-limited operation (`registerUser`, `loginUser`,
+         *     `refreshTokens`, `createItem`, `updateItem`, `deleteItem`) while `RATE_LIMIT` is on, the same on each.
+         * @example "login-address";q=60;w=60, "login";q=10;w=60, "login-failures";q=10;w=900
+         */
+        "RateLimit-Policy": string;
+        /**
+         * @description What is left of each limit that counted this request (same draft): the limit's name, the requests `r` it
+         *     still allows and the seconds `t` until its window ends (none while it has counted nothing). Missing when
+         *     the request was answered before any limit counted it (an item write refused by authentication, its role
+         *     or validation); a sign-in whose body is invalid lists only the limit of its address.
+         * @example "login-address";r=59;t=60, "login";r=9;t=60, "login-failures";r=10
+         */
+        RateLimit: string;
     };
     pathItems: never;
 }
@@ -897,6 +939,8 @@ export interface operations {
             /** @description The email is already registered (`EMAIL_ALREADY_REGISTERED`). */
             409: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -941,6 +985,8 @@ export interface operations {
             /** @description The email or the password is wrong (`INVALID_CREDENTIALS`). */
             401: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -983,6 +1029,8 @@ export interface operations {
             /** @description The refresh token is unknown, expired, already used or its session was revoked (`INVALID_REFRESH_TOKEN`). */
             401: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1102,6 +1150,8 @@ export interface operations {
             /** @description The item was added. */
             201: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     /** @description The address of the new item. */
                     Location: string;
                     ETag: components["headers"]["ETag"];
@@ -1195,6 +1245,8 @@ export interface operations {
             /** @description The item was removed. */
             204: {
                 headers: {
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content?: never;

@@ -7,6 +7,7 @@ import { routes as operationsRoutes } from '../generated/operations/routes.js'
 import { routes } from '../generated/routes.js'
 import { findDrift } from '../scripts/generate.js'
 import { loadConfig } from '../src/config.js'
+import { OPERATION_LIMITS } from '../src/plugins/rate-limits.js'
 import { contractOperations } from './helper.js'
 
 const run = promisify(execFile)
@@ -45,6 +46,24 @@ t.test('every operation declares a success, but the redirect to the docs (Redocl
   const withoutSuccess = contractOperations().filter(({ method, path }) =>
     !Object.keys(document.paths[path]?.[method.toLowerCase()]?.responses ?? {}).some((status) => /^2/.test(status)))
   t.same(withoutSuccess.map(({ operationId }) => operationId), ['openDocs'])
+})
+
+t.test('every response of a rate-limited operation declares the RateLimit fields, and its 429 a required Retry-After', async (t) => {
+  type Response = { $ref?: string, headers?: Record<string, { $ref?: string, required?: boolean }> }
+  const document = parse(await readFile('openapi.yaml', 'utf8')) as {
+    paths: Record<string, Record<string, { operationId?: string, responses?: Record<string, Response> }>>
+    components: { responses: Record<string, Response>, headers: Record<string, { required?: boolean }> }
+  }
+  const resolved = (response: Response): Response => response.$ref === undefined ? response : document.components.responses[response.$ref.split('/').at(-1) ?? ''] ?? {}
+  const limited = new Set<string>(Object.keys(OPERATION_LIMITS))
+  const undeclared = Object.values(document.paths).flatMap((pathItem) => Object.values(pathItem))
+    .filter((operation) => limited.has(operation.operationId ?? ''))
+    .flatMap((operation) => Object.entries(operation.responses ?? {}).flatMap(([status, response]) =>
+      ['RateLimit-Policy', 'RateLimit'].filter((header) => resolved(response).headers?.[header] === undefined)
+        .map((header) => `${operation.operationId} ${status} ${header}`)))
+  t.same(undeclared, [])
+  t.equal(document.components.headers['Retry-After']?.required, true)
+  t.equal(document.components.responses.TooManyRequests?.headers?.['Retry-After']?.$ref, '#/components/headers/Retry-After')
 })
 
 // The public API's contract and the operations API's.

@@ -4,7 +4,7 @@
 import t from 'tap'
 import createClient from 'openapi-fetch'
 import type { paths } from '../generated/openapi.js'
-import { buildTestApp, contractMiddleware } from './helper.js'
+import { buildTestApp, contractMiddleware, rateLimitItems } from './helper.js'
 
 t.test('a client team walks the whole spec', async (t) => {
   const app = await buildTestApp(t)
@@ -71,4 +71,21 @@ t.test('a client team walks the whole spec', async (t) => {
   t.equal((await client.GET('/v1/items', {})).error?.code, 'AUTHENTICATION_REQUIRED')
 
   t.same((await client.GET('/health/ready')).data, { status: 'ok' })
+})
+
+t.test('a client backs off before it is refused: RateLimit says what is left, and the 429 when to come back', async (t) => {
+  const app = await buildTestApp(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2' })
+  const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
+  client.use(contractMiddleware)
+  const ada = await client.POST('/v1/auth/register', { body: { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' } })
+  const headers = { authorization: `Bearer ${ada.data?.accessToken ?? ''}` }
+  const left: number[] = []
+  for (let write = 0; write < 2; write += 1) {
+    const created = await client.POST('/v1/items', { headers, body: { name: `Part ${write}` } })
+    left.push(rateLimitItems(created.response.headers.get('ratelimit'))['item-writes']?.r ?? -1)
+  }
+  t.same(left, [1, 0], 'the second write leaves nothing')
+  const refused = await client.POST('/v1/items', { headers, body: { name: 'One too many' } })
+  t.equal(refused.error?.code, 'RATE_LIMITED')
+  t.equal(rateLimitItems(refused.response.headers.get('ratelimit'))['item-writes']?.t, Number(refused.response.headers.get('retry-after')))
 })

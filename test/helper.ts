@@ -159,6 +159,21 @@ export const testEnvironment: NodeJS.ProcessEnv = {
   REDIS_KEY_PREFIX: fileKeyPrefix
 }
 
+/**
+ * The items of a RateLimit or RateLimit-Policy field (IETF draft-ietf-httpapi-ratelimit-headers-10), by limit name,
+ * each with its parameters (`q`, `w`; `r`, `t`) as numbers.
+ */
+export function rateLimitItems (field: unknown): Record<string, Record<string, number>> {
+  if (typeof field !== 'string') return {}
+  return Object.fromEntries(field.split(', ').map((item) => {
+    const [name = '', ...parameters] = item.split(';')
+    return [JSON.parse(name) as string, Object.fromEntries(parameters.map((parameter) => {
+      const [key = '', value] = parameter.split('=')
+      return [key, Number(value)]
+    }))]
+  }))
+}
+
 /** Production's password hashing cost, for a test whose point is what a hash costs (with an app's own process). */
 export const productionHashCost: NodeJS.ProcessEnv = {
   PASSWORD_HASH_MEMORY_KIB: String(OWASP_HASH_COST.memoryKib),

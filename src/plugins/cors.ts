@@ -14,7 +14,7 @@ const PREFLIGHT_MAX_AGE_SECONDS = 600
 
 /**
  * Lets browser clients on the configured origins call the API: preflights answer 204, and the response headers a
- * client reads (the request id, Location, ETag, Retry-After) are exposed to its scripts.
+ * client reads (the request id, Location, ETag, Retry-After, the rate-limit fields) are exposed to its scripts.
  */
 async function corsPlugin (app: FastifyInstance, options: CorsPluginOptions): Promise<void> {
   if (options.origins.length === 0) return
@@ -36,7 +36,7 @@ async function corsPlugin (app: FastifyInstance, options: CorsPluginOptions): Pr
     origin: [...options.origins],
     methods: ['GET', 'POST', 'PATCH', 'DELETE'],
     allowedHeaders: ['authorization', 'content-type', 'if-match', 'if-none-match', 'x-request-id'],
-    exposedHeaders: ['x-request-id', 'location', 'etag', 'retry-after'],
+    exposedHeaders: ['x-request-id', 'location', 'etag', 'retry-after', 'ratelimit', 'ratelimit-policy'],
     maxAge: PREFLIGHT_MAX_AGE_SECONDS
   })
 }

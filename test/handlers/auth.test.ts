@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { build, captureLogs, newUser, productionHashCost } from '../helper.js'
+import { build, captureLogs, newUser, productionHashCost, rateLimitItems } from '../helper.js'
 import { redisKeyPrefix, redisSkip } from '../redis.js'
 import { median } from '../../scripts/statistics.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
@@ -439,6 +439,42 @@ t.test('rate limits', async (t) => {
     t.equal(limited.json().code, 'RATE_LIMITED')
     t.match(limited.headers['retry-after'], /^\d+$/)
     t.equal((await login('someone-else@example.com')).statusCode, 401, 'other accounts are not throttled')
+  })
+
+  t.test('every response names the sign-in\'s limits (RateLimit-Policy) and what is left of those that counted it (RateLimit)', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '2', RATE_LIMIT_LOGIN_ADDRESS: '5', RATE_LIMIT_LOGIN_FAILURES: '4', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    const { email, password } = newUser()
+    const registered = await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    t.same(rateLimitItems(registered.headers['ratelimit-policy']), { register: { q: 20, w: 60 } })
+    t.match(rateLimitItems(registered.headers.ratelimit), { register: { r: 19, t: Number } })
+    const login = async (guess: string, remoteAddress = '192.0.2.1') => await api.call('loginUser', { remoteAddress, body: { email, password: guess } })
+    const failed = await login('wrong-password')
+    t.equal(failed.statusCode, 401)
+    t.same(rateLimitItems(failed.headers['ratelimit-policy']), { 'login-address': { q: 5, w: 60 }, login: { q: 2, w: 60 }, 'login-failures': { q: 4, w: 900 } })
+    const afterFailure = rateLimitItems(failed.headers.ratelimit)
+    t.match(afterFailure, { 'login-address': { r: 4 }, login: { r: 1 }, 'login-failures': { r: 3 } }, 'the failure counted against the account')
+    for (const [name, window] of [['login-address', 60], ['login', 60], ['login-failures', 900]] as const) {
+      t.ok(afterFailure[name]?.t! > 0 && afterFailure[name]?.t! <= window, `${name}: t=${afterFailure[name]?.t} within its window`)
+    }
+    const succeeded = await login(password, '192.0.2.2')
+    t.equal(succeeded.statusCode, 200)
+    t.same(rateLimitItems(succeeded.headers.ratelimit)['login-failures'], { r: 4 }, 'a success clears the account\'s failures')
+    await login('wrong-password')
+    const refused = await login('wrong-password')
+    t.equal(refused.statusCode, 429)
+    t.match(rateLimitItems(refused.headers.ratelimit), { 'login-address': { r: 2 }, login: { r: 0, t: Number(refused.headers['retry-after']) } },
+      'the limit that refused it has nothing left until Retry-After')
+    const invalid = await api.call('loginUser', { remoteAddress: '192.0.2.3', body: { email } })
+    t.equal(invalid.statusCode, 400)
+    t.same(Object.keys(rateLimitItems(invalid.headers.ratelimit)), ['login-address'], 'an invalid body counts against its address alone')
+    t.ok(invalid.headers['ratelimit-policy'], 'and still names every limit')
+  })
+
+  t.test('with RATE_LIMIT=off no response names a limit', async (t) => {
+    const api = await build(t)
+    const response = await api.call('registerUser', { body: newUser() })
+    t.equal(response.statusCode, 201)
+    t.same([response.headers['ratelimit-policy'], response.headers.ratelimit], [undefined, undefined])
   })
 
   t.test('sign-in attempts are also limited per client address alone, before any password is checked', async (t) => {

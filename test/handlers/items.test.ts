@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import type { DomainEvent } from '../../src/plugins/events.js'
 import type { RouteOperationId } from '../../generated/routes.js'
-import { type Api, build, newUser, type Schemas } from '../helper.js'
+import { type Api, build, newUser, rateLimitItems, type Schemas } from '../helper.js'
 
 const MISSING_ID = '00000000-0000-4000-8000-000000000000'
 
@@ -368,6 +368,26 @@ t.test('item writes are bounded per user', async (t) => {
     }
     const other = await api.register()
     t.equal((await api.call('createItem', { token: other.accessToken, body: { name: 'd' } })).statusCode, 201, 'another user is not limited')
+  })
+
+  t.test('every write names the limit (RateLimit-Policy) and, once it counted, what is left of it (RateLimit); reads name none', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '3', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    const { accessToken } = await api.register()
+    const policy = { 'item-writes': { q: 3, w: 60 } }
+    const created = await api.call('createItem', { token: accessToken, body: { name: 'a' } })
+    t.same(rateLimitItems(created.headers['ratelimit-policy']), policy)
+    t.match(rateLimitItems(created.headers.ratelimit), { 'item-writes': { r: 2, t: Number } })
+    const edited = await api.call('updateItem', { token: accessToken, params: { itemId: created.json().id }, body: { name: 'b' } })
+    t.match(rateLimitItems(edited.headers.ratelimit), { 'item-writes': { r: 1 } }, 'an edit counts on the same limit')
+    for (const [what, response] of [
+      ['a body the contract refuses', await api.call('createItem', { token: accessToken, body: { name: '' } })],
+      ['no token', await api.call('createItem', { body: { name: 'c' } })]
+    ] as const) {
+      t.same(rateLimitItems(response.headers['ratelimit-policy']), policy, `${what}: the limit is named`)
+      t.equal(response.headers.ratelimit, undefined, `${what}: answered before it counted`)
+    }
+    const listed = await api.call('listItems', { token: accessToken })
+    t.same([listed.headers['ratelimit-policy'], listed.headers.ratelimit], [undefined, undefined], 'a read is not limited')
   })
 
   t.test('the memory store holds at most MEMORY_STORE_MAX_ITEMS items and MEMORY_STORE_MAX_USERS users: 507 STORE_FULL past them', async (t) => {
