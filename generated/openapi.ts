@@ -156,7 +156,9 @@ export interface paths {
         /**
          * List items
          * @description Returns one page of the catalogue, in creation order (oldest first), so earlier pages stay stable while
-         *     items are added. A page past the end is an empty `data` array with the true `total`.
+         *     items are added. A page past the end is an empty `data` array with the true `total`. `status` and
+         *     `contributorId`, alone or together, keep only the items that match; the order stays creation order, and
+         *     `pagination.total` counts the matching items.
          */
         get: operations["listItems"];
         put?: never;
@@ -792,6 +794,16 @@ export interface components {
          */
         pageSize: number;
         /**
+         * @description Only the items in this lifecycle state.
+         * @example active
+         */
+        statusFilter: components["schemas"]["ItemStatus"];
+        /**
+         * @description Only the items of this contributor (a user's `id`).
+         * @example 5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f
+         */
+        contributorIdFilter: string;
+        /**
          * @description `*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.
          * @example "2026-11-21T09:31:00.000Z"
          */
@@ -1086,6 +1098,16 @@ export interface operations {
                  * @example 20
                  */
                 pageSize?: components["parameters"]["pageSize"];
+                /**
+                 * @description Only the items in this lifecycle state.
+                 * @example active
+                 */
+                status?: components["parameters"]["statusFilter"];
+                /**
+                 * @description Only the items of this contributor (a user's `id`).
+                 * @example 5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f
+                 */
+                contributorId?: components["parameters"]["contributorIdFilter"];
             };
             header?: never;
             path?: never;

@@ -373,6 +373,13 @@ export const routes: readonly RouteDefinition[] = [
             "minimum": 1,
             "maximum": 100,
             "default": 20
+          },
+          "status": {
+            "$ref": "ItemStatus"
+          },
+          "contributorId": {
+            "type": "string",
+            "format": "uuid"
           }
         },
         "required": []

@@ -56,6 +56,10 @@ t.test('a client team walks the whole spec', async (t) => {
   t.equal(lostUpdate.error?.code, 'PRECONDITION_FAILED', 'an edit from a stale read is refused')
   const archived = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'archived' } })
   t.equal(archived.data?.status, 'archived')
+  const adaId = ada.data?.user.id ?? ''
+  const archivedOfAda = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { status: 'archived', contributorId: adaId } } })
+  t.same(archivedOfAda.data?.data.map((item) => item.id), [itemId], 'a filtered list')
+  t.equal((await client.GET('/v1/items', { ...bearer(viewer), params: { query: { status: 'active' } } })).data?.pagination.total, 4, 'counting the filtered set')
   const reactivated = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'active' } })
   t.equal(reactivated.data?.status, 'active')
   t.equal((await client.PATCH('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } }, body: { name: 'x' } })).error?.code, 'FORBIDDEN')

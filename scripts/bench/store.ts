@@ -1,34 +1,87 @@
-// npm run bench:store: the in-memory store at 1 000 000 items. Shows that a page costs the same whatever its
-// number (a slice of the creation-ordered array) and how much memory one stored item takes.
+// npm run bench:store: a store at 1 000 000 items (BENCH_ITEMS), the in-memory one by default, Redis with
+// BENCH_STORE=redis (at REDIS_URL, under a key prefix of its own, deleted afterwards). Shows that a page costs the
+// same whatever its number and its filter (status, contributor, both: each a list of its own in creation order),
+// and, in memory, how much heap one stored item takes.
+import { Redis } from 'ioredis'
+import { connectRedisStore } from '../../src/store/redis/connection.js'
 import { createMemoryStore } from '../../src/store/memory-store.js'
+import type { ItemFilter, Store } from '../../src/store/store.js'
 import { randomUuid } from '../../src/uuid.js'
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 1_000_000)
+const ON_REDIS = process.env.BENCH_STORE === 'redis'
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const PAGE_SIZE = 100
+// 99 contributors (so that each has archived items and active ones); every fourth item archived.
+const CONTRIBUTORS = Array.from({ length: 99 }, () => randomUuid())
+const ADDS_IN_FLIGHT = ON_REDIS ? 1000 : 1
 const collectGarbage = (): void => { (globalThis as { gc?: () => void }).gc?.() }
+
+const keyPrefix = `items-service-bench-store:${process.pid}:`
+async function openStore (): Promise<Store> {
+  if (!ON_REDIS) return createMemoryStore()
+  const silent = { warn: () => {}, info: () => {} }
+  return await connectRedisStore({ url: REDIS_URL, keyPrefix, logger: silent, maxItemsPerContributor: ITEMS })
+}
+
+async function deleteBenchKeys (): Promise<void> {
+  const redis = new Redis(REDIS_URL)
+  for await (const keys of redis.scanStream({ match: `${keyPrefix}*`, count: 1000 })) {
+    if ((keys as string[]).length > 0) await redis.unlink(...(keys as string[]))
+  }
+  redis.disconnect()
+}
 
 collectGarbage()
 const heapBefore = process.memoryUsage().heapUsed
-const { items } = createMemoryStore()
+const store = await openStore()
+const { items } = store
 const now = new Date().toISOString()
-const contributorId = randomUuid()
+const started = Date.now()
 // Ids as the service makes them: one flat 36-character string each (crypto.randomUUID()'s stay a tree of
 // concatenated strings, about 480 bytes, until something flattens them).
-for (let index = 0; index < ITEMS; index += 1) {
-  await items.add({ id: randomUuid(), name: `Item ${index}`, description: null, status: 'active', contributorId, createdAt: now, updatedAt: now })
+for (let first = 0; first < ITEMS; first += ADDS_IN_FLIGHT) {
+  await Promise.all(Array.from({ length: Math.min(ADDS_IN_FLIGHT, ITEMS - first) }, async (_, offset) => {
+    const index = first + offset
+    await items.add({
+      id: randomUuid(),
+      name: `Item ${index}`,
+      description: null,
+      status: index % 4 === 0 ? 'archived' : 'active',
+      contributorId: CONTRIBUTORS[index % CONTRIBUTORS.length]!,
+      createdAt: now,
+      updatedAt: now
+    })
+  }))
 }
+const fillSeconds = (Date.now() - started) / 1000
 collectGarbage()
 const bytesPerItem = (process.memoryUsage().heapUsed - heapBefore) / ITEMS
 
-async function microsecondsPerPage (page: number, rounds = 2000): Promise<number> {
+async function microsecondsPerPage (filter: ItemFilter, page: number, rounds = ON_REDIS ? 500 : 2000): Promise<number> {
   const offset = (page - 1) * PAGE_SIZE
-  for (let round = 0; round < 200; round += 1) await items.page(offset, PAGE_SIZE)
+  for (let round = 0; round < rounds / 10; round += 1) await items.page(offset, PAGE_SIZE, filter)
   const started = process.hrtime.bigint()
-  for (let round = 0; round < rounds; round += 1) await items.page(offset, PAGE_SIZE)
+  for (let round = 0; round < rounds; round += 1) await items.page(offset, PAGE_SIZE, filter)
   return Number(process.hrtime.bigint() - started) / 1000 / rounds
 }
 
-const lastPage = Math.ceil(ITEMS / PAGE_SIZE)
-const pages = [1, 5000, lastPage].filter((page) => page <= lastPage)
-console.log(`${ITEMS} items, ${Math.round(bytesPerItem)} bytes of heap per item (name "Item N", description null)`)
-for (const page of pages) console.log(`page ${page} of ${PAGE_SIZE}: ${(await microsecondsPerPage(page)).toFixed(2)} µs`)
+const filters: Array<[string, ItemFilter]> = [
+  ['every item', {}],
+  ['status=active', { status: 'active' }],
+  ['contributorId', { contributorId: CONTRIBUTORS[0] }],
+  ['contributorId & status=archived', { contributorId: CONTRIBUTORS[0], status: 'archived' }]
+]
+console.log(`${ITEMS} items on ${ON_REDIS ? 'Redis' : 'the memory store'}, ${CONTRIBUTORS.length} contributors, every fourth archived; ` +
+  `filled in ${fillSeconds.toFixed(1)} s` + (ON_REDIS ? '' : `, ${Math.round(bytesPerItem)} bytes of heap per item (name "Item N", description null)`))
+console.log(`| filter | items kept | µs a page of ${PAGE_SIZE}: first | middle | last |`)
+console.log('|---|---:|---:|---:|---:|')
+for (const [name, filter] of filters) {
+  const { total } = await items.page(0, 1, filter)
+  const lastPage = Math.max(1, Math.ceil(total / PAGE_SIZE))
+  const timings = []
+  for (const page of [1, Math.ceil(lastPage / 2), lastPage]) timings.push((await microsecondsPerPage(filter, page)).toFixed(2))
+  console.log(`| ${name} | ${total} | ${timings.join(' | ')} |`)
+}
+await store.close()
+if (ON_REDIS) await deleteBenchKeys()

@@ -34,8 +34,8 @@ function nextTimestamp (previous: string): string {
 }
 
 export const listItems: Handler<'listItems'> = async (request, reply) => {
-  const { page, pageSize } = request.query
-  const { items, total } = await request.server.store.items.page((page - 1) * pageSize, pageSize)
+  const { page, pageSize, status, contributorId } = request.query
+  const { items, total } = await request.server.store.items.page((page - 1) * pageSize, pageSize, { status, contributorId })
   return reply.code(200).send({ data: items, pagination: { page, pageSize, total } })
 }
 

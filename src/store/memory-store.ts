@@ -1,7 +1,7 @@
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
 import { isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
-import { type Announcement, type Item, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
+import { type Announcement, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #maxUsers: number
@@ -135,14 +135,35 @@ interface ItemEntry {
   readonly sequence: number
 }
 
+/** The name of the list a filter's pages are cut from: one for the whole catalogue, one per filter that has items. */
+const listName = ({ status, contributorId }: ItemFilter): string => `${contributorId ?? ''} ${status ?? ''}`
+
+/** The lists an item is in: the catalogue, its status's, its contributor's, and its contributor's of its status. */
+const listsOf = ({ status, contributorId }: Item): string[] =>
+  [listName({}), listName({ status }), listName({ contributorId }), listName({ status, contributorId })]
+
+/** The position in `list` (ascending sequence order) of the entry with `sequence`, or where it would go: O(log n). */
+function positionOf (list: readonly ItemEntry[], sequence: number): number {
+  let low = 0
+  let high = list.length
+  while (low < high) {
+    const middle = (low + high) >>> 1
+    // low <= middle < high <= length, so the entry exists.
+    if (list[middle]!.sequence < sequence) low = middle + 1
+    else high = middle
+  }
+  return low
+}
+
 class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
   readonly #maxItems: number
   readonly #maxPerContributor: number
   readonly #countByContributor = new Map<string, number>()
   readonly #byId = new Map<string, ItemEntry>()
-  // Creation order; a page is a slice of it, so listing costs O(pageSize) whatever the page number.
-  readonly #inOrder: ItemEntry[] = []
+  // Each in creation order, by listName; a page is a slice of one, so it costs O(pageSize) whatever its number and
+  // filter. A list leaves with its last item.
+  readonly #lists = new Map<string, ItemEntry[]>()
   #nextSequence = 0
 
   constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox) {
@@ -158,7 +179,7 @@ class MemoryItemStore implements ItemStore {
     this.#countByContributor.set(item.contributorId, owned + 1)
     const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
-    this.#inOrder.push(entry)
+    for (const name of listsOf(entry.item)) this.#insert(name, entry)
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
@@ -167,11 +188,9 @@ class MemoryItemStore implements ItemStore {
     return this.#byId.get(id)?.item
   }
 
-  async page (offset: number, limit: number): Promise<ItemPage> {
-    return {
-      items: this.#inOrder.slice(offset, offset + limit).map((entry) => entry.item),
-      total: this.#inOrder.length
-    }
+  async page (offset: number, limit: number, filter: ItemFilter = {}): Promise<ItemPage> {
+    const list = this.#lists.get(listName(filter)) ?? []
+    return { items: list.slice(offset, offset + limit).map((entry) => entry.item), total: list.length }
   }
 
   async count (): Promise<number> {
@@ -181,7 +200,12 @@ class MemoryItemStore implements ItemStore {
   async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
-    entry.item = storedItem(change(entry.item))
+    const previous = entry.item
+    entry.item = storedItem(change(previous))
+    if (entry.item.status !== previous.status) {
+      for (const name of listsOf(previous)) this.#delete(name, entry)
+      for (const name of listsOf(entry.item)) this.#insert(name, entry)
+    }
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
@@ -191,7 +215,7 @@ class MemoryItemStore implements ItemStore {
     if (entry === undefined) return undefined
     confirm(entry.item)
     this.#byId.delete(id)
-    this.#inOrder.splice(this.#positionOf(entry.sequence), 1)
+    for (const name of listsOf(entry.item)) this.#delete(name, entry)
     // add counted the item, so its contributor has a count.
     const owned = this.#countByContributor.get(entry.item.contributorId)! - 1
     if (owned === 0) this.#countByContributor.delete(entry.item.contributorId)
@@ -200,17 +224,19 @@ class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
-  // Entries are in ascending sequence order, so a binary search finds one in O(log n).
-  #positionOf (sequence: number): number {
-    let low = 0
-    let high = this.#inOrder.length - 1
-    while (low < high) {
-      const middle = (low + high) >>> 1
-      // low <= middle < high < length, so the entry exists.
-      if (this.#inOrder[middle]!.sequence < sequence) low = middle + 1
-      else high = middle
-    }
-    return low
+  #insert (name: string, entry: ItemEntry): void {
+    const list = this.#lists.get(name)
+    if (list === undefined) this.#lists.set(name, [entry])
+    // A new item goes last; one that changed status goes back to its place by creation.
+    else if (list.at(-1)!.sequence < entry.sequence) list.push(entry)
+    else list.splice(positionOf(list, entry.sequence), 0, entry)
+  }
+
+  #delete (name: string, entry: ItemEntry): void {
+    // The entry is in every list of its item.
+    const list = this.#lists.get(name)!
+    if (list.length === 1) this.#lists.delete(name)
+    else list.splice(positionOf(list, entry.sequence), 1)
   }
 }
 

@@ -80,6 +80,14 @@ export interface SessionStore {
   sweep (now: number, limit: number): Promise<number>
 }
 
+export type ItemStatus = Item['status']
+
+/** Which items a page is cut from: all of them, or those of one status, one contributor, or both. */
+export interface ItemFilter {
+  readonly status?: ItemStatus
+  readonly contributorId?: string
+}
+
 export interface ItemPage {
   readonly items: Item[]
   readonly total: number
@@ -113,8 +121,8 @@ export interface ItemStore {
    */
   add (item: Item, announce?: Announcement): Promise<Item | undefined>
   get (id: string): Promise<Item | undefined>
-  /** Items in creation order, oldest first. */
-  page (offset: number, limit: number): Promise<ItemPage>
+  /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */
+  page (offset: number, limit: number, filter?: ItemFilter): Promise<ItemPage>
   /** How many items the catalogue holds. */
   count (): Promise<number>
   /**

@@ -248,6 +248,38 @@ t.test('listItems', async (t) => {
   })
 })
 
+t.test('listItems filtered by status and contributor, alone or together: creation order, totals of the filtered set', async (t) => {
+  const { api, owner, viewer } = await cast(t)
+  const other = await api.register()
+  const created: Schemas['Item'][] = []
+  for (let index = 0; index < 12; index += 1) {
+    const author = index % 3 === 0 ? other : owner
+    const item = await api.createItem(author.accessToken, { name: `item ${index}` })
+    created.push(index % 4 === 0 ? (await api.call('updateItem', { token: author.accessToken, params: { itemId: item.id }, body: { status: 'archived' } })).json() : item)
+  }
+  const list = async (query: { status?: Schemas['ItemStatus'], contributorId?: string, page?: number, pageSize?: number }): Promise<Schemas['ItemList']> =>
+    (await api.call('listItems', { token: viewer.accessToken, query })).json()
+  const ownerId = owner.user.id
+  for (const [query, kept] of [
+    [{ status: 'archived' }, (item: Schemas['Item']) => item.status === 'archived'],
+    [{ status: 'active' }, (item: Schemas['Item']) => item.status === 'active'],
+    [{ contributorId: ownerId }, (item: Schemas['Item']) => item.contributorId === ownerId],
+    [{ contributorId: ownerId, status: 'active' }, (item: Schemas['Item']) => item.contributorId === ownerId && item.status === 'active']
+  ] as const) {
+    const expected = created.filter(kept)
+    t.same(await list({ ...query, pageSize: 100 }), { data: expected, pagination: { page: 1, pageSize: 100, total: expected.length } }, JSON.stringify(query))
+  }
+  const ownersActive = created.filter((item) => item.contributorId === ownerId && item.status === 'active')
+  t.same((await list({ contributorId: ownerId, status: 'active', page: 2, pageSize: 2 })).data, ownersActive.slice(2, 4), 'paged like the catalogue')
+  t.same(await list({ contributorId: viewer.user.id }), { data: [], pagination: { page: 1, pageSize: 20, total: 0 } }, 'a user with no items')
+  const invalid: Array<Record<string, string>> = [{ status: 'deleted' }, { contributorId: 'not-a-uuid' }, { status: '' }]
+  for (const query of invalid) {
+    const response = await api.call('listItems', { token: viewer.accessToken, query })
+    t.equal(response.statusCode, 400, JSON.stringify(query))
+    t.equal(response.json().code, 'VALIDATION_ERROR')
+  }
+})
+
 t.test('events', async (t) => {
   t.test('each successful mutation emits exactly one CloudEvent, after the response, and failures emit none', async (t) => {
     const seen: Array<DomainEvent<'items.item.added' | 'items.item.edited' | 'items.item.removed'>> = []

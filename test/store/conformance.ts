@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { DEAD_LETTERS } from '../../src/store/rules.js'
-import type { Announcement, Counted, Item, OutboxEvent, Store, User } from '../../src/store/store.js'
+import type { Announcement, Counted, Item, ItemFilter, OutboxEvent, Store, User } from '../../src/store/store.js'
 
 export type OpenStore = (t: Test, options: { maxItemsPerContributor: number, maxPendingDeliveries?: number }) => Promise<Store>
 
@@ -206,6 +206,46 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal(await items.count(), 5)
     await items.remove(added[1]!.id, () => {})
     t.equal(await items.count(), 4, 'a removed item is no longer counted')
+  })
+
+  t.test('items: pages of one status, one contributor or both, in creation order, each with its own total; a status change moves an item to its place', async (t) => {
+    const { items } = await fresh(t)
+    const [ada, grace] = [randomUUID(), randomUUID()]
+    const added: Item[] = []
+    // Ada's and Grace's in turn; every third archived.
+    for (let index = 0; index < 9; index += 1) {
+      added.push((await items.add(item(index % 2 === 0 ? ada : grace, { name: `item ${index}`, status: index % 3 === 0 ? 'archived' : 'active' })))!)
+    }
+    const ids = (kept: (one: Item) => boolean): string[] => added.filter(kept).map((one) => one.id)
+    const pageIds = async (filter: ItemFilter, offset = 0, limit = 100): Promise<{ ids: string[], total: number }> => {
+      const { items: page, total } = await items.page(offset, limit, filter)
+      return { ids: page.map((one) => one.id), total }
+    }
+    const expectations: Array<[ItemFilter, (one: Item) => boolean]> = [
+      [{}, () => true],
+      [{ status: 'active' }, (one) => one.status === 'active'],
+      [{ status: 'archived' }, (one) => one.status === 'archived'],
+      [{ contributorId: ada }, (one) => one.contributorId === ada],
+      [{ contributorId: grace, status: 'archived' }, (one) => one.contributorId === grace && one.status === 'archived']
+    ]
+    for (const [filter, kept] of expectations) {
+      t.same(await pageIds(filter), { ids: ids(kept), total: ids(kept).length }, JSON.stringify(filter))
+    }
+    t.same(await pageIds({ contributorId: ada, status: 'active' }, 1, 2), { ids: ids((one) => one.contributorId === ada && one.status === 'active').slice(1, 3), total: 3 },
+      'a page past the first')
+    t.same(await pageIds({ contributorId: randomUUID() }), { ids: [], total: 0 }, 'a contributor with no items')
+
+    // Archive the fifth item (Ada's, active), reactivate the first (Ada's, archived), remove the second (Grace's).
+    const [first, second, , , fifth] = added
+    await items.update(fifth!.id, (current) => ({ ...current, status: 'archived' }))
+    await items.update(first!.id, (current) => ({ ...current, status: 'active' }))
+    await items.update(first!.id, (current) => ({ ...current, name: 'renamed, still active' }))
+    await items.remove(second!.id, () => {})
+    const now = await Promise.all(added.filter((one) => one.id !== second!.id).map(async (one) => (await items.get(one.id))!))
+    for (const [filter] of expectations) {
+      const kept = now.filter((one) => (filter.status === undefined || one.status === filter.status) && (filter.contributorId === undefined || one.contributorId === filter.contributorId))
+      t.same(await pageIds(filter), { ids: kept.map((one) => one.id), total: kept.length }, `after the changes, ${JSON.stringify(filter)}: in creation order still`)
+    }
   })
 
   t.test('items: a contributor owns at most as many as the store allows; removing one frees its place', async (t) => {

@@ -4,7 +4,7 @@ import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:t
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../src/store/redis/connection.js'
-import { redisKeys } from '../../src/store/redis/keys.js'
+import { itemListKeys, redisKeys } from '../../src/store/redis/keys.js'
 import type { Store } from '../../src/store/store.js'
 import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
 import { storeConformance } from './conformance.js'
@@ -63,12 +63,13 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const keys = redisKeys(prefix)
   const families = [keys.session, keys.refreshToken, keys.userSessions] as const
   const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
-  const item = JSON.stringify({ id: 'i1', contributorId: 'u1' })
+  const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
+  const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
     deadline, ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  await t.rejects(redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, past, 'i1', 'u1', item, 10), late)
+  await t.rejects(redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, past, 'i1', 'u1', item, 10), late)
   await t.rejects(redis.addUser(keys.users, keys.userEmails, past, 'u1', 'a@b.co', '{}'), late)
   await t.rejects(openSession(past), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
@@ -79,10 +80,41 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.revokeSession(past, ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
-  t.equal(await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, future, 'i1', 'u1', item, 10), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, past, 'i1', item, '{}'), late)
-  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, past, 'i1', item), late)
+  t.equal(await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, future, 'i1', 'u1', item, 10), 1)
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, 'i1', item, '{}'), late)
+  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, 'i1', item), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
+})
+
+t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is indexed at the first start, in creation order', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const keys = redisKeys(prefix)
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const [ada, grace] = [randomUUID(), randomUUID()]
+  // As 1.0.0 wrote them: the items hash, their creation order and the sequence; more than one scan takes at a time.
+  const at = '2026-11-21T00:00:00.000Z'
+  const stored = Array.from({ length: 2500 }, (_, index) => ({
+    id: randomUUID(),
+    name: `item ${index}`,
+    description: null,
+    status: index % 4 === 0 ? 'archived' : 'active',
+    contributorId: index % 2 === 0 ? ada : grace,
+    createdAt: at,
+    updatedAt: at
+  }))
+  const write = raw.multi()
+  stored.forEach((one, index) => write.hset(keys.items, one.id, JSON.stringify(one)).zadd(keys.itemOrder, index + 1, one.id))
+  await write.set(keys.itemSequence, stored.length).exec()
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10_000 })
+  t.teardown(async () => { await store.close() })
+  const archivedOfAda = stored.filter((one) => one.contributorId === ada && one.status === 'archived')
+  const page = await store.items.page(10, 5, { contributorId: ada, status: 'archived' })
+  t.same(page.items.map((one) => one.id), archivedOfAda.slice(10, 15).map((one) => one.id))
+  t.equal(page.total, archivedOfAda.length)
+  t.equal((await store.items.page(0, 1, { status: 'active' })).total, stored.length * 3 / 4)
+  t.equal((await store.items.page(0, 1, { contributorId: grace })).total, stored.length / 2)
+  t.equal(await raw.get(keys.itemsIndexed), '1', 'once: the next start finds the flag')
 })
 
 t.test('Redis forgets an ended session by itself, every key of it: there is nothing to sweep', { skip }, async (t) => {

@@ -3,7 +3,7 @@ import { PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
-import { itemScripts, RedisItemStore } from './items.js'
+import { indexItems, itemScripts, RedisItemStore } from './items.js'
 import { redisKeys } from './keys.js'
 import { outboxScripts, RedisOutbox } from './outbox.js'
 import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
@@ -126,6 +126,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   redis.on('ready', checkClock)
   const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
   const keys = redisKeys(options.keyPrefix)
+  await indexItems(redis, keys)
   const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const invalidations = await trackSessions(redis, keys.session, sessions)

@@ -1,24 +1,27 @@
 import type { Redis, Result } from 'ioredis'
-import { type Announcement, type Item, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
+import { type Announcement, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE } from './commands.js'
-import type { RedisKeys } from './keys.js'
+import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
 
 export const itemScripts = {
-  // KEYS: items, order, sequence, owned per contributor, outbox. ARGV: id, contributor id, item as JSON, items one
-  // contributor may own, and the event (APPEND_EVENT). 1 when added, 0 over the quota.
+  // KEYS: items, order, sequence, owned per contributor, outbox, and the item's sets by status, by contributor and
+  // by both (itemListKeys). ARGV: id, contributor id, item as JSON, items one contributor may own, and the event
+  // (APPEND_EVENT). 1 when added, 0 over the quota.
   addItem: {
-    numberOfKeys: 5,
+    numberOfKeys: 8,
     lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
+local sequence = redis.call('INCR', KEYS[3])
+for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
+redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 appendEvent(KEYS[5], 5)
 return 1`
   },
-  // KEYS: items, order. ARGV: first rank, last rank. {total, item JSON...}.
+  // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
   pageItems: {
     numberOfKeys: 2,
     lua: `
@@ -27,22 +30,31 @@ local total = redis.call('ZCARD', KEYS[2])
 if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
-  // KEYS: items, outbox. ARGV: id, the item as it was read, the item to store, and the event (APPEND_EVENT). 1 when
-  // stored, 0 when the item is gone, or the item as it is now when it changed since it was read.
+  // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
+  // item to store (the same when its status stays). ARGV: id, the item as it was read, the item to store, and the
+  // event (APPEND_EVENT). 1 when stored, 0 when the item is gone, or the item as it is now when it changed since it
+  // was read.
   replaceItem: {
-    numberOfKeys: 2,
+    numberOfKeys: 7,
     lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if KEYS[4] ~= KEYS[6] then
+  local sequence = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('ZADD', KEYS[6], sequence, ARGV[1])
+  redis.call('ZADD', KEYS[7], sequence, ARGV[1])
+end
 appendEvent(KEYS[2], 4)
 return 1`
   },
-  // KEYS: items, order, owned per contributor, outbox. ARGV: id, the item as it was read, and the event
-  // (APPEND_EVENT). As replaceItem.
+  // KEYS: items, order, owned per contributor, outbox, and the item's sets by status, by contributor and by both.
+  // ARGV: id, the item as it was read, and the event (APPEND_EVENT). As replaceItem.
   removeItem: {
-    numberOfKeys: 4,
+    numberOfKeys: 7,
     lua: `${WRITE_DEADLINE}${APPEND_EVENT}
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
@@ -50,20 +62,48 @@ if current ~= ARGV[2] then return current end
 local contributorId = cjson.decode(current).contributorId
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
 appendEvent(KEYS[4], 3)
 return 1`
+  },
+  // Puts the items a scan of the items hash finds into their sets by status and contributor: for a catalogue
+  // stored before those sets were kept (1.0.0), once. KEYS: items, order, the indexed flag. ARGV: the scan's cursor,
+  // how many items to scan, and the families of the sets by status, by contributor and by both (keys.ts), which
+  // the script completes with each item's status and contributor as itemListKey does. The cursor to go on from;
+  // at "0" every item is in its sets, and the flag says so.
+  indexItems: {
+    numberOfKeys: 3,
+    lua: `
+local scanned = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local fields = scanned[2]
+for index = 1, #fields, 2 do
+  local id = fields[index]
+  local item = cjson.decode(fields[index + 1])
+  local sequence = redis.call('ZSCORE', KEYS[2], id)
+  if sequence then
+    redis.call('ZADD', ARGV[3] .. item.status, sequence, id)
+    redis.call('ZADD', ARGV[4] .. item.contributorId, sequence, id)
+    redis.call('ZADD', ARGV[5] .. item.contributorId .. ':' .. item.status, sequence, id)
+  end
+end
+if scanned[1] == '0' then redis.call('SET', KEYS[3], '1') end
+return scanned[1]`
   }
 } as const satisfies Record<string, Script>
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, deadline: number, id: string, contributorId: string,
-      item: string, maxPerContributor: number, ...event: EventArguments): Result<0 | 1, Context>
-    pageItems (items: string, order: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
-    replaceItem (items: string, outbox: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
-    removeItem (items: string, order: string, owned: string, outbox: string, deadline: number, id: string, expected: string,
-      ...event: EventArguments): Result<0 | 1 | string, Context>
+    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
+      byContributorStatus: string, deadline: number, id: string, contributorId: string, item: string, maxPerContributor: number,
+      ...event: EventArguments): Result<0 | 1, Context>
+    pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
+    replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
+      nextByContributorStatus: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+    removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
+      deadline: number, id: string, expected: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+    indexItems (items: string, order: string, indexed: string, cursor: string, count: number, byStatus: string, byContributor: string,
+      byContributorStatus: string): Result<string, Context>
   }
 }
 
@@ -108,6 +148,22 @@ class ParsedItems {
   }
 }
 
+// Items each indexItems call scans: a catalogue of a million items is indexed in a thousand short scripts.
+const ITEMS_INDEXED_PER_CALL = 1000
+
+/**
+ * Makes sure every item is in its sets by status and contributor, which pages with a filter are cut from: a
+ * catalogue stored by 1.0.0, which kept none, is indexed once, at the first start (every write keeps them since).
+ */
+export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> {
+  if (await call(redis.get(keys.itemsIndexed)) !== null) return
+  let cursor = '0'
+  do {
+    cursor = await call(redis.indexItems(keys.items, keys.itemOrder, keys.itemsIndexed, cursor, ITEMS_INDEXED_PER_CALL, keys.itemsByStatus,
+      keys.itemsByContributor, keys.itemsByContributorStatus))
+  } while (cursor !== '0')
+}
+
 export interface RedisItemStoreOptions {
   maxPerContributor: number
   maxCachedCharacters: number
@@ -144,7 +200,7 @@ export class RedisItemStore implements ItemStore {
     const json = itemJson(item)
     const stored = parseItem(json)
     const event = announce?.(stored)
-    const added = await call(this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox,
+    const added = await call(this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored),
       this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
     if (added === 0) return undefined
     this.#outbox.recorded(event)
@@ -156,8 +212,8 @@ export class RedisItemStore implements ItemStore {
     return json === null ? undefined : this.#parsed.parse(json)
   }
 
-  async page (offset: number, limit: number): Promise<ItemPage> {
-    const [total, ...found] = await call(this.#redis.pageItems(this.#keys.items, this.#keys.itemOrder, offset, offset + limit - 1))
+  async page (offset: number, limit: number, filter: ItemFilter = {}): Promise<ItemPage> {
+    const [total, ...found] = await call(this.#redis.pageItems(this.#keys.items, itemListKey(this.#keys, filter), offset, offset + limit - 1))
     const items: Item[] = []
     for (const json of found) if (json !== null) items.push(this.#parsed.parse(json))
     if (items.length < found.length) this.#skipMissing(found.length - items.length)
@@ -178,12 +234,15 @@ export class RedisItemStore implements ItemStore {
   }
 
   async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
+    const keys = this.#keys
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       const next = itemJson(change(current))
       const stored = parseItem(next)
       const event = announce?.(stored)
-      const outcome = await call(this.#redis.replaceItem(this.#keys.items, this.#keys.outbox, this.#clock.writeDeadline(), id, json, next,
-        ...eventArguments(event)))
+      const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
+      const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
+      const outcome = await call(this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, byStatus, byContributorStatus, nextByStatus,
+        nextByContributorStatus, this.#clock.writeDeadline(), id, json, next, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored
@@ -195,8 +254,8 @@ export class RedisItemStore implements ItemStore {
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
-      const outcome = await call(this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, this.#clock.writeDeadline(), id, json,
-        ...eventArguments(event)))
+      const outcome = await call(this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, current),
+        this.#clock.writeDeadline(), id, json, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

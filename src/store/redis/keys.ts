@@ -1,3 +1,5 @@
+import type { Item, ItemFilter } from '../store.js'
+
 /**
  * Every key the Redis store writes, under the deployment's prefix (REDIS_KEY_PREFIX), named here and nowhere else:
  * the scripts receive these names as keys or, where they find a key's id in data they read (a session's tokens),
@@ -18,6 +20,14 @@ export interface RedisKeys {
   readonly items: string
   /** Sorted set: item ids by creation (score: itemSequence). */
   readonly itemOrder: string
+  /** Family, + a status. Sorted set: the ids of the items in that status, as itemOrder. */
+  readonly itemsByStatus: string
+  /** Family, + a contributor id. Sorted set: the ids of the contributor's items, as itemOrder. */
+  readonly itemsByContributor: string
+  /** Family, + a contributor id + ':' + a status. Sorted set: the ids of the contributor's items in it, as itemOrder. */
+  readonly itemsByContributorStatus: string
+  /** String: 1 once every item is in the sets by status and contributor (indexItems). */
+  readonly itemsIndexed: string
   /** String: the last creation number given. */
   readonly itemSequence: string
   /** Hash: contributor id → items they own. */
@@ -38,12 +48,26 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   userSessions: `${prefix}user-sessions:`,
   items: `${prefix}items`,
   itemOrder: `${prefix}item-order`,
+  itemsByStatus: `${prefix}items-by-status:`,
+  itemsByContributor: `${prefix}items-by-contributor:`,
+  itemsByContributorStatus: `${prefix}items-by-contributor-status:`,
+  itemsIndexed: `${prefix}items-indexed`,
   itemSequence: `${prefix}item-sequence`,
   itemsOwned: `${prefix}items-owned`,
   outbox: `${prefix}outbox`,
   webhook: `${prefix}webhook:`,
   rateLimit: `${prefix}rate-limit:`
 })
+
+/** The sorted set a filter's pages are cut from: itemOrder itself when it keeps every item. */
+export function itemListKey (keys: RedisKeys, { status, contributorId }: ItemFilter): string {
+  if (contributorId === undefined) return status === undefined ? keys.itemOrder : `${keys.itemsByStatus}${status}`
+  return status === undefined ? `${keys.itemsByContributor}${contributorId}` : `${keys.itemsByContributorStatus}${contributorId}:${status}`
+}
+
+/** The sorted sets by status and contributor that hold `item` (itemOrder aside). */
+export const itemListKeys = (keys: RedisKeys, { status, contributorId }: Pick<Item, 'status' | 'contributorId'>): [string, string, string] =>
+  [itemListKey(keys, { status }), itemListKey(keys, { contributorId }), itemListKey(keys, { status, contributorId })]
 
 export interface WebhookKeys {
   /** Sorted set: event ids pending delivery, scored by when each may be taken next. */
