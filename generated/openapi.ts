@@ -861,7 +861,8 @@ export interface components {
          * @description The rate limits the operation counts against, per the IETF draft "RateLimit header fields for HTTP"
          *     (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its quota `q` and
          *     its window `w` in seconds. Sent on every response of a rate-limited operation (`registerUser`, `loginUser`,
-         *     `refreshTokens`, `createItem`, `updateItem`, `deleteItem`) while `RATE_LIMIT` is on, the same on each.
+         *     `refreshTokens`, `createItem`, `updateItem`, `deleteItem`) while `RATE_LIMIT` is on, the same on each, but
+         *     the 503 of a service that sheds load or shuts down (which refuses before any limit is looked at).
          * @example "login-address";q=60;w=60, "login";q=10;w=60, "login-failures";q=10;w=900
          */
         "RateLimit-Policy": string;

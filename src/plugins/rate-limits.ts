@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter } from 'prom-client'
 import type { RouteOperationId } from '../../generated/routes.js'
@@ -65,24 +65,29 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
 
 const isRateLimited = (error: Error | undefined): boolean => error instanceof ApiError && error.statusCode === 429
 
-function recordStatus (request: FastifyRequest, policy: LimitName, max: number, counted: Counted | undefined): void {
-  const status = request.rateLimitStatus ?? (request.rateLimitStatus = [])
-  const known = status.find((entry) => entry.policy === policy)
-  if (known === undefined) status.push({ policy, max, counted })
-  else known.counted = counted
-}
-
 // The IETF draft's Structured Fields items (draft-ietf-httpapi-ratelimit-headers-10).
 const policyItem = (name: LimitName, { max, windowSeconds }: RateLimit): string => `"${name}";q=${max};w=${windowSeconds}`
 const statusItem = ({ policy, max, counted }: RateLimitStatus): string => counted === undefined
   ? `"${policy}";r=${max}`
   : `"${policy}";r=${Math.max(0, max - counted.current)};t=${Math.ceil(counted.ttl / 1000)}`
 
-// Every response of a limited operation names its limits, and what is left of those that counted the request.
-const sendRateLimitFields = (policyField: string): onSendHookHandler => (request, reply, payload, done) => {
+/**
+ * Notes what is left of `policy` after counting this request, and says it in the RateLimit field at once: set as
+ * each limit counts, rather than by an onSend hook, which a write's route otherwise has none of (running one costs
+ * it more than the rest of the limit).
+ */
+function recordStatus (request: FastifyRequest, reply: FastifyReply, policy: LimitName, max: number, counted: Counted | undefined): void {
+  const status = request.rateLimitStatus ?? (request.rateLimitStatus = [])
+  const known = status.find((entry) => entry.policy === policy)
+  if (known === undefined) status.push({ policy, max, counted })
+  else known.counted = counted
+  reply.header('ratelimit', status.length === 1 ? statusItem(status[0]!) : status.map(statusItem).join(', '))
+}
+
+// The first hook of a limited route: every response it sends names its limits, whatever refuses it.
+const namePolicies = (policyField: string): Hook => (_request, reply, done) => {
   reply.header('ratelimit-policy', policyField)
-  if (request.rateLimitStatus !== null) reply.header('ratelimit', request.rateLimitStatus.map(statusItem).join(', '))
-  done(null, payload)
+  done()
 }
 
 /**
@@ -123,11 +128,11 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     const { max, windowSeconds } = limitsByName[name]
     const counter = app.store.rateCounter(name)
     const windowMs = windowSeconds * 1000
-    return (request, _reply, done) => {
+    return (request, reply, done) => {
       const key = keyOf(request)
       counter.incr(key, windowMs, max, (outcome) => {
         const refused = verdict(outcome, max)
-        if (!(outcome instanceof Error)) recordStatus(request, name, max, outcome)
+        if (!(outcome instanceof Error)) recordStatus(request, reply, name, max, outcome)
         if (isRateLimited(refused)) refusals.inc({ limit: name })
         if (refused === undefined && refundable) counted.set(request, [...counted.get(request) ?? [], { counter, key }])
         done(refused)
@@ -146,10 +151,10 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
   }
   const failures = app.store.rateCounter('login-failures')
   const failuresWindowMs = loginFailures.windowSeconds * 1000
-  const accountNotLocked: Hook = (request, _reply, done) => {
+  const accountNotLocked: Hook = (request, reply, done) => {
     failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
       if (outcome instanceof Error) return done(outcome)
-      recordStatus(request, 'login-failures', loginFailures.max, outcome)
+      recordStatus(request, reply, 'login-failures', loginFailures.max, outcome)
       const locked = outcome !== undefined && outcome.current >= loginFailures.max
       if (locked) refusals.inc({ limit: 'login-failures' })
       done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
@@ -161,11 +166,11 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     if (reply.statusCode === 401) {
       failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
         if (outcome instanceof Error) warn(outcome)
-        else recordStatus(request, 'login-failures', loginFailures.max, outcome)
+        else recordStatus(request, reply, 'login-failures', loginFailures.max, outcome)
         done(null, payload)
       })
     } else if (reply.statusCode === 200) {
-      recordStatus(request, 'login-failures', loginFailures.max, undefined)
+      recordStatus(request, reply, 'login-failures', loginFailures.max, undefined)
       failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
     } else {
       done(null, payload)
@@ -194,10 +199,10 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     const routeLimits = limits[operationId]
     // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
     // over it. The others are appended to the route's own.
-    if (routeLimits.onRequest !== undefined) route.onRequest = [routeLimits.onRequest, ...appendedHooks(route.onRequest)]
+    const policies = namePolicies(OPERATION_LIMITS[operationId].map((name) => policyItem(name, limitsByName[name])).join(', '))
+    route.onRequest = [policies, ...(routeLimits.onRequest === undefined ? [] : [routeLimits.onRequest]), ...appendedHooks(route.onRequest)]
     if (routeLimits.preHandler !== undefined) route.preHandler = appendedHooks(route.preHandler, ...routeLimits.preHandler)
-    const sendFields = sendRateLimitFields(OPERATION_LIMITS[operationId].map((name) => policyItem(name, limitsByName[name])).join(', '))
-    route.onSend = appendedHooks(route.onSend, ...(routeLimits.onSend === undefined ? [] : [routeLimits.onSend]), sendFields)
+    if (routeLimits.onSend !== undefined) route.onSend = appendedHooks(route.onSend, routeLimits.onSend)
     if (routeLimits.onResponse !== undefined) route.onResponse = appendedHooks(route.onResponse, ...routeLimits.onResponse)
   })
 }
