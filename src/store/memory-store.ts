@@ -135,12 +135,14 @@ interface ItemEntry {
   readonly sequence: number
 }
 
-/** The name of the list a filter's pages are cut from: one for the whole catalogue, one per filter that has items. */
-const listName = ({ status, contributorId }: ItemFilter): string => `${contributorId ?? ''} ${status ?? ''}`
+/** The items of one scope (the catalogue, or one contributor's), each list in creation order. */
+interface ItemLists {
+  readonly all: ItemEntry[]
+  readonly active: ItemEntry[]
+  readonly archived: ItemEntry[]
+}
 
-/** The lists an item is in: the catalogue, its status's, its contributor's, and its contributor's of its status. */
-const listsOf = ({ status, contributorId }: Item): string[] =>
-  [listName({}), listName({ status }), listName({ contributorId }), listName({ status, contributorId })]
+const emptyLists = (): ItemLists => ({ all: [], active: [], archived: [] })
 
 /** The position in `list` (ascending sequence order) of the entry with `sequence`, or where it would go: O(log n). */
 function positionOf (list: readonly ItemEntry[], sequence: number): number {
@@ -155,15 +157,23 @@ function positionOf (list: readonly ItemEntry[], sequence: number): number {
   return low
 }
 
+// A new item goes last; one that changed status goes back to its place by creation.
+function insert (list: ItemEntry[], entry: ItemEntry): void {
+  if (list.length === 0 || list.at(-1)!.sequence < entry.sequence) list.push(entry)
+  else list.splice(positionOf(list, entry.sequence), 0, entry)
+}
+
+const remove = (list: ItemEntry[], entry: ItemEntry): void => { list.splice(positionOf(list, entry.sequence), 1) }
+
 class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
   readonly #maxItems: number
   readonly #maxPerContributor: number
-  readonly #countByContributor = new Map<string, number>()
   readonly #byId = new Map<string, ItemEntry>()
-  // Each in creation order, by listName; a page is a slice of one, so it costs O(pageSize) whatever its number and
-  // filter. A list leaves with its last item.
-  readonly #lists = new Map<string, ItemEntry[]>()
+  // A page is a slice of one list of the catalogue's or of a contributor's, so it costs O(pageSize) whatever its
+  // number and filter. A contributor's lists (their length, the count they own) leave with their last item.
+  readonly #catalogue = emptyLists()
+  readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
   constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox) {
@@ -173,13 +183,17 @@ class MemoryItemStore implements ItemStore {
   }
 
   async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
-    const owned = this.#countByContributor.get(item.contributorId) ?? 0
-    if (owned >= this.#maxPerContributor) return undefined
+    const owned = this.#byContributor.get(item.contributorId)
+    if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
     if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)
-    this.#countByContributor.set(item.contributorId, owned + 1)
     const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
-    for (const name of listsOf(entry.item)) this.#insert(name, entry)
+    const contributorLists = owned ?? emptyLists()
+    if (owned === undefined) this.#byContributor.set(item.contributorId, contributorLists)
+    for (const lists of [this.#catalogue, contributorLists]) {
+      lists.all.push(entry)
+      lists[item.status].push(entry)
+    }
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
@@ -188,8 +202,9 @@ class MemoryItemStore implements ItemStore {
     return this.#byId.get(id)?.item
   }
 
-  async page (offset: number, limit: number, filter: ItemFilter = {}): Promise<ItemPage> {
-    const list = this.#lists.get(listName(filter)) ?? []
+  async page (offset: number, limit: number, { status, contributorId }: ItemFilter = {}): Promise<ItemPage> {
+    const lists = contributorId === undefined ? this.#catalogue : this.#byContributor.get(contributorId) ?? emptyLists()
+    const list = status === undefined ? lists.all : lists[status]
     return { items: list.slice(offset, offset + limit).map((entry) => entry.item), total: list.length }
   }
 
@@ -203,8 +218,11 @@ class MemoryItemStore implements ItemStore {
     const previous = entry.item
     entry.item = storedItem(change(previous))
     if (entry.item.status !== previous.status) {
-      for (const name of listsOf(previous)) this.#delete(name, entry)
-      for (const name of listsOf(entry.item)) this.#insert(name, entry)
+      // add listed the item under its contributor.
+      for (const lists of [this.#catalogue, this.#byContributor.get(previous.contributorId)!]) {
+        remove(lists[previous.status], entry)
+        insert(lists[entry.item.status], entry)
+      }
     }
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
@@ -215,28 +233,15 @@ class MemoryItemStore implements ItemStore {
     if (entry === undefined) return undefined
     confirm(entry.item)
     this.#byId.delete(id)
-    for (const name of listsOf(entry.item)) this.#delete(name, entry)
-    // add counted the item, so its contributor has a count.
-    const owned = this.#countByContributor.get(entry.item.contributorId)! - 1
-    if (owned === 0) this.#countByContributor.delete(entry.item.contributorId)
-    else this.#countByContributor.set(entry.item.contributorId, owned)
+    const { contributorId, status } = entry.item
+    const contributorLists = this.#byContributor.get(contributorId)!
+    for (const lists of [this.#catalogue, contributorLists]) {
+      remove(lists.all, entry)
+      remove(lists[status], entry)
+    }
+    if (contributorLists.all.length === 0) this.#byContributor.delete(contributorId)
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
-  }
-
-  #insert (name: string, entry: ItemEntry): void {
-    const list = this.#lists.get(name)
-    if (list === undefined) this.#lists.set(name, [entry])
-    // A new item goes last; one that changed status goes back to its place by creation.
-    else if (list.at(-1)!.sequence < entry.sequence) list.push(entry)
-    else list.splice(positionOf(list, entry.sequence), 0, entry)
-  }
-
-  #delete (name: string, entry: ItemEntry): void {
-    // The entry is in every list of its item.
-    const list = this.#lists.get(name)!
-    if (list.length === 1) this.#lists.delete(name)
-    else list.splice(positionOf(list, entry.sequence), 1)
   }
 }
 
