@@ -165,6 +165,17 @@ export interface paths {
         /**
          * Add an item
          * @description Adds an item owned by the caller, with status `active`. Contributors only. Emits `items.item.added`.
+         *
+         *     **Retrying safely.** A client that cannot tell whether its create was stored (a timeout, a lost
+         *     connection) sends the same request again with the same `Idempotency-Key` (IETF draft
+         *     "The Idempotency-Key HTTP Header Field"). A key names one create of one caller: while the item it made is
+         *     remembered (24 hours, `IDEMPOTENCY_KEY_TTL_SECONDS`; the caller's 1 000 most recent keys,
+         *     `MAX_IDEMPOTENCY_KEYS_PER_USER`), the same key with the same body gets the first response again (201, its
+         *     `Location`, `ETag` and item as they were, and `Idempotent-Replayed: true`), and creates nothing, emits
+         *     nothing and counts against no rate limit. The same key with another body is 422
+         *     `IDEMPOTENCY_KEY_REUSED`; the same key while its first request is still running is 409
+         *     `IDEMPOTENCY_KEY_IN_USE` (retry after a moment). A create that was refused (4xx, 5xx) is not remembered:
+         *     sending its key again tries it again.
          */
         post: operations["createItem"];
         delete?: never;
@@ -364,6 +375,8 @@ export interface components {
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
          *     - `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
+         *     - `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.
+         *     - `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.
          *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.
          *     - `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.
@@ -373,7 +386,7 @@ export interface components {
          *     - `STORE_FULL` (507): the service holds as many users or items as it may; nothing more is added until some are removed.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "STORE_FULL";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "STORE_FULL";
         Health: {
             /** @constant */
             status: "ok";
@@ -651,6 +664,46 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
+        /**
+         * @description A request with this `Idempotency-Key` is still running (`IDEMPOTENCY_KEY_IN_USE`); retry after a moment
+         *     to get its response.
+         */
+        IdempotencyKeyInUse: {
+            headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "IDEMPOTENCY_KEY_IN_USE",
+                 *       "message": "A request with this Idempotency-Key is still running; retry after a moment."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /**
+         * @description This `Idempotency-Key` was sent before with another body (`IDEMPOTENCY_KEY_REUSED`): a key names one
+         *     request. Use a new key for a new create.
+         */
+        IdempotencyKeyReused: {
+            headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "IDEMPOTENCY_KEY_REUSED",
+                 *       "message": "This Idempotency-Key was used with another request body; use a new key."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
         /** @description The body is larger than the service accepts (`PAYLOAD_TOO_LARGE`). */
         PayloadTooLarge: {
             headers: {
@@ -815,6 +868,12 @@ export interface components {
          */
         ifMatch: string;
         /**
+         * @description A key the client makes for this create (a UUID, say) and sends again, unchanged, with every retry of it;
+         *     keys are the caller's own, so two callers never collide. See `createItem`.
+         * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+         */
+        idempotencyKey: string;
+        /**
          * @description The event's `id`, the same on every attempt to deliver it; use it to drop duplicates.
          * @example 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f
          */
@@ -857,6 +916,11 @@ export interface components {
         Pragma: "no-cache";
         /** @description Seconds to wait before trying again. */
         "Retry-After": number;
+        /**
+         * @description `true` when this is the response to an earlier request with the same `Idempotency-Key`, sent again: the
+         *     item was created then, not now (and may have changed since; read it for its current state).
+         */
+        "Idempotent-Replayed": "true";
         /**
          * @description The rate limits the operation counts against, per the IETF draft "RateLimit header fields for HTTP"
          *     (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its quota `q` and
@@ -1154,7 +1218,14 @@ export interface operations {
     createItem: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description A key the client makes for this create (a UUID, say) and sends again, unchanged, with every retry of it;
+                 *     keys are the caller's own, so two callers never collide. See `createItem`.
+                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 */
+                "Idempotency-Key"?: components["parameters"]["idempotencyKey"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -1178,6 +1249,7 @@ export interface operations {
                     /** @description The address of the new item. */
                     Location: string;
                     ETag: components["headers"]["ETag"];
+                    "Idempotent-Replayed": components["headers"]["Idempotent-Replayed"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1198,8 +1270,10 @@ export interface operations {
             400: components["responses"]["ValidationFailed"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["IdempotencyKeyInUse"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["IdempotencyKeyReused"];
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];

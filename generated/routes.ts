@@ -24,6 +24,8 @@ export interface RouteDefinition {
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
+    /** The header parameters, by their lower-cased names. */
+    readonly headers?: JsonSchema
     readonly body?: JsonSchema
     /** The JSON body schema of each documented status code that has a body. */
     readonly response: { readonly [status: string]: JsonSchema }
@@ -401,8 +403,10 @@ export const routes: readonly RouteDefinition[] = [
       "400",
       "401",
       "403",
+      "409",
       "413",
       "415",
+      "422",
       "429",
       "500",
       "503",
@@ -434,10 +438,16 @@ export const routes: readonly RouteDefinition[] = [
         "403": {
           "$ref": "ErrorResponse"
         },
+        "409": {
+          "$ref": "ErrorResponse"
+        },
         "413": {
           "$ref": "ErrorResponse"
         },
         "415": {
+          "$ref": "ErrorResponse"
+        },
+        "422": {
           "$ref": "ErrorResponse"
         },
         "429": {
@@ -452,6 +462,17 @@ export const routes: readonly RouteDefinition[] = [
         "507": {
           "$ref": "ErrorResponse"
         }
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "idempotency-key": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255
+          }
+        },
+        "required": []
       },
       "body": {
         "$ref": "CreateItemRequest"
@@ -518,6 +539,15 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "itemId"
         ]
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-none-match": {
+            "type": "string"
+          }
+        },
+        "required": []
       }
     }
   },
@@ -588,6 +618,15 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "itemId"
         ]
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-match": {
+            "type": "string"
+          }
+        },
+        "required": []
       }
     }
   },
@@ -672,6 +711,15 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "itemId"
         ]
+      },
+      "headers": {
+        "type": "object",
+        "properties": {
+          "if-match": {
+            "type": "string"
+          }
+        },
+        "required": []
       },
       "body": {
         "$ref": "UpdateItemRequest"

@@ -11,6 +11,8 @@ export interface RequestValidators {
   readonly params?: ValidateFunction
   /** Query parameters: coerced from strings, defaults filled in. */
   readonly querystring?: ValidateFunction
+  /** Header parameters, by their lower-cased names. */
+  readonly headers?: ValidateFunction
 }
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.
@@ -32,17 +34,21 @@ export const validators = {
     querystring: parameters.listItems_querystring
   },
   createItem: {
-    body: bodies.createItem_body
+    body: bodies.createItem_body,
+    headers: parameters.createItem_headers
   },
   getItem: {
-    params: parameters.getItem_params
+    params: parameters.getItem_params,
+    headers: parameters.getItem_headers
   },
   deleteItem: {
-    params: parameters.deleteItem_params
+    params: parameters.deleteItem_params,
+    headers: parameters.deleteItem_headers
   },
   updateItem: {
     body: bodies.updateItem_body,
-    params: parameters.updateItem_params
+    params: parameters.updateItem_params,
+    headers: parameters.updateItem_headers
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

@@ -19,7 +19,7 @@ interface GeneratedFile {
 }
 
 const HTTP_METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const
-const REQUEST_PARTS = ['body', 'params', 'querystring'] as const
+const REQUEST_PARTS = ['body', 'params', 'querystring', 'headers'] as const
 const SCHEMA_REF_PREFIX = '#/components/schemas/'
 
 /** One contract and the folder its generated modules go to. */
@@ -83,13 +83,15 @@ function jsonContentSchema (holder: JsonObject | undefined): JsonObject | undefi
   return isObject(media) && isObject(media.schema) ? withSchemaIds(media.schema) as JsonObject : undefined
 }
 
-function parameterSchema (parameters: JsonObject[], location: 'path' | 'query'): JsonObject | undefined {
+// Header names are lower-cased, as Node gives them to Fastify.
+function parameterSchema (parameters: JsonObject[], location: 'path' | 'query' | 'header'): JsonObject | undefined {
   const selected = parameters.filter((parameter) => parameter.in === location)
   if (selected.length === 0) return undefined
+  const nameOf = (parameter: JsonObject): string => location === 'header' ? String(parameter.name).toLowerCase() : String(parameter.name)
   return {
     type: 'object',
-    properties: Object.fromEntries(selected.map((parameter) => [parameter.name, withSchemaIds(parameter.schema)])),
-    required: selected.filter((parameter) => parameter.required === true).map((parameter) => parameter.name)
+    properties: Object.fromEntries(selected.map((parameter) => [nameOf(parameter), withSchemaIds(parameter.schema)])),
+    required: selected.filter((parameter) => parameter.required === true).map(nameOf)
   }
 }
 
@@ -104,6 +106,7 @@ interface RouteEntry {
   schema: {
     params?: JsonObject
     querystring?: JsonObject
+    headers?: JsonObject
     body?: JsonObject
     response: Record<string, JsonObject>
   }
@@ -141,9 +144,11 @@ function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] 
       const schema: RouteEntry['schema'] = { response }
       const params = parameterSchema(parameters, 'path')
       const querystring = parameterSchema(parameters, 'query')
+      const headers = parameterSchema(parameters, 'header')
       const body = operation.requestBody === undefined ? undefined : jsonContentSchema(resolve(operation.requestBody))
       if (params) schema.params = params
       if (querystring) schema.querystring = querystring
+      if (headers) schema.headers = headers
       if (body) schema.body = body
       routes.push({
         operationId: String(operation.operationId),
@@ -202,6 +207,8 @@ export interface RouteDefinition {
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
+    /** The header parameters, by their lower-cased names. */
+    readonly headers?: JsonSchema
     readonly body?: JsonSchema
     /** The JSON body schema of each documented status code that has a body. */
     readonly response: { readonly [status: string]: JsonSchema }
@@ -284,9 +291,9 @@ function validatorModules (banner: string, routes: RouteEntry[], components: Rec
   const responses = Object.fromEntries(routes.flatMap((route) =>
     Object.entries(route.schema.response).map(([status, schema]) => [exportName(route.operationId, status), schema])))
   return [
-    // Bodies are validated as sent; path and query parameters arrive as strings and are coerced to their types.
+    // Bodies are validated as sent; parameters arrive as strings and are coerced to their types.
     validatorModule(banner, 'request-body-validators', { coerceTypes: false, useDefaults: false }, components, requestSchemas(routes, ['body'])),
-    validatorModule(banner, 'request-parameter-validators', { coerceTypes: true, useDefaults: true }, components, requestSchemas(routes, ['params', 'querystring'])),
+    validatorModule(banner, 'request-parameter-validators', { coerceTypes: true, useDefaults: true }, components, requestSchemas(routes, ['params', 'querystring', 'headers'])),
     // For the tests and CONTRACT_STRICT_RESPONSES: the body the contract allows for each status of each operation.
     validatorModule(banner, 'response-validators', { coerceTypes: false, useDefaults: false }, components, responses)
   ]
@@ -312,6 +319,8 @@ export interface RequestValidators {
   readonly params?: ValidateFunction
   /** Query parameters: coerced from strings, defaults filled in. */
   readonly querystring?: ValidateFunction
+  /** Header parameters, by their lower-cased names. */
+  readonly headers?: ValidateFunction
 }
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.

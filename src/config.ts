@@ -91,6 +91,8 @@ export interface StoreConfig {
   redisKeyPrefix: string
   /** Items one contributor may own at once. */
   maxItemsPerUser: number
+  /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
+  idempotencyKeys: { ttlMs: number, perUser: number }
   /** Users and items the memory store holds at most (Redis is bounded by its own maxmemory). */
   memoryMaxUsers: number
   memoryMaxItems: number
@@ -282,6 +284,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       redisUrl: redisUrl(env.REDIS_URL, 'REDIS_URL'),
       redisKeyPrefix: env.REDIS_KEY_PREFIX,
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
+      idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },
       memoryMaxUsers: env.MEMORY_STORE_MAX_USERS,
       memoryMaxItems: env.MEMORY_STORE_MAX_ITEMS
     },

@@ -137,6 +137,18 @@ export const variables = {
     description: 'Bits of an IPv6 client address that make one client for rate limits and the hashing queue (an IPv4-mapped address counts as its IPv4 one).'
   },
   MAX_ITEMS_PER_USER: { type: 'integer', minimum: 1, default: 1000, description: 'Items one contributor may own at once; one more is 403 `ITEM_QUOTA_EXCEEDED`.' },
+  IDEMPOTENCY_KEY_TTL_SECONDS: {
+    type: 'integer',
+    minimum: 1,
+    default: 86400,
+    description: 'How long a create made with an `Idempotency-Key` is remembered, for a retry with that key to get its response again (a day).'
+  },
+  MAX_IDEMPOTENCY_KEYS_PER_USER: {
+    type: 'integer',
+    minimum: 1,
+    default: 1000,
+    description: 'Idempotency keys remembered per user; one more forgets their oldest. The memory store also keeps at most 100 000 in all, and 16 Mi characters of their keys and items (about 64 MB), the oldest out first.'
+  },
   MEMORY_STORE_MAX_USERS: { type: 'integer', minimum: 1, default: 100000, description: 'Users the memory store holds at most; one more registration is 507 `STORE_FULL`.' },
   MEMORY_STORE_MAX_ITEMS: {
     type: 'integer',

@@ -53,5 +53,11 @@ export const serviceUnavailable = (message: string, retryAfterSeconds?: number):
 export const rateLimited = (retryAfterSeconds: number): ApiError =>
   new ApiError(429, 'RATE_LIMITED', 'Too many attempts; try again later.', { 'retry-after': String(retryAfterSeconds) })
 
+export const idempotencyKeyInUse = (): ApiError =>
+  new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'A request with this Idempotency-Key is still running; retry after a moment.')
+
+export const idempotencyKeyReused = (): ApiError =>
+  new ApiError(422, 'IDEMPOTENCY_KEY_REUSED', 'This Idempotency-Key was used with another request body; use a new key.')
+
 export const emailAlreadyRegistered = (): ApiError =>
   new ApiError(409, 'EMAIL_ALREADY_REGISTERED', 'This email is already registered.')

@@ -2,12 +2,14 @@ import type { FastifyInstance } from 'fastify'
 import type { HashingProcess } from './auth/hashing-process.js'
 import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
+import { sendCreatedItem } from './handlers/items.js'
 import authPlugin from './plugins/auth.js'
 import clientAddressPlugin from './plugins/client-address.js'
 import corsPlugin from './plugins/cors.js'
 import docsPlugin from './plugins/docs.js'
 import errorsPlugin from './plugins/errors.js'
 import eventsPlugin, { type Subscribers } from './plugins/events.js'
+import idempotencyPlugin from './plugins/idempotency.js'
 import loadSheddingPlugin from './plugins/load-shedding.js'
 import metricsPlugin from './plugins/metrics.js'
 import operationsPlugin from './plugins/operations.js'
@@ -67,6 +69,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
   await app.register(seedPlugin, { file: config.seedFile })
   await app.register(rateLimitsPlugin, { limits: config.rateLimits })
+  await app.register(idempotencyPlugin, { replays: { createItem: sendCreatedItem } })
   await app.register(docsPlugin)
   await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
   if (config.operations !== undefined) {

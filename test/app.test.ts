@@ -320,7 +320,9 @@ t.test('a stale generated/ (a request part without its validator) stops the star
   t.type(generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'querystring' }), 'function', 'a part the contract declares has its validator')
   // A contract that gained a body for listItems, and generated/ from before: the route asks for a validator that is not there.
   t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'body' }), { message: 'No generated validator for GET /v1/items body; run npm run generate' })
-  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate$/ }, 'nor does a part the generator never validates')
+  t.type(generatedValidator({ method: 'POST', url: '/v1/items', httpPart: 'headers' }), 'function', 'header parameters have theirs')
+  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate$/ }, 'an operation without header parameters has none')
+  t.throws(() => generatedValidator({ method: 'POST', url: '/v1/items', httpPart: 'cookies' }), { message: /run npm run generate$/ }, 'nor does a part the generator never validates')
   t.throws(() => generatedValidator({ method: 'GET', url: '/v1/new-operation', httpPart: 'querystring' }), { message: /^No generated validator for GET \/v1\/new-operation querystring/ })
 })
 

@@ -53,11 +53,12 @@ t.test('a generated secret is announced with a warning at startup', async (t) =>
 })
 
 t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
-  const memoryBounds = { memoryMaxUsers: 100_000, memoryMaxItems: 1_000_000 }
-  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...memoryBounds })
+  const storeDefaults = { memoryMaxUsers: 100_000, memoryMaxItems: 1_000_000, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
+  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
-    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000, ...memoryBounds })
+    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000, ...storeDefaults })
+  t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
   t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
   for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
     t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)

@@ -49,6 +49,7 @@ function failingStore (error: Error): Store {
     users: broken as Store['users'],
     sessions: broken as Store['sessions'],
     items: broken as Store['items'],
+    idempotencyKeys: broken as Store['idempotencyKeys'],
     outbox: createMemoryStore().outbox,
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },

@@ -42,7 +42,7 @@ t.test('CORS_ORIGINS: preflights from a listed origin answer 204, and responses 
   t.match(allowed.headers, {
     'access-control-allow-origin': APP_ORIGIN,
     'access-control-allow-methods': /PATCH/,
-    'access-control-allow-headers': /authorization.*if-match/,
+    'access-control-allow-headers': /authorization.*idempotency-key.*if-match/,
     'access-control-max-age': '600'
   })
   const refused = await api.app.inject(preflight('http://evil.example'))
@@ -51,7 +51,7 @@ t.test('CORS_ORIGINS: preflights from a listed origin answer 204, and responses 
   const { accessToken } = await api.register()
   const created = await api.call('createItem', { token: accessToken, body: { name: 'n' }, headers: { origin: APP_ORIGIN } })
   t.equal(created.headers['access-control-allow-origin'], APP_ORIGIN)
-  t.match(created.headers['access-control-expose-headers'], /x-request-id.*location.*etag.*retry-after.*ratelimit.*ratelimit-policy/)
+  t.match(created.headers['access-control-expose-headers'], /x-request-id.*location.*etag.*idempotent-replayed.*retry-after.*ratelimit.*ratelimit-policy/)
 })
 
 /** A page server on a port of its own, so an origin of its own; it serves what `html` gives at the time. */

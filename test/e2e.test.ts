@@ -1,10 +1,12 @@
 // The whole spec walked the way a client team would: a real server on an ephemeral port and openapi-fetch typed by
 // the contract's generated types (generated/openapi.ts). A contract change that breaks these calls fails to compile; a server
 // that breaks the contract fails the middleware's check.
+import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import createClient from 'openapi-fetch'
 import type { paths } from '../generated/openapi.js'
 import { buildTestApp, contractMiddleware, rateLimitItems } from './helper.js'
+import { redisKeyPrefix, redisSkip } from './redis.js'
 
 t.test('a client team walks the whole spec', async (t) => {
   const app = await buildTestApp(t)
@@ -92,4 +94,41 @@ t.test('a client backs off before it is refused: RateLimit says what is left, an
   const refused = await client.POST('/v1/items', { headers, body: { name: 'One too many' } })
   t.equal(refused.error?.code, 'RATE_LIMITED')
   t.equal(rateLimitItems(refused.response.headers.get('ratelimit'))['item-writes']?.t, Number(refused.response.headers.get('retry-after')))
+})
+
+t.test('a client retries a create with its Idempotency-Key: the first response again, one item; another body is refused', async (t) => {
+  const app = await buildTestApp(t)
+  const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
+  client.use(contractMiddleware)
+  const ada = await client.POST('/v1/auth/register', { body: { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' } })
+  const headers = { authorization: `Bearer ${ada.data?.accessToken ?? ''}` }
+  const params = { header: { 'Idempotency-Key': randomUUID() } }
+  const first = await client.POST('/v1/items', { headers, params, body: { name: 'Difference engine' } })
+  const retried = await client.POST('/v1/items', { headers, params, body: { name: 'Difference engine' } })
+  t.same([first.response.status, retried.response.status], [201, 201])
+  t.same(retried.data, first.data)
+  t.equal(retried.response.headers.get('idempotent-replayed'), 'true')
+  const reused = await client.POST('/v1/items', { headers, params, body: { name: 'Analytical engine' } })
+  t.equal(reused.error?.code, 'IDEMPOTENCY_KEY_REUSED')
+  t.equal((await client.GET('/v1/items', { headers })).data?.pagination.total, 1)
+})
+
+t.test('two instances on one Redis: a create retried on the other instance gets the first one\'s response', { skip: await redisSkip() }, async (t) => {
+  const shared = { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }
+  const clients = await Promise.all([1, 2].map(async () => {
+    const app = await buildTestApp(t, shared)
+    const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
+    client.use(contractMiddleware)
+    return client
+  }))
+  const [first, second] = clients as [typeof clients[number], typeof clients[number]]
+  const ada = await first.POST('/v1/auth/register', { body: { email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' } })
+  const headers = { authorization: `Bearer ${ada.data?.accessToken ?? ''}` }
+  const params = { header: { 'Idempotency-Key': randomUUID() } }
+  const created = await first.POST('/v1/items', { headers, params, body: { name: 'Made on the first' } })
+  const replayed = await second.POST('/v1/items', { headers, params, body: { name: 'Made on the first' } })
+  t.same([created.response.status, replayed.response.status, replayed.response.headers.get('idempotent-replayed')], [201, 201, 'true'])
+  t.same(replayed.data, created.data)
+  t.same(replayed.response.headers.get('location'), created.response.headers.get('location'))
+  t.equal((await second.GET('/v1/items', { headers })).data?.pagination.total, 1, 'one item, whichever instance is asked')
 })

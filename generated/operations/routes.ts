@@ -23,6 +23,8 @@ export interface RouteDefinition {
   readonly schema: {
     readonly params?: JsonSchema
     readonly querystring?: JsonSchema
+    /** The header parameters, by their lower-cased names. */
+    readonly headers?: JsonSchema
     readonly body?: JsonSchema
     /** The JSON body schema of each documented status code that has a body. */
     readonly response: { readonly [status: string]: JsonSchema }

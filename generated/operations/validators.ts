@@ -11,6 +11,8 @@ export interface RequestValidators {
   readonly params?: ValidateFunction
   /** Query parameters: coerced from strings, defaults filled in. */
   readonly querystring?: ValidateFunction
+  /** Header parameters, by their lower-cased names. */
+  readonly headers?: ValidateFunction
 }
 
 // Typed as written, so that an operation's parts are known: validators.createItem.body is a function, not maybe one.

@@ -4,7 +4,7 @@ import type { DefaultedParameters, RouteOperationId as OperationId } from '../..
 
 /** What openapi-typescript generates for one operation. */
 interface OperationTypes {
-  parameters: { query?: unknown, path?: unknown }
+  parameters: { query?: unknown, path?: unknown, header?: unknown }
   requestBody?: unknown
   responses: object
 }
@@ -13,12 +13,15 @@ interface OperationTypes {
 type Content<T> = T extends { content: { 'application/json': infer Body } } ? Body : T extends { content: { 'text/plain': infer Text } } ? Text : undefined
 // The request validators fill in defaulted parameters, so a handler always sees them.
 type WithDefaults<T, Keys extends PropertyKey> = T & { [K in Keys & keyof T]-?: NonNullable<T[K]> }
+// Header parameters by the lower-cased names Node gives them.
+type LowerCased<T> = [T] extends [never] ? object : { [K in keyof T as Lowercase<K & string>]: T[K] }
 
 /** Fastify's route generics for one operation, all taken from its contract: a reply is checked per status code. */
 export interface ContractRoute<Operation extends OperationTypes, Defaulted extends PropertyKey> {
   Body: Content<Operation['requestBody']>
   Querystring: WithDefaults<NonNullable<Operation['parameters']['query']>, Defaulted>
   Params: NonNullable<Operation['parameters']['path']>
+  Headers: LowerCased<NonNullable<Operation['parameters']['header']>>
   Reply: { [Status in keyof Operation['responses']]: Content<Operation['responses'][Status]> }
 }
 

@@ -1,3 +1,4 @@
+import type { FastifyReply } from 'fastify'
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
 import { newItem } from '../records.js'
@@ -39,11 +40,15 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
   return reply.code(200).send({ data: items, pagination: { page, pageSize, total } })
 }
 
+/** A create's 201: sent by createItem, and sent again, as it was, to a retry with the same Idempotency-Key. */
+export const sendCreatedItem = (reply: FastifyReply, item: Item): FastifyReply =>
+  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).code(201).send(item)
+
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const item = await request.server.store.items.add(newItem(request.body, request.user.id),
-    request.server.events.announce('items.item.added', request.user.id))
+    request.server.events.announce('items.item.added', request.user.id), request.idempotencyClaim ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
-  return reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).code(201).send(item)
+  return sendCreatedItem(reply, item)
 }
 
 export const getItem: Handler<'getItem'> = async (request, reply) => {

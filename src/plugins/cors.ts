@@ -35,8 +35,8 @@ async function corsPlugin (app: FastifyInstance, options: CorsPluginOptions): Pr
   await app.register(fastifyCors, {
     origin: [...options.origins],
     methods: ['GET', 'POST', 'PATCH', 'DELETE'],
-    allowedHeaders: ['authorization', 'content-type', 'if-match', 'if-none-match', 'x-request-id'],
-    exposedHeaders: ['x-request-id', 'location', 'etag', 'retry-after', 'ratelimit', 'ratelimit-policy'],
+    allowedHeaders: ['authorization', 'content-type', 'idempotency-key', 'if-match', 'if-none-match', 'x-request-id'],
+    exposedHeaders: ['x-request-id', 'location', 'etag', 'idempotent-replayed', 'retry-after', 'ratelimit', 'ratelimit-policy'],
     maxAge: PREFLIGHT_MAX_AGE_SECONDS
   })
 }

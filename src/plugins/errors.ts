@@ -2,8 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, INTERNAL_ERROR_BODY, serviceUnavailable, storeFull, type ValidationErrorBody } from '../errors.js'
-import { StoreFullError, StoreUnavailableError } from '../store/store.js'
+import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, serviceUnavailable, storeFull, type ValidationErrorBody } from '../errors.js'
+import { ClaimLostError, StoreFullError, StoreUnavailableError } from '../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -29,12 +29,13 @@ function issueText (issue: ValidationIssue): string {
   }
 }
 
-// `body.name` for a body field, `pageSize` or `itemId` for a parameter, `body` for the body as a whole.
+// `body.name` for a body field, `headers.idempotency-key` for a header, `pageSize` or `itemId` for a parameter,
+// `body` for the body as a whole.
 function fieldPath (issue: ValidationIssue, context: string): string {
   const segments = issue.instancePath.split('/').slice(1)
   const property = issue.params.missingProperty ?? issue.params.additionalProperty
   if (typeof property === 'string') segments.push(property)
-  return (context === 'body' ? ['body', ...segments] : segments).join('.')
+  return (context === 'body' || context === 'headers' ? [context, ...segments] : segments).join('.')
 }
 
 export function validationError (details: ValidationDetail[]): ValidationErrorBody {
@@ -47,7 +48,9 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | StoreUnavailableError | StoreFullError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError | StoreUnavailableError | StoreFullError | ClaimLostError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  // Another request holds the key now: this one's retry will get that one's answer.
+  if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
     request.log.warn({ err: error }, 'store full')
     return sendApiError(reply, storeFull())

@@ -21,7 +21,10 @@ interface RoutesPluginOptions {
   strictResponses: boolean
 }
 
-type RequestValidators = Partial<Record<'body' | 'params' | 'querystring', ValidateFunction>>
+const REQUEST_PARTS = ['body', 'params', 'querystring', 'headers'] as const
+type RequestPart = typeof REQUEST_PARTS[number]
+type RequestValidators = Partial<Record<RequestPart, ValidateFunction>>
+const isRequestPart = (part: string | undefined): part is RequestPart => REQUEST_PARTS.some((known) => known === part)
 type ValidatorCompiler = (route: { method: string, url: string, httpPart?: string }) => ValidateFunction
 
 /**
@@ -32,7 +35,7 @@ export function generatedValidators<Id extends string> (table: ReadonlyArray<{ m
   const byRoute = new Map(table.map((route) => [`${route.method} ${route.url}`, validators[route.operationId]]))
   return ({ method, url, httpPart }) => {
     const operation = byRoute.get(`${method} ${url}`)
-    const validator = httpPart === 'body' || httpPart === 'params' || httpPart === 'querystring' ? operation?.[httpPart] : undefined
+    const validator = isRequestPart(httpPart) ? operation?.[httpPart] : undefined
     if (validator === undefined) throw new Error(`No generated validator for ${method} ${url} ${httpPart}; run npm run generate`)
     return validator
   }

@@ -25,12 +25,18 @@ const COMMAND_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
 
 async function openStore (app: FastifyInstance, config: StoreConfig, timeCommands: boolean): Promise<Store> {
   if (config.kind === 'memory') {
-    return createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser, maxUsers: config.memoryMaxUsers, maxItems: config.memoryMaxItems })
+    return createMemoryStore({
+      maxItemsPerContributor: config.maxItemsPerUser,
+      maxUsers: config.memoryMaxUsers,
+      maxItems: config.memoryMaxItems,
+      idempotencyKeys: config.idempotencyKeys
+    })
   }
   return await connectRedisStore({
     url: config.redisUrl,
     keyPrefix: config.redisKeyPrefix,
     maxItemsPerContributor: config.maxItemsPerUser,
+    idempotencyKeys: config.idempotencyKeys,
     logger: app.log.child({ store: 'redis' }),
     ...(timeCommands ? { observeCommand: commandTimer(app) } : {})
   })

@@ -1,7 +1,8 @@
+import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './memory-idempotency-keys.js'
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
-import { isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
-import { type Announcement, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
+import { type Announcement, type IdempotencyClaim, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #maxUsers: number
@@ -167,6 +168,7 @@ const remove = (list: ItemEntry[], entry: ItemEntry): void => { list.splice(posi
 
 class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
+  readonly #idempotencyKeys: MemoryIdempotencyKeys
   readonly #maxItems: number
   readonly #maxPerContributor: number
   readonly #byId = new Map<string, ItemEntry>()
@@ -176,13 +178,15 @@ class MemoryItemStore implements ItemStore {
   readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
-  constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox) {
+  constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys) {
     this.#maxItems = maxItems
     this.#maxPerContributor = maxPerContributor
     this.#outbox = outbox
+    this.#idempotencyKeys = idempotencyKeys
   }
 
-  async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined> {
+    if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
     if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)
@@ -194,6 +198,7 @@ class MemoryItemStore implements ItemStore {
       lists.all.push(entry)
       lists[item.status].push(entry)
     }
+    if (claim !== undefined) this.#idempotencyKeys.record(claim, entry.item)
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
@@ -255,6 +260,8 @@ export interface MemoryStoreOptions {
   pendingDeliveries?: MemoryOutboxBounds
   /** Client keys each rate limit keeps under its limit, and as many again over it. */
   keysPerRateLimit?: number
+  /** How long a create made under an idempotency key is remembered, and how many keys are kept. */
+  idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
 }
 
 // Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
@@ -265,21 +272,29 @@ export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DE
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.
 const KEYS_PER_RATE_LIMIT = 50_000
 
+// Idempotency keys the store keeps, whoever holds them: 100 000 (each about 300 bytes beside its text), and 16 Mi
+// characters of their text (keys, and the names and descriptions of their items, which an edited item holds twice),
+// so at most about 64 MB.
+const IDEMPOTENCY_KEYS = { total: 100_000, characters: 16 * 1024 * 1024 }
+
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({
   maxItemsPerContributor = Infinity,
   maxUsers = Infinity,
   maxItems = Infinity,
   pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
-  keysPerRateLimit = KEYS_PER_RATE_LIMIT
+  keysPerRateLimit = KEYS_PER_RATE_LIMIT,
+  idempotencyKeys = {}
 }: MemoryStoreOptions = {}): Store {
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...IDEMPOTENCY_KEYS, ...idempotencyKeys })
   let open = true
   return {
     users: new MemoryUserStore(maxUsers),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox),
+    items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox, keys),
+    idempotencyKeys: keys,
     outbox,
     rateCounter: (name) => {
       const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)

@@ -19,5 +19,11 @@ export const PENDING_DELIVERIES = 10_000
  */
 export const DEAD_LETTERS = 1_000
 
+/**
+ * How long a create made under an idempotency key is remembered (a day, as the IETF draft suggests), and how many
+ * keys each user keeps (the oldest out first); IDEMPOTENCY_KEY_TTL_SECONDS and MAX_IDEMPOTENCY_KEYS_PER_USER set them.
+ */
+export const IDEMPOTENCY_KEY_DEFAULTS = { ttlMs: 86_400_000, perUser: 1000 } as const
+
 /** A session serves until its end (milliseconds since the epoch), not at it. */
 export const isLive = (session: Session, now: number): boolean => session.expiresAt > now

@@ -114,12 +114,56 @@ export interface OutboxEvent {
  */
 export type Announcement = (item: Item) => OutboxEvent
 
+/**
+ * A create under a client's Idempotency-Key: claimed before it runs, and recorded with the item it makes, by the
+ * same atomic operation, so that no key is ever left naming an item that was not made, nor an item made twice.
+ */
+export interface IdempotencyClaim {
+  /** Whose key it is: each caller's keys are their own. */
+  readonly userId: string
+  readonly key: string
+  /** A digest of the request: tells a retry from another request sent with the same key. */
+  readonly fingerprint: string
+  /** Unique to the request that claims: only it records under the key. */
+  readonly token: string
+}
+
+export type ClaimOutcome =
+  /** The key was free: it is the claim's until it is recorded, released, or its lease ends. */
+  | { readonly status: 'claimed' }
+  /** A create with this key and fingerprint was recorded: the item it made, as it made it. */
+  | { readonly status: 'recorded', readonly item: Item }
+  /** A request with this key and fingerprint holds the key and has not finished. */
+  | { readonly status: 'running' }
+  /** The key was claimed or recorded with another fingerprint. */
+  | { readonly status: 'mismatch' }
+
+/**
+ * Idempotency keys: each create made under one is remembered with its item for the store's time to live, at most
+ * the store's number of keys per user (the oldest out first).
+ */
+export interface IdempotencyKeyStore {
+  /**
+   * Claims the key for the claim's request until `leaseMs` from now (a request that dies holding it frees it then),
+   * unless it is held: see ClaimOutcome.
+   */
+  claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome>
+  /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
+  release (claim: IdempotencyClaim): Promise<void>
+}
+
+/** The claim passed to `ItemStore.add` no longer held its key (its lease ended, and another request took it): nothing was added. */
+export class ClaimLostError extends Error {
+  override name = 'ClaimLostError'
+}
+
 export interface ItemStore {
   /**
    * Adds the item and records its event, unless its contributor already owns as many as the store allows each
-   * one (then undefined, and no event). Atomic.
+   * one (then undefined, and no event). With a claim, records the item under its key too, or, when the claim no
+   * longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
    */
-  add (item: Item, announce?: Announcement): Promise<Item | undefined>
+  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined>
   get (id: string): Promise<Item | undefined>
   /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */
   page (offset: number, limit: number, filter?: ItemFilter): Promise<ItemPage>
@@ -245,6 +289,7 @@ export interface Store {
   readonly users: UserStore
   readonly sessions: SessionStore
   readonly items: ItemStore
+  readonly idempotencyKeys: IdempotencyKeyStore
   readonly outbox: Outbox
   /** The counter of one rate limit; each `name` counts apart from the others. */
   rateCounter (name: string): RateCounter

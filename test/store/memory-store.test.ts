@@ -3,10 +3,20 @@ import t from 'tap'
 import { createMemoryStore } from '../../src/store/memory-store.js'
 import { storeConformance } from './conformance.js'
 
-storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries }) => createMemoryStore({
+storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
   maxItemsPerContributor,
+  idempotencyKeys,
   ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
 }))
+
+t.test('idempotency keys: the store keeps as many as it may in all, the oldest out first, whoever holds them', async (t) => {
+  const { idempotencyKeys } = createMemoryStore({ idempotencyKeys: { total: 2 } })
+  const claim = (userId: string) => ({ userId, key: 'k', fingerprint: 'f', token: randomUUID() })
+  const [ada, grace, alan] = [randomUUID(), randomUUID(), randomUUID()]
+  for (const userId of [ada, grace, alan]) await idempotencyKeys.claim(claim(userId), 60_000)
+  t.same((await idempotencyKeys.claim(claim(ada), 60_000)).status, 'claimed', 'the oldest went')
+  t.same((await idempotencyKeys.claim(claim(alan), 60_000)).status, 'running', 'the newest stayed')
+})
 
 t.test('every user and live session is at hand from the moment it is added, with no read first', async (t) => {
   const { users, sessions } = createMemoryStore()
@@ -17,4 +27,18 @@ t.test('every user and live session is at hand from the moment it is added, with
   const session = { id: randomUUID(), userId: id, expiresAt: now + 60_000 }
   await sessions.open(session, 'hash', 10)
   t.same(sessions.cached(session.id, now), session)
+})
+
+t.test('idempotency keys: the store keeps as many characters of keys and their items as it may, the oldest out first', async (t) => {
+  const { idempotencyKeys, items } = createMemoryStore({ idempotencyKeys: { characters: 20 } })
+  const ada = randomUUID()
+  const claim = (key: string) => ({ userId: ada, key, fingerprint: 'f', token: randomUUID() })
+  const recorded = claim('key1')
+  await idempotencyKeys.claim(recorded, 60_000)
+  await items.add({ id: randomUUID(), name: 'twelve chars', description: null, status: 'active', contributorId: ada, createdAt: '', updatedAt: '' }, undefined, recorded)
+  await idempotencyKeys.claim(claim('key2'), 60_000)
+  t.same((await idempotencyKeys.claim(claim('key1'), 60_000)).status, 'recorded', '16 characters, then 20: all kept')
+  await idempotencyKeys.claim(claim('key3'), 60_000)
+  t.same((await idempotencyKeys.claim(claim('key2'), 60_000)).status, 'running', 'the newest stayed')
+  t.same((await idempotencyKeys.claim(claim('key1'), 60_000)).status, 'claimed', 'past 20, the oldest went')
 })

@@ -69,7 +69,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
     deadline, ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  await t.rejects(redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, past, 'i1', 'u1', item, 10), late)
+  await t.rejects(redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, '', '', past, 'i1', 'u1', item, 10, '', '', 0, 0), late)
   await t.rejects(redis.addUser(keys.users, keys.userEmails, past, 'u1', 'a@b.co', '{}'), late)
   await t.rejects(openSession(past), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
@@ -80,7 +80,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.revokeSession(past, ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
-  t.equal(await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, future, 'i1', 'u1', item, 10), 1)
+  t.equal(await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, '', '', future, 'i1', 'u1', item, 10, '', '', 0, 0), 1)
   await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, 'i1', item, '{}'), late)
   await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, 'i1', item), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')

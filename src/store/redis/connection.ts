@@ -1,8 +1,9 @@
 import { Redis } from 'ioredis'
-import { PENDING_DELIVERIES } from '../rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
+import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
 import { indexItems, itemScripts, RedisItemStore } from './items.js'
 import { redisKeys } from './keys.js'
 import { outboxScripts, RedisOutbox } from './outbox.js'
@@ -12,7 +13,7 @@ import { TrackedSessions, trackSessions } from './tracking.js'
 import { RedisUserStore, userScripts } from './users.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...outboxScripts, ...rateCounterScripts }
+export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts }
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {
@@ -26,6 +27,8 @@ export interface RedisStoreOptions {
   keyPrefix: string
   /** Items one contributor may own at once. */
   maxItemsPerContributor: number
+  /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
+  idempotencyKeys?: Partial<IdempotencyKeyBounds>
   logger: RedisStoreLogger
   /** Deliveries each webhook subscriber keeps at most (default PENDING_DELIVERIES); past that, new events are dropped for it. */
   maxPendingDeliveries?: number
@@ -136,9 +139,11 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     sessions: new RedisSessionStore(redis, clock, keys, sessions),
     items: new RedisItemStore(redis, clock, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
+      idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
       maxCachedCharacters: options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS,
       logger: options.logger
     }),
+    idempotencyKeys: new RedisIdempotencyKeys(redis, clock, keys),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
     // The connection is 'ready' until QUIT's reply has closed it.

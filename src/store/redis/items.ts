@@ -1,24 +1,28 @@
 import type { Redis, Result } from 'ioredis'
-import { type Announcement, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
 
 export const itemScripts = {
-  // KEYS: items, order, sequence, owned per contributor, outbox, and the item's sets by status, by contributor and
-  // by both (itemListKeys). ARGV: id, contributor id, item as JSON, items one contributor may own, and the event
-  // (APPEND_EVENT). 1 when added, 0 over the quota.
+  // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
+  // both (itemListKeys), and the claim's keys (RECORD_CLAIM). ARGV: id, contributor id, item as JSON, items one
+  // contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2
+  // when the claim lost its key.
   addItem: {
-    numberOfKeys: 8,
-    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+    numberOfKeys: 10,
+    lua: `${WRITE_DEADLINE}${APPEND_EVENT}${RECORD_CLAIM}
+if not holdsClaim(9, 5) then return 2 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 local sequence = redis.call('INCR', KEYS[3])
 for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
 redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-appendEvent(KEYS[5], 5)
+recordClaim(9, 5)
+appendEvent(KEYS[5], 9)
 return 1`
   },
   // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
@@ -95,8 +99,8 @@ return scanned[1]`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, deadline: number, id: string, contributorId: string, item: string, maxPerContributor: number,
-      ...event: EventArguments): Result<0 | 1, Context>
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, deadline: number, id: string, contributorId: string, item: string,
+      maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments): Result<0 | 1 | 2, Context>
     pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
       nextByContributorStatus: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
@@ -166,6 +170,7 @@ export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> 
 
 export interface RedisItemStoreOptions {
   maxPerContributor: number
+  idempotencyKeys: IdempotencyKeyBounds
   maxCachedCharacters: number
   logger: { warn: (details: object, message: string) => void }
 }
@@ -176,6 +181,7 @@ export class RedisItemStore implements ItemStore {
   readonly #keys: RedisKeys
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
+  readonly #idempotencyKeys: IdempotencyKeyBounds
   readonly #parsed: ParsedItems
   // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
   readonly #inProgress = new Map<string, Promise<void>>()
@@ -193,16 +199,19 @@ export class RedisItemStore implements ItemStore {
     this.#logger = options.logger
     this.#parsed = new ParsedItems(options.maxCachedCharacters)
     this.#maxPerContributor = options.maxPerContributor
+    this.#idempotencyKeys = options.idempotencyKeys
   }
 
-  async add (item: Item, announce?: Announcement): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined> {
     const keys = this.#keys
     const json = itemJson(item)
     const stored = parseItem(json)
     const event = announce?.(stored)
+    const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await call(this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored),
-      this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...eventArguments(event)))
+      ...recorded.keys, this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
     if (added === 0) return undefined
+    if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
     this.#outbox.recorded(event)
     return stored
   }

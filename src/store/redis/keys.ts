@@ -38,6 +38,13 @@ export interface RedisKeys {
   readonly webhook: string
   /** Family, + limit name + ':' + the caller's key. String: hits in the window, expiring with it. */
   readonly rateLimit: string
+  /**
+   * Family, + user id + ':' + an Idempotency-Key of theirs. String, JSON: a claim ({ token, fingerprint }, expiring
+   * with its lease) or a recorded create ({ fingerprint, item }, expiring after the keys' time to live).
+   */
+  readonly idempotencyKey: string
+  /** Family, + user id. Sorted set: the user's recorded idempotencyKey names, scored by when each was recorded. */
+  readonly idempotencyKeys: string
 }
 
 export const redisKeys = (prefix: string): RedisKeys => ({
@@ -56,7 +63,9 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   itemsOwned: `${prefix}items-owned`,
   outbox: `${prefix}outbox`,
   webhook: `${prefix}webhook:`,
-  rateLimit: `${prefix}rate-limit:`
+  rateLimit: `${prefix}rate-limit:`,
+  idempotencyKey: `${prefix}idempotency-key:`,
+  idempotencyKeys: `${prefix}idempotency-keys:`
 })
 
 /** The sorted set a filter's pages are cut from: itemOrder itself when it keeps every item. */

@@ -1,0 +1,110 @@
+import type { Redis, Result } from 'ioredis'
+import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from '../store.js'
+import type { RedisClock } from './clock.js'
+import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import type { RedisKeys } from './keys.js'
+
+export const idempotencyKeyScripts = {
+  // KEYS: the key (idempotencyKey). ARGV: the claim as JSON, its lease (ms). What holds the key already, or nil
+  // when the claim now does.
+  claimIdempotencyKey: {
+    numberOfKeys: 1,
+    lua: `${WRITE_DEADLINE}
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false`
+  },
+  // KEYS: the key. ARGV: the claim as JSON. Frees the key if the claim still holds it.
+  releaseIdempotencyKey: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1`
+  }
+} as const satisfies Record<string, Script>
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    claimIdempotencyKey (key: string, deadline: number, claim: string, leaseMs: number): Result<string | null, Context>
+    releaseIdempotencyKey (key: string, claim: string): Result<1, Context>
+  }
+}
+
+/**
+ * Opens a script that records a create under an idempotency key, its claim given as KEYS[key] (the key) and
+ * KEYS[key + 1] (the user's keys), ARGV[argument] (the claim as JSON), ARGV[argument + 1] (the record),
+ * ARGV[argument + 2] (its time to live, ms) and ARGV[argument + 3] (keys per user); an empty KEYS[key] means no
+ * claim. `holdsClaim` says whether the claim still holds its key (or none does); `recordClaim` replaces it with the
+ * record, listed in the user's keys, of which the oldest beyond the bound go. Uses WRITE_DEADLINE's `now`.
+ */
+export const RECORD_CLAIM = `
+local function holdsClaim (key, argument)
+  if KEYS[key] == '' then return true end
+  local held = redis.call('GET', KEYS[key])
+  return not held or held == ARGV[argument]
+end
+local function recordClaim (key, argument)
+  if KEYS[key] == '' then return end
+  local keys, ttl = KEYS[key + 1], tonumber(ARGV[argument + 2])
+  redis.call('SET', KEYS[key], ARGV[argument + 1], 'PX', ttl)
+  redis.call('ZADD', keys, now, KEYS[key])
+  redis.call('ZREMRANGEBYSCORE', keys, '-inf', now - ttl)
+  local over = redis.call('ZCARD', keys) - tonumber(ARGV[argument + 3])
+  if over > 0 then
+    local oldest = redis.call('ZPOPMIN', keys, over)
+    for index = 1, #oldest, 2 do redis.call('DEL', oldest[index]) end
+  end
+  redis.call('PEXPIRE', keys, ttl)
+end
+`
+
+export interface IdempotencyKeyBounds {
+  readonly ttlMs: number
+  readonly perUser: number
+}
+
+/** A claim's two keys and four arguments for RECORD_CLAIM; empty ones (that it ignores) without a claim. */
+export interface ClaimArguments {
+  readonly keys: [key: string, userKeys: string]
+  readonly arguments: [claim: string, record: string, ttlMs: number, perUser: number]
+}
+
+const keyOf = (keys: RedisKeys, { userId, key }: IdempotencyClaim): string => `${keys.idempotencyKey}${userId}:${key}`
+const claimJson = ({ token, fingerprint }: IdempotencyClaim): string => JSON.stringify({ token, fingerprint })
+
+export function claimArguments (keys: RedisKeys, bounds: IdempotencyKeyBounds, claim: IdempotencyClaim | undefined, itemJson: string): ClaimArguments {
+  if (claim === undefined) return { keys: ['', ''], arguments: ['', '', 0, 0] }
+  const record = `{"fingerprint":${JSON.stringify(claim.fingerprint)},"item":${itemJson}}`
+  return {
+    keys: [keyOf(keys, claim), `${keys.idempotencyKeys}${claim.userId}`],
+    arguments: [claimJson(claim), record, bounds.ttlMs, bounds.perUser]
+  }
+}
+
+type Held = { readonly fingerprint: string, readonly token: string } | { readonly fingerprint: string, readonly item: Item }
+
+/** Idempotency keys on Redis, shared by every instance; a create is recorded by the item script that adds it (items.ts). */
+export class RedisIdempotencyKeys implements IdempotencyKeyStore {
+  readonly #redis: Redis
+  readonly #clock: RedisClock
+  readonly #keys: RedisKeys
+
+  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys) {
+    this.#redis = redis
+    this.#clock = clock
+    this.#keys = keys
+  }
+
+  async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
+    const json = await call(this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim), this.#clock.writeDeadline(), claimJson(claim), leaseMs))
+    if (json === null) return { status: 'claimed' }
+    const held = JSON.parse(json) as Held
+    if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
+    return 'item' in held ? { status: 'recorded', item: Object.freeze(held.item) } : { status: 'running' }
+  }
+
+  async release (claim: IdempotencyClaim): Promise<void> {
+    await call(this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), claimJson(claim)))
+  }
+}
