@@ -482,6 +482,7 @@ export const schemas = {
   "ItemAddedEvent": {
     "$id": "ItemAddedEvent",
     "title": "ItemAddedEvent",
+    "type": "object",
     "allOf": [
       {
         "$ref": "ItemEvent"
@@ -500,6 +501,7 @@ export const schemas = {
   "ItemEditedEvent": {
     "$id": "ItemEditedEvent",
     "title": "ItemEditedEvent",
+    "type": "object",
     "allOf": [
       {
         "$ref": "ItemEvent"
@@ -518,6 +520,7 @@ export const schemas = {
   "ItemRemovedEvent": {
     "$id": "ItemRemovedEvent",
     "title": "ItemRemovedEvent",
+    "type": "object",
     "allOf": [
       {
         "$ref": "ItemEvent"

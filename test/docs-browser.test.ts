@@ -51,6 +51,16 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   t.match(await create.locator('.opblock-section-request-body .highlight-code').innerText(), /"name": "Difference engine"/, 'a body shows its example')
   await create.locator('.opblock-summary').click()
 
+  // The events' schemas (allOf the envelope and their channel) are listed as objects, and opened, show the
+  // envelope's fields once Swagger UI has resolved them (until then it lists the allOf as "(any & object)").
+  for (const event of ['ItemAddedEvent', 'ItemEditedEvent', 'ItemRemovedEvent']) {
+    const model = page.locator('section.models .json-schema-2020-12').filter({ hasText: event }).first()
+    t.match(await model.innerText(), new RegExp(`^${event}\\s*Expand all\\s*object\\b`), `${event} is listed as an object`)
+    await model.locator('button.json-schema-2020-12-accordion').first().click()
+    await model.getByText('specversion', { exact: true }).waitFor()
+    t.match(await model.innerText(), new RegExp(`^${event}\\s*Collapse all\\s*object\\n[\\s\\S]*specversion[\\s\\S]*data[\\s\\S]*type`), `${event} shows its fields`)
+  }
+
   await page.locator('.auth-wrapper .authorize').click()
   await page.locator('.modal-ux input[type=text], .modal-ux input[type=password]').first().fill(accessToken)
   await page.locator('.modal-ux .auth-btn-wrapper .authorize').click()
