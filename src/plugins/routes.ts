@@ -58,7 +58,8 @@ function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOpt
 
 /**
  * One route per operation of the contract: match → per-address limit (rate-limits plugin) → authenticate → role
- * → parse and validate → sign-in limit (preHandler) → handler → serialize with the contract's response schema.
+ * → parse and validate → idempotency key, sign-in and write limits (preHandler) → handler → serialize with the
+ * contract's response schema.
  */
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
