@@ -80,6 +80,9 @@ t.test('while Redis is down, the metrics still answer: store down, the last cata
   const backlog = `items_service_webhook_backlog{subscriber="${target.url}"} 0`
   t.same(await figures(), ['items_service_store_up 1', 'items_service_items 1', backlog])
   await redis.stop()
+  // Down, as the app sees it once its connection has closed (the kill reaches the client a moment later).
+  const noticed = Date.now() + 5000
+  while (api.app.store.available() && Date.now() < noticed) await sleep(10)
   t.same(await figures(), ['items_service_store_up 0', 'items_service_items 1', backlog], 'the last figures the store gave')
 })
 
