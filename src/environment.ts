@@ -3,6 +3,7 @@
 // README's configuration table is written from it (npm run docs:config; a test checks the README is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
 import { OWASP_HASH_COST } from './auth/hash-cost.js'
+import { IDEMPOTENCY_KEY_DEFAULTS } from './store/rules.js'
 
 interface Variable {
   readonly description: string
@@ -140,13 +141,13 @@ export const variables = {
   IDEMPOTENCY_KEY_TTL_SECONDS: {
     type: 'integer',
     minimum: 1,
-    default: 86400,
+    default: IDEMPOTENCY_KEY_DEFAULTS.ttlMs / 1000,
     description: 'How long a create made with an `Idempotency-Key` is remembered, for a retry with that key to get its response again (a day).'
   },
   MAX_IDEMPOTENCY_KEYS_PER_USER: {
     type: 'integer',
     minimum: 1,
-    default: 1000,
+    default: IDEMPOTENCY_KEY_DEFAULTS.perUser,
     description: 'Idempotency keys remembered per user; one more forgets their oldest. The memory store also keeps at most 100 000 in all, and 16 Mi characters of their keys and items (about 64 MB), the oldest out first.'
   },
   MEMORY_STORE_MAX_USERS: { type: 'integer', minimum: 1, default: 100000, description: 'Users the memory store holds at most; one more registration is 507 `STORE_FULL`.' },
