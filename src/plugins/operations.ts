@@ -8,7 +8,7 @@ import { unauthorized } from '../errors.js'
 import { operationsHandlers } from '../handlers/operations.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
 import errorsPlugin, { handleClientError, handleError } from './errors.js'
-import { generatedValidators } from './routes.js'
+import { contractSerializers, generatedValidators } from './routes.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -26,6 +26,8 @@ interface OperationsPluginOptions {
   /** How long a request's headers and body may take to arrive, as on the public port. */
   requestTimeoutMs: number
 }
+
+const operationsSerializer = contractSerializers(schemas)
 
 const BEARER = /^Bearer[ ]+(\S+)$/i
 // Its largest request is a redelivery of 1 000 event ids (about 40 KB).
@@ -64,6 +66,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   await server.register(errorsPlugin)
   for (const schema of Object.values(schemas)) server.addSchema(schema)
   server.setValidatorCompiler(generatedValidators(routes, operationValidators))
+  server.setSerializerCompiler(operationsSerializer)
   // Every operation is under the contract's one requirement, opsToken (test/contract.test.ts holds it to that).
   const authenticate = opsToken(options.token)
   for (const route of routes) {

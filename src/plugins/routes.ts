@@ -1,5 +1,6 @@
 import type { ValidateFunction } from 'ajv'
-import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
+import fastJson, { type AnySchema, type Schema } from 'fast-json-stringify'
+import type { FastifyInstance, FastifySerializerCompiler, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
 import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
@@ -44,6 +45,31 @@ export function generatedValidators<Id extends string> (table: ReadonlyArray<{ m
 /** The public API's. */
 export const generatedValidator = generatedValidators(routes, operationValidators)
 
+type Serializer = ReturnType<FastifySerializerCompiler<AnySchema>>
+
+/**
+ * Fastify's own serializer compiler (fast-json-stringify, with the contract's component schemas to resolve `$ref`s),
+ * compiling each response schema once per process rather than once per app: the route schemas are the generated
+ * module's objects, shared by every app a process builds (a host that registers the service more than once, the
+ * tests).
+ */
+export function contractSerializers (componentSchemas: Readonly<Record<string, { readonly $id: string }>>): FastifySerializerCompiler<AnySchema> {
+  // The generated schemas are `as const` (read-only arrays), which fast-json-stringify's types do not admit.
+  const external = Object.fromEntries(Object.values(componentSchemas).map((schema) => [schema.$id, schema as Schema]))
+  const compiled = new WeakMap<AnySchema, Serializer>()
+  return ({ schema }) => {
+    let serializer = compiled.get(schema)
+    if (serializer === undefined) {
+      serializer = fastJson(schema, { schema: external })
+      compiled.set(schema, serializer)
+    }
+    return serializer
+  }
+}
+
+/** The public API's. */
+export const contractSerializer = contractSerializers(schemas)
+
 // The hooks that guard an operation: its security scheme's, then its role check. A scheme with no hook, or a choice
 // between schemes (which no operation offers yet), fails at start rather than letting a request through unchecked.
 function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOptions['securitySchemes']): onRequestHookHandler[] {
@@ -67,6 +93,7 @@ export default async function routesPlugin (app: FastifyInstance, options: Route
   // Set in this context, where the schemas are added: a compiler set in a parent is replaced by the default one in a
   // context that adds schemas of its own.
   app.setValidatorCompiler(generatedValidator)
+  app.setSerializerCompiler(contractSerializer)
   const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
