@@ -94,6 +94,19 @@ t.test('a subscriber limited to one channel gets only that channel; the others g
   t.same(edits.received.map((one) => JSON.parse(one.body).type), ['items.item.edited'])
 })
 
+t.test('a closed app leaves no timer running: the process that closed it can end at once', async (t) => {
+  const target = await receiver(t)
+  // Timers that keep the process alive (tap's own, for this test, among them), before the app exists.
+  const runningTimers = (): number => process.getActiveResourcesInfo().filter((resource) => resource === 'Timeout').length
+  const before = runningTimers()
+  const api = await buildWith(t, [subscription(target)])
+  const owner = await api.register()
+  await api.createItem(owner.accessToken)
+  await target.waitFor(1)
+  await api.app.close()
+  t.equal(runningTimers(), before, 'no timer of the app outlives its close')
+})
+
 t.test('a receiver that answers 500 once gets the event on the next attempt, with the same webhook-id', async (t) => {
   const target = await receiver(t)
   target.answer(500)

@@ -259,7 +259,14 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
     }
     for (const worker of workers) worker.stopped = true
     const allSettled = Promise.all(workers.map(async (worker) => { await worker.settled() }))
-    const timedOut = await Promise.race([allSettled.then(() => false), sleep(Math.max(0, deadline - Date.now()), true)])
+    // The deadline's timer is cancelled once the workers settle: left running, it would keep the process alive
+    // until the deadline after the app has closed.
+    const cancelDeadline = new AbortController()
+    const timedOut = await Promise.race([
+      allSettled.then(() => false),
+      sleep(Math.max(0, deadline - Date.now()), true, { signal: cancelDeadline.signal }).catch(() => false)
+    ])
+    cancelDeadline.abort()
     await Promise.all(workers.map(async (worker) => { await worker.close(timedOut) }))
     await allSettled
     for (const worker of workers) {
