@@ -4,7 +4,7 @@
 import { readdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { routes } from '../generated/routes.js'
-import { CONTRACT_COVERAGE_DIR } from './helper.js'
+import { CONTRACT_COVERAGE_DIR } from './contract-coverage-records.js'
 
 const records = readdirSync(CONTRACT_COVERAGE_DIR).map((file) =>
   JSON.parse(readFileSync(join(CONTRACT_COVERAGE_DIR, file), 'utf8')) as { seen: string[] })

@@ -12,13 +12,12 @@ import { OWASP_HASH_COST } from '../src/auth/hash-cost.js'
 import { HashingProcess } from '../src/auth/hashing-process.js'
 import { loadConfig } from '../src/config.js'
 import { findResponseViolation } from '../src/response-contract.js'
+import { CONTRACT_COVERAGE_DIR } from './contract-coverage-records.js'
 import { deleteKeys, REDIS_URL, redisKeyPrefix } from './redis.js'
 
 export type Schemas = components['schemas']
 export const TEST_JWT_SECRET = 'a-test-secret-that-is-at-least-32-bytes-long'
 
-/** Where each test process records the operation/status pairs it saw, for test/contract-coverage.ts. */
-export const CONTRACT_COVERAGE_DIR = '.tap/contract-coverage'
 const seen = new Set<string>()
 process.once('exit', () => {
   mkdirSync(CONTRACT_COVERAGE_DIR, { recursive: true })
