@@ -64,7 +64,6 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('store', app.store)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
-  for (const schema of Object.values(schemas)) server.addSchema(schema)
   server.setValidatorCompiler(generatedValidators(routes, operationValidators))
   server.setSerializerCompiler(operationsSerializer)
   // Every operation is under the contract's one requirement, opsToken (test/contract.test.ts holds it to that).

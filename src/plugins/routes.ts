@@ -88,10 +88,9 @@ function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOpt
  * contract's response schema.
  */
 export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
-  // The route schemas refer to the contract's component schemas by $id; the serializers resolve them here.
-  for (const schema of Object.values(schemas)) app.addSchema(schema)
-  // Set in this context, where the schemas are added: a compiler set in a parent is replaced by the default one in a
-  // context that adds schemas of its own.
+  // Both compilers are the contract's, set in this context so that a host's own routes keep theirs. The route
+  // schemas refer to the contract's component schemas by $id: the generated validators were built with them, and
+  // contractSerializer resolves them itself, so none is added to Fastify.
   app.setValidatorCompiler(generatedValidator)
   app.setSerializerCompiler(contractSerializer)
   const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
