@@ -42,7 +42,7 @@ export class Tokens {
     const sessionId = randomUuid()
     const refreshToken = newRefreshToken()
     await this.#options.store.sessions.open(
-      { id: sessionId, userId, expiresAt: Date.now() + this.#options.refreshTokenTtlSeconds * 1000 },
+      { id: sessionId, userId, expiresAt: this.#options.store.now() + this.#options.refreshTokenTtlSeconds * 1000 },
       hashRefreshToken(refreshToken),
       this.#options.maxSessionsPerUser
     )

@@ -113,7 +113,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   // Ended sessions are forgotten when next looked up, and by this sweep, so that no session outlives its end by
   // more than an interval however many sign-ins never come back.
   const sweeper = setInterval(() => {
-    app.store.sessions.sweep(Date.now(), SESSIONS_PER_SWEEP).catch((err: unknown) => { app.log.error({ err }, 'session sweep failed') })
+    app.store.sessions.sweep(app.store.now(), SESSIONS_PER_SWEEP).catch((err: unknown) => { app.log.error({ err }, 'session sweep failed') })
   }, options.sessionSweepIntervalMs).unref()
   app.addHook('onClose', async () => { clearInterval(sweeper) })
 
@@ -147,8 +147,8 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   const sessionEnded = (): ApiError => unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
   // What the store cannot tell at once: a session or user that this instance has not read yet (Redis), a session
   // that has ended.
-  const askStore = async (claims: VerifiedClaims, now: number): Promise<Principal> => {
-    const session = await app.store.sessions.get(claims.sid, now)
+  const askStore = async (claims: VerifiedClaims): Promise<Principal> => {
+    const session = await app.store.sessions.get(claims.sid, app.store.now())
     const user = session?.userId === claims.sub ? await app.store.users.get(claims.sub) : undefined
     const principal = principalOf(claims, session, user)
     if (principal === undefined) throw sessionEnded()
@@ -156,23 +156,23 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   }
 
   // The caller, when the store has their session and user at hand, or else the claims to ask the store about.
-  // Throws the 401 of a missing, malformed, invalid or expired token.
-  const identify = (request: FastifyRequest, now: number): Principal | VerifiedClaims => {
+  // Throws the 401 of a missing, malformed, invalid or expired token. A token's times are by this process's clock
+  // (as the instance that signed it read its own); a session's are by the store's, which every instance shares.
+  const identify = (request: FastifyRequest): Principal | VerifiedClaims => {
     const { authorization } = request.headers
     if (authorization === undefined) throw tokenRequired()
     const connection = request.raw.socket
-    const claims = verifiedTokens.get(authorization, connection, now) ?? verify(authorization, connection)
+    const claims = verifiedTokens.get(authorization, connection, Date.now()) ?? verify(authorization, connection)
     if (claims.typ !== 'access') throw sessionEnded()
-    return principalOf(claims, app.store.sessions.cached(claims.sid, now), app.store.users.cached(claims.sub)) ?? claims
+    return principalOf(claims, app.store.sessions.cached(claims.sid, app.store.now()), app.store.users.cached(claims.sub)) ?? claims
   }
 
   // A hook with a callback rather than an async function, so that a request whose session and user the store has
   // at hand goes on without a promise (see `Store`); every refusal goes through `done`.
   app.decorate('authenticate', function authenticate (request: FastifyRequest, _reply: FastifyReply, done: HookHandlerDoneFunction) {
-    const now = Date.now()
     let identified: Principal | VerifiedClaims
     try {
-      identified = identify(request, now)
+      identified = identify(request)
     } catch (error) {
       done(error as Error)
       return
@@ -182,7 +182,7 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
       done()
       return
     }
-    askStore(identified, now).then((principal) => {
+    askStore(identified).then((principal) => {
       request.user = principal
       done()
     }, done)

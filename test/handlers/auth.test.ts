@@ -404,6 +404,22 @@ t.test('refreshTokens', async (t) => {
     t.equal((await api.call('refreshTokens', { body: { refreshToken: second.refreshToken } })).statusCode, 401)
   })
 
+  t.test('a session lasts REFRESH_TOKEN_TTL_SECONDS by the store\'s clock, however far this process\'s clock is from it', async (t) => {
+    // Instances share Redis's clock (Store.now); this one's own clock is 5 s behind it.
+    const store = createMemoryStore()
+    const api = await build(t, { REFRESH_TOKEN_TTL_SECONDS: '10' }, { store: { ...store, now: () => Date.now() + 5000 } })
+    const { refreshToken } = await api.register()
+    const opened = Date.now()
+    t.capture(Date, 'now', () => opened + 6000)
+    const refreshed = await api.call('refreshTokens', { body: { refreshToken } })
+    t.equal(refreshed.statusCode, 200, 'refreshed 6 s into its 10')
+    const { accessToken, refreshToken: next } = refreshed.json()
+    t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
+    t.capture(Date, 'now', () => opened + 10_001)
+    t.equal((await api.call('listItems', { token: accessToken })).json().code, 'INVALID_TOKEN', 'ended once its 10 s have passed')
+    t.equal((await api.call('refreshTokens', { body: { refreshToken: next } })).statusCode, 401)
+  })
+
   t.test('a missing refresh token is a 400', async (t) => {
     const api = await build(t)
     const response = await api.call('refreshTokens', { body: {} })
