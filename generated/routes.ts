@@ -8,6 +8,12 @@ export type JsonSchema = { readonly [keyword: string]: unknown }
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
 export type RouteOperationId = 'openDocs' | 'checkLiveness' | 'checkReadiness' | 'registerUser' | 'loginUser' | 'refreshTokens' | 'logoutUser' | 'listItems' | 'createItem' | 'getItem' | 'deleteItem' | 'updateItem'
 
+/** The operations that take an `Idempotency-Key` header. */
+export type IdempotentOperationId = 'createItem'
+
+/** The rate limits the operations count against (their `x-rate-limits`), by name. */
+export type RateLimitName = 'register' | 'login-address' | 'login' | 'login-failures' | 'refresh' | 'item-writes'
+
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
   readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'HEAD' | 'OPTIONS' | 'TRACE'
@@ -16,6 +22,12 @@ export interface RouteDefinition {
   readonly security: readonly string[]
   /** The roles allowed to call the operation (the contract's `x-roles`); empty when any signed-in user may. */
   readonly roles: readonly Role[]
+  /** The rate limits the operation counts against, in the order it counts them (the contract's `x-rate-limits`). */
+  readonly rateLimits: readonly RateLimitName[]
+  /** Whether it takes an `Idempotency-Key` header (the contract declares the parameter): a retry with the key is answered once. */
+  readonly idempotent: boolean
+  /** Whether load shedding may refuse it with 503 (all but those whose `x-load-shedding` is `exempt`). */
+  readonly sheddable: boolean
   /** Every status code the contract declares for the operation, with or without a body. */
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */
@@ -55,6 +67,9 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/",
     "security": [],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": false,
     "statuses": [
       "302"
     ],
@@ -69,6 +84,9 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/health/live",
     "security": [],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "503"
@@ -91,6 +109,9 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/health/ready",
     "security": [],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "503"
@@ -113,6 +134,11 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/v1/auth/register",
     "security": [],
     "roles": [],
+    "rateLimits": [
+      "register"
+    ],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "201",
       "400",
@@ -174,6 +200,13 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/v1/auth/login",
     "security": [],
     "roles": [],
+    "rateLimits": [
+      "login-address",
+      "login",
+      "login-failures"
+    ],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",
@@ -231,6 +264,11 @@ export const routes: readonly RouteDefinition[] = [
     "url": "/v1/auth/refresh",
     "security": [],
     "roles": [],
+    "rateLimits": [
+      "refresh"
+    ],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",
@@ -290,6 +328,9 @@ export const routes: readonly RouteDefinition[] = [
       "bearerAuth"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": false,
     "statuses": [
       "204",
       "401",
@@ -331,6 +372,9 @@ export const routes: readonly RouteDefinition[] = [
       "bearerAuth"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",
@@ -398,6 +442,11 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [
       "contributor"
     ],
+    "rateLimits": [
+      "item-writes"
+    ],
+    "idempotent": true,
+    "sheddable": true,
     "statuses": [
       "201",
       "400",
@@ -487,6 +536,9 @@ export const routes: readonly RouteDefinition[] = [
       "bearerAuth"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "304",
@@ -561,6 +613,11 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [
       "contributor"
     ],
+    "rateLimits": [
+      "item-writes"
+    ],
+    "idempotent": false,
+    "sheddable": false,
     "statuses": [
       "204",
       "400",
@@ -640,6 +697,11 @@ export const routes: readonly RouteDefinition[] = [
     "roles": [
       "contributor"
     ],
+    "rateLimits": [
+      "item-writes"
+    ],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",

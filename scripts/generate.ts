@@ -101,6 +101,9 @@ interface RouteEntry {
   url: string
   security: string[]
   roles: string[]
+  rateLimits: string[]
+  idempotent: boolean
+  sheddable: boolean
   statuses: string[]
   requiredHeaders: Record<string, string[]>
   schema: {
@@ -121,6 +124,9 @@ function requiredResponseHeaders (responses: Record<string, JsonObject>, resolve
     return required.length === 0 ? [] : [[status, required]]
   }))
 }
+
+// The IETF draft's header: an operation that declares it as a parameter takes retries keyed by it.
+const IDEMPOTENCY_KEY = 'idempotency-key'
 
 function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] {
   const globalSecurity = Array.isArray(document.security) ? document.security : []
@@ -156,6 +162,9 @@ function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] 
         url: path.replace(/\{([^}]+)\}/g, ':$1'),
         security,
         roles: Array.isArray(operation['x-roles']) ? operation['x-roles'].map(String) : [],
+        rateLimits: Array.isArray(operation['x-rate-limits']) ? operation['x-rate-limits'].map(String) : [],
+        idempotent: parameters.some((parameter) => parameter.in === 'header' && String(parameter.name).toLowerCase() === IDEMPOTENCY_KEY),
+        sheddable: operation['x-load-shedding'] !== 'exempt',
         statuses: Object.keys(responses),
         requiredHeaders: requiredResponseHeaders(responses, resolve),
         schema
@@ -191,6 +200,12 @@ export type JsonSchema = { readonly [keyword: string]: unknown }
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
 export type RouteOperationId = ${routes.map((route) => `'${route.operationId}'`).join(' | ')}
 
+/** The operations that take an \`Idempotency-Key\` header. */
+export type IdempotentOperationId = ${routes.filter((route) => route.idempotent).map((route) => `'${route.operationId}'`).join(' | ') || 'never'}
+
+/** The rate limits the operations count against (their \`x-rate-limits\`), by name. */
+export type RateLimitName = ${[...new Set(routes.flatMap((route) => route.rateLimits))].map((name) => `'${name}'`).join(' | ') || 'never'}
+
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
   readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'HEAD' | 'OPTIONS' | 'TRACE'
@@ -199,6 +214,12 @@ export interface RouteDefinition {
   readonly security: readonly string[]
   /** The roles allowed to call the operation (the contract's \`x-roles\`); empty when any signed-in user may. */
   readonly roles: readonly Role[]
+  /** The rate limits the operation counts against, in the order it counts them (the contract's \`x-rate-limits\`). */
+  readonly rateLimits: readonly RateLimitName[]
+  /** Whether it takes an \`Idempotency-Key\` header (the contract declares the parameter): a retry with the key is answered once. */
+  readonly idempotent: boolean
+  /** Whether load shedding may refuse it with 503 (all but those whose \`x-load-shedding\` is \`exempt\`). */
+  readonly sheddable: boolean
   /** Every status code the contract declares for the operation, with or without a body. */
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */

@@ -15,7 +15,7 @@ import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { TracingConfig } from './config.js'
-import { contractPath } from './plugins/route-hooks.js'
+import { contractPath } from './plugins/route-steps.js'
 import type { Tracing } from './plugins/tracing.js'
 
 // The service's only ES-module import that an instrumentation patches (ioredis, a CommonJS package imported from

@@ -330,8 +330,13 @@ t.test('a security scheme of the contract that no hook enforces stops the start,
   const { default: Fastify } = await import('fastify')
   const { default: routesPlugin } = await import('../src/plugins/routes.js')
   const { handlers } = await import('../src/handlers/index.js')
+  const { default: fp } = await import('fastify-plugin')
   const app = Fastify({ logger: false })
   t.teardown(async () => { await app.close() })
+  // The capabilities the routes plugin reads, each applying to no route.
+  const none = (): undefined => undefined
+  app.decorate('shedding', none).decorate('rateLimits', { byAddress: none, byCaller: none }).decorate('idempotency', none).decorate('requestMetrics', none)
+  for (const name of ['load-shedding', 'rate-limits', 'auth', 'idempotency', 'metrics']) await app.register(fp(async () => {}, { name }))
   await t.rejects(async () => { await app.register(routesPlugin, { handlers, securitySchemes: { apiKey: async () => {} }, strictResponses: false }) },
     { message: /^logoutUser: no hook enforces the security scheme\(s\) bearerAuth of the contract$/ })
 })

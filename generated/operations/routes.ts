@@ -7,6 +7,12 @@ export type JsonSchema = { readonly [keyword: string]: unknown }
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
 export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters'
 
+/** The operations that take an `Idempotency-Key` header. */
+export type IdempotentOperationId = never
+
+/** The rate limits the operations count against (their `x-rate-limits`), by name. */
+export type RateLimitName = never
+
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
   readonly method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'HEAD' | 'OPTIONS' | 'TRACE'
@@ -15,6 +21,12 @@ export interface RouteDefinition {
   readonly security: readonly string[]
   /** The roles allowed to call the operation (the contract's `x-roles`); empty when any signed-in user may. */
   readonly roles: readonly Role[]
+  /** The rate limits the operation counts against, in the order it counts them (the contract's `x-rate-limits`). */
+  readonly rateLimits: readonly RateLimitName[]
+  /** Whether it takes an `Idempotency-Key` header (the contract declares the parameter): a retry with the key is answered once. */
+  readonly idempotent: boolean
+  /** Whether load shedding may refuse it with 503 (all but those whose `x-load-shedding` is `exempt`). */
+  readonly sheddable: boolean
   /** Every status code the contract declares for the operation, with or without a body. */
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */
@@ -47,6 +59,9 @@ export const routes: readonly RouteDefinition[] = [
       "opsToken"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "401"
@@ -68,6 +83,9 @@ export const routes: readonly RouteDefinition[] = [
       "opsToken"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",
@@ -116,6 +134,9 @@ export const routes: readonly RouteDefinition[] = [
       "opsToken"
     ],
     "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
     "statuses": [
       "200",
       "400",

@@ -2,15 +2,19 @@ import { createHash, randomUUID } from 'node:crypto'
 import type { FastifyInstance, FastifyReply, onErrorHookHandler, preHandlerHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import stringify from 'safe-stable-stringify'
-import type { RouteOperationId } from '../../generated/routes.js'
+import type { IdempotentOperationId, RouteOperationId } from '../../generated/routes.js'
 import { idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
 import type { IdempotencyClaim, Item } from '../store/store.js'
-import { appendedHooks } from './route-hooks.js'
+import type { StepFor } from './route-steps.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** The request's claim on its Idempotency-Key, which the handler records with what it makes; null without one. */
     idempotencyClaim: IdempotencyClaim | null
+  }
+  interface FastifyInstance {
+    /** The Idempotency-Key's claim and replay, a step of the operations that declare the header. */
+    idempotency: StepFor
   }
 }
 
@@ -18,8 +22,8 @@ declare module 'fastify' {
 export type Replay = (reply: FastifyReply, item: Item) => FastifyReply
 
 interface IdempotencyPluginOptions {
-  /** The operations that take an Idempotency-Key (the contract declares it), each with how it sends a replay. */
-  replays: Partial<Record<RouteOperationId, Replay>>
+  /** How each operation that takes an Idempotency-Key (the contract declares it) sends a replay. */
+  replays: Readonly<Record<IdempotentOperationId, Replay>>
 }
 
 // A request that still holds its key this long after claiming it died with its instance: the key is free again.
@@ -29,7 +33,7 @@ const CLAIM_LEASE_MS = 60_000
 const fingerprintOf = (body: unknown): string => createHash('sha256').update(String(stringify(body))).digest('base64url')
 
 /**
- * The IETF draft's Idempotency-Key on the operations given: the first request with a key claims it (after
+ * The IETF draft's Idempotency-Key on the operations that declare it: the first request with a key claims it (after
  * authentication and validation, before any rate limit counts it) and the store records what it made with it; a
  * retry with the same key and body gets that response again, with `Idempotent-Replayed: true`, and runs nothing
  * else: no limit counts it, no handler runs, no event is emitted. The same key with another body is 422; while its
@@ -75,14 +79,10 @@ async function idempotencyPlugin (app: FastifyInstance, options: IdempotencyPlug
       done()
     })
   }
-  app.addHook('onRoute', (route) => {
-    const operationId = route.config?.operationId
-    const replay = operationId === undefined ? undefined : options.replays[operationId]
-    if (replay === undefined) return
-    // First of the route's preHandlers, whenever this plugin was registered: before the rate limits count.
-    route.preHandler = [claimKey(replay), ...appendedHooks(route.preHandler)]
-    route.onError = appendedHooks(route.onError, releaseClaim)
-  })
+  const takesKey = (operationId: RouteOperationId): operationId is IdempotentOperationId => Object.hasOwn(options.replays, operationId)
+  app.decorate('idempotency', ({ idempotent, operationId }) => idempotent && takesKey(operationId)
+    ? { preHandler: [claimKey(options.replays[operationId])], onError: [releaseClaim] }
+    : undefined)
 }
 
 export default fp(idempotencyPlugin, { name: 'idempotency', dependencies: ['store', 'auth'] })

@@ -4,14 +4,16 @@ import fastifyUnderPressure from '@fastify/under-pressure'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter } from 'prom-client'
-import type { RouteOperationId } from '../../generated/routes.js'
 import type { AppConfig } from '../config.js'
 import { serviceUnavailable } from '../errors.js'
+import type { RouteStep, StepFor } from './route-steps.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
     /** The event loop's mean delay over the last sample, in milliseconds, measured since the app was ready. */
     eventLoopDelayMs: () => number
+    /** The 503 under overload, a step of every operation the contract does not exempt (`x-load-shedding: exempt`). */
+    shedding: StepFor
   }
 }
 
@@ -31,16 +33,13 @@ const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
 const SAMPLE_INTERVAL_MS = 250
 const EVENT_LOOP_RESOLUTION_MS = 10
-// What frees memory or ends access is served however loaded the service is: shedding it would keep the service
-// short of memory, or a stolen session open, for as long as the overload lasts. The redirect to the docs costs less
-// to send than a refusal.
-const NEVER_SHED: ReadonlySet<RouteOperationId> = new Set(['deleteItem', 'logoutUser', 'openDocs'])
 const RETRY_AFTER_SECONDS = 5
 
 /**
- * Under overload, requests are shed with a 503, but item deletes and logouts: every request while the event loop
- * lags, only writes while memory is short (past limits derived from the heap V8 may grow to, well before V8 gives
- * up, while what only reads goes on).
+ * Under overload, requests are shed with a 503, but those of the operations the contract exempts (what frees
+ * memory or ends access, which shedding would keep short of memory, or a stolen session open, for as long as the
+ * overload lasts): every request while the event loop lags, only writes while memory is short (past limits
+ * derived from the heap V8 may grow to, well before V8 gives up, while what only reads goes on).
  */
 async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPluginOptions): Promise<void> {
   const heapLimit = getHeapStatistics().heap_size_limit
@@ -89,25 +88,25 @@ async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPl
     if (rssBytes > maxRssBytes) return { reason: 'rss', measured: { rssBytes, maxRssBytes } }
     return undefined
   }
-  app.addHook('onRequest', (request, _reply, done) => {
-    const now = overload()
-    // One line when an overload begins, with the figure past its limit, and one when it ends, however many
-    // requests it sheds in between.
-    if (now?.reason !== episode?.reason) {
-      if (now === undefined) app.log.info({ reason: episode?.reason }, 'no longer shedding load')
-      else app.log.warn({ reason: now.reason, ...now.measured }, `shedding load: ${now.reason} is past its limit`)
-    }
-    episode = now
-    // Short of memory, what only reads goes on.
-    if (now === undefined || (now.reason !== 'event_loop_delay' && request.method === 'GET')) return done()
-    // Read only when shedding: routeOptions builds an object on every read.
-    const operationId = request.routeOptions.config.operationId
-    if (operationId !== undefined && NEVER_SHED.has(operationId)) return done()
-    shedCount.inc({ reason: now.reason })
-    done(now.reason === 'event_loop_delay'
-      ? serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
-      : serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS))
-  })
+  const shed: RouteStep = {
+    onRequest: [(request, _reply, done) => {
+      const now = overload()
+      // One line when an overload begins, with the figure past its limit, and one when it ends, however many
+      // requests it sheds in between.
+      if (now?.reason !== episode?.reason) {
+        if (now === undefined) app.log.info({ reason: episode?.reason }, 'no longer shedding load')
+        else app.log.warn({ reason: now.reason, ...now.measured }, `shedding load: ${now.reason} is past its limit`)
+      }
+      episode = now
+      // Short of memory, what only reads goes on.
+      if (now === undefined || (now.reason !== 'event_loop_delay' && request.method === 'GET')) return done()
+      shedCount.inc({ reason: now.reason })
+      done(now.reason === 'event_loop_delay'
+        ? serviceUnavailable('The service is overloaded; try again shortly.', RETRY_AFTER_SECONDS)
+        : serviceUnavailable('The service is short of memory; try again later.', RETRY_AFTER_SECONDS))
+    }]
+  }
+  app.decorate('shedding', (route) => route.sheddable ? shed : undefined)
 }
 
 export default fp(loadSheddingPlugin, { name: 'load-shedding', dependencies: ['metrics'] })

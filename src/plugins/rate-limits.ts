@@ -1,25 +1,36 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter } from 'prom-client'
-import type { RouteOperationId } from '../../generated/routes.js'
+import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
 import { ApiError, rateLimited } from '../errors.js'
 import type { Counted, RateCounter } from '../store/store.js'
-import { appendedHooks } from './route-hooks.js'
+import type { StepFor } from './route-steps.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
     /** What is left of each limit that counted this request, in the order they counted it; null before any did. */
     rateLimitStatus: RateLimitStatus[] | null
   }
+  interface FastifyInstance {
+    /** The limits each operation declares in the contract (`x-rate-limits`), as two steps of its pipeline. */
+    rateLimits: {
+      /** Names the route's limits on every response, and counts those keyed by the client address alone. */
+      byAddress: StepFor
+      /** Counts the limits keyed by what the request says (its email) or by who the caller is. */
+      byCaller: StepFor
+    }
+  }
 }
 
 interface RateLimitStatus {
-  readonly policy: LimitName
+  readonly policy: RateLimitName
   readonly max: number
   /** Undefined while the limit's window has counted nothing. */
   counted: Counted | undefined
+  /** The key this request's hit counted under, while a 503 would take it back. */
+  readonly refundKey?: string
 }
 
 interface RateLimitsPluginOptions {
@@ -28,31 +39,6 @@ interface RateLimitsPluginOptions {
 }
 
 type Hook = onRequestHookHandler
-
-type LimitName = 'register' | 'login-address' | 'login' | 'login-failures' | 'refresh' | 'item-writes'
-
-/**
- * The limits each limited operation counts against, by name (its counter's, in the store, and in the RateLimit
- * fields); every response of these operations declares the RateLimit fields in the contract.
- */
-export const OPERATION_LIMITS = {
-  registerUser: ['register'],
-  loginUser: ['login-address', 'login', 'login-failures'],
-  refreshTokens: ['refresh'],
-  // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
-  createItem: ['item-writes'],
-  updateItem: ['item-writes'],
-  deleteItem: ['item-writes']
-} as const satisfies Partial<Record<RouteOperationId, readonly LimitName[]>>
-
-type LimitedOperation = keyof typeof OPERATION_LIMITS
-
-interface RouteLimits {
-  onRequest?: Hook
-  preHandler?: Hook[]
-  onSend?: onSendHookHandler
-  onResponse?: onResponseHookHandler[]
-}
 
 const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
 
@@ -66,7 +52,7 @@ function verdict (outcome: Counted | Error, max: number): Error | undefined {
 const isRateLimited = (error: Error | undefined): boolean => error instanceof ApiError && error.statusCode === 429
 
 // The IETF draft's Structured Fields items (draft-ietf-httpapi-ratelimit-headers-10).
-const policyItem = (name: LimitName, { max, windowSeconds }: RateLimit): string => `"${name}";q=${max};w=${windowSeconds}`
+const policyItem = (name: RateLimitName, { max, windowSeconds }: RateLimit): string => `"${name}";q=${max};w=${windowSeconds}`
 const statusItem = ({ policy, max, counted }: RateLimitStatus): string => counted === undefined
   ? `"${policy}";r=${max}`
   : `"${policy}";r=${Math.max(0, max - counted.current)};t=${Math.ceil(counted.ttl / 1000)}`
@@ -76,32 +62,46 @@ const statusItem = ({ policy, max, counted }: RateLimitStatus): string => counte
  * each limit counts, rather than by an onSend hook, which a write's route otherwise has none of (running one costs
  * it more than the rest of the limit).
  */
-function recordStatus (request: FastifyRequest, reply: FastifyReply, policy: LimitName, max: number, counted: Counted | undefined): void {
+function recordStatus (request: FastifyRequest, reply: FastifyReply, entry: RateLimitStatus): void {
   const status = request.rateLimitStatus ?? (request.rateLimitStatus = [])
-  const known = status.find((entry) => entry.policy === policy)
-  if (known === undefined) status.push({ policy, max, counted })
-  else known.counted = counted
+  const known = status.find((counted) => counted.policy === entry.policy)
+  if (known === undefined) status.push(entry)
+  else known.counted = entry.counted
   reply.header('ratelimit', status.length === 1 ? statusItem(status[0]!) : status.map(statusItem).join(', '))
 }
 
-// The first hook of a limited route: every response it sends names its limits, whatever refuses it.
-const namePolicies = (policyField: string): Hook => (_request, reply, done) => {
-  reply.header('ratelimit-policy', policyField)
-  done()
+const byAddress = (request: FastifyRequest): string => request.clientAddress
+
+interface Counting {
+  /** The key a request counts under. */
+  readonly keyOf: (request: FastifyRequest) => string
+  /**
+   * Keyed by the client address alone: counted in `onRequest`, before authentication and before any body is read
+   * or password checked. The others are counted after authentication, the role guard and validation (so that a
+   * write counts only when it can succeed, and the sign-in limit has its validated email).
+   */
+  readonly beforeAuthentication: boolean
+  /** A sign-in or registration answered 503 was not served, so its hit is taken back: a client refused in a burst is not locked out. */
+  readonly refundable: boolean
+}
+
+// How each limit the contract names counts (an IPv6 client by its network, `request.clientAddress`). The account
+// limit, login-failures, counts only failed sign-ins, once answered, and is not among them.
+const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
+  register: { keyOf: byAddress, beforeAuthentication: true, refundable: true },
+  'login-address': { keyOf: byAddress, beforeAuthentication: true, refundable: true },
+  login: { keyOf: (request) => `${request.clientAddress}\n${signInEmail(request)}`, beforeAuthentication: false, refundable: true },
+  refresh: { keyOf: byAddress, beforeAuthentication: true, refundable: false },
+  // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
+  'item-writes': { keyOf: (request) => request.user.id, beforeAuthentication: false, refundable: false }
 }
 
 /**
- * Every request limit, by operationId, each counting in the store's counter of its own name (in Redis, shared by
- * every instance, with STORE=redis). Limits keyed by the client address (`request.clientAddress`: an IPv6 client by
- * its network) are checked first, in `onRequest`, before any body is read or password checked. The sign-in limits
- * need the email: per address and email, and per account whatever the address. Item writes count per user. Those
- * are checked in `preHandler`, after authentication, the role guard and validation: a write counts only when it can
- * succeed. The account limit counts failed sign-ins only, once answered (before the answer leaves, so that any
- * instance asked next sees it), and a success clears it: parallel sign-ins with the right password are never
- * refused by it.
- *
- * A sign-in or registration answered 503 (the hashing queue was full, the client had gone, the store was
- * unreachable) was not served, so what it counted is taken back: a client refused in a burst is not locked out.
+ * The limits of the operations that declare them (`x-rate-limits` in the contract), each counting in the
+ * store's counter of its own name (in Redis, shared by every instance, with STORE=redis); see COUNTING for what
+ * each is keyed by and when it counts. The account limit (login-failures) counts failed sign-ins only, once
+ * answered (before the answer leaves, so that any instance asked next sees it), and a success clears it: parallel
+ * sign-ins with the right password are never refused by it.
  *
  * Every response of a limited operation carries the IETF draft's RateLimit-Policy field (its limits), and
  * RateLimit (what is left of each limit that counted the request) once one has.
@@ -110,9 +110,12 @@ const namePolicies = (policyField: string): Hook => (_request, reply, done) => {
  * count only the failed sign-ins (peek first, count the 401) nor take back the hit of a request answered 503.
  */
 async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPluginOptions): Promise<void> {
-  if (options.limits === null) return
+  if (options.limits === null) {
+    app.decorate('rateLimits', { byAddress: () => undefined, byCaller: () => undefined })
+    return
+  }
   const { login, loginAddress, loginFailures, register, refresh, writes } = options.limits
-  const limitsByName: Record<LimitName, RateLimit> = {
+  const limitsByName: Record<RateLimitName, RateLimit> = {
     register, 'login-address': loginAddress, login, 'login-failures': loginFailures, refresh, 'item-writes': writes
   }
   app.decorateRequest('rateLimitStatus', null)
@@ -122,19 +125,28 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     labelNames: ['limit'],
     registers: [app.metrics]
   })
-  // The hits each sign-in and registration counted, while it is in flight.
-  const counted = new WeakMap<FastifyRequest, Array<{ counter: RateCounter, key: string }>>()
-  const hookFor = (name: LimitName, keyOf: (request: FastifyRequest) => string, refundable = false): Hook => {
+  const counters = new Map<RateLimitName, RateCounter>()
+  const counterOf = (name: RateLimitName): RateCounter => {
+    let counter = counters.get(name)
+    if (counter === undefined) {
+      counter = app.store.rateCounter(name)
+      counters.set(name, counter)
+    }
+    return counter
+  }
+  const hookFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]
-    const counter = app.store.rateCounter(name)
+    const { keyOf, refundable } = COUNTING[name]
+    const counter = counterOf(name)
     const windowMs = windowSeconds * 1000
     return (request, reply, done) => {
       const key = keyOf(request)
       counter.incr(key, windowMs, max, (outcome) => {
         const refused = verdict(outcome, max)
-        if (!(outcome instanceof Error)) recordStatus(request, reply, name, max, outcome)
+        if (!(outcome instanceof Error)) {
+          recordStatus(request, reply, { policy: name, max, counted: outcome, ...(refused === undefined && refundable ? { refundKey: key } : {}) })
+        }
         if (isRateLimited(refused)) refusals.inc({ limit: name })
-        if (refused === undefined && refundable) counted.set(request, [...counted.get(request) ?? [], { counter, key }])
         done(refused)
       })
     }
@@ -145,16 +157,19 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
   // A 503 was not served: every hit it counted is taken back.
   const refundUnserved: onResponseHookHandler = (request, reply, done) => {
     if (reply.statusCode === 503) {
-      for (const { counter, key } of counted.get(request) ?? []) counter.refund(key).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+      for (const { policy, refundKey } of request.rateLimitStatus ?? []) {
+        if (refundKey !== undefined) counterOf(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+      }
     }
     done()
   }
-  const failures = app.store.rateCounter('login-failures')
+  const failures = counterOf('login-failures')
   const failuresWindowMs = loginFailures.windowSeconds * 1000
+  const failuresStatus = (counted: Counted | undefined): RateLimitStatus => ({ policy: 'login-failures', max: loginFailures.max, counted })
   const accountNotLocked: Hook = (request, reply, done) => {
     failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
       if (outcome instanceof Error) return done(outcome)
-      recordStatus(request, reply, 'login-failures', loginFailures.max, outcome)
+      recordStatus(request, reply, failuresStatus(outcome))
       const locked = outcome !== undefined && outcome.current >= loginFailures.max
       if (locked) refusals.inc({ limit: 'login-failures' })
       done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
@@ -166,44 +181,41 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     if (reply.statusCode === 401) {
       failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
         if (outcome instanceof Error) warn(outcome)
-        else recordStatus(request, reply, 'login-failures', loginFailures.max, outcome)
+        else recordStatus(request, reply, failuresStatus(outcome))
         done(null, payload)
       })
     } else if (reply.statusCode === 200) {
-      recordStatus(request, reply, 'login-failures', loginFailures.max, undefined)
+      recordStatus(request, reply, failuresStatus(undefined))
       failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
     } else {
       done(null, payload)
     }
   }
-  const byAddress = (request: FastifyRequest): string => request.clientAddress
-  const writesPerUser = hookFor('item-writes', (request) => request.user.id)
-  const limits: Record<LimitedOperation, RouteLimits> = {
-    registerUser: { onRequest: hookFor('register', byAddress, true), onResponse: [refundUnserved] },
-    loginUser: {
-      onRequest: hookFor('login-address', byAddress, true),
-      preHandler: [hookFor('login', (request) => `${request.clientAddress}\n${signInEmail(request)}`, true), accountNotLocked],
-      onSend: countFailure,
-      onResponse: [refundUnserved]
-    },
-    refreshTokens: { onRequest: hookFor('refresh', byAddress) },
-    createItem: { preHandler: [writesPerUser] },
-    updateItem: { preHandler: [writesPerUser] },
-    deleteItem: { preHandler: [writesPerUser] }
+  // The first hook of a limited route: every response it sends names its limits, whatever refuses it.
+  const namePolicies = (names: readonly RateLimitName[]): Hook => {
+    const field = names.map((name) => policyItem(name, limitsByName[name])).join(', ')
+    return (_request, reply, done) => {
+      reply.header('ratelimit-policy', field)
+      done()
+    }
   }
-  const isLimited = (operationId: RouteOperationId | undefined): operationId is LimitedOperation =>
-    operationId !== undefined && operationId in limits
-  app.addHook('onRoute', (route) => {
-    const operationId = route.config?.operationId
-    if (!isLimited(operationId)) return
-    const routeLimits = limits[operationId]
-    // The address limit goes before the route's own onRequest hooks (authentication): nothing runs for a caller
-    // over it. The others are appended to the route's own.
-    const policies = namePolicies(OPERATION_LIMITS[operationId].map((name) => policyItem(name, limitsByName[name])).join(', '))
-    route.onRequest = [policies, ...(routeLimits.onRequest === undefined ? [] : [routeLimits.onRequest]), ...appendedHooks(route.onRequest)]
-    if (routeLimits.preHandler !== undefined) route.preHandler = appendedHooks(route.preHandler, ...routeLimits.preHandler)
-    if (routeLimits.onSend !== undefined) route.onSend = appendedHooks(route.onSend, routeLimits.onSend)
-    if (routeLimits.onResponse !== undefined) route.onResponse = appendedHooks(route.onResponse, ...routeLimits.onResponse)
+  const counted = (names: readonly RateLimitName[], beforeAuthentication: boolean): Array<Exclude<RateLimitName, 'login-failures'>> =>
+    names.flatMap((name) => name !== 'login-failures' && COUNTING[name].beforeAuthentication === beforeAuthentication ? [name] : [])
+  app.decorate('rateLimits', {
+    byAddress: ({ rateLimits: names }) => {
+      if (names.length === 0) return undefined
+      const refundable = names.some((name) => name !== 'login-failures' && COUNTING[name].refundable)
+      return {
+        onRequest: [namePolicies(names), ...counted(names, true).map(hookFor)],
+        ...(refundable ? { onResponse: [refundUnserved] } : {})
+      }
+    },
+    byCaller: ({ rateLimits: names }) => {
+      const countsFailures = names.includes('login-failures')
+      const preHandler = [...counted(names, false).map(hookFor), ...(countsFailures ? [accountNotLocked] : [])]
+      if (preHandler.length === 0) return undefined
+      return { preHandler, ...(countsFailures ? { onSend: [countFailure] } : {}) }
+    }
   })
 }
 

@@ -1,16 +1,20 @@
 import type { ValidateFunction } from 'ajv'
 import fastJson, { type AnySchema, type Schema } from 'fast-json-stringify'
 import type { FastifyInstance, FastifySerializerCompiler, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
-import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
+import fp from 'fastify-plugin'
+import { type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
 import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
+import type { RouteStep, StepFor } from './route-steps.js'
 
 declare module 'fastify' {
   interface FastifyContextConfig {
     /** The operation of the contract that the route serves. */
     operationId?: RouteOperationId
+    /** The names of the steps of the route's pipeline, in the order they run. */
+    pipeline?: readonly string[]
   }
 }
 
@@ -70,43 +74,93 @@ export function contractSerializers (componentSchemas: Readonly<Record<string, {
 /** The public API's. */
 export const contractSerializer = contractSerializers(schemas)
 
-// The hooks that guard an operation: its security scheme's, then its role check. A scheme with no hook, or a choice
-// between schemes (which no operation offers yet), fails at start rather than letting a request through unchecked.
-function securityHooks (route: RouteDefinition, securitySchemes: RoutesPluginOptions['securitySchemes']): onRequestHookHandler[] {
+// The security scheme's hook of an operation. A scheme with no hook, or a choice between schemes (which no operation
+// offers yet), fails at start rather than letting a request through unchecked.
+const authentication = (securitySchemes: RoutesPluginOptions['securitySchemes']): StepFor => (route) => {
   const [scheme, ...alternatives] = route.security
-  if (scheme === undefined) return []
+  if (scheme === undefined) return undefined
   const authenticate = securitySchemes[scheme]
   if (authenticate === undefined || alternatives.length > 0) {
     throw new Error(`${route.operationId}: no hook enforces the security scheme(s) ${route.security.join(', ')} of the contract`)
   }
-  return route.roles.length === 0 ? [authenticate] : [authenticate, requireRole(route.roles)]
+  return { onRequest: [authenticate] }
 }
 
+const roleGuard: StepFor = (route) => route.roles.length === 0 ? undefined : { onRequest: [requireRole(route.roles)] }
+
 /**
- * One route per operation of the contract: match → per-address limit (rate-limits plugin) → authenticate → role
- * → parse and validate → idempotency key, sign-in and write limits (preHandler) → handler → serialize with the
- * contract's response schema.
+ * How a request of an operation runs: every step below that applies to its route, in this order, each a
+ * capability's, made once per route from what the operation declares in the contract (docs/contract.md lists
+ * each operation's). Before them, on every request (a contract route's or not), the service's own `onRequest`
+ * hooks: the request id and nosniff (src/service.ts), the connection's tracking for shutdown, CORS.
+ *
+ *  1. load shedding          onRequest   503 under overload, unless `x-load-shedding: exempt`
+ *  2. limits by address      onRequest   RateLimit-Policy; the `x-rate-limits` keyed by the client address (429)
+ *  3. authentication         onRequest   the operation's security scheme (401)
+ *  4. role                   onRequest   `x-roles` (403)
+ *     (Fastify)                          body parsing (400, 413, 415), the generated validators (400)
+ *  5. idempotency            preHandler  the `Idempotency-Key` claim, or the replay (409, 422); onError frees it
+ *  6. limits by caller       preHandler  the `x-rate-limits` keyed by email or user (429); onSend counts a failed sign-in
+ *     (handler)                          then serialization with the contract's response schema
+ *  7. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
+ *  8. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
+ *
+ * A capability adds hooks to no route itself; a route that a capability does not apply to runs none of its code.
  */
-export default async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
+function pipeline (app: FastifyInstance, options: RoutesPluginOptions, responseContract: StepFor): ReadonlyArray<readonly [string, StepFor]> {
+  return [
+    ['load shedding', app.shedding],
+    ['limits by address', app.rateLimits.byAddress],
+    ['authentication', authentication(options.securitySchemes)],
+    ['role', roleGuard],
+    ['idempotency', app.idempotency],
+    ['limits by caller', app.rateLimits.byCaller],
+    ['response contract', responseContract],
+    ['metrics', app.requestMetrics]
+  ]
+}
+
+/** The route's hooks, phase by phase, from the steps that apply to it, in the pipeline's order. */
+const composedHooks = (steps: readonly RouteStep[]) => ({
+  onRequest: steps.flatMap((step) => step.onRequest ?? []),
+  preHandler: steps.flatMap((step) => step.preHandler ?? []),
+  onSend: steps.flatMap((step) => step.onSend ?? []),
+  onResponse: steps.flatMap((step) => step.onResponse ?? []),
+  onError: steps.flatMap((step) => step.onError ?? [])
+})
+
+/** One route per operation of the contract, each with its pipeline. */
+async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // Both compilers are the contract's, set in this context so that a host's own routes keep theirs. The route
   // schemas refer to the contract's component schemas by $id: the generated validators were built with them, and
   // contractSerializer resolves them itself, so none is added to Fastify.
   app.setValidatorCompiler(generatedValidator)
   app.setSerializerCompiler(contractSerializer)
-  const guards = routes.map((route) => securityHooks(route, options.securitySchemes))
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
-  for (const [index, route] of routes.entries()) {
+  const responseContract: StepFor = (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }
+  const steps = pipeline(app, options, responseContract)
+  for (const route of routes) {
+    const applied = steps.flatMap(([name, stepFor]) => {
+      const step = stepFor(route)
+      return step === undefined ? [] : [{ name, step }]
+    })
     app.route({
       method: route.method,
       url: route.url,
       schema: route.schema,
-      onRequest: guards[index],
-      onSend: enforceResponseContract === undefined ? [] : [enforceResponseContract(route)],
+      ...composedHooks(applied.map(({ step }) => step)),
       handler: options.handlers[route.operationId] as RouteHandlerMethod,
-      config: { operationId: route.operationId },
+      config: { operationId: route.operationId, pipeline: applied.map(({ name }) => name) },
       // Only what the contract declares is served, in a host server too: no HEAD twin of a GET.
       exposeHeadRoute: false
     })
   }
 }
+
+// Encapsulated (the compilers above are this context's), yet named, so that the capabilities it reads are declared.
+export default fp(routesPlugin, {
+  name: 'routes',
+  encapsulate: true,
+  dependencies: ['load-shedding', 'rate-limits', 'auth', 'idempotency', 'metrics']
+})
