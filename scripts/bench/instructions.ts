@@ -10,6 +10,9 @@
 // window: what disturbs a window (the optimising compiler still at work, a full garbage collection) only ever
 // adds instructions, so the lowest is the closest to the steady state; every window is printed beside it.
 // INSTRUCTIONS_WARM_UP, INSTRUCTIONS_COUNTED and INSTRUCTIONS_WINDOWS set them (default 6 000, 1 000 and 5).
+// What one step of the pipeline costs is the difference between two runs of the service, with and without it:
+// INSTRUCTIONS_SERVICE_ENV (a JSON object, e.g. '{"RATE_LIMIT":"off"}') is added to the service's environment, and
+// INSTRUCTIONS_BASELINE=none counts the service alone.
 //
 // Each window's instructions in libuv's timers phase are counted apart and left out of the figure. Under
 // callgrind a request takes about 50 times as long as at full speed, so work that runs on a clock rather than per
@@ -44,7 +47,8 @@ const run = promisify(execFile)
 
 // As in npm run bench, and so every feature on, but for load shedding on the event loop's lag, which valgrind's
 // slowness would trip.
-const countedEnv = { ...serviceEnv, MAX_EVENT_LOOP_DELAY_MS: '0' }
+const countedEnv: Record<string, string> = { ...serviceEnv, MAX_EVENT_LOOP_DELAY_MS: '0', ...JSON.parse(process.env.INSTRUCTIONS_SERVICE_ENV ?? '{}') as Record<string, string> }
+const withBaseline = process.env.INSTRUCTIONS_BASELINE !== 'none'
 
 interface Server { process: ChildProcess, url: string, profiles: string }
 
@@ -203,15 +207,19 @@ const serviceCounts = await count(service, scenarios, token)
 await stop(service)
 console.log(`service counted (${Math.round((performance.now() - started) / 1000)} s)`)
 
-const baseline = await underCallgrind(['node', '--no-memory-reducer', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) })
-const baselineCounts = await count(baseline, scenarios, token)
-await stop(baseline)
+async function countBaseline (): Promise<Counts> {
+  const baseline = await underCallgrind(['node', '--no-memory-reducer', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) })
+  const counts = await count(baseline, scenarios, token)
+  await stop(baseline)
+  return counts
+}
+const baselineCounts: Counts = withBaseline ? await countBaseline() : { requests: {}, timers: {} }
 
 const rows = Object.keys(scenarios).map((name) => {
   const windows = { service: serviceCounts.requests[name] ?? [], baseline: baselineCounts.requests[name] ?? [] }
   const timers = { service: serviceCounts.timers[name] ?? [], baseline: baselineCounts.timers[name] ?? [] }
   const instructions = Math.min(...windows.service)
-  const bare = Math.min(...windows.baseline)
+  const bare = windows.baseline.length === 0 ? NaN : Math.min(...windows.baseline)
   return { name, instructions, baseline: bare, ratio: Number((instructions / bare).toFixed(3)), windows, timers }
 })
 const table = [
@@ -220,7 +228,7 @@ const table = [
   ...rows.map((row) => `| ${row.name} | ${row.instructions} | ${row.baseline} | ${row.ratio} | ${row.windows.service.join(', ')} | ${row.windows.baseline.join(', ')} | ${row.timers.service.join(', ')}; ${row.timers.baseline.join(', ')} |`)
 ].join('\n')
 await mkdir('bench-results', { recursive: true })
-await writeFile('bench-results/instructions.json', `${JSON.stringify({ date: new Date().toISOString(), node: process.version, warmUp: WARM_UP, counted: COUNTED, windows: WINDOWS, rows }, null, 2)}\n`)
+await writeFile('bench-results/instructions.json', `${JSON.stringify({ date: new Date().toISOString(), node: process.version, warmUp: WARM_UP, counted: COUNTED, windows: WINDOWS, serviceEnv: countedEnv, rows }, null, 2)}\n`)
 await writeFile('bench-results/instructions.md', `${table}\n`)
 console.log(table)
 console.log(`(${Math.round((performance.now() - started) / 1000)} s)`)
