@@ -1,20 +1,16 @@
 // The benchmark's baseline must serve the service's page with the service's serializer, or every ratio
 // `npm run bench` prints is wrong (or, as once, the benchmark does not start at all).
 import { spawn } from 'node:child_process'
-import t from 'tap'
-import { build } from './helper.js'
+import t, { type Test } from 'tap'
+import { build, TEST_JWT_SECRET } from './helper.js'
 
-t.test('the bare-Fastify baseline answers as the service does, with its validation', async (t) => {
-  const api = await build(t)
-  const { accessToken } = await api.register()
-  await api.createItem(accessToken, { name: 'A benchmark item', description: null })
-  const page = (await api.call('listItems', { token: accessToken })).json()
+async function startBaseline (t: Test, kind: string, page: unknown): Promise<string> {
   const baseline = spawn(process.execPath, [...process.execArgv, 'scripts/bench/baseline-server.ts'], {
-    env: { ...process.env, BASELINE: 'bare', BASELINE_PAGE: JSON.stringify(page) },
+    env: { ...process.env, BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET: TEST_JWT_SECRET },
     stdio: ['ignore', 'pipe', 'inherit']
   })
   t.teardown(() => { baseline.kill() })
-  const url = await new Promise<string>((resolve, reject) => {
+  return await new Promise<string>((resolve, reject) => {
     let output = ''
     baseline.stdout.on('data', (chunk: Buffer) => {
       output += String(chunk)
@@ -23,6 +19,14 @@ t.test('the bare-Fastify baseline answers as the service does, with its validati
     })
     baseline.once('exit', (code) => { reject(new Error(`the baseline exited with ${code}`)) })
   })
+}
+
+t.test('the bare-Fastify baseline answers as the service does, with its validation', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  await api.createItem(accessToken, { name: 'A benchmark item', description: null })
+  const page = (await api.call('listItems', { token: accessToken })).json()
+  const url = await startBaseline(t, 'bare', page)
   t.same(await (await fetch(`${url}/v1/items`)).json(), page)
   const [item] = page.data
   const itemUrl = `${url}/v1/items/${item.id}`
@@ -37,4 +41,16 @@ t.test('the bare-Fastify baseline answers as the service does, with its validati
   t.equal((await send(`${url}/v1/items`, 'POST', { name: '' })).status, 400)
   t.equal((await send(itemUrl, 'PATCH', {})).status, 400)
   t.equal((await fetch(`${url}/v1/items/not-an-id`)).status, 400)
+})
+
+t.test('the usual-setup baseline verifies the service\'s access token and counts every request against its rate limit', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  await api.createItem(accessToken, { name: 'A benchmark item', description: null })
+  const page = (await api.call('listItems', { token: accessToken })).json()
+  const url = await startBaseline(t, 'usual', page)
+  const answer = await fetch(`${url}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })
+  t.same(await answer.json(), page)
+  t.match(Object.fromEntries(answer.headers), { 'x-ratelimit-limit': /^\d+$/, 'x-ratelimit-remaining': /^\d+$/, 'x-ratelimit-reset': /^\d+$/ })
+  t.equal((await fetch(`${url}/v1/items`)).status, 401, 'no token, no page')
 })

@@ -101,7 +101,15 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 15
+const SCENARIOS = 19
+// The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
+// default headers, serving the same routes as the bare baseline.
+const USUAL = {
+  list: 'baseline: usual setup (jwt + rate-limit), GET /v1/items',
+  get: 'baseline: usual setup (jwt + rate-limit), GET /v1/items/{id}',
+  create: 'baseline: usual setup (jwt + rate-limit), POST /v1/items',
+  edit: 'baseline: usual setup (jwt + rate-limit), PATCH /v1/items/{id}'
+}
 const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
 console.log(`npm run bench: ${SCENARIOS} scenarios × ${ROUNDS} rounds of ${DURATION} s, five starts, a sign-in flood: about ${Math.ceil(expectedSeconds / 60)} minutes`)
@@ -131,8 +139,8 @@ const seededWithWebhook = await seed(withWebhook.url)
 
 const startBaseline = async (kind: string): Promise<Server> =>
   await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET })
-const baselines = await Promise.all([startBaseline('bare'), startBaseline('logger'), startBaseline('jwt')])
-const [bare, withLogger, usualJwt] = baselines
+const baselines = await Promise.all([startBaseline('bare'), startBaseline('logger'), startBaseline('jwt'), startBaseline('usual')])
+const [bare, withLogger, usualJwt, usualSetup] = baselines
 const pageOf = (server: Server): Load => ({ url: `${server.url}/v1/items?pageSize=20`, token })
 
 const list: Load = { url: `${v1}/items?pageSize=20`, token }
@@ -153,6 +161,7 @@ async function measureWithDeliveries (load: Load): Promise<Measurement> {
   return measurement
 }
 const onBare = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, bare.url) })
+const onUsual = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, usualSetup.url) })
 const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, GET /v1/items': async () => await measure(pageOf(bare)),
   'GET /v1/items?pageSize=20': async () => await measure(list),
@@ -167,6 +176,10 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'PATCH /v1/items/{id}': async () => await measure(edit),
   'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
   'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
+  [USUAL.list]: async () => await measure(onUsual(list)),
+  [USUAL.get]: async () => await measure(onUsual(getOne)),
+  [USUAL.create]: async () => await measure(onUsual(create)),
+  [USUAL.edit]: async () => await measure(onUsual(edit)),
   'POST /v1/auth/login': async () => await measure(login),
   'GET /v1/items during a login storm': async () => (await Promise.all([measure(list), measure({ ...login, connections: 8 })]))[0]
 }
@@ -181,6 +194,13 @@ const baselineOf: Record<string, string> = {
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
 }
 const baselineNameOf = (name: string): string => baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items'
+// Each of the four main scenarios is also compared with the same route served the usual way.
+const usualOf: Record<string, string> = {
+  'GET /v1/items?pageSize=20': USUAL.list,
+  'GET /v1/items/{id}': USUAL.get,
+  'POST /v1/items': USUAL.create,
+  'PATCH /v1/items/{id}': USUAL.edit
+}
 // A round takes the scenarios in the order above, which puts each one beside what it is compared with, and every
 // other round in the reverse order, so that neither of two neighbours always goes first. Each ratio is taken
 // within a round, between measurements a few seconds apart, and the median of the rounds' ratios is reported: a
@@ -319,8 +339,8 @@ const summarise = (measurements: Measurement[]): Measurement => ({
 })
 const results = new Map([...runs].map(([name, measurements]) => [name, summarise(measurements)]))
 // The ratio of two measurements of the same round, in each round.
-const ratiosOf = (name: string, of: (measurement: Measurement) => number): number[] => {
-  const baseline = runs.get(baselineNameOf(name)) ?? []
+const ratiosOf = (name: string, of: (measurement: Measurement) => number, against = baselineNameOf(name)): number[] => {
+  const baseline = runs.get(against) ?? []
   return (runs.get(name) ?? []).map((measurement, round) => {
     const against = baseline[round]
     return against === undefined ? NaN : of(measurement) / Math.max(of(against), 1)
@@ -333,7 +353,8 @@ const rows = [...results].map(([name, m]) => {
     ...m,
     ratio: Number(median(ratios).toFixed(2)),
     roundRatios: ratios.map((ratio) => Number(ratio.toFixed(2))),
-    p99Ratio: Number(median(ratiosOf(name, (measurement) => measurement.p99)).toFixed(2))
+    p99Ratio: Number(median(ratiosOf(name, (measurement) => measurement.p99)).toFixed(2)),
+    usualRatio: usualOf[name] === undefined ? undefined : Number(median(ratiosOf(name, (measurement) => measurement.requestsPerSecond, usualOf[name])).toFixed(2))
   }
 })
 const listAlone = results.get('GET /v1/items?pageSize=20')?.p99 ?? NaN
@@ -354,9 +375,9 @@ const report = {
 }
 
 const table = [
-  '| scenario | req/s | p50 ms | p99 ms | non-2xx | errors | × its baseline req/s | (each round) | × its baseline p99 |',
-  '|---|---:|---:|---:|---:|---:|---:|---|---:|',
-  ...rows.map((row) => `| ${row.name} | ${row.requestsPerSecond} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.errors} | ${row.ratio} | ${row.roundRatios.join(', ')} | ${row.p99Ratio} |`),
+  '| scenario | req/s | p50 ms | p99 ms | non-2xx | errors | × its baseline req/s | (each round) | × its baseline p99 | × the usual setup req/s |',
+  '|---|---:|---:|---:|---:|---:|---:|---|---:|---:|',
+  ...rows.map((row) => `| ${row.name} | ${row.requestsPerSecond} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.errors} | ${row.ratio} | ${row.roundRatios.join(', ')} | ${row.p99Ratio} | ${row.usualRatio ?? ''} |`),
   '',
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
