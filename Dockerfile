@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The service from a built artifact: one stage installs the production dependencies alone (from package.json and
-# the lock, so the layer is reused until they change), another compiles; the runtime stage holds only their
+# the lock, so the layer is reused until they change), another compiles (its install, too, before the sources are
+# copied, so that an edit reinstalls nothing); the runtime stage holds only their
 # results (node_modules, dist/, the contract it serves) and runs as the image's unprivileged `node` user.
 # test/production.test.ts runs the dependencies stage as written, assembles the runtime tree as its COPY lines say
 # and starts it, as this file does.
@@ -12,8 +13,9 @@ RUN npm ci --omit=dev --no-audit --no-fund
 
 FROM node:22-bookworm-slim AS build
 WORKDIR /app
-COPY . .
+COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
+COPY . .
 RUN npm run build
 
 FROM node:22-bookworm-slim

@@ -92,7 +92,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     // only when the operator says the proxy is trusted.
     trustProxy: config.trustProxy
   })
-  for (const deprecation of config.deprecations) app.log.warn(deprecation)
+  for (const warning of config.warnings) app.log.warn(warning)
   if (config.jwt.secretGenerated) {
     app.log.warn('JWT_SECRET is not set: signing with a random secret, so tokens will not survive a restart')
   }

@@ -117,8 +117,8 @@ export interface AppConfig {
   environment: Environment['NODE_ENV']
   host: string
   port: number
-  /** The operations API (metrics), on `host`; off when undefined. */
-  operations: { port: number, token: string | undefined } | undefined
+  /** The operations API (metrics, dead letters), on a server of its own; off when undefined. */
+  operations: { host: string, port: number, token: string | undefined } | undefined
   /** OpenTelemetry tracing; off when undefined. */
   tracing: TracingConfig | undefined
   logLevel: Environment['LOG_LEVEL']
@@ -166,8 +166,8 @@ export interface AppConfig {
   maxHeapUsedBytes: number | undefined
   /** Check every response against the contract and answer a logged 500 instead of one that breaks it. */
   strictResponses: boolean
-  /** One line for each setting read under a name it has since replaced; logged as warnings at start. */
-  deprecations: string[]
+  /** Logged as warnings at start: one line for each setting read under a name it has since replaced, or left open. */
+  warnings: string[]
 }
 
 // Validates with the schema's types and defaults, no coercion: readEnvironment turns whole numbers into numbers,
@@ -200,6 +200,24 @@ function readEnvironment (source: NodeJS.ProcessEnv): { environment: Environment
     const failed = first.instancePath.slice(1) as VariableName
     throw new ConfigError(`Invalid configuration: ${invalidValue(failed, setAs.get(failed)!, String(given[failed]))}`)
   }
+}
+
+const isLoopback = (host: string): boolean => host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host)
+
+/**
+ * The operations API answers whoever reaches it unless OPS_TOKEN is set: off loopback without one, a production
+ * start stops, any other warns. Its port must not be the API's, which would fail the start with a bare EADDRINUSE.
+ */
+function operationsWarnings (env: Environment, environment: Environment['NODE_ENV']): string[] {
+  if (env.OPS_PORT === undefined) return []
+  if (env.OPS_PORT !== 0 && env.OPS_PORT === env.PORT) {
+    throw new ConfigError(`Invalid configuration: OPS_PORT must differ from PORT (${env.PORT}): the operations API has a server of its own`)
+  }
+  if (isLoopback(env.OPS_HOST) || env.OPS_TOKEN !== undefined) return []
+  if (environment === 'production') {
+    throw new ConfigError(`Invalid configuration: OPS_HOST ${env.OPS_HOST} is not loopback: set OPS_TOKEN, or the operations API is open to whoever reaches it`)
+  }
+  return [`OPS_HOST ${env.OPS_HOST} is not loopback and OPS_TOKEN is not set: whoever reaches OPS_PORT may read the metrics and redeliver dead letters`]
 }
 
 /**
@@ -244,12 +262,13 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (env.WEBHOOK_RECLAIM_AFTER_MS <= env.WEBHOOK_TIMEOUT_MS) {
     throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
   }
+  const warnings = [...deprecations, ...operationsWarnings(env, environment)]
   const rateLimit = (max: number, seconds = windowSeconds): RateLimit => ({ max, windowSeconds: seconds })
   return {
     environment,
     host: env.HOST,
     port: env.PORT,
-    operations: env.OPS_PORT === undefined ? undefined : { port: env.OPS_PORT, token: env.OPS_TOKEN },
+    operations: env.OPS_PORT === undefined ? undefined : { host: env.OPS_HOST, port: env.OPS_PORT, token: env.OPS_TOKEN },
     tracing: env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined && env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
       ? undefined
       : { protocol: env.OTEL_EXPORTER_OTLP_PROTOCOL, serviceName: env.OTEL_SERVICE_NAME },
@@ -304,7 +323,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     maxEventLoopDelayMs: env.MAX_EVENT_LOOP_DELAY_MS,
     maxHeapUsedBytes: env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * 1024 * 1024,
     strictResponses,
-    deprecations
+    warnings
   }
 }
 

@@ -46,7 +46,13 @@ export const variables = {
     type: 'integer',
     minimum: 0,
     maximum: 65535,
-    description: 'Port of the operations API (`GET /metrics`, ops/openapi.yaml), on `HOST`, never on the API port; unset, it is off (`0` picks a free one).'
+    description: 'Port of the operations API (`GET /metrics`, dead letters; ops/openapi.yaml), on `OPS_HOST`, never `PORT`; unset, it is off (`0` picks a free one).'
+  },
+  OPS_HOST: {
+    type: 'string',
+    minLength: 1,
+    default: '127.0.0.1',
+    description: 'Address the operations API listens on: loopback by default, whatever `HOST` is. Any other address needs `OPS_TOKEN` when `NODE_ENV=production` (a warning otherwise).'
   },
   OPS_TOKEN: { type: 'string', minLength: 16, description: 'When set, the operations API requires it as a bearer token; unset, whoever reaches `OPS_PORT` may read it.' },
   OTEL_EXPORTER_OTLP_ENDPOINT: {

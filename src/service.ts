@@ -73,6 +73,6 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(docsPlugin)
   await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
   if (config.operations !== undefined) {
-    await app.register(operationsPlugin, { host: config.host, ...config.operations, subscriptions: config.webhooks.subscriptions, requestTimeoutMs: config.requestTimeoutMs })
+    await app.register(operationsPlugin, { ...config.operations, subscriptions: config.webhooks.subscriptions, requestTimeoutMs: config.requestTimeoutMs })
   }
 }

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
-import { build, buildTestApp, captureLogs } from './helper.js'
+import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from './helper.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})
@@ -199,19 +199,43 @@ t.test('CORS_ORIGINS: none by default, else origins as a browser sends them', as
   }
 })
 
+t.test('the operations API listens on loopback unless OPS_HOST says otherwise; elsewhere without OPS_TOKEN a production start stops', async (t) => {
+  const token = 'an-operations-token-of-16+'
+  t.equal(loadConfig({ OPS_PORT: '9464', HOST: '0.0.0.0' }).operations?.host, '127.0.0.1', 'not on HOST: loopback by default')
+  for (const loopback of ['127.0.0.1', '127.0.0.2', '::1', 'localhost']) {
+    t.same(loadConfig({ OPS_PORT: '9464', OPS_HOST: loopback }).warnings, [], `${loopback} is this machine only`)
+  }
+  t.same(loadConfig({ OPS_PORT: '9464', OPS_HOST: '0.0.0.0', OPS_TOKEN: token }).operations, { host: '0.0.0.0', port: 9464, token })
+  t.same(loadConfig({ OPS_PORT: '9464', OPS_HOST: '0.0.0.0' }).warnings,
+    ['OPS_HOST 0.0.0.0 is not loopback and OPS_TOKEN is not set: whoever reaches OPS_PORT may read the metrics and redeliver dead letters'])
+  t.throws(() => loadConfig({ NODE_ENV: 'production', JWT_SECRET: TEST_JWT_SECRET, OPS_PORT: '9464', OPS_HOST: '10.0.0.5' }), {
+    name: 'ConfigError',
+    message: 'Invalid configuration: OPS_HOST 10.0.0.5 is not loopback: set OPS_TOKEN, or the operations API is open to whoever reaches it'
+  })
+  t.same(loadConfig({ OPS_HOST: '0.0.0.0' }).warnings, [], 'no operations API, nothing to warn of')
+})
+
+t.test('OPS_PORT equal to PORT stops the start in one line, before anything listens', async (t) => {
+  t.throws(() => loadConfig({ PORT: '3000', OPS_PORT: '3000' }), {
+    name: 'ConfigError',
+    message: 'Invalid configuration: OPS_PORT must differ from PORT (3000): the operations API has a server of its own'
+  })
+  t.equal(loadConfig({ PORT: '0', OPS_PORT: '0' }).operations?.port, 0, 'both picked free, so never the same')
+})
+
 t.test('a setting under the name it had before is still read, with a deprecation line at start; the new name wins', async (t) => {
   const config = loadConfig({ SHUTDOWN_TIMEOUT: '4000', ACCESS_TOKEN_TTL: '60', MAX_HEAP_USED: '64' })
   t.equal(config.shutdownTimeoutMs, 4000)
   t.equal(config.jwt.accessTokenTtlSeconds, 60)
   t.equal(config.maxHeapUsedBytes, 64 * 1024 * 1024)
-  t.same(config.deprecations, [
+  t.same(config.warnings, [
     'ACCESS_TOKEN_TTL is deprecated and will be removed: set ACCESS_TOKEN_TTL_SECONDS instead',
     'SHUTDOWN_TIMEOUT is deprecated and will be removed: set SHUTDOWN_TIMEOUT_MS instead',
     'MAX_HEAP_USED is deprecated and will be removed: set MAX_HEAP_USED_MIB instead'
   ])
   const both = loadConfig({ SHUTDOWN_TIMEOUT: '4000', SHUTDOWN_TIMEOUT_MS: '5000' })
   t.equal(both.shutdownTimeoutMs, 5000, 'the new name wins')
-  t.same(both.deprecations, [], 'and nothing is said')
+  t.same(both.warnings, [], 'and nothing is said')
   t.throws(() => loadConfig({ BODY_LIMIT: '12' }), { message: 'Invalid configuration: BODY_LIMIT must be an integer from 1024 to 9007199254740991, got "12"' },
     'an error names the variable as it was set')
   const { lines, logStream } = captureLogs()

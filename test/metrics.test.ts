@@ -180,3 +180,12 @@ t.test('webhook deliveries are counted by subscriber and outcome, timed, and the
   t.equal(valueOf(samples, 'items_service_webhook_backlog', { subscriber }), 0)
   t.notOk(samples.some((sample) => Object.values(sample.labels).some((value) => value.includes('secret-in-query'))), 'the query is never a label')
 })
+
+t.test('the operations API listens on loopback whatever HOST is, and warns at start when OPS_HOST opens it without a token', async (t) => {
+  const { lines } = await instance(t, { HOST: '0.0.0.0' })
+  const listening = logged(lines, /^Operations API at/).map((line) => String(line.msg))
+  t.ok(listening.length > 0 && listening.every((line) => /^Operations API at http:\/\/127\.0\.0\.1:\d+$/.test(line)), `on loopback alone: ${listening.join('; ')}`)
+  const open = await instance(t, { OPS_HOST: '0.0.0.0' })
+  t.match(logged(open.lines, /^OPS_HOST/), [{ level: 40, msg: /OPS_TOKEN is not set/ }])
+  t.equal((await fetch(`${open.ops}/metrics`)).status, 200, 'served on every interface, loopback included')
+})

@@ -70,11 +70,21 @@ t.test('the Dockerfile installs the production dependencies in one stage, builds
   // This checkout was installed so (`npm ci`), and `npm pack` above ran the build: the test follows the build
   // stage by using this checkout's build.
   t.same(argumentsOf(build?.instructions ?? [], 'RUN'), ['npm ci --no-audit --no-fund', 'npm run build'], 'the repository\'s install and build')
+  // Dependencies first, then the sources: an edit to the sources reuses the installed layer.
+  t.same(build?.instructions.filter(({ keyword }) => keyword === 'COPY' || keyword === 'RUN').map(({ keyword, argument }) => `${keyword} ${argument}`), [
+    'COPY package.json package-lock.json ./', 'RUN npm ci --no-audit --no-fund', 'COPY . .', 'RUN npm run build'
+  ], 'the build stage installs from the manifest and the lock before it copies the sources')
   const runtimeSteps = runtime?.instructions ?? []
   t.same(argumentsOf(runtimeSteps, 'RUN'), [], 'nothing runs in the runtime stage: it only copies the other stages\' results')
   t.same(argumentsOf(runtimeSteps, 'USER'), ['node'], 'not root')
   t.match(environmentOf(runtimeSteps), { HOST: '0.0.0.0', NODE_ENV: 'production' })
   t.match(argumentsOf(runtimeSteps, 'HEALTHCHECK')[0], /\/health\/ready/)
+})
+
+t.test('no local environment file reaches an image: .dockerignore leaves out .env and its variants', async (t) => {
+  const ignored = (await readFile('.dockerignore', 'utf8')).split('\n').map((line) => line.trim())
+  t.ok(ignored.includes('.env'), '.env')
+  t.ok(ignored.includes('.env.*'), '.env.local, .env.production, ...')
 })
 
 t.test('the runtime tree, assembled as the Dockerfile says, serves from dist/ without dev tools, and its HEALTHCHECK passes', async (t) => {
@@ -135,9 +145,11 @@ t.test('compose.yaml runs three instances on Redis, named only by variables the 
   for (const [name, service] of instances) {
     t.same(Object.keys(service.environment ?? {}).filter((variable) => !known.has(variable)), [], `${name} names no unknown variable`)
     t.match(service.environment, { STORE: 'redis', NODE_ENV: 'production' }, `${name} shares the catalogue on Redis`)
+    t.match(service.environment, { OPS_HOST: '0.0.0.0', OPS_TOKEN: /^\$\{OPS_TOKEN:\?/ }, `${name}'s operations port, open to the network, takes a token from the environment`)
   }
   t.ok(compose.services.redis, 'with Redis')
-  const prometheus = parse(await readFile('ops/prometheus.yml', 'utf8')) as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }> }> }
+  const prometheus = parse(await readFile('ops/prometheus.yml', 'utf8')) as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }>, authorization?: { credentials_file?: string } }> }
+  t.same(prometheus.scrape_configs.map((scrape) => scrape.authorization?.credentials_file), ['/run/secrets/ops-token'], 'Prometheus sends the token')
   const targets = prometheus.scrape_configs.flatMap((scrape) => scrape.static_configs.flatMap((config) => config.targets))
   t.same(targets, instances.map(([name, service]) => `${name}:${service.environment?.OPS_PORT}`), 'Prometheus scrapes each instance\'s OPS_PORT')
   t.ok(compose.services.prometheus, 'and Prometheus')
