@@ -922,12 +922,13 @@ export interface components {
          */
         "Idempotent-Replayed": "true";
         /**
-         * @description The rate limits the operation counts against, per the IETF draft "RateLimit header fields for HTTP"
-         *     (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its quota `q` and
-         *     its window `w` in seconds. Sent on every response of a rate-limited operation (`registerUser`, `loginUser`,
-         *     `refreshTokens`, `createItem`, `updateItem`, `deleteItem`) while `RATE_LIMIT` is on, the same on each, but
-         *     the 503 of a service that sheds load or shuts down (which refuses before any limit is looked at).
-         * @example "login-address";q=60;w=60, "login";q=10;w=60, "login-failures";q=10;w=900
+         * @description The rate limits the operation counts against (its `x-rate-limits`), per the IETF draft "RateLimit header
+         *     fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its
+         *     quota `q` and its window `w` in seconds. Sent on every response of a rate-limited operation while
+         *     `RATE_LIMIT` is on, the same on each, but the 503 of a service that sheds load or shuts down (which refuses
+         *     before any limit is looked at). Only the limits keyed by the caller are named: `loginUser`'s account limit
+         *     (`login-failures`), which counts everyone's failed sign-ins to an account, is not.
+         * @example "login-address";q=60;w=60, "login";q=10;w=60
          */
         "RateLimit-Policy": string;
         /**
@@ -935,7 +936,7 @@ export interface components {
          *     still allows and the seconds `t` until its window ends (none while it has counted nothing). Missing when
          *     the request was answered before any limit counted it (an item write refused by authentication, its role
          *     or validation); a sign-in whose body is invalid lists only the limit of its address.
-         * @example "login-address";r=59;t=60, "login";r=9;t=60, "login-failures";r=10
+         * @example "login-address";r=59;t=60, "login";r=9;t=60
          */
         RateLimit: string;
     };

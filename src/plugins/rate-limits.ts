@@ -104,7 +104,9 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
  * sign-ins with the right password are never refused by it.
  *
  * Every response of a limited operation carries the IETF draft's RateLimit-Policy field (its limits), and
- * RateLimit (what is left of each limit that counted the request) once one has.
+ * RateLimit (what is left of each limit that counted the request) once one has: of the limits keyed by the caller
+ * (its address, its address and the email it gives, its own account) only. The account limit of a sign-in counts
+ * the failures of whoever tried that email, so no field says it, or a stranger would read them.
  *
  * Hand-written rather than @fastify/rate-limit: it counts every request it sees before the handler, and cannot
  * count only the failed sign-ins (peek first, count the 401) nor take back the hit of a request answered 503.
@@ -165,11 +167,9 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
   }
   const failures = counterOf('login-failures')
   const failuresWindowMs = loginFailures.windowSeconds * 1000
-  const failuresStatus = (counted: Counted | undefined): RateLimitStatus => ({ policy: 'login-failures', max: loginFailures.max, counted })
-  const accountNotLocked: Hook = (request, reply, done) => {
+  const accountNotLocked: Hook = (request, _reply, done) => {
     failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
       if (outcome instanceof Error) return done(outcome)
-      recordStatus(request, reply, failuresStatus(outcome))
       const locked = outcome !== undefined && outcome.current >= loginFailures.max
       if (locked) refusals.inc({ limit: 'login-failures' })
       done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
@@ -181,19 +181,18 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     if (reply.statusCode === 401) {
       failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
         if (outcome instanceof Error) warn(outcome)
-        else recordStatus(request, reply, failuresStatus(outcome))
         done(null, payload)
       })
     } else if (reply.statusCode === 200) {
-      recordStatus(request, reply, failuresStatus(undefined))
       failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
     } else {
       done(null, payload)
     }
   }
-  // The first hook of a limited route: every response it sends names its limits, whatever refuses it.
+  // The first hook of a limited route: every response it sends names its limits, whatever refuses it; but the
+  // account limit, whose count is anyone's failures to sign in to that account, shown to nobody.
   const namePolicies = (names: readonly RateLimitName[]): Hook => {
-    const field = names.map((name) => policyItem(name, limitsByName[name])).join(', ')
+    const field = names.flatMap((name) => name === 'login-failures' ? [] : [policyItem(name, limitsByName[name])]).join(', ')
     return (_request, reply, done) => {
       reply.header('ratelimit-policy', field)
       done()

@@ -466,15 +466,14 @@ t.test('rate limits', async (t) => {
     const login = async (guess: string, remoteAddress = '192.0.2.1') => await api.call('loginUser', { remoteAddress, body: { email, password: guess } })
     const failed = await login('wrong-password')
     t.equal(failed.statusCode, 401)
-    t.same(rateLimitItems(failed.headers['ratelimit-policy']), { 'login-address': { q: 5, w: 60 }, login: { q: 2, w: 60 }, 'login-failures': { q: 4, w: 900 } })
+    t.same(rateLimitItems(failed.headers['ratelimit-policy']), { 'login-address': { q: 5, w: 60 }, login: { q: 2, w: 60 } }, 'the limits keyed by the caller')
     const afterFailure = rateLimitItems(failed.headers.ratelimit)
-    t.match(afterFailure, { 'login-address': { r: 4 }, login: { r: 1 }, 'login-failures': { r: 3 } }, 'the failure counted against the account')
-    for (const [name, window] of [['login-address', 60], ['login', 60], ['login-failures', 900]] as const) {
-      t.ok(afterFailure[name]?.t! > 0 && afterFailure[name]?.t! <= window, `${name}: t=${afterFailure[name]?.t} within its window`)
+    t.same(afterFailure, { 'login-address': { r: 4, t: afterFailure['login-address']?.t }, login: { r: 1, t: afterFailure.login?.t } })
+    for (const name of ['login-address', 'login'] as const) {
+      t.ok(afterFailure[name]?.t! > 0 && afterFailure[name]?.t! <= 60, `${name}: t=${afterFailure[name]?.t} within its window`)
     }
     const succeeded = await login(password, '192.0.2.2')
     t.equal(succeeded.statusCode, 200)
-    t.same(rateLimitItems(succeeded.headers.ratelimit)['login-failures'], { r: 4 }, 'a success clears the account\'s failures')
     await login('wrong-password')
     const refused = await login('wrong-password')
     t.equal(refused.statusCode, 429)
@@ -484,6 +483,22 @@ t.test('rate limits', async (t) => {
     t.equal(invalid.statusCode, 400)
     t.same(Object.keys(rateLimitItems(invalid.headers.ratelimit)), ['login-address'], 'an invalid body counts against its address alone')
     t.ok(invalid.headers['ratelimit-policy'], 'and still names every limit')
+  })
+
+  t.test('a stranger who knows an email learns nothing of its failed sign-ins: no RateLimit field names the account\'s limit', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN_FAILURES: '5' })
+    const { email, password } = newUser()
+    await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
+    const stranger = async () => await api.call('loginUser', { remoteAddress: '198.51.100.7', body: { email, password: 'a guess of mine' } })
+    const before = await stranger()
+    for (let failure = 0; failure < 3; failure += 1) await api.call('loginUser', { remoteAddress: '192.0.2.1', body: { email, password: 'the owner mistyping' } })
+    const after = await stranger()
+    t.same([before.statusCode, after.statusCode], [401, 401])
+    for (const response of [before, after]) {
+      t.notOk('login-failures' in rateLimitItems(response.headers.ratelimit), 'RateLimit says nothing of the account')
+      t.notOk('login-failures' in rateLimitItems(response.headers['ratelimit-policy']), 'nor does RateLimit-Policy')
+    }
+    t.same(rateLimitItems(after.headers.ratelimit).login?.r, (rateLimitItems(before.headers.ratelimit).login?.r ?? 0) - 1, 'what it shows is the stranger\'s own')
   })
 
   t.test('with RATE_LIMIT=off no response names a limit', async (t) => {
