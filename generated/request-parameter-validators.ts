@@ -4,7 +4,7 @@ import type { ValidateFunction } from 'ajv'
 import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const listItems_querystring: ValidateFunction = validate52;
-const schema19 = {"type":"object","properties":{"page":{"type":"integer","minimum":1,"maximum":2147483647,"default":1,"x-finite":true},"pageSize":{"type":"integer","minimum":1,"maximum":100,"default":20,"x-finite":true},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid"}},"required":[]};
+const schema19 = {"type":"object","properties":{"page":{"type":"integer","minimum":1,"maximum":2147483647,"default":1,"x-finite":true},"pageSize":{"type":"integer","minimum":1,"maximum":100,"default":20,"x-finite":true},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":[]};
 const schema20 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -234,6 +234,9 @@ data["contributorId"] = coerced2;
 }
 }
 }
+if(typeof data3 == "string" && data3.length >= 36 && data !== undefined){
+data["contributorId"] = data3.slice(-36).toLowerCase();
+}
 if(typeof data3 === "string"){
 if(!(formats0.test(data3))){
 const err9 = {instancePath:instancePath+"/contributorId",schemaPath:"#/properties/contributorId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
@@ -348,7 +351,7 @@ return errors === 0;
 validate55.evaluated = {"props":{"idempotency-key":true},"dynamicProps":false,"dynamicItems":false};
 
 export const getItem_params: ValidateFunction = validate56;
-const schema22 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid"}},"required":["itemId"]};
+const schema22 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["itemId"]};
 
 function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -400,6 +403,9 @@ if(data !== undefined){
 data["itemId"] = coerced0;
 }
 }
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["itemId"] = data0.slice(-36).toLowerCase();
 }
 if(typeof data0 === "string"){
 if(!(formats0.test(data0))){
@@ -492,7 +498,7 @@ return errors === 0;
 validate57.evaluated = {"props":{"if-none-match":true},"dynamicProps":false,"dynamicItems":false};
 
 export const deleteItem_params: ValidateFunction = validate58;
-const schema24 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid"}},"required":["itemId"]};
+const schema24 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["itemId"]};
 
 function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -544,6 +550,9 @@ if(data !== undefined){
 data["itemId"] = coerced0;
 }
 }
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["itemId"] = data0.slice(-36).toLowerCase();
 }
 if(typeof data0 === "string"){
 if(!(formats0.test(data0))){
@@ -636,7 +645,7 @@ return errors === 0;
 validate59.evaluated = {"props":{"if-match":true},"dynamicProps":false,"dynamicItems":false};
 
 export const updateItem_params: ValidateFunction = validate60;
-const schema26 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid"}},"required":["itemId"]};
+const schema26 = {"type":"object","properties":{"itemId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["itemId"]};
 
 function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -688,6 +697,9 @@ if(data !== undefined){
 data["itemId"] = coerced0;
 }
 }
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["itemId"] = data0.slice(-36).toLowerCase();
 }
 if(typeof data0 === "string"){
 if(!(formats0.test(data0))){

@@ -277,9 +277,32 @@ const FINITE_KEYWORD = {
   code (cxt: KeywordCxt) { cxt.fail(_`typeof ${cxt.data} == "number" && !isFinite(${cxt.data})`) }
 } as const
 
-function withFiniteNumbers (parameters: JsonObject): JsonObject {
-  const properties = Object.fromEntries(Object.entries(parameters.properties as Record<string, JsonObject>).map(([name, schema]) =>
-    [name, schema.type === 'integer' || schema.type === 'number' ? { ...schema, 'x-finite': true } : schema]))
+/**
+ * A uuid has one value however it is written (RFC 9562: hex digits in either case; its URN, `urn:uuid:…`), but the
+ * stores compare ids as strings. Every uuid parameter is marked with this keyword, which writes it back in the
+ * canonical form the service hands out (lower case, no URN prefix) once its format has passed: a format that fails
+ * is a 400 whatever this does.
+ */
+const CANONICAL_UUID_KEYWORD = {
+  keyword: 'x-canonical-uuid',
+  schemaType: 'boolean',
+  modifying: true,
+  code (cxt: KeywordCxt) {
+    const { data, it } = cxt
+    cxt.gen.if(_`typeof ${data} == "string" && ${data}.length >= 36 && ${it.parentData} !== undefined`, () => {
+      cxt.gen.assign(_`${it.parentData}[${it.parentDataProperty}]`, _`${data}.slice(-36).toLowerCase()`)
+    })
+  }
+} as const
+
+// What a parameter's schema alone cannot say: numbers that are finite, uuids written one way.
+function withParameterKeywords (parameters: JsonObject): JsonObject {
+  const keywordsOf = (schema: JsonObject): JsonObject => {
+    if (schema.type === 'integer' || schema.type === 'number') return { ...schema, 'x-finite': true }
+    if (schema.type === 'string' && schema.format === 'uuid') return { ...schema, 'x-canonical-uuid': true }
+    return schema
+  }
+  const properties = Object.fromEntries(Object.entries(parameters.properties as Record<string, JsonObject>).map(([name, schema]) => [name, keywordsOf(schema)]))
   return { ...parameters, properties }
 }
 
@@ -294,6 +317,7 @@ function validatorModule (banner: string, file: string, options: AjvOptions, com
   const ajv = new Ajv2020({ ...options, allErrors: true, removeAdditional: false, strict: true, inlineRefs: false, code: { source: true, esm: true, lines: true } })
   ajvFormats.default(ajv)
   ajv.addKeyword(FINITE_KEYWORD)
+  ajv.addKeyword(CANONICAL_UUID_KEYWORD)
   ajv.addSchema(Object.values(components))
   for (const [name, schema] of Object.entries(schemas)) ajv.addSchema(schema, name)
   const exportNames = Object.fromEntries(Object.keys(schemas).map((name) => [name, name]))
@@ -304,7 +328,7 @@ function requestSchemas (routes: RouteEntry[], parts: ReadonlyArray<typeof REQUE
   return Object.fromEntries(routes.flatMap((route) => parts.flatMap((part) => {
     const schema = route.schema[part]
     if (schema === undefined) return []
-    return [[exportName(route.operationId, part), part === 'body' ? schema : withFiniteNumbers(schema)]]
+    return [[exportName(route.operationId, part), part === 'body' ? schema : withParameterKeywords(schema)]]
   })))
 }
 

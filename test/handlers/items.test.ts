@@ -504,3 +504,23 @@ t.test('conditional requests', async (t) => {
     t.equal((await remove(String(current.headers.etag))).statusCode, 204)
   })
 })
+
+t.test('one uuid, however written: an id in upper case or as a urn:uuid: names the same item and contributor', async (t) => {
+  const { api, owner } = await cast(t)
+  const item = await api.createItem(owner.accessToken)
+  const spellings = [item.id.toUpperCase(), `urn:uuid:${item.id}`, `URN:UUID:${item.id.toUpperCase()}`]
+  let current = item
+  for (const itemId of spellings) {
+    const read = await api.call('getItem', { token: owner.accessToken, params: { itemId } })
+    t.same([read.statusCode, read.json()], [200, current], `getItem ${itemId}`)
+    const edited = await api.call('updateItem', { token: owner.accessToken, params: { itemId }, body: { name: itemId } })
+    current = edited.json()
+    t.same([edited.statusCode, current.id, current.name], [200, item.id, itemId], `updateItem ${itemId}`)
+    const listed = (await api.call('listItems', { token: owner.accessToken, query: { contributorId: owner.user.id.toUpperCase() } })).json()
+    t.same(listed.data.map((listedItem: { id: string }) => listedItem.id), [item.id], 'listItems by an upper-case contributorId')
+  }
+  const urnContributor = (await api.call('listItems', { token: owner.accessToken, query: { contributorId: `urn:uuid:${owner.user.id}` } })).json()
+  t.equal(urnContributor.pagination.total, 1, 'and by its urn')
+  t.equal((await api.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id.toUpperCase() } })).statusCode, 204)
+  t.equal((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).statusCode, 404, 'the very item was removed')
+})
