@@ -5,6 +5,7 @@ import fp from 'fastify-plugin'
 import type { DestinationStream } from 'pino'
 import type { HashingProcess } from './auth/hashing-process.js'
 import { type AppSettings, withDefaults } from './config.js'
+import { connectionLimits } from './connection-limits.js'
 import { handleClientError, handleError } from './plugins/errors.js'
 import type { Subscribers } from './plugins/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
@@ -66,18 +67,10 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
       const callerId = request.headers['x-request-id']
       return typeof callerId === 'string' && CALLER_REQUEST_ID.test(callerId) ? callerId : randomUuid()
     },
-    // No socket inactivity timeout (connectionTimeout): it would also cut a request the service is still working
-    // on (a sign-in waiting for its hash) and leave its client an empty reply. Slow clients meet requestTimeout and
-    // headersTimeout below (a connection that sends nothing included), idle kept-alive ones keepAliveTimeout.
     // The service loads as one plugin (itemsService), so its whole start counts against this: connecting to the
     // store and hashing a SEED_FILE's passwords (about 20 ms a user) included, or a start under valgrind.
     pluginTimeout: PLUGIN_TIMEOUT_MS,
-    requestTimeout: config.requestTimeoutMs,
-    // Node checks request deadlines on this interval (30 s by default, which let a slow client run up to twice its
-    // deadline): a request that has not fully arrived is answered 408 at most REQUEST_TIMEOUT_MS + 1 s after it began.
-    // Node enforces the deadline on a body only while headersTimeout is no longer than requestTimeout.
-    http: { connectionsCheckingInterval: 1_000, headersTimeout: config.requestTimeoutMs },
-    keepAliveTimeout: 72_000,
+    ...connectionLimits(config.requestTimeoutMs),
     // While closing, in-flight and kept-alive requests are still served; readiness reports the draining.
     return503OnClosing: false,
     // A malformed URL goes through the one error handler like every other error.

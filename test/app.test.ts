@@ -4,6 +4,7 @@ import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { build, buildTestApp, captureLogs, contractOperations } from './helper.js'
+import { freePort } from './net.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 t.test('every operation openapi.yaml declares is routed', async (t) => {
@@ -110,6 +111,18 @@ t.test('a client too slow with its headers or its body gets a 408 and its connec
   }
   const silent = answers.at(-1)!
   t.ok(silent.elapsed < 3000, `a connection that sends nothing: closed after ${silent.elapsed} ms`)
+})
+
+t.test('the operations port keeps the same deadlines: a client stuck in its headers there gets its 408 as on the API port', async (t) => {
+  const opsPort = await freePort()
+  await build(t, { REQUEST_TIMEOUT_MS: '1000', OPS_PORT: String(opsPort) })
+  const started = Date.now()
+  const raw = await rawExchange(`http://127.0.0.1:${opsPort}`, 'GET /metrics HTTP/1.1\r\nHost: x\r\n')
+  const elapsed = Date.now() - started
+  t.match(raw, /^HTTP\/1\.1 408 Request Timeout\r\n/)
+  t.match(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)), { code: 'BAD_REQUEST', message: String })
+  // Node checks the deadlines of the API port's connections every second; left at its default, every 30 s.
+  t.ok(elapsed < 15_000, `closed after ${elapsed} ms`)
 })
 
 t.test('an answer that takes longer than any of the server\'s timeouts to make still reaches its client (a sign-in queued behind slow hashing)', async (t) => {

@@ -4,6 +4,7 @@ import fp from 'fastify-plugin'
 import { routes } from '../../generated/operations/routes.js'
 import { schemas } from '../../generated/operations/schemas.js'
 import { operationValidators } from '../../generated/operations/validators.js'
+import { connectionLimits } from '../connection-limits.js'
 import { unauthorized } from '../errors.js'
 import { operationsHandlers } from '../handlers/operations.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
@@ -54,9 +55,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     loggerInstance: app.log.child({ api: 'operations' }),
     exposeHeadRoutes: false,
     bodyLimit: BODY_LIMIT_BYTES,
-    // A slow client meets requestTimeout; no inactivity timeout (connectionTimeout), which would also cut an answer
-    // still being made (a store slow to list) and leave an empty reply, as on the public server (src/app.ts).
-    requestTimeout: options.requestTimeoutMs,
+    ...connectionLimits(options.requestTimeoutMs),
     frameworkErrors: handleError,
     clientErrorHandler: handleClientError
   })
