@@ -1,3 +1,4 @@
+import { HeaviestFirst } from './heaviest-first.js'
 import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from './store.js'
 
 interface Held {
@@ -17,7 +18,10 @@ export interface MemoryIdempotencyKeyBounds {
   ttlMs: number
   /** Keys one user holds at most; one more pushes out their oldest. */
   perUser: number
-  /** Keys the store holds at most, whoever holds them, and characters of keys and items; past either, the oldest go. */
+  /**
+   * Keys the store holds at most, and characters of keys and items; past either, the oldest key of the user who
+   * holds the most goes.
+   */
   total: number
   characters: number
 }
@@ -27,16 +31,23 @@ const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key
 // A record keeps its item as it was made: once the item is edited, its text is held twice.
 const charactersOf = (claim: IdempotencyClaim, item?: Item): number =>
   claim.key.length + (item === undefined ? 0 : item.name.length + (item.description?.length ?? 0))
+// What a user holds, for the store's bounds: its characters, and as many again for each entry, so that many small
+// keys weigh as well as a few large ones.
+const ENTRY_WEIGHT = 256
+const weightOf = (held: Held): number => held.characters + ENTRY_WEIGHT
 
 /**
  * The idempotency keys of one process. Every key is one entry of one map, in the order it was claimed or recorded,
- * and one of its user's set, in the same order: so the oldest of either bound goes first in O(1), and an expired
- * entry at the front goes with the next claim (any other when it is next looked up).
+ * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and an expired entry at the
+ * front goes with the next claim (any other when it is next looked up). At the store's bounds, the key that goes is
+ * the oldest of the user who holds the most (in O(log users)): one user's keys never push out another's while the
+ * first holds more, so no caller can make another's retry create twice by filling the store.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #bounds: MemoryIdempotencyKeyBounds
   readonly #entries = new Map<string, Held>()
   readonly #byUser = new Map<string, Set<string>>()
+  readonly #holders = new HeaviestFirst<string>()
   #characters = 0
 
   constructor (bounds: MemoryIdempotencyKeyBounds) {
@@ -84,13 +95,13 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     const key = entryKey(claim)
     this.#entries.set(key, held)
     this.#characters += held.characters
+    this.#holders.add(claim.userId, weightOf(held))
     const ofUser = this.#byUser.get(claim.userId) ?? new Set()
     this.#byUser.set(claim.userId, ofUser.add(key))
-    // Sets iterate in insertion order: the first is the user's oldest.
-    if (ofUser.size > this.#bounds.perUser) this.#forget(ofUser.values().next().value!, claim.userId)
+    if (ofUser.size > this.#bounds.perUser) this.#forget(this.#oldestOf(claim.userId), claim.userId)
     while (this.#entries.size > this.#bounds.total || this.#characters > this.#bounds.characters) {
-      const [oldest, { userId }] = this.#entries.entries().next().value!
-      this.#forget(oldest, userId)
+      const heaviest = this.#holders.heaviest()!
+      this.#forget(this.#oldestOf(heaviest), heaviest)
     }
   }
 
@@ -101,12 +112,18 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     }
   }
 
+  // Sets iterate in insertion order: the first is the user's oldest.
+  #oldestOf (userId: string): string {
+    return this.#byUser.get(userId)!.values().next().value!
+  }
+
   // A key is in the map exactly when it is in its user's set.
   #forget (key: string, userId: string): void {
     const held = this.#entries.get(key)
     if (held === undefined) return
     this.#entries.delete(key)
     this.#characters -= held.characters
+    this.#holders.add(userId, -weightOf(held))
     const ofUser = this.#byUser.get(userId)!
     ofUser.delete(key)
     if (ofUser.size === 0) this.#byUser.delete(userId)

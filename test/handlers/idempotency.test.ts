@@ -222,3 +222,21 @@ t.test('a key is forgotten IDEMPOTENCY_KEY_TTL_SECONDS after its create', async 
   t.same([(await create()).statusCode, (await create()).headers['idempotent-replayed']], [201, 'true'], 'created again, and kept again')
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 2)
 })
+
+t.test('no one else\'s creates push out a user\'s keys: a memory store filled by other accounts still replays the retry', async (t) => {
+  // The attack, scaled down: accounts that create with the longest keys and long bodies fill the store's
+  // characters many times over while the victim's create waits for its retry.
+  const store = createMemoryStore({ idempotencyKeys: { characters: 40_000 } })
+  const api = await build(t, {}, { store })
+  const victim = await api.register()
+  const create = async (token: string, key: string, description: string | null = null) =>
+    await api.call('createItem', { token, body: { name: 'n', description }, headers: { 'idempotency-key': key } })
+  t.equal((await create(victim.accessToken, 'my-create')).statusCode, 201)
+  for (let account = 0; account < 8; account += 1) {
+    const { accessToken } = await api.register()
+    for (let index = 0; index < 8; index += 1) await create(accessToken, `${account}-${index}-`.padEnd(255, 'k'), 'd'.repeat(2_000))
+  }
+  const retry = await create(victim.accessToken, 'my-create')
+  t.same([retry.statusCode, retry.headers['idempotent-replayed']], [201, 'true'], 'answered from the store, not created again')
+  t.equal((await api.call('listItems', { token: victim.accessToken, query: { contributorId: victim.user.id } })).json().pagination.total, 1)
+})
