@@ -99,3 +99,39 @@ t.test('a second start on a store that kept the first\'s seed (Redis) starts, sk
   t.equal((await again.call('listItems', { token: accessToken })).json().pagination.total, 1, 'the item once')
   t.match(lines.join(''), /"users":2,"items":1,"msg":"SEED_FILE: users registered before \(by an earlier start\) skipped, with their items"/)
 })
+
+t.test('a seed never overwrites: an id that belongs to someone or something else stops the start in one line naming the entry', async (t) => {
+  const store = createMemoryStore()
+  const api = await build(t, {}, { store })
+  const owner = await api.register()
+  const item = await api.createItem(owner.accessToken)
+  const cases: Array<[unknown, RegExp]> = [
+    [{ users: [{ ...ada, id: owner.user.id }] }, /: users\[0\]\.id: belongs to another user already$/],
+    [{ users: [{ ...ada, email: owner.user.email, id: ID }] }, /: users\[0\]\.id: the email is registered already, with another id$/],
+    [{ users: [ada], items: [{ owner: ada.email, name: 'Renamed', id: item.id }] }, /: items\[0\]\.id: belongs to another item already$/]
+  ]
+  for (const [contents, message] of cases) {
+    const file = seedFile(t, contents)
+    await t.rejects(buildTestApp(t, { SEED_FILE: file }, { store }),
+      { name: 'SeedError', message: new RegExp(`^Cannot load SEED_FILE ${file}${message.source}`) }, JSON.stringify(contents))
+  }
+  const full = seedFile(t, { users: [ada, grace] })
+  await t.rejects(buildTestApp(t, { SEED_FILE: full }, { store: createMemoryStore({ maxUsers: 1 }) }),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${full}: StoreFullError: the store holds 1 users, as many as it may` }, 'any other refusal is said as the store says it')
+  t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item, 'the item is as it was')
+  t.equal((await api.call('loginUser', { body: { email: owner.user.email, password: 'correct horse battery staple' } })).statusCode, 200, 'its owner signs in as before')
+})
+
+t.test('a second start skips what a first seeded with the same ids, and stops when a seeded owner\'s item id is another\'s', async (t) => {
+  const store = createMemoryStore()
+  const seeded = { users: [{ ...ada, id: ID }], items: [{ owner: ada.email, name: 'Difference engine', id: '0b5f6c7e-3c1a-4d2b-9e8f-1a2b3c4d5e6f' }] }
+  await build(t, { SEED_FILE: seedFile(t, seeded) }, { store })
+  const again = await build(t, { SEED_FILE: seedFile(t, seeded) }, { store })
+  const { accessToken } = (await again.call('loginUser', { body: { email: ada.email, password: ada.password } })).json()
+  t.equal((await again.call('listItems', { token: accessToken })).json().pagination.total, 1, 'the item once')
+  const other = await again.register()
+  const othersItem = await again.createItem(other.accessToken)
+  const file = seedFile(t, { ...seeded, items: [{ owner: ada.email, name: 'n', id: othersItem.id }] })
+  await t.rejects(buildTestApp(t, { SEED_FILE: file }, { store }),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${file}: items[0].id: belongs to another item already` })
+})

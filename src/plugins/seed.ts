@@ -8,6 +8,7 @@ import { emailKey } from '../auth/email.js'
 import { parseJson } from '../json-text.js'
 import { isPlainObject } from '../plain-object.js'
 import { newItem, newUser } from '../records.js'
+import { IdTakenError } from '../store/store.js'
 
 type Schemas = components['schemas']
 
@@ -50,11 +51,21 @@ function givenId (id: unknown, where: string, given: Map<string, string>): strin
   return key
 }
 
+/** What the store adds, or a SeedError saying `problem` when the id the entry gives is another's. */
+async function refusingTakenIds<T> (adding: Promise<T>, problem: string): Promise<T> {
+  try {
+    return await adding
+  } catch (error) {
+    throw error instanceof IdTakenError ? new SeedError(problem) : error
+  }
+}
+
 /**
  * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
  * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
  * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet. A user
- * registered already (by an earlier start, on a store that outlives it) is skipped with its items.
+ * registered already (by an earlier start, on a store that outlives it) is skipped with its items; an id the file
+ * gives that belongs to another user or item stops the start, since the store never overwrites one.
  */
 async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
   const text = await readFile(file, 'utf8')
@@ -85,8 +96,13 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
     const first = listedAt.get(key)
     if (first !== undefined) throw new SeedError(`${where}.email: is listed already, as users[${first}]`)
     listedAt.set(key, index)
-    const added = await store.users.add(newUser(user, key, await passwords.hash(user.password, requester), userId))
-    if (added === undefined) seededBefore.add(key)
+    const added = await refusingTakenIds(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), userId)), `${where}.id: belongs to another user already`)
+    if (added !== undefined) continue
+    // Registered before: by an earlier start of this file when it has the id the file gives.
+    if (userId !== undefined && (await store.users.findByEmailKey(key))?.id !== userId) {
+      throw new SeedError(`${where}.id: the email is registered already, with another id`)
+    }
+    seededBefore.add(key)
   }
   let itemsSkipped = 0
   for (const [index, entry] of entries(seed, 'items').entries()) {
@@ -102,10 +118,13 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
       throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
     }
     if (seededBefore.has(contributor.emailKey)) {
+      // Seeded with its owner by an earlier start, unless its id is another's item.
+      const existing = itemId === undefined ? undefined : await store.items.get(itemId)
+      if (existing !== undefined && existing.contributorId !== contributor.id) throw new SeedError(`${where}.id: belongs to another item already`)
       itemsSkipped += 1
       continue
     }
-    const added = await store.items.add(newItem(item, contributor.id, status, itemId))
+    const added = await refusingTakenIds(store.items.add(newItem(item, contributor.id, status, itemId)), `${where}.id: belongs to another item already`)
     if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
   }
   if (seededBefore.size > 0) {

@@ -2,7 +2,7 @@ import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './memory
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
 import { IDEMPOTENCY_KEY_DEFAULTS, isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
-import { type Announcement, type IdempotencyClaim, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #maxUsers: number
@@ -15,6 +15,7 @@ class MemoryUserStore implements UserStore {
 
   async add (user: User): Promise<User | undefined> {
     if (this.#byEmailKey.has(user.emailKey)) return undefined
+    if (this.#byId.has(user.id)) throw new IdTakenError(`user ${user.id} exists already`)
     if (this.#byId.size >= this.#maxUsers) throw new StoreFullError(`the store holds ${this.#maxUsers} users, as many as it may`)
     const stored = Object.freeze({ ...user })
     this.#byId.set(stored.id, stored)
@@ -187,6 +188,7 @@ class MemoryItemStore implements ItemStore {
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined> {
     if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
+    if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
     if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)

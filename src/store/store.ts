@@ -45,7 +45,10 @@ export type RefreshOutcome =
   | { readonly status: 'unknown' }
 
 export interface UserStore {
-  /** Adds the user, unless one with the same emailKey exists (then undefined). Atomic. */
+  /**
+   * Adds the user, unless one with the same emailKey exists (then undefined); rejects with an IdTakenError when
+   * another has its id. Atomic.
+   */
   add (user: User): Promise<User | undefined>
   get (id: string): Promise<User | undefined>
   /** The user, when this process has it at hand (no round trip); undefined means only: ask `get`. See `Store`. */
@@ -160,7 +163,7 @@ export class ClaimLostError extends Error {
 export interface ItemStore {
   /**
    * Adds the item and records its event, unless its contributor already owns as many as the store allows each
-   * one (then undefined, and no event). With a claim, records the item under its key too, or, when the claim no
+   * one (then undefined, and no event); rejects with an IdTakenError when another item has its id. With a claim, records the item under its key too, or, when the claim no
    * longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
    */
   add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined>
@@ -264,6 +267,11 @@ export interface RateCounter {
   refund (key: string): Promise<void>
   /** Forgets `key`'s hits: its window starts again with the next. */
   reset (key: string): Promise<void>
+}
+
+/** A user or an item whose id another already has: the store never overwrites one (ids are made here; a SEED_FILE gives some). */
+export class IdTakenError extends Error {
+  override name = 'IdTakenError'
 }
 
 /** The store holds as many users, or items, as it may: nothing more is added until some are removed. */

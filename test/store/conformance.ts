@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { DEAD_LETTERS } from '../../src/store/rules.js'
-import { type Announcement, ClaimLostError, type Counted, type IdempotencyClaim, type Item, type ItemFilter, type OutboxEvent, type Store, type User } from '../../src/store/store.js'
+import { type Announcement, ClaimLostError, type Counted, IdTakenError, type IdempotencyClaim, type Item, type ItemFilter, type OutboxEvent, type Store, type User } from '../../src/store/store.js'
 
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
@@ -67,6 +67,23 @@ export function storeConformance (t: Test, open: OpenStore): void {
     t.equal(await users.get(randomUUID()), undefined)
     t.equal(await users.findByEmailKey('nobody@example.com'), undefined)
     t.ok(Object.isFrozen(await users.get(ada.id)), 'handed out frozen')
+  })
+
+  t.test('ids are never overwritten: a user or an item whose id exists is refused, and what holds it is unchanged', async (t) => {
+    const { users, items } = await fresh(t)
+    const ada = user()
+    await users.add(ada)
+    await t.rejects(users.add(user({ id: ada.id })), IdTakenError, 'a new email, an id that is taken')
+    t.same(await users.get(ada.id), ada, 'the user is as added')
+    t.equal(await users.findByEmailKey(user({ id: ada.id }).emailKey), undefined)
+    const first = item(ada.id)
+    await items.add(first)
+    const grace = user()
+    await users.add(grace)
+    await t.rejects(items.add(item(grace.id, { id: first.id, name: 'Renamed' })), IdTakenError, 'another owner, an id that is taken')
+    t.same(await items.get(first.id), first, 'the item is as added')
+    t.same(await items.page(0, 10, { contributorId: grace.id }), { items: [], total: 0 }, 'and counted for nobody else')
+    t.same(await items.page(0, 10, { contributorId: ada.id }), { items: [first], total: 1 })
   })
 
   t.test('users: of concurrent additions with one email key, exactly one succeeds', async (t) => {

@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
@@ -10,11 +10,12 @@ export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
   // both (itemListKeys), and the claim's keys (RECORD_CLAIM). ARGV: id, contributor id, item as JSON, items one
   // contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2
-  // when the claim lost its key.
+  // when the claim lost its key, 3 when another item has the id.
   addItem: {
     numberOfKeys: 10,
     lua: `${WRITE_DEADLINE}${APPEND_EVENT}${RECORD_CLAIM}
 if not holdsClaim(9, 5) then return 2 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 local sequence = redis.call('INCR', KEYS[3])
@@ -100,7 +101,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
       byContributorStatus: string, claimKey: string, claimUserKeys: string, deadline: number, id: string, contributorId: string, item: string,
-      maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments): Result<0 | 1 | 2, Context>
+      maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments): Result<0 | 1 | 2 | 3, Context>
     pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
       nextByContributorStatus: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
@@ -212,6 +213,7 @@ export class RedisItemStore implements ItemStore {
       ...recorded.keys, this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
+    if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
     this.#outbox.recorded(event)
     return stored
   }

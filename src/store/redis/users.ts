@@ -1,17 +1,19 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
-import type { User, UserStore } from '../store.js'
+import { IdTakenError, type User, type UserStore } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
 export const userScripts = {
-  // KEYS: users, user emails. ARGV: id, email key, user as JSON. 1 when added, 0 when the email key is taken.
+  // KEYS: users, user emails. ARGV: id, email key, user as JSON. 1 when added, 0 when the email key is taken, 2
+  // when another user has the id.
   addUser: {
     numberOfKeys: 2,
     lua: `${WRITE_DEADLINE}
-if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 2 end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 return 1`
   },
   // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
@@ -26,7 +28,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, deadline: number, id: string, emailKey: string, user: string): Result<0 | 1, Context>
+    addUser (users: string, emails: string, deadline: number, id: string, emailKey: string, user: string): Result<0 | 1 | 2, Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -54,6 +56,7 @@ export class RedisUserStore implements UserStore {
   async add (user: User): Promise<User | undefined> {
     const json = JSON.stringify(user)
     const added = await call(this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#clock.writeDeadline(), user.id, user.emailKey, json))
+    if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
     return added === 1 ? parseUser(json) : undefined
   }
 
