@@ -56,6 +56,8 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
   t.ok(seen.every(({ ms }) => ms < 1500), `every request answered within 1.5 s (slowest ${Math.max(...seen.map(({ ms }) => ms))} ms)`)
   t.equal(lines.filter((line) => line.includes('Redis is unreachable; reconnecting')).length, 1, 'one warning for the outage')
   t.equal(lines.filter((line) => line.includes('Redis is reachable again')).length, 1)
+  const warnings = lines.map((line) => JSON.parse(line) as { level: number, msg: string }).filter(({ level }) => level >= 40)
+  t.same(warnings.map(({ msg }) => msg), ['Redis is unreachable; reconnecting'], 'that warning alone, not one a refused request')
 })
 
 t.test('while Redis is down, the metrics still answer: store down, the last catalogue size and backlog kept', { skip }, async (t) => {

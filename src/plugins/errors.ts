@@ -56,7 +56,9 @@ export function handleError (error: FastifyError | ApiError | StoreUnavailableEr
     return sendApiError(reply, storeFull())
   }
   if (error instanceof StoreUnavailableError) {
-    request.log.warn({ err: error }, 'store unavailable')
+    // The outage itself is one warning of the store's (`Redis is unreachable`); each request it refuses, a line
+    // without the stack at debug, beside Fastify's own line of its 503.
+    request.log.debug({ reason: error.message }, 'store unavailable')
     return sendApiError(reply, serviceUnavailable('The data store is unavailable; try again shortly.', STORE_RETRY_AFTER_SECONDS))
   }
   if (error instanceof ApiError) return sendApiError(reply, error)
