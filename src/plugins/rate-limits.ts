@@ -27,8 +27,7 @@ declare module 'fastify' {
 interface RateLimitStatus {
   readonly policy: RateLimitName
   readonly max: number
-  /** Undefined while the limit's window has counted nothing. */
-  counted: Counted | undefined
+  readonly counted: Counted
   /** The key this request's hit counted under, while a 503 would take it back. */
   readonly refundKey?: string
 }
@@ -53,9 +52,8 @@ const isRateLimited = (error: Error | undefined): boolean => error instanceof Ap
 
 // The IETF draft's Structured Fields items (draft-ietf-httpapi-ratelimit-headers-10).
 const policyItem = (name: RateLimitName, { max, windowSeconds }: RateLimit): string => `"${name}";q=${max};w=${windowSeconds}`
-const statusItem = ({ policy, max, counted }: RateLimitStatus): string => counted === undefined
-  ? `"${policy}";r=${max}`
-  : `"${policy}";r=${Math.max(0, max - counted.current)};t=${Math.ceil(counted.ttl / 1000)}`
+const statusItem = ({ policy, max, counted }: RateLimitStatus): string =>
+  `"${policy}";r=${Math.max(0, max - counted.current)};t=${Math.ceil(counted.ttl / 1000)}`
 
 /**
  * Notes what is left of `policy` after counting this request, and says it in the RateLimit field at once: set as
@@ -64,9 +62,7 @@ const statusItem = ({ policy, max, counted }: RateLimitStatus): string => counte
  */
 function recordStatus (request: FastifyRequest, reply: FastifyReply, entry: RateLimitStatus): void {
   const status = request.rateLimitStatus ?? (request.rateLimitStatus = [])
-  const known = status.find((counted) => counted.policy === entry.policy)
-  if (known === undefined) status.push(entry)
-  else known.counted = entry.counted
+  status.push(entry)
   reply.header('ratelimit', status.length === 1 ? statusItem(status[0]!) : status.map(statusItem).join(', '))
 }
 
