@@ -2,7 +2,7 @@
 // `npm run bench` prints is wrong (or, as once, the benchmark does not start at all).
 import { spawn } from 'node:child_process'
 import t, { type Test } from 'tap'
-import { build, TEST_JWT_SECRET } from './helper.js'
+import { build, type Schemas, TEST_JWT_SECRET } from './helper.js'
 
 async function startBaseline (t: Test, kind: string, page: unknown): Promise<string> {
   const baseline = spawn(process.execPath, [...process.execArgv, 'scripts/bench/baseline-server.ts'], {
@@ -21,14 +21,18 @@ async function startBaseline (t: Test, kind: string, page: unknown): Promise<str
   })
 }
 
-t.test('the bare-Fastify baseline answers as the service does, with its validation', async (t) => {
+/** A page of the service's, with the token of the user whose page it is: what the benchmark gives its baselines. */
+async function servicePage (t: Test): Promise<{ accessToken: string, page: Schemas['ItemList'], item: Schemas['Item'] }> {
   const api = await build(t)
   const { accessToken } = await api.register()
-  await api.createItem(accessToken, { name: 'A benchmark item', description: null })
-  const page = (await api.call('listItems', { token: accessToken })).json()
+  const item = await api.createItem(accessToken, { name: 'A benchmark item', description: null })
+  return { accessToken, item, page: (await api.call('listItems', { token: accessToken })).json() }
+}
+
+t.test('the bare-Fastify baseline answers as the service does, with its validation', async (t) => {
+  const { page, item } = await servicePage(t)
   const url = await startBaseline(t, 'bare', page)
   t.same(await (await fetch(`${url}/v1/items`)).json(), page)
-  const [item] = page.data
   const itemUrl = `${url}/v1/items/${item.id}`
   const send = async (target: string, method: string, body: unknown): Promise<Response> =>
     await fetch(target, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
@@ -44,10 +48,7 @@ t.test('the bare-Fastify baseline answers as the service does, with its validati
 })
 
 t.test('the usual-setup baseline verifies the service\'s access token and counts every request against its rate limit', async (t) => {
-  const api = await build(t)
-  const { accessToken } = await api.register()
-  await api.createItem(accessToken, { name: 'A benchmark item', description: null })
-  const page = (await api.call('listItems', { token: accessToken })).json()
+  const { accessToken, page } = await servicePage(t)
   const url = await startBaseline(t, 'usual', page)
   const answer = await fetch(`${url}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })
   t.same(await answer.json(), page)
