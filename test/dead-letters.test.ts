@@ -106,3 +106,31 @@ t.test('an answer the operations API takes longer than REQUEST_TIMEOUT_MS to mak
   const { status, json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')
   t.same([status, json], [200, { subscribers: [{ subscriber: target.url, total: 0, deadLetters: [] }] }])
 })
+
+t.test('subscribers that differ only in their query have names of their own, which reveal no query: each one\'s dead letters are listed and redelivered apart', async (t) => {
+  const target = await startReceiver()
+  t.teardown(target.stop)
+  target.answer(500, 500, 500, 500)
+  const urls = [`${target.url}?token=secret-a`, `${target.url}?token=secret-b`]
+  const opsPort = await freePort()
+  const api = await build(t, {
+    OPS_PORT: String(opsPort),
+    WEBHOOKS: JSON.stringify(urls.map((url) => ({ url, secret: SECRET }))),
+    WEBHOOK_RETRY_DELAYS_MS: '10'
+  })
+  const ops = `http://127.0.0.1:${opsPort}`
+  const { accessToken } = await api.register({ role: 'contributor' })
+  await api.createItem(accessToken)
+  let list: DeadLetterList = { subscribers: [] }
+  for (const givesUp = Date.now() + 10_000; Date.now() < givesUp; await sleep(20)) {
+    list = (await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')).json as DeadLetterList
+    if (list.subscribers.every(({ total }) => total === 1)) break
+  }
+  const names = list.subscribers.map(({ subscriber }) => subscriber)
+  t.equal(new Set(names).size, 2, `two names: ${names.join(', ')}`)
+  t.same(list.subscribers.map(({ total }) => total), [1, 1], 'one dead letter each')
+  t.notOk(names.some((name) => name.includes('secret')), 'no name quotes a query')
+  const metrics = await (await fetch(`${ops}/metrics`)).text()
+  for (const name of names) t.match(metrics, `items_service_webhook_dead_letters{subscriber="${name}"} 1`, `the gauge of ${name}`)
+  t.same((await opsCall(t, ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', { subscriber: names[0] })).json, { redelivered: 1 }, 'by one name, that one\'s alone')
+})

@@ -5,6 +5,7 @@ import { responseValidators } from '../generated/operations/response-validator-l
 import { type Api, build, captureLogs, overloadEventLoop } from './helper.js'
 import { freePort } from './net.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
+import { subscriberName } from '../src/webhooks/subscriptions.js'
 import { startReceiver } from './webhook-receiver.js'
 
 interface Sample {
@@ -173,7 +174,9 @@ t.test('webhook deliveries are counted by subscriber and outcome, timed, and the
   const { accessToken } = await api.register({ role: 'contributor' })
   await api.createItem(accessToken)
   await target.waitFor(1)
-  const subscriber = target.url
+  // Named by its URL without the query and a digest of the query, never the query itself.
+  const subscriber = subscriberName(`${target.url}?token=secret-in-query`)
+  t.match(subscriber, new RegExp(`^${target.url}\\?query-sha256=[\\w-]{12}$`))
   let samples = await scrape()
   while (valueOf(samples, 'items_service_webhook_deliveries_total', { subscriber, outcome: 'delivered' }) !== 1) samples = await scrape()
   t.equal(valueOf(samples, 'items_service_webhook_delivery_duration_seconds_count', { subscriber }), 1)

@@ -73,7 +73,7 @@ export interface components {
     schemas: {
         DeadLetterList: {
             subscribers: {
-                /** @description The subscriber's URL without its query. */
+                /** @description The subscriber's name: its URL without the query, and a digest of the query when it has one (`?query-sha256=…`), so that two subscribers that differ only in their query have two names and neither query is shown. */
                 subscriber: string;
                 /** @description Dead letters the subscriber holds, listed or not. */
                 total: number;
@@ -98,7 +98,7 @@ export interface components {
             };
         };
         RedeliverRequest: {
-            /** @description Only this subscriber's dead letters (its URL without the query); every subscriber's when left out. */
+            /** @description Only this subscriber's dead letters (its name, as listed); every subscriber's when left out. */
             subscriber?: string;
             /** @description Only these events' dead letters; all when left out. */
             eventIds?: string[];
@@ -184,7 +184,7 @@ export interface components {
     };
     parameters: {
         /**
-         * @description A configured subscriber's URL without its query (as the metrics label it); every subscriber when left out.
+         * @description A configured subscriber's name (as the metrics label it): its URL without the query, and a digest of the query when it has one (`?query-sha256=…`); every subscriber when left out.
          * @example https://hooks.example.com/items
          */
         subscriber: string;
@@ -225,7 +225,7 @@ export interface operations {
         parameters: {
             query?: {
                 /**
-                 * @description A configured subscriber's URL without its query (as the metrics label it); every subscriber when left out.
+                 * @description A configured subscriber's name (as the metrics label it): its URL without the query, and a digest of the query when it has one (`?query-sha256=…`); every subscriber when left out.
                  * @example https://hooks.example.com/items
                  */
                 subscriber?: components["parameters"]["subscriber"];

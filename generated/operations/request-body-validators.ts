@@ -5,7 +5,7 @@ import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const redeliverDeadLetters_body: ValidateFunction = validate52;
 const schema19 = {"$ref":"RedeliverRequest"};
-const schema20 = {"$id":"RedeliverRequest","type":"object","additionalProperties":false,"properties":{"subscriber":{"type":"string","maxLength":2048,"description":"Only this subscriber's dead letters (its URL without the query); every subscriber's when left out."},"eventIds":{"type":"array","maxItems":1000,"description":"Only these events' dead letters; all when left out.","items":{"type":"string","format":"uuid"}}}};
+const schema20 = {"$id":"RedeliverRequest","type":"object","additionalProperties":false,"properties":{"subscriber":{"type":"string","maxLength":2048,"description":"Only this subscriber's dead letters (its name, as listed); every subscriber's when left out."},"eventIds":{"type":"array","maxItems":1000,"description":"Only these events' dead letters; all when left out.","items":{"type":"string","format":"uuid"}}}};
 const func1 = runtime0.default;
 const formats0 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
 

@@ -23,7 +23,7 @@ export const schemas = {
           "properties": {
             "subscriber": {
               "type": "string",
-              "description": "The subscriber's URL without its query."
+              "description": "The subscriber's name: its URL without the query, and a digest of the query when it has one (`?query-sha256=…`), so that two subscribers that differ only in their query have two names and neither query is shown."
             },
             "total": {
               "type": "integer",
@@ -88,7 +88,7 @@ export const schemas = {
       "subscriber": {
         "type": "string",
         "maxLength": 2048,
-        "description": "Only this subscriber's dead letters (its URL without the query); every subscriber's when left out."
+        "description": "Only this subscriber's dead letters (its name, as listed); every subscriber's when left out."
       },
       "eventIds": {
         "type": "array",

@@ -13,7 +13,7 @@ import { contractSerializers, generatedValidators } from './routes.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    /** The configured webhook subscribers' ids, by name (the URL without its query); on the operations server. */
+    /** The configured webhook subscribers' ids, by name (`subscriberName`); on the operations server. */
     webhookSubscribers: ReadonlyMap<string, string>
   }
 }

@@ -25,7 +25,7 @@ interface Counts {
 
 type Outcome = 'delivered' | 'retried' | 'dead_lettered' | 'dropped'
 
-/** The deliveries' metrics, labelled by subscriber: its configured URL without the query, never anything a caller sends. */
+/** The deliveries' metrics, labelled by subscriber (`subscriberName`: no query shown), never anything a caller sends. */
 interface DeliveryMetrics {
   readonly outcomes: Counter<'subscriber' | 'outcome'>
   readonly duration: Histogram<'subscriber'>

@@ -23,10 +23,14 @@ const MAX_SUBSCRIPTIONS = 16
 
 const isChannel = (value: unknown): value is Channel => CHANNELS.some((channel) => channel === value)
 
-/** Where a subscriber is, for log lines: its origin and path, without credentials or a query that may hold some. */
+/**
+ * A subscriber's name, in the operations API, the metrics' labels and the logs: its origin and path, and, when its
+ * URL has a query, which may hold a secret, a digest of the query instead of the query itself, so that two
+ * subscribers that differ only there keep two names (`https://hooks.example.com/items?query-sha256=Xy3…`).
+ */
 export const subscriberName = (url: string): string => {
-  const { origin, pathname } = new URL(url)
-  return origin + pathname
+  const { origin, pathname, search } = new URL(url)
+  return search === '' ? origin + pathname : `${origin}${pathname}?query-sha256=${createHash('sha256').update(search).digest('base64url').slice(0, 12)}`
 }
 
 function subscription (entry: unknown, index: number): Subscription {
@@ -72,11 +76,12 @@ export function parseSubscriptions (json: string): Subscription[] {
   if (!Array.isArray(entries)) throw new Error(': must be a JSON array of subscriptions')
   if (entries.length > MAX_SUBSCRIPTIONS) throw new Error(`: may list at most ${MAX_SUBSCRIPTIONS} subscriptions`)
   const subscriptions = entries.map(subscription)
-  const firstWithUrl = new Map<string, number>()
+  const firstWithName = new Map<string, number>()
   for (const [index, { url }] of subscriptions.entries()) {
-    const first = firstWithUrl.get(url)
+    const name = subscriberName(url)
+    const first = firstWithName.get(name)
     if (first !== undefined) throw new Error(`[${index}]: url is already subscribed by [${first}]`)
-    firstWithUrl.set(url, index)
+    firstWithName.set(name, index)
   }
   return subscriptions
 }
