@@ -28,8 +28,8 @@ interface RateLimitStatus {
   readonly policy: RateLimitName
   readonly max: number
   readonly counted: Counted
-  /** The key this request's hit counted under, while a 503 would take it back. */
-  readonly refundKey?: string
+  /** The key this request's hit counted under, when a 503 would take it back. */
+  readonly refundKey: string | undefined
 }
 
 interface RateLimitsPluginOptions {
@@ -142,7 +142,7 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
       counter.incr(key, windowMs, max, (outcome) => {
         const refused = verdict(outcome, max)
         if (!(outcome instanceof Error)) {
-          recordStatus(request, reply, { policy: name, max, counted: outcome, ...(refused === undefined && refundable ? { refundKey: key } : {}) })
+          recordStatus(request, reply, { policy: name, max, counted: outcome, refundKey: refused === undefined && refundable ? key : undefined })
         }
         if (isRateLimited(refused)) refusals.inc({ limit: name })
         done(refused)
