@@ -46,7 +46,7 @@ async function loadSheddingPlugin (app: FastifyInstance, options: LoadSheddingPl
   const maxHeapUsedBytes = options.maxHeapUsedBytes ?? Math.round(heapLimit * HEAP_SHARE_BEFORE_SHEDDING)
   const maxRssBytes = 2 * heapLimit + RSS_ALLOWANCE_BYTES
   // Under-pressure only samples memory here (no limits given, so it adds no hook of its own, whose reading of
-  // request.routeOptions built an object on every request); the hook below sheds from its samples.
+  // request.routeOptions built an object on every request); the step below sheds from its samples.
   await app.register(fastifyUnderPressure, { sampleInterval: SAMPLE_INTERVAL_MS })
   // The event loop's delay counts from the moment the app is ready. Under-pressure's own measure starts at its
   // registration and cannot be started later or reset: it took in the start's synchronous work (compiling the
