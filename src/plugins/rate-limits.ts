@@ -5,7 +5,7 @@ import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
 import { ApiError, rateLimited } from '../errors.js'
-import type { Counted, RateCounter } from '../store/store.js'
+import type { Counted } from '../store/store.js'
 import type { StepFor } from './route-steps.js'
 
 declare module 'fastify' {
@@ -123,19 +123,10 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
     labelNames: ['limit'],
     registers: [app.metrics]
   })
-  const counters = new Map<RateLimitName, RateCounter>()
-  const counterOf = (name: RateLimitName): RateCounter => {
-    let counter = counters.get(name)
-    if (counter === undefined) {
-      counter = app.store.rateCounter(name)
-      counters.set(name, counter)
-    }
-    return counter
-  }
   const hookFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]
     const { keyOf, refundable } = COUNTING[name]
-    const counter = counterOf(name)
+    const counter = app.store.rateCounter(name)
     const windowMs = windowSeconds * 1000
     return (request, reply, done) => {
       const key = keyOf(request)
@@ -156,12 +147,12 @@ async function rateLimitsPlugin (app: FastifyInstance, options: RateLimitsPlugin
   const refundUnserved: onResponseHookHandler = (request, reply, done) => {
     if (reply.statusCode === 503) {
       for (const { policy, refundKey } of request.rateLimitStatus ?? []) {
-        if (refundKey !== undefined) counterOf(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+        if (refundKey !== undefined) app.store.rateCounter(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
       }
     }
     done()
   }
-  const failures = counterOf('login-failures')
+  const failures = app.store.rateCounter('login-failures')
   const failuresWindowMs = loginFailures.windowSeconds * 1000
   const accountNotLocked: Hook = (request, _reply, done) => {
     failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
