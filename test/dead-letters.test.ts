@@ -40,7 +40,7 @@ async function instance (t: Test, target: Receiver, env: NodeJS.ProcessEnv = {},
 /** Waits until the subscriber holds `count` dead letters, and lists them. */
 async function deadLetters (t: Test, ops: string, count: number): Promise<DeadLetterList> {
   for (const givesUp = Date.now() + 10_000; ; await sleep(20)) {
-    const { json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')
+    const { json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?events=true')
     const list = json as DeadLetterList
     if (list.subscribers[0]?.total === count || Date.now() > givesUp) return list
   }
@@ -62,6 +62,9 @@ t.test('a delivery given up is listed with its event and failure, and delivered 
 
   t.match(await opsCall(t, ops, 'listDeadLetters', `/webhooks/dead-letters?subscriber=${encodeURIComponent('http://127.0.0.1:1/other')}`), { status: 404, json: { code: 'NOT_FOUND' } })
   t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?limit=0'), { status: 400, json: { details: [{ field: 'limit' }] } })
+  t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?after=1'), { status: 400, json: { details: [{ field: 'after', issue: 'requires subscriber' }] } })
+  t.notOk('event' in ((await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')).json as DeadLetterList).subscribers[0]!.deadLetters[0]!,
+    'an event only when asked for')
   t.match(await opsCall(t, ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', { eventIds: ['not-a-uuid'] }), { status: 400 })
 
   // Webhook timestamps are in seconds: the next one is fresh if it is later.
@@ -98,9 +101,9 @@ t.test('an answer the operations API takes longer than REQUEST_TIMEOUT_MS to mak
   t.teardown(target.stop)
   const store = createMemoryStore()
   const list = store.outbox.deadLetters.bind(store.outbox)
-  store.outbox.deadLetters = async (subscriber, limit) => {
+  store.outbox.deadLetters = async (subscriber, page) => {
     await sleep(1500)
-    return await list(subscriber, limit)
+    return await list(subscriber, page)
   }
   const { ops } = await instance(t, target, { REQUEST_TIMEOUT_MS: '1000' }, store)
   const { status, json } = await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')
@@ -133,4 +136,63 @@ t.test('subscribers that differ only in their query have names of their own, whi
   const metrics = await (await fetch(`${ops}/metrics`)).text()
   for (const name of names) t.match(metrics, `items_service_webhook_dead_letters{subscriber="${name}"} 1`, `the gauge of ${name}`)
   t.same((await opsCall(t, ops, 'redeliverDeadLetters', '/webhooks/dead-letters/redeliver', { subscriber: names[0] })).json, { redelivered: 1 }, 'by one name, that one\'s alone')
+})
+
+t.test('dead letters too large to list at once are listed a bounded page at a time: every one once, in order, the process\'s memory bounded', async (t) => {
+  // The adversarial run's attack, scaled to the suite: the largest events the contract allows (a description of
+  // 10 000 control characters, each escaped to six in JSON), given up by 16 subscribers (the most WEBHOOKS takes).
+  const closed = await freePort()
+  const urls = Array.from({ length: 16 }, (_, index) => `http://127.0.0.1:${closed}/hook-${index}`)
+  const opsPort = await freePort()
+  const api = await build(t, {
+    OPS_PORT: String(opsPort),
+    WEBHOOKS: JSON.stringify(urls.map((url) => ({ url, secret: SECRET }))),
+    WEBHOOK_RETRY_DELAYS_MS: '10',
+    RATE_LIMIT: 'off'
+  })
+  const ops = `http://127.0.0.1:${opsPort}`
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const created = []
+  for (let index = 0; index < 120; index += 1) created.push((await api.createItem(accessToken, { name: `item ${index}`, description: '\u0001'.repeat(10_000) })).id)
+  let overview: DeadLetterList = { subscribers: [] }
+  for (const givesUp = Date.now() + 60_000; Date.now() < givesUp; await sleep(50)) {
+    overview = (await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?limit=1')).json as DeadLetterList
+    if (overview.subscribers.every(({ total }) => total === created.length)) break
+  }
+  t.same(overview.subscribers.map(({ total }) => total), urls.map(() => created.length), 'every subscriber gave every event up')
+  const eventBytes = overview.subscribers[0]!.deadLetters[0]!.eventBytes
+  t.ok(eventBytes > 60_000, `each event is large: ${eventBytes} bytes`)
+
+  const peakBefore = process.resourceUsage().maxRSS * 1024
+  const rssBefore = process.memoryUsage().rss
+  let largestAnswer = 0
+  const answerBound = 1024 * 1024 + urls.length * (eventBytes + 1024)
+  const all = await fetch(`${ops}/webhooks/dead-letters?events=true`)
+  const allText = await all.text()
+  largestAnswer = Math.max(largestAnswer, Buffer.byteLength(allText))
+  const listedAtOnce = (JSON.parse(allText) as DeadLetterList).subscribers.map(({ deadLetters, next }) => [deadLetters.length, next !== undefined])
+  t.ok(listedAtOnce.every(([count, more]) => Number(count) >= 1 && more === true), 'every subscriber\'s first page has a next')
+  for (const { subscriber } of overview.subscribers) {
+    const seen: string[] = []
+    const failedAt: string[] = []
+    let query = `subscriber=${encodeURIComponent(subscriber)}&events=true`
+    for (let pages = 0; pages < created.length; pages += 1) {
+      const response = await fetch(`${ops}/webhooks/dead-letters?${query}`)
+      const text = await response.text()
+      largestAnswer = Math.max(largestAnswer, Buffer.byteLength(text))
+      const [page] = (JSON.parse(text) as DeadLetterList).subscribers
+      for (const deadLetter of page?.deadLetters ?? []) {
+        seen.push(String(deadLetter.event?.subject))
+        failedAt.push(deadLetter.failedAt)
+      }
+      if (page?.next === undefined) break
+      query = `subscriber=${encodeURIComponent(subscriber)}&events=true&after=${page.next}`
+    }
+    // In the order they were given up, which the deliveries' retries set, not the order of the creates.
+    t.same([seen.length, [...seen].sort()], [created.length, [...created].sort()], `${subscriber}: every event once, across its pages`)
+    t.same(failedAt, [...failedAt].sort(), 'oldest first')
+  }
+  t.ok(largestAnswer <= answerBound, `no answer over ${answerBound} bytes: the largest was ${largestAnswer}`)
+  const peakGrowth = process.resourceUsage().maxRSS * 1024 - Math.max(peakBefore, rssBefore)
+  t.ok(peakGrowth < 128 * 1024 * 1024, `the process's peak memory grew by ${Math.round(peakGrowth / 1024 / 1024)} MB while listing ${urls.length * created.length * eventBytes} bytes of events`)
 })

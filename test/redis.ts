@@ -7,27 +7,56 @@ import { freePort } from './net.js'
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 
-async function reachable (url: string): Promise<boolean> {
-  const redis = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null })
-  redis.on('error', () => {})
+// How long the probe waits for Redis to answer, or (under CI=true) to start answering: a busy machine answers late.
+const PATIENCE_MS = 30_000
+// A refusal is definite (nothing listens there) unless Redis is required and may still be starting.
+const DEFINITE = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'ECONNRESET'])
+
+/** Rejects with the connection's own error (ECONNREFUSED, say) where ioredis's says only that it closed. */
+async function ping (url: string, timeoutMs: number): Promise<void> {
+  const redis = new Redis(url, { lazyConnect: true, connectTimeout: timeoutMs, commandTimeout: timeoutMs, maxRetriesPerRequest: 0, retryStrategy: () => null })
+  let cause: unknown
+  redis.on('error', (error) => { cause = error })
   try {
     await redis.connect()
-    return await redis.ping() === 'PONG'
-  } catch {
-    return false
+    await redis.ping()
+  } catch (error) {
+    throw cause ?? error
   } finally {
     redis.disconnect()
   }
 }
 
 /**
- * Whether Redis tests run: when Redis is reachable. Under CI=true an unreachable Redis fails the run rather than
- * skipping its tests; elsewhere they are skipped, with one line saying how to start Redis.
+ * Why Redis at `url` is not there to test against, or undefined when it answers. A slow answer is waited for (up to
+ * 30 s), never taken for an absent Redis; a refusal ends the wait at once, unless `awaitStart` says Redis is required
+ * and may be starting still, when refusals are retried for as long.
+ */
+export async function redisProblem (url: string, { awaitStart }: { awaitStart: boolean }): Promise<string | undefined> {
+  const givesUp = Date.now() + PATIENCE_MS
+  for (;;) {
+    try {
+      await ping(url, Math.max(givesUp - Date.now(), 1))
+      return undefined
+    } catch (error) {
+      const { code, message } = error as NodeJS.ErrnoException
+      const definite = code !== undefined && DEFINITE.has(code) && !awaitStart
+      if (definite || Date.now() >= givesUp) return `${message}${definite ? '' : ` (waited ${PATIENCE_MS / 1000} s)`}`
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+  }
+}
+
+/**
+ * Whether Redis tests run: when Redis answers. Under CI=true a Redis that does not answer within 30 s fails the run
+ * rather than skipping its tests; elsewhere they are skipped, with one line saying why and how to start Redis.
  */
 export async function redisSkip (): Promise<string | false> {
-  if (await reachable(REDIS_URL)) return false
-  if (process.env.CI === 'true') throw new Error(`Redis is unreachable at ${REDIS_URL}, and CI=true needs it`)
-  const reason = `Redis is unreachable at ${REDIS_URL}: start one with \`redis-server --save '' --appendonly no\` (or set REDIS_URL)`
+  const ci = process.env.CI === 'true'
+  const problem = await redisProblem(REDIS_URL, { awaitStart: ci })
+  if (problem === undefined) return false
+  if (ci) throw new Error(`Redis at ${REDIS_URL} did not answer (${problem}), and CI=true needs it`)
+  const reason = `Redis at ${REDIS_URL} did not answer (${problem}): start one with \`redis-server --save '' --appendonly no\` (or set REDIS_URL)`
   console.log(`# skipping the Redis tests of ${process.argv[1] ?? 'this file'}: ${reason}`)
   return reason
 }

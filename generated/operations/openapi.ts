@@ -30,10 +30,16 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The dead letters of each subscriber
+         * The dead letters of each subscriber, a page at a time
          * @description Deliveries given up after their last attempt, oldest first, per configured subscriber (each keeps at most
-         *     1 000; past that the oldest goes, counted in `items_service_webhook_dead_letters_pushed_out_total`). On
-         *     Redis they are shared by every instance and outlive restarts.
+         *     1 000, and 8 MiB of their events; past either, the oldest goes, counted in
+         *     `items_service_webhook_dead_letters_pushed_out_total`). On Redis they are shared by every instance and
+         *     outlive restarts.
+         *
+         *     A page lists at most `limit` dead letters per subscriber, each with its event's size; with `events=true`
+         *     each carries its event too, and the page ends before the one that would take the events listed past 1 MiB
+         *     (a subscriber's first is listed whatever its size), so that an answer stays small whatever the events. A
+         *     subscriber with more than its page says `next`: ask for its next page with `subscriber` and `after=<next>`.
          */
         get: operations["listDeadLetters"];
         put?: never;
@@ -56,9 +62,10 @@ export interface paths {
         /**
          * Deliver dead letters again
          * @description Gives dead letters back to delivery as new ones: all of them, a subscriber's, or those of the given event
-         *     ids. Each is sent again with the same `webhook-id` (its event id), so a receiver that got it after all can
-         *     tell, and a fresh timestamp and signature; its attempts start again. Those for which a subscriber's pending
-         *     deliveries have no room (10 000) stay dead letters.
+         *     ids (the given ids, or a subscriber's oldest first, are moved in batches of 100). Each is sent again with the
+         *     same `webhook-id` (its event id), so a receiver that got it after all can tell, and a fresh timestamp and
+         *     signature; its attempts start again. Those for which a subscriber's pending deliveries have no room (10 000)
+         *     stay dead letters.
          */
         post: operations["redeliverDeadLetters"];
         delete?: never;
@@ -77,6 +84,8 @@ export interface components {
                 subscriber: string;
                 /** @description Dead letters the subscriber holds, listed or not. */
                 total: number;
+                /** @description Present when more follow this page: pass it as `after`, with this `subscriber`, for the next. */
+                next?: string;
                 deadLetters: components["schemas"]["DeadLetter"][];
             }[];
         };
@@ -92,8 +101,10 @@ export interface components {
             failure: string;
             /** Format: date-time */
             failedAt: string;
-            /** @description The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each). */
-            event: {
+            /** @description The size of the event (its JSON, in UTF-8). */
+            eventBytes: number;
+            /** @description The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each); only when asked for with `events=true`. */
+            event?: {
                 [key: string]: unknown;
             };
         };
@@ -234,6 +245,16 @@ export interface operations {
                  * @example 100
                  */
                 limit?: number;
+                /**
+                 * @description Only those after this place: a subscriber's `next` from the page before. Requires `subscriber` (a 400 names `after` otherwise).
+                 * @example 100
+                 */
+                after?: string;
+                /**
+                 * @description Whether each dead letter carries its event (within the page's 1 MiB of events).
+                 * @example true
+                 */
+                events?: boolean;
             };
             header?: never;
             path?: never;
@@ -252,7 +273,8 @@ export interface operations {
                      *       "subscribers": [
                      *         {
                      *           "subscriber": "https://hooks.example.com/items",
-                     *           "total": 1,
+                     *           "total": 101,
+                     *           "next": "100",
                      *           "deadLetters": [
                      *             {
                      *               "eventId": "3b241101-e2bb-4255-8caf-4136c566a962",
@@ -260,6 +282,7 @@ export interface operations {
                      *               "attempts": 6,
                      *               "failure": "answered 500",
                      *               "failedAt": "2026-11-24T10:00:00.000Z",
+                     *               "eventBytes": 412,
                      *               "event": {
                      *                 "specversion": "1.0",
                      *                 "id": "3b241101-e2bb-4255-8caf-4136c566a962"

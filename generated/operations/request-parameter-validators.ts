@@ -4,8 +4,9 @@ import type { ValidateFunction } from 'ajv'
 import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const listDeadLetters_querystring: ValidateFunction = validate52;
-const schema19 = {"type":"object","properties":{"subscriber":{"type":"string","maxLength":2048},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true}},"required":[]};
+const schema19 = {"type":"object","properties":{"subscriber":{"type":"string","maxLength":2048},"limit":{"type":"integer","minimum":1,"maximum":100,"default":100,"x-finite":true},"after":{"type":"string","pattern":"^[0-9]{1,15}$"},"events":{"type":"boolean","default":false}},"required":[]};
 const func1 = runtime0.default;
+const pattern3 = new RegExp("^[0-9]{1,15}$", "u");
 
 function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -20,6 +21,9 @@ evaluated0.items = undefined;
 if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.limit === undefined){
 data.limit = 100;
+}
+if(data.events === undefined){
+data.events = false;
 }
 if(data.subscriber !== undefined){
 let data0 = data.subscriber;
@@ -102,8 +106,8 @@ vErrors.push(err3);
 errors++;
 }
 if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 1000 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000"};
+if(data1 > 100 || isNaN(data1)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -123,9 +127,20 @@ vErrors.push(err5);
 errors++;
 }
 }
+if(data.after !== undefined){
+let data2 = data.after;
+if(typeof data2 !== "string"){
+let dataType2 = typeof data2;
+let coerced2 = undefined;
+if(!(coerced2 !== undefined)){
+if(dataType2 == "number" || dataType2 == "boolean"){
+coerced2 = "" + data2;
+}
+else if(data2 === null){
+coerced2 = "";
 }
 else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err6 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -134,8 +149,68 @@ vErrors.push(err6);
 }
 errors++;
 }
+}
+if(coerced2 !== undefined){
+data2 = coerced2;
+if(data !== undefined){
+data["after"] = coerced2;
+}
+}
+}
+if(typeof data2 === "string"){
+if(!pattern3.test(data2)){
+const err7 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,15}$"},message:"must match pattern \""+"^[0-9]{1,15}$"+"\""};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+let data3 = data.events;
+if(typeof data3 !== "boolean"){
+let coerced3 = undefined;
+if(!(coerced3 !== undefined)){
+if(data3 === "false" || data3 === 0 || data3 === null){
+coerced3 = false;
+}
+else if(data3 === "true" || data3 === 1){
+coerced3 = true;
+}
+else {
+const err8 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(coerced3 !== undefined){
+data3 = coerced3;
+if(data !== undefined){
+data["events"] = coerced3;
+}
+}
+}
+}
+else {
+const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
 validate52.errors = vErrors;
 return errors === 0;
 }
-validate52.evaluated = {"props":{"subscriber":true,"limit":true},"dynamicProps":false,"dynamicItems":false};
+validate52.evaluated = {"props":{"subscriber":true,"limit":true,"after":true,"events":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -112,8 +112,8 @@ validate52.evaluated = {"props":{"code":true,"message":true},"dynamicProps":fals
 
 export const listDeadLetters_200: ValidateFunction = validate55;
 const schema21 = {"$ref":"DeadLetterList"};
-const schema22 = {"$id":"DeadLetterList","type":"object","required":["subscribers"],"properties":{"subscribers":{"type":"array","items":{"type":"object","required":["subscriber","total","deadLetters"],"properties":{"subscriber":{"type":"string","description":"The subscriber's name: its URL without the query, and a digest of the query when it has one (`?query-sha256=…`), so that two subscribers that differ only in their query have two names and neither query is shown."},"total":{"type":"integer","minimum":0,"description":"Dead letters the subscriber holds, listed or not."},"deadLetters":{"type":"array","items":{"$ref":"DeadLetter"}}}}}}};
-const schema23 = {"$id":"DeadLetter","type":"object","required":["eventId","channel","attempts","failure","failedAt","event"],"properties":{"eventId":{"type":"string","format":"uuid","description":"The event's id, sent as `webhook-id` on every attempt."},"channel":{"type":"string"},"attempts":{"type":"integer","minimum":1},"failure":{"type":"string","description":"What the last attempt met (`answered 500`, a timeout, a refused connection)."},"failedAt":{"type":"string","format":"date-time"},"event":{"type":"object","additionalProperties":true,"description":"The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each)."}}};
+const schema22 = {"$id":"DeadLetterList","type":"object","required":["subscribers"],"properties":{"subscribers":{"type":"array","items":{"type":"object","required":["subscriber","total","deadLetters"],"properties":{"subscriber":{"type":"string","description":"The subscriber's name: its URL without the query, and a digest of the query when it has one (`?query-sha256=…`), so that two subscribers that differ only in their query have two names and neither query is shown."},"total":{"type":"integer","minimum":0,"description":"Dead letters the subscriber holds, listed or not."},"next":{"type":"string","description":"Present when more follow this page: pass it as `after`, with this `subscriber`, for the next."},"deadLetters":{"type":"array","items":{"$ref":"DeadLetter"}}}}}}};
+const schema23 = {"$id":"DeadLetter","type":"object","required":["eventId","channel","attempts","failure","failedAt","eventBytes"],"properties":{"eventId":{"type":"string","format":"uuid","description":"The event's id, sent as `webhook-id` on every attempt."},"channel":{"type":"string"},"attempts":{"type":"integer","minimum":1},"failure":{"type":"string","description":"What the last attempt met (`answered 500`, a timeout, a refused connection)."},"failedAt":{"type":"string","format":"date-time"},"eventBytes":{"type":"integer","minimum":0,"description":"The size of the event (its JSON, in UTF-8)."},"event":{"type":"object","additionalProperties":true,"description":"The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each); only when asked for with `events=true`."}}};
 const formats0 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
 const formats2 = runtime0.fullFormats["date-time"];
 
@@ -179,8 +179,8 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data.event === undefined){
-const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "event"},message:"must have required property '"+"event"+"'"};
+if(data.eventBytes === undefined){
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "eventBytes"},message:"must have required property '"+"eventBytes"+"'"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -288,12 +288,10 @@ vErrors.push(err13);
 errors++;
 }
 }
-if(data.event !== undefined){
-let data5 = data.event;
-if(data5 && typeof data5 == "object" && !Array.isArray(data5)){
-}
-else {
-const err14 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data.eventBytes !== undefined){
+let data5 = data.eventBytes;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err14 = {instancePath:instancePath+"/eventBytes",schemaPath:"#/properties/eventBytes/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -302,10 +300,9 @@ vErrors.push(err14);
 }
 errors++;
 }
-}
-}
-else {
-const err15 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 < 0 || isNaN(data5)){
+const err15 = {instancePath:instancePath+"/eventBytes",schemaPath:"#/properties/eventBytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -314,10 +311,38 @@ vErrors.push(err15);
 }
 errors++;
 }
+}
+}
+if(data.event !== undefined){
+let data6 = data.event;
+if(data6 && typeof data6 == "object" && !Array.isArray(data6)){
+}
+else {
+const err16 = {instancePath:instancePath+"/event",schemaPath:"#/properties/event/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+}
+else {
+const err17 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
 validate57.errors = vErrors;
 return errors === 0;
 }
-validate57.evaluated = {"props":{"eventId":true,"channel":true,"attempts":true,"failure":true,"failedAt":true,"event":true},"dynamicProps":false,"dynamicItems":false};
+validate57.evaluated = {"props":{"eventId":true,"channel":true,"attempts":true,"failure":true,"failedAt":true,"eventBytes":true,"event":true},"dynamicProps":false,"dynamicItems":false};
 
 
 function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -416,19 +441,9 @@ errors++;
 }
 }
 }
-if(data1.deadLetters !== undefined){
-let data4 = data1.deadLetters;
-if(Array.isArray(data4)){
-const len1 = data4.length;
-for(let i1=0; i1<len1; i1++){
-if(!(validate57(data4[i1], {instancePath:instancePath+"/subscribers/" + i0+"/deadLetters/" + i1,parentData:data4,parentDataProperty:i1,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
-errors = vErrors.length;
-}
-}
-}
-else {
-const err7 = {instancePath:instancePath+"/subscribers/" + i0+"/deadLetters",schemaPath:"#/properties/subscribers/items/properties/deadLetters/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data1.next !== undefined){
+if(typeof data1.next !== "string"){
+const err7 = {instancePath:instancePath+"/subscribers/" + i0+"/next",schemaPath:"#/properties/subscribers/items/properties/next/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err7];
 }
@@ -438,9 +453,19 @@ vErrors.push(err7);
 errors++;
 }
 }
+if(data1.deadLetters !== undefined){
+let data5 = data1.deadLetters;
+if(Array.isArray(data5)){
+const len1 = data5.length;
+for(let i1=0; i1<len1; i1++){
+if(!(validate57(data5[i1], {instancePath:instancePath+"/subscribers/" + i0+"/deadLetters/" + i1,parentData:data5,parentDataProperty:i1,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate57.errors : vErrors.concat(validate57.errors);
+errors = vErrors.length;
+}
+}
 }
 else {
-const err8 = {instancePath:instancePath+"/subscribers/" + i0,schemaPath:"#/properties/subscribers/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err8 = {instancePath:instancePath+"/subscribers/" + i0+"/deadLetters",schemaPath:"#/properties/subscribers/items/properties/deadLetters/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err8];
 }
@@ -452,7 +477,7 @@ errors++;
 }
 }
 else {
-const err9 = {instancePath:instancePath+"/subscribers",schemaPath:"#/properties/subscribers/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err9 = {instancePath:instancePath+"/subscribers/" + i0,schemaPath:"#/properties/subscribers/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err9];
 }
@@ -464,12 +489,24 @@ errors++;
 }
 }
 else {
-const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err10 = {instancePath:instancePath+"/subscribers",schemaPath:"#/properties/subscribers/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err10];
 }
 else {
 vErrors.push(err10);
+}
+errors++;
+}
+}
+}
+else {
+const err11 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
 }
 errors++;
 }

@@ -46,7 +46,7 @@ export interface RouteDefinition {
 /** The parameters of each operation that the request validators fill in with their default when a request leaves them out. */
 export interface DefaultedParameters extends Record<RouteOperationId, string> {
   getMetrics: never
-  listDeadLetters: 'limit'
+  listDeadLetters: 'limit' | 'events'
   redeliverDeadLetters: never
 }
 
@@ -118,8 +118,16 @@ export const routes: readonly RouteDefinition[] = [
           "limit": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 1000,
+            "maximum": 100,
             "default": 100
+          },
+          "after": {
+            "type": "string",
+            "pattern": "^[0-9]{1,15}$"
+          },
+          "events": {
+            "type": "boolean",
+            "default": false
           }
         },
         "required": []

@@ -30,6 +30,10 @@ export const schemas = {
               "minimum": 0,
               "description": "Dead letters the subscriber holds, listed or not."
             },
+            "next": {
+              "type": "string",
+              "description": "Present when more follow this page: pass it as `after`, with this `subscriber`, for the next."
+            },
             "deadLetters": {
               "type": "array",
               "items": {
@@ -50,7 +54,7 @@ export const schemas = {
       "attempts",
       "failure",
       "failedAt",
-      "event"
+      "eventBytes"
     ],
     "properties": {
       "eventId": {
@@ -73,10 +77,15 @@ export const schemas = {
         "type": "string",
         "format": "date-time"
       },
+      "eventBytes": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "The size of the event (its JSON, in UTF-8)."
+      },
       "event": {
         "type": "object",
         "additionalProperties": true,
-        "description": "The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each)."
+        "description": "The event as the subscriber was to receive it (a CloudEvent; the public contract's webhooks describe each); only when asked for with `events=true`."
       }
     }
   },

@@ -1,6 +1,6 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
-import { notFound } from '../errors.js'
+import { InvalidRequestError, notFound } from '../errors.js'
 import type { DeadLetter } from '../store/store.js'
 import type { ContractHandler } from './handler.js'
 
@@ -24,21 +24,29 @@ function selected (subscribers: ReadonlyMap<string, string>, subscriber: string 
   return [[subscriber, id]]
 }
 
-const deadLetterBody = ({ event, attempts, failure, failedAt }: DeadLetter): DeadLetterBody => ({
-  eventId: event.id,
-  channel: event.channel,
-  attempts,
-  failure,
-  failedAt: new Date(failedAt).toISOString(),
-  event: JSON.parse(event.body) as Record<string, unknown>
-})
+// Bytes of events one answer carries at most (beside each subscriber's first, whatever its size), so that an answer
+// stays small however large the events and however many the subscribers.
+const EVENT_BYTES_PER_ANSWER = 1024 * 1024
+
+const deadLetterBody = ({ eventId, channel, attempts, failure, failedAt, eventBytes, body }: DeadLetter): DeadLetterBody => {
+  const listed = { eventId, channel, attempts, failure, failedAt: new Date(failedAt).toISOString(), eventBytes }
+  return body === undefined ? listed : { ...listed, event: JSON.parse(body) as Record<string, unknown> }
+}
 
 export const listDeadLetters: OperationsHandler<'listDeadLetters'> = async (request, reply) => {
   const { outbox } = request.server.store
-  const subscribers = await Promise.all(selected(request.server.webhookSubscribers, request.query.subscriber).map(async ([subscriber, id]) => {
-    const { deadLetters, total } = await outbox.deadLetters(id, request.query.limit)
-    return { subscriber, total, deadLetters: deadLetters.map(deadLetterBody) }
-  }))
+  const { subscriber, limit, after, events } = request.query
+  // A position is a subscriber's own: it means nothing to the others.
+  if (after !== undefined && subscriber === undefined) throw new InvalidRequestError([{ field: 'after', issue: 'requires subscriber' }])
+  let bodyBytes = events ? EVENT_BYTES_PER_ANSWER : undefined
+  const subscribers = []
+  // One subscriber after the other: each page takes what is left of the answer's bytes of events.
+  for (const [name, id] of selected(request.server.webhookSubscribers, subscriber)) {
+    const { deadLetters, total, next } = await outbox.deadLetters(id, { after: Number(after ?? 0), limit, bodyBytes })
+    if (bodyBytes !== undefined) for (const { eventBytes } of deadLetters) bodyBytes -= eventBytes
+    const listed = { subscriber: name, total, deadLetters: deadLetters.map(deadLetterBody) }
+    subscribers.push(next === undefined ? listed : { ...listed, next: String(next) })
+  }
   return await reply.code(200).send({ subscribers })
 }
 

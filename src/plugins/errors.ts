@@ -2,7 +2,7 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, serviceUnavailable, storeFull, type ValidationErrorBody } from '../errors.js'
+import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, serviceUnavailable, storeFull, type ValidationErrorBody } from '../errors.js'
 import { ClaimLostError, StoreFullError, StoreUnavailableError } from '../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
@@ -48,7 +48,7 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | StoreUnavailableError | StoreFullError | ClaimLostError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | StoreFullError | ClaimLostError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // Another request holds the key now: this one's retry will get that one's answer.
   if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
@@ -62,6 +62,7 @@ export function handleError (error: FastifyError | ApiError | StoreUnavailableEr
     return sendApiError(reply, serviceUnavailable('The data store is unavailable; try again shortly.', STORE_RETRY_AFTER_SECONDS))
   }
   if (error instanceof ApiError) return sendApiError(reply, error)
+  if (error instanceof InvalidRequestError) return reply.code(400).send(validationError(error.details))
   if (error.validation) {
     const context = String(error.validationContext)
     const details = error.validation.map((issue) => ({ field: fieldPath(issue, context), issue: issueText(issue) }))

@@ -3,7 +3,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../config.js'
-import { DEAD_LETTERS } from '../store/rules.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../store/rules.js'
 import type { Delivery, Outbox } from '../store/store.js'
 import { type AttemptOutcome, WebhookSender } from '../webhooks/sender.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
@@ -205,7 +205,7 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
     }),
     deadLettersPushedOut: new Counter({
       name: 'items_service_webhook_dead_letters_pushed_out_total',
-      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS}.`,
+      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS} and ${DEAD_LETTER_BYTES} bytes of events.`,
       labelNames: ['subscriber'],
       registers: [app.metrics]
     })
@@ -231,7 +231,7 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
     async (worker) => await worker.pending())
   storeGauge('items_service_webhook_dead_letters',
     'Dead letters kept per subscriber, read from the store (on Redis, every instance\'s): deliver them again through the operations API.',
-    async (worker) => (await outbox.deadLetters(worker.subscription.id, 0)).total)
+    async (worker) => (await outbox.deadLetters(worker.subscription.id, { after: 0, limit: 0 })).total)
   for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
 
   const takeAll = (): void => { for (const worker of workers) void worker.take() }

@@ -1,5 +1,5 @@
-import { DEAD_LETTERS } from './rules.js'
-import type { DeadLetter, Delivery, Outbox, OutboxEvent, Taken } from './store.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from './rules.js'
+import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from './store.js'
 
 interface PendingDelivery {
   readonly event: OutboxEvent
@@ -51,6 +51,12 @@ class RetryHeap {
   }
 }
 
+interface KeptDeadLetter {
+  /** As listed, without its body. */
+  readonly listed: DeadLetter
+  readonly event: OutboxEvent
+}
+
 interface SubscriberQueue {
   readonly channels: ReadonlySet<string>
   /** New deliveries, in the order their events were recorded. */
@@ -58,8 +64,11 @@ interface SubscriberQueue {
   /** Deliveries taken and not settled yet, in the order they were taken (with one lease length, of their lease's end). */
   readonly leased: Map<string, PendingDelivery>
   readonly retries: RetryHeap
-  /** Deliveries given up, oldest first, at most DEAD_LETTERS. */
-  readonly deadLetters: Map<string, DeadLetter>
+  /** Deliveries given up, oldest first (by position), at most DEAD_LETTERS and DEAD_LETTER_BYTES of events. */
+  readonly deadLetters: Map<string, KeptDeadLetter>
+  deadLetterBytes: number
+  /** The position of the newest dead letter ever kept. */
+  lastPosition: number
   /** Characters of the pending events' bodies. */
   characters: number
   dropped: number
@@ -105,7 +114,7 @@ export class MemoryOutbox implements Outbox {
 
   async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
     if (this.#queues.has(subscriber)) return
-    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), characters: 0, dropped: 0 })
+    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), deadLetterBytes: 0, lastPosition: 0, characters: 0, dropped: 0 })
   }
 
   onRecorded (listener: (event: OutboxEvent) => void): void {
@@ -165,19 +174,41 @@ export class MemoryOutbox implements Outbox {
     const queue = this.#queues.get(subscriber)
     if (queue === undefined || !queue.leased.has(delivery.event.id)) return 0
     await this.settle(subscriber, delivery)
-    queue.deadLetters.set(delivery.event.id, { event: delivery.event, attempts: delivery.attempt, failure, failedAt: now })
+    const { event, attempt } = delivery
+    queue.lastPosition += 1
+    const eventBytes = Buffer.byteLength(event.body)
+    const listed = { eventId: event.id, channel: event.channel, attempts: attempt, failure, failedAt: now, position: queue.lastPosition, eventBytes }
+    queue.deadLetters.set(event.id, { listed, event })
+    queue.deadLetterBytes += eventBytes
     let pushedOut = 0
-    for (const eventId of queue.deadLetters.keys()) {
-      if (queue.deadLetters.size <= DEAD_LETTERS) break
+    for (const [eventId, { listed: oldest }] of queue.deadLetters) {
+      if (queue.deadLetters.size <= 1 || (queue.deadLetters.size <= DEAD_LETTERS && queue.deadLetterBytes <= DEAD_LETTER_BYTES)) break
       queue.deadLetters.delete(eventId)
+      queue.deadLetterBytes -= oldest.eventBytes
       pushedOut += 1
     }
     return pushedOut
   }
 
-  async deadLetters (subscriber: string, limit: number): Promise<{ deadLetters: DeadLetter[], total: number }> {
-    const kept = this.#queues.get(subscriber)?.deadLetters ?? new Map<string, DeadLetter>()
-    return { deadLetters: [...kept.values()].slice(0, limit), total: kept.size }
+  async deadLetters (subscriber: string, { after, limit, bodyBytes }: DeadLetterPage): Promise<DeadLetterList> {
+    const kept = this.#queues.get(subscriber)?.deadLetters
+    if (kept === undefined) return { deadLetters: [], total: 0 }
+    const deadLetters: DeadLetter[] = []
+    let budget = bodyBytes ?? 0
+    const page = (): DeadLetterList => ({ deadLetters, total: kept.size, next: deadLetters.at(-1)?.position ?? after })
+    // At most DEAD_LETTERS to pass over, in the order of their positions.
+    for (const { listed, event } of kept.values()) {
+      if (listed.position <= after) continue
+      if (deadLetters.length === limit) return page()
+      if (bodyBytes === undefined) {
+        deadLetters.push(listed)
+        continue
+      }
+      if (listed.eventBytes > budget && deadLetters.length > 0) return page()
+      budget -= listed.eventBytes
+      deadLetters.push({ ...listed, body: event.body })
+    }
+    return { deadLetters, total: kept.size }
   }
 
   async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {
@@ -187,10 +218,12 @@ export class MemoryOutbox implements Outbox {
     for (const eventId of eventIds ?? [...queue.deadLetters.keys()]) {
       const deadLetter = queue.deadLetters.get(eventId)
       if (deadLetter === undefined) continue
-      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + deadLetter.event.body.length > this.#bounds.characters) break
+      const { event, listed } = deadLetter
+      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + event.body.length > this.#bounds.characters) break
       queue.deadLetters.delete(eventId)
-      queue.fresh.set(eventId, { event: deadLetter.event, attempt: 0, dueAt: now })
-      queue.characters += deadLetter.event.body.length
+      queue.deadLetterBytes -= listed.eventBytes
+      queue.fresh.set(eventId, { event, attempt: 0, dueAt: now })
+      queue.characters += event.body.length
       redelivered += 1
     }
     return redelivered

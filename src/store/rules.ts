@@ -18,6 +18,8 @@ export const PENDING_DELIVERIES = 10_000
  * deliver again; past that, the oldest goes (and is counted).
  */
 export const DEAD_LETTERS = 1_000
+/** Bytes of events (UTF-8) a subscriber's dead letters keep at most; past that, too, the oldest goes. */
+export const DEAD_LETTER_BYTES = 8 * 1024 * 1024
 
 /**
  * How long a create made under an idempotency key is remembered (a day, as the IETF draft suggests), and how many

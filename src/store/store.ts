@@ -193,13 +193,40 @@ export interface Delivery {
 
 /** A delivery given up after its last attempt, kept until an operator delivers it again or a newer one pushes it out. */
 export interface DeadLetter {
-  readonly event: OutboxEvent
+  readonly eventId: string
+  readonly channel: string
   /** Attempts made, the last included. */
   readonly attempts: number
   /** What the last attempt met: the subscriber's status, or the error. */
   readonly failure: string
   /** When it was given up, in milliseconds since the epoch. */
   readonly failedAt: number
+  /** Its place among the subscriber's dead letters, growing with each one: a page starts after one. */
+  readonly position: number
+  /** Bytes of the event's body (UTF-8). */
+  readonly eventBytes: number
+  /** The event's body, when the page was asked for them. */
+  readonly body?: string
+}
+
+/** Which of a subscriber's dead letters to list. */
+export interface DeadLetterPage {
+  /** Only those after this position (0: from the oldest). */
+  readonly after: number
+  readonly limit: number
+  /**
+   * Bytes of bodies the page may carry, when it is to carry them: the page ends before the dead letter whose body
+   * would pass this, unless that one is its first.
+   */
+  readonly bodyBytes?: number
+}
+
+export interface DeadLetterList {
+  readonly deadLetters: DeadLetter[]
+  /** Dead letters the subscriber holds, listed or not. */
+  readonly total: number
+  /** When more follow the page: the position to list them after (its last's). */
+  readonly next?: number
 }
 
 export interface Taken {
@@ -237,8 +264,8 @@ export interface Outbox {
    * at most DEAD_LETTERS, the oldest out first; resolves with how many were pushed out.
    */
   deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number>
-  /** The subscriber's dead letters, oldest first, at most `limit`, and how many it holds. */
-  deadLetters (subscriber: string, limit: number): Promise<{ readonly deadLetters: DeadLetter[], readonly total: number }>
+  /** A page of the subscriber's dead letters, oldest first, and how many it holds. */
+  deadLetters (subscriber: string, page: DeadLetterPage): Promise<DeadLetterList>
   /**
    * Gives the dead letters of `eventIds` (all when undefined) back to delivery, due at `now`, their attempts counted
    * afresh; resolves with how many. Those for which the subscriber's pending deliveries have no room stay.

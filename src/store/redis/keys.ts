@@ -89,10 +89,16 @@ export interface WebhookKeys {
   readonly traceparents: string
   /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
   readonly dropped: string
-  /** Hash: event id → the dead letter as JSON ({ id, channel, body, traceparent, attempts, failure, failedAt }). */
+  /** Hash: event id → the dead letter as JSON ({ channel, traceparent, attempts, failure, failedAt }). */
   readonly deadLetters: string
-  /** Sorted set: the dead letters' event ids, scored by an ever-growing number: oldest first. */
+  /** Hash: event id → the dead letter's event (its body, as it was to be sent). */
+  readonly deadLetterEvents: string
+  /** Sorted set: the dead letters' event ids, scored by their position (deadLetterPosition when kept): oldest first. */
   readonly deadLetterOrder: string
+  /** String: bytes of the dead letters' events, for their bound. */
+  readonly deadLetterBytes: string
+  /** String: the position of the newest dead letter ever kept. */
+  readonly deadLetterPosition: string
 }
 
 export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
@@ -104,6 +110,9 @@ export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
     traceparents: `${base}traceparents`,
     dropped: `${base}dropped`,
     deadLetters: `${base}dead-letters`,
-    deadLetterOrder: `${base}dead-letter-order`
+    deadLetterEvents: `${base}dead-letter-events`,
+    deadLetterOrder: `${base}dead-letter-order`,
+    deadLetterBytes: `${base}dead-letter-bytes`,
+    deadLetterPosition: `${base}dead-letter-position`
   }
 }

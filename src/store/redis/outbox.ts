@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import { DEAD_LETTERS } from '../rules.js'
-import type { DeadLetter, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
+import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 import { call, type Script } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 
@@ -79,12 +79,12 @@ else
 end
 return 1`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, dead letters and their order. ARGV: event
-  // id, attempts, failure, when (ms), most dead letters kept. Ends the delivery and keeps it as the newest dead
-  // letter; pushes out the oldest past the bound. How many it pushed out; nothing when the delivery had ended already
-  // (another instance took it over once its lease ended, and settled it).
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, and its dead letters' keys (DEAD_LETTER_KEYS).
+  // ARGV: event id, attempts, failure, when (ms), most dead letters kept, most bytes of their events kept. Ends the
+  // delivery and keeps it as the newest dead letter; pushes out the oldest past either bound. How many it pushed out;
+  // nothing when the delivery had ended already (another instance took it over once its lease ended, and settled it).
   deadLetterDelivery: {
-    numberOfKeys: 6,
+    numberOfKeys: 9,
     lua: `
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 if not stored then return 0 end
@@ -94,58 +94,85 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 local space = string.find(stored, ' ', 1, true)
+local body = string.sub(stored, space + 1)
 redis.call('HSET', KEYS[5], ARGV[1], cjson.encode({
-  id = ARGV[1], channel = string.sub(stored, 1, space - 1), body = string.sub(stored, space + 1), traceparent = traceparent or nil,
+  channel = string.sub(stored, 1, space - 1), traceparent = traceparent or nil,
   attempts = tonumber(ARGV[2]), failure = ARGV[3], failedAt = tonumber(ARGV[4])
 }))
-local newest = redis.call('ZRANGE', KEYS[6], 0, 0, 'REV', 'WITHSCORES')
-redis.call('ZADD', KEYS[6], (tonumber(newest[2]) or 0) + 1, ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], body)
+redis.call('ZADD', KEYS[7], redis.call('INCR', KEYS[9]), ARGV[1])
+local bytes = redis.call('INCRBY', KEYS[8], #body)
+local kept, most, mostBytes = redis.call('ZCARD', KEYS[7]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local pushedOut = 0
-while redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[5]) do
-  local oldest = redis.call('ZPOPMIN', KEYS[6])
-  redis.call('HDEL', KEYS[5], oldest[1])
+while kept > 1 and (kept > most or bytes > mostBytes) do
+  local oldest = redis.call('ZPOPMIN', KEYS[7])[1]
+  bytes = redis.call('DECRBY', KEYS[8], redis.call('HSTRLEN', KEYS[6], oldest))
+  redis.call('HDEL', KEYS[5], oldest)
+  redis.call('HDEL', KEYS[6], oldest)
+  kept = kept - 1
   pushedOut = pushedOut + 1
 end
 return pushedOut`
   },
-  // KEYS: a subscriber's dead letters and their order. ARGV: most to list. {total, dead letter JSON, ...}, oldest first.
+  // KEYS: a subscriber's dead letters, their events and their order. ARGV: the position to list after, most to list,
+  // most bytes of events to carry ('' for none). {total, 1 when more follow the page, then for each dead letter its
+  // event id, position, JSON, event's bytes, and event ('' when none is carried)}, oldest first.
   listDeadLetters: {
-    numberOfKeys: 2,
+    numberOfKeys: 3,
     lua: `
-local listed = {redis.call('ZCARD', KEYS[2])}
-local limit = tonumber(ARGV[1])
-local ids = limit > 0 and redis.call('ZRANGE', KEYS[2], 0, limit - 1) or {}
-if #ids > 0 then
-  for _, json in ipairs(redis.call('HMGET', KEYS[1], unpack(ids))) do listed[#listed + 1] = json end
+local listed = {redis.call('ZCARD', KEYS[3]), 0}
+local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
+local page = redis.call('ZRANGE', KEYS[3], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, limit + 1, 'WITHSCORES')
+for i = 1, #page, 2 do
+  local eventId = page[i]
+  local bytes = redis.call('HSTRLEN', KEYS[2], eventId)
+  if i > 2 * limit or (budget and i > 1 and bytes > budget) then
+    listed[2] = 1
+    break
+  end
+  local body = ''
+  if budget then
+    budget = budget - bytes
+    body = redis.call('HGET', KEYS[2], eventId)
+  end
+  listed[#listed + 1] = eventId
+  listed[#listed + 1] = page[i + 1]
+  listed[#listed + 1] = redis.call('HGET', KEYS[1], eventId)
+  listed[#listed + 1] = bytes
+  listed[#listed + 1] = body
 end
 return listed`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, dead letters and their order. ARGV: now
-  // (ms), most deliveries a subscriber keeps, then the event ids to deliver again (none: every dead letter, oldest
-  // first). Each goes back to the due deliveries as a new one, while there is room; how many went.
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, and its dead letters, their events, order and
+  // bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids follow, then the event
+  // ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries as a new one, while
+  // there is room. {how many went, 1 when it stopped for want of room}.
   redeliverDeadLetters: {
-    numberOfKeys: 6,
+    numberOfKeys: 8,
     lua: `
 local ids = {}
-for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', KEYS[6], 0, -1) end
+for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[3]) - 1) end
 local redelivered = 0
 for _, eventId in ipairs(ids) do
   local json = redis.call('HGET', KEYS[5], eventId)
   if json then
-    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then break end
+    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return {redelivered, 1} end
     local letter = cjson.decode(json)
+    local body = redis.call('HGET', KEYS[6], eventId)
     redis.call('ZADD', KEYS[1], ARGV[1], eventId)
-    redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. letter.body)
+    redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. body)
     redis.call('HDEL', KEYS[3], eventId)
     if letter.traceparent then redis.call('HSET', KEYS[4], eventId, letter.traceparent) end
+    redis.call('DECRBY', KEYS[8], #body)
     redis.call('HDEL', KEYS[5], eventId)
-    redis.call('ZREM', KEYS[6], eventId)
+    redis.call('HDEL', KEYS[6], eventId)
+    redis.call('ZREM', KEYS[7], eventId)
     redelivered = redelivered + 1
   end
 end
-return redelivered`
-  }
+return {redelivered, 0}`
+  },
 } as const satisfies Record<string, Script>
 
 declare module 'ioredis' {
@@ -153,25 +180,27 @@ declare module 'ioredis' {
     takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, traceparents: string, now: number, limit: number,
       leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, traceparents: string, eventId: string, retryAt: number | ''): Result<1, Context>
-    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, deadLetters: string, deadLetterOrder: string,
-      eventId: string, attemptsMade: number, failure: string, failedAt: number, bound: number): Result<number, Context>
-    // The scripts change a dead letter and its place in the order together: every id listed has its JSON.
-    listDeadLetters (deadLetters: string, deadLetterOrder: string, limit: number): Result<[number, ...string[]], Context>
-    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, deadLetters: string, deadLetterOrder: string,
-      now: number, maxPending: number, ...eventIds: string[]): Result<number, Context>
+    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, ...deadLetterKeys: [...DeadLetterKeys,
+      eventId: string, attemptsMade: number, failure: string, failedAt: number, most: number, mostBytes: number]): Result<number, Context>
+    // The scripts change a dead letter, its event and its place in the order together: every id listed has both.
+    listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
+      bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
+    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, ...deadLetterKeys: [...RedeliveryKeys,
+      now: number, maxPending: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }
 }
 
-/** A dead letter as deadLetterDelivery stores it. */
+/** A dead letter as deadLetterDelivery stores it, beside its event. */
 interface StoredDeadLetter {
-  id: string
   channel: string
-  body: string
   traceparent?: string
   attempts: number
   failure: string
   failedAt: number
 }
+
+type DeadLetterKeys = [deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, deadLetterBytes: string, deadLetterPosition: string]
+type RedeliveryKeys = [deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, deadLetterBytes: string]
 
 /** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
 export type EventArguments = [] | [id: string, channel: string, body: string, outboxBound: number] |
@@ -183,6 +212,8 @@ export type EventArguments = [] | [id: string, channel: string, body: string, ou
 const OUTBOX_STREAM_BOUND = 100_000
 // Events one take moves from the outbox stream to their subscribers at most.
 const FAN_OUT_BATCH = 1_000
+// Dead letters one script gives back to delivery at most, so that no redelivery holds Redis for long.
+const REDELIVERY_BATCH = 100
 
 export const eventArguments = (event: OutboxEvent | undefined): EventArguments => {
   if (event === undefined) return []
@@ -254,25 +285,34 @@ export class RedisOutbox implements Outbox {
 
   async deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number> {
     const keys = webhookKeys(this.#keys, subscriber)
-    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterOrder,
-      delivery.event.id, delivery.attempt, failure, now, DEAD_LETTERS))
+    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterEvents,
+      keys.deadLetterOrder, keys.deadLetterBytes, keys.deadLetterPosition, delivery.event.id, delivery.attempt, failure, now, DEAD_LETTERS, DEAD_LETTER_BYTES))
   }
 
-  async deadLetters (subscriber: string, limit: number): Promise<{ deadLetters: DeadLetter[], total: number }> {
+  async deadLetters (subscriber: string, { after, limit, bodyBytes }: DeadLetterPage): Promise<DeadLetterList> {
     const keys = webhookKeys(this.#keys, subscriber)
-    const [total, ...found] = await call(this.#redis.listDeadLetters(keys.deadLetters, keys.deadLetterOrder, limit))
-    const deadLetters = found.map((json): DeadLetter => {
-      const { id, channel, body, traceparent, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
-      return { event: traceparent === undefined ? { id, channel, body } : { id, channel, body, traceparent }, attempts, failure, failedAt }
-    })
-    return { deadLetters, total }
+    const [total, more, ...listed] = await call(this.#redis.listDeadLetters(keys.deadLetters, keys.deadLetterEvents, keys.deadLetterOrder, after, limit,
+      bodyBytes ?? ''))
+    const deadLetters: DeadLetter[] = []
+    for (let index = 0; index + 4 < listed.length; index += 5) {
+      const { channel, attempts, failure, failedAt } = JSON.parse(String(listed[index + 2])) as StoredDeadLetter
+      const letter = { eventId: String(listed[index]), channel, attempts, failure, failedAt, position: Number(listed[index + 1]), eventBytes: Number(listed[index + 3]) }
+      deadLetters.push(bodyBytes === undefined ? letter : { ...letter, body: String(listed[index + 4]) })
+    }
+    return more === 1 ? { deadLetters, total, next: deadLetters.at(-1)?.position ?? after } : { deadLetters, total }
   }
 
   async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {
-    // An empty list gives none back; the script reads no ids as all of them.
-    if (eventIds?.length === 0) return 0
     const keys = webhookKeys(this.#keys, subscriber)
-    return await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterOrder,
-      now, this.#maxPending, ...eventIds ?? []))
+    let redelivered = 0
+    // In batches: the given ids, or the oldest dead letters until none is left (at most DEAD_LETTERS of them).
+    for (let first = 0; first < (eventIds?.length ?? DEAD_LETTERS); first += REDELIVERY_BATCH) {
+      const batch = eventIds?.slice(first, first + REDELIVERY_BATCH) ?? []
+      const [count, full] = await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters,
+        keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, now, this.#maxPending, REDELIVERY_BATCH, ...batch))
+      redelivered += count
+      if (full === 1 || (eventIds === undefined && count < REDELIVERY_BATCH)) break
+    }
+    return redelivered
   }
 }
