@@ -2,7 +2,7 @@
 // EVENTS events of the largest size the contract allows (a description of 10 000 control characters), then
 // LISTERS operators walk every subscriber's pages with their events while a prober asks /health/live every 20 ms.
 // Prints the service's resident memory (now and at its peak), the largest answer and /health/live's latencies.
-// `tsx scripts/bench/dead-letters.ts`; EVENTS (755), LISTERS (4) and STORE (memory) may be set.
+// `npm run bench:dead-letters`; EVENTS (755), LISTERS (4) and STORE (memory) may be set.
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { createServer } from 'node:net'

@@ -26,7 +26,7 @@ function selected (subscribers: ReadonlyMap<string, string>, subscriber: string 
 
 // Bytes of events one answer carries at most (beside each subscriber's first, whatever its size), so that an answer
 // stays small however large the events and however many the subscribers.
-const EVENT_BYTES_PER_ANSWER = 1024 * 1024
+const EVENT_BYTES_PER_ANSWER = 256 * 1024
 
 const deadLetterBody = ({ eventId, channel, attempts, failure, failedAt, eventBytes, body }: DeadLetter): DeadLetterBody => {
   const listed = { eventId, channel, attempts, failure, failedAt: new Date(failedAt).toISOString(), eventBytes }
