@@ -1,8 +1,10 @@
 import { once } from 'node:events'
+import { readFileSync } from 'node:fs'
 import { get } from 'node:http'
 import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
+import { parse } from 'yaml'
 import { build, buildTestApp, captureLogs, contractOperations } from './helper.js'
 import { freePort } from './net.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
@@ -293,7 +295,8 @@ t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', asyn
   const api = await build(t)
   const json = await api.app.inject({ method: 'GET', url: '/openapi.json' })
   t.equal(json.statusCode, 200)
-  t.match(json.json(), { openapi: '3.1.0', info: { version: '1.0.0' } })
+  const { info } = parse(readFileSync('openapi.yaml', 'utf8')) as { info: { version: string } }
+  t.match(json.json(), { openapi: '3.1.0', info: { version: info.version } }, 'the contract\'s version, for a client team to pin')
   t.same(json.json().servers, [{ url: '/', description: 'The instance serving this document.' }], 'the served copy names the instance serving it')
   const yaml = await api.app.inject({ method: 'GET', url: '/openapi.yaml' })
   t.equal(yaml.statusCode, 200)

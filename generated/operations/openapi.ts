@@ -37,7 +37,7 @@ export interface paths {
          *     outlive restarts.
          *
          *     A page lists at most `limit` dead letters per subscriber, each with its event's size; with `events=true`
-         *     each carries its event too, and the page ends before the one that would take the events listed past 1 MiB
+         *     each carries its event too, and the page ends before the one that would take the events listed past 256 KiB
          *     (a subscriber's first is listed whatever its size), so that an answer stays small whatever the events. A
          *     subscriber with more than its page says `next`: ask for its next page with `subscriber` and `after=<next>`.
          */
@@ -251,7 +251,7 @@ export interface operations {
                  */
                 after?: string;
                 /**
-                 * @description Whether each dead letter carries its event (within the page's 1 MiB of events).
+                 * @description Whether each dead letter carries its event (within the page's 256 KiB of events).
                  * @example true
                  */
                 events?: boolean;

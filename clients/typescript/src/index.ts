@@ -1,0 +1,215 @@
+// The official TypeScript client of the Items Service. Its types are openapi-typescript's, generated from the
+// contract at build (`src/generated/openapi.ts`); its calls are openapi-fetch's, with one middleware that does what
+// every client of this service needs: it signs requests in and refreshes an expired session once however many
+// requests meet it, waits when `RateLimit` says a limit is spent, sends 429 and 503 again after `Retry-After`, gives
+// each create its `Idempotency-Key`, and sends a request whose answer was lost again only when that is safe.
+import createClient, { type Client, type Middleware } from 'openapi-fetch'
+import type { components, paths } from './generated/openapi.js'
+
+export type { components, operations, paths, webhooks } from './generated/openapi.js'
+
+type Schemas = components['schemas']
+export type ErrorCode = Schemas['ErrorCode']
+/** What registering or signing in answers, and what a refresh renews. */
+export type Session = Schemas['AuthResponse']
+type ErrorBody = Schemas['ErrorResponse'] | Schemas['ValidationErrorResponse']
+
+/** An answer outside 2xx, with the contract's `code` (and, for a 400, the fields at fault). */
+export class ItemsApiError extends Error {
+  readonly status: number
+  readonly code: ErrorCode
+  readonly details: Schemas['ValidationErrorResponse']['details'] | undefined
+
+  constructor (status: number, body: ErrorBody) {
+    super(body.message)
+    this.name = 'ItemsApiError'
+    this.status = status
+    this.code = body.code
+    this.details = 'details' in body ? body.details : undefined
+  }
+}
+
+/** The data of a successful answer; an ItemsApiError carrying the contract's code otherwise. */
+export async function ok<Data> (pending: Promise<{ data?: Data, error?: ErrorBody, response: Response }>): Promise<Data> {
+  const { data, error, response } = await pending
+  if (error !== undefined) throw new ItemsApiError(response.status, error)
+  return data as Data
+}
+
+// The paths whose POST takes an Idempotency-Key in the contract: the compiler refuses a path missing here or one
+// listed that takes none.
+type HeadersOf<Path extends keyof paths> = paths[Path] extends { post: { parameters: { header?: infer Headers } } } ? NonNullable<Headers> : never
+type IdempotentPath = { [Path in keyof paths]: [HeadersOf<Path>] extends [never] ? never : 'Idempotency-Key' extends keyof HeadersOf<Path> ? Path : never }[keyof paths]
+const IDEMPOTENT_CREATES: Record<IdempotentPath, true> = { '/v1/items': true }
+const createsIdempotently = (path: string): path is IdempotentPath => Object.hasOwn(IDEMPOTENT_CREATES, path)
+
+const REFRESH_PATH = '/v1/auth/refresh'
+// An access token is renewed this long before the end its `expiresIn` gives, for the clock and the trip (a tenth
+// of a short one's life).
+const EXPIRY_MARGIN_MS = 5_000
+
+export interface ItemsClientOptions {
+  /** The service's address, e.g. `http://127.0.0.1:3000`. */
+  baseUrl: string
+  /** Attempts per request at most, the first included: 5. */
+  maxAttempts?: number
+  /** The fetch to use (the global one by default). */
+  fetch?: typeof globalThis.fetch
+  /** Told of every new session (signed in, registered, refreshed), to keep it, and of its end (undefined). */
+  onSession?: (session: Session | undefined) => void
+}
+
+export interface ItemsClient {
+  /** Every operation, typed by the contract: `await ok(client.api.GET('/v1/items', { params: { query: { page: 2 } } }))`. */
+  readonly api: Client<paths>
+  /** Registers, and signs the client in as the new user. */
+  register: (body: Schemas['RegisterRequest']) => Promise<Session>
+  signIn: (email: string, password: string) => Promise<Session>
+  /** Ends the session on the service, and forgets it. */
+  signOut: () => Promise<void>
+  /** Resumes a session kept from an earlier `onSession` (its access token is refreshed when it has expired). */
+  resume: (session: Session) => void
+  readonly session: Session | undefined
+}
+
+// A lost answer may hide a request that was done: only these are sent again after one.
+const safeToResend = (request: Request): boolean =>
+  ['GET', 'HEAD', 'OPTIONS', 'DELETE'].includes(request.method) || request.headers.has('idempotency-key') ||
+  (request.method === 'PUT' && request.headers.has('if-match'))
+
+// Seconds until the limits a RateLimit field names have room again: the longest `t` of those with `r=0`.
+function spentSeconds (field: string | null): number {
+  let seconds = 0
+  for (const limit of field?.split(',') ?? []) {
+    if (/;\s*r=0(;|$)/.test(limit)) seconds = Math.max(seconds, Number(/;\s*t=(\d+)/.exec(limit)?.[1] ?? 0))
+  }
+  return seconds
+}
+
+const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
+
+async function isExpiredToken (response: Response): Promise<boolean> {
+  if (response.status !== 401) return false
+  const body: unknown = await response.clone().json().catch(() => undefined)
+  return typeof body === 'object' && body !== null && 'code' in body && body.code === 'TOKEN_EXPIRED'
+}
+
+export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
+  let session: Session | undefined
+  // When the access token ends, by this process's clock, less the margin.
+  let renewAt = 0
+  let refreshing: Promise<void> | undefined
+  // Until when a RateLimit field said a limit was spent.
+  let resumeAt = 0
+  const sent = new Map<string, Request>()
+
+  const start = (next: Session | undefined): void => {
+    session = next
+    renewAt = next === undefined ? 0 : Date.now() + next.expiresIn * 1000 - Math.min(EXPIRY_MARGIN_MS, next.expiresIn * 100)
+    onSession?.(next)
+  }
+
+  // Without the middleware: a refresh is never itself refreshed, and is retried on its own terms below.
+  const plain = createClient<paths>({ baseUrl, fetch })
+  /** Renews the session `stale`, once however many callers found it stale; a newer one is left alone. */
+  const refresh = async (stale: Session): Promise<void> => {
+    if (session !== stale) return
+    refreshing ??= (async () => {
+      try {
+        for (let attempt = 1; ; attempt += 1) {
+          const { data, error, response } = await plain.POST(REFRESH_PATH, { body: { refreshToken: stale.refreshToken } })
+          if (data !== undefined) return start(data)
+          if ((response.status === 429 || response.status === 503) && attempt < maxAttempts) {
+            await sleep(Number(response.headers.get('retry-after') ?? 1) * 1000)
+            continue
+          }
+          // The session has ended (revoked, expired, or its refresh token reused): sign in again.
+          start(undefined)
+          throw new ItemsApiError(response.status, error ?? { code: 'INTERNAL_ERROR', message: 'The refresh failed.' })
+        }
+      } finally {
+        refreshing = undefined
+      }
+    })()
+    await refreshing
+  }
+
+  const authorized = (request: Request): Request => {
+    const headers = new Headers(request.headers)
+    if (session !== undefined) headers.set('authorization', `Bearer ${session.accessToken}`)
+    return new Request(request, { headers })
+  }
+
+  // Sends `id`'s request again while its outcome says to, each time with the session's current token.
+  const settle = async (id: string, send: typeof globalThis.fetch, first: unknown): Promise<Response> => {
+    const original = sent.get(id)
+    sent.delete(id)
+    let outcome = first
+    if (original === undefined) return outcome instanceof Response ? outcome : Promise.reject(outcome)
+    let refreshed = false
+    for (let attempt = 1; attempt < maxAttempts; attempt += 1) {
+      const current = session
+      if (outcome instanceof Response && original.headers.has('authorization') && current !== undefined && !refreshed && await isExpiredToken(outcome)) {
+        refreshed = true
+        await refresh(current)
+      } else if (outcome instanceof Response ? outcome.status === 429 || outcome.status === 503 : safeToResend(original)) {
+        const retryAfter = outcome instanceof Response ? outcome.headers.get('retry-after') : null
+        await sleep(retryAfter === null ? 100 * 2 ** attempt : Number(retryAfter) * 1000)
+      } else {
+        break
+      }
+      outcome = await send(authorized(original.clone())).catch((error: unknown) => error)
+    }
+    if (!(outcome instanceof Response)) throw outcome
+    const spent = spentSeconds(outcome.headers.get('ratelimit'))
+    if (spent > 0) resumeAt = Math.max(resumeAt, Date.now() + spent * 1000)
+    return outcome
+  }
+
+  const resilience: Middleware = {
+    async onRequest ({ request, id, schemaPath }) {
+      await sleep(Math.max(0, resumeAt - Date.now()))
+      if (session !== undefined && Date.now() >= renewAt) await refresh(session)
+      const headers = new Headers(request.headers)
+      // One key per create, made here once: every retry sends the same request, and so the same key.
+      if (request.method === 'POST' && createsIdempotently(schemaPath) && !headers.has('idempotency-key')) headers.set('idempotency-key', crypto.randomUUID())
+      const ready = authorized(new Request(request, { headers }))
+      sent.set(id, ready.clone())
+      return ready
+    },
+    async onResponse ({ response, id, options }) {
+      return await settle(id, options.fetch, response)
+    },
+    async onError ({ error, id, options }) {
+      return await settle(id, options.fetch, error)
+    }
+  }
+  const api = createClient<paths>({ baseUrl, fetch })
+  api.use(resilience)
+
+  return {
+    api,
+    get session () { return session },
+    register: async (body) => {
+      const registered = await ok(api.POST('/v1/auth/register', { body }))
+      start(registered)
+      return registered
+    },
+    signIn: async (email, password) => {
+      const signedIn = await ok(api.POST('/v1/auth/login', { body: { email, password } }))
+      start(signedIn)
+      return signedIn
+    },
+    signOut: async () => {
+      const ending = session
+      if (ending === undefined) return
+      await ok(api.POST('/v1/auth/logout'))
+      start(undefined)
+    },
+    resume: (kept) => {
+      session = kept
+      // Its age is unknown: renewed before its first use.
+      renewAt = 0
+    }
+  }
+}

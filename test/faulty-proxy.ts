@@ -1,0 +1,77 @@
+// A proxy in front of a real service, as a client meets one over a bad network: it records what it forwards, and
+// injects the faults it is told to, each once: an answer lost after the service made it, or a 429 or 503 in the
+// service's shape that never reaches the service.
+import { once } from 'node:events'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+
+export interface Forwarded {
+  method: string
+  url: string
+  status: number
+  idempotencyKey: string | undefined
+  replayed: string | null
+  /** Whether the client got this answer (false: the connection was cut instead). */
+  answered: boolean
+}
+
+/** A fault for the first request that `matches` (method and URL, query included). */
+export interface Fault {
+  matches: { method: string, url: string }
+  /** `drop`: forwarded, and the connection cut instead of answering; a status: answered so, not forwarded. */
+  fault: 'drop' | 429 | 503
+}
+
+export interface FaultyProxy {
+  url: string
+  /** What reached the service, in order, with what it answered. */
+  forwarded: Forwarded[]
+  /** The faults injected so far, as `METHOD url fault`. */
+  injected: string[]
+  close: () => Promise<void>
+}
+
+const HOP_BY_HOP = new Set(['host', 'connection', 'keep-alive', 'content-length', 'transfer-encoding'])
+
+export async function faultyProxy (target: string, faults: readonly Fault[]): Promise<FaultyProxy> {
+  const forwarded: Forwarded[] = []
+  const injected: string[] = []
+  const pending = [...faults]
+  const forward = async (request: IncomingMessage, response: ServerResponse): Promise<void> => {
+    const chunks: Buffer[] = []
+    for await (const chunk of request) chunks.push(chunk as Buffer)
+    const [method, url] = [String(request.method), String(request.url)]
+    const index = pending.findIndex(({ matches }) => matches.method === method && matches.url === url)
+    const fault = index === -1 ? undefined : pending.splice(index, 1)[0]?.fault
+    if (fault !== undefined) injected.push(`${method} ${url} ${fault}`)
+    if (fault === 429 || fault === 503) {
+      const code = fault === 429 ? 'RATE_LIMITED' : 'SERVICE_UNAVAILABLE'
+      response.writeHead(fault, { 'content-type': 'application/json', 'retry-after': '1' })
+      response.end(JSON.stringify({ code, message: 'Injected by the proxy.' }))
+      return
+    }
+    // The end-to-end headers: fetch sets the connection's own.
+    const headers = Object.fromEntries(Object.entries(request.headers).filter((entry): entry is [string, string] =>
+      typeof entry[1] === 'string' && !HOP_BY_HOP.has(entry[0])))
+    const answer = await fetch(`${target}${url}`, { method, headers, ...(chunks.length === 0 ? {} : { body: Buffer.concat(chunks) }) })
+    const body = Buffer.from(await answer.arrayBuffer())
+    const answered = fault !== 'drop'
+    forwarded.push({ method, url, status: answer.status, idempotencyKey: headers['idempotency-key'], replayed: answer.headers.get('idempotent-replayed'), answered })
+    if (!answered) {
+      request.socket.destroy()
+      return
+    }
+    response.writeHead(answer.status, Object.fromEntries([...answer.headers].filter(([name]) => !HOP_BY_HOP.has(name))))
+    response.end(body)
+  }
+  const server = createServer((request, response) => { forward(request, response).catch(() => { response.destroy() }) })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}`,
+    forwarded,
+    injected,
+    close: async () => { server.closeAllConnections(); await new Promise((resolve) => server.close(resolve)) }
+  }
+}
