@@ -28,11 +28,15 @@ export interface Target {
   readonly contract: string
   /** Its folder, relative to the repository. */
   readonly dir: string
+  /** Only these of its modules, when not all. */
+  readonly only?: readonly string[]
 }
 
 export const targets: readonly Target[] = [
   { contract: 'openapi.yaml', dir: 'generated/' },
-  { contract: 'ops/openapi.yaml', dir: 'generated/operations/' }
+  { contract: 'ops/openapi.yaml', dir: 'generated/operations/' },
+  // The official client is packed from its own folder: the contract's types go with it.
+  { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts'] }
 ]
 
 const repository = new URL('../', import.meta.url)
@@ -398,7 +402,16 @@ ${routes.map(entry).join(',\n')}
 `
 }
 
+const generated = new Map<string, Promise<GeneratedFile[]>>()
+
+/** The modules of `target`: each contract is generated once, however many targets take it. */
 export async function generate (target: Target): Promise<GeneratedFile[]> {
+  const files = generated.get(target.contract) ?? generateAll(target)
+  generated.set(target.contract, files)
+  return (await files).filter((file) => target.only?.includes(file.path) ?? true)
+}
+
+async function generateAll (target: Target): Promise<GeneratedFile[]> {
   const banner = bannerOf(target)
   const document = parse(await readFile(new URL(target.contract, repository), 'utf8')) as JsonObject
   // Resolving fails on a dangling reference anywhere in the contract.

@@ -1,82 +1,78 @@
-// The whole spec walked the way a client team would: a real server on an ephemeral port and openapi-fetch typed by
-// the contract's generated types (generated/openapi.ts). A contract change that breaks these calls fails to compile; a server
+// The whole spec walked the way a client team would: a real server on an ephemeral port and the official client
+// (clients/typescript/), whose calls are typed by the contract; the server's own limits and replays through
+// openapi-fetch alone, which retries nothing. A contract change that breaks these calls fails to compile; a server
 // that breaks the contract fails the middleware's check.
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import createClient from 'openapi-fetch'
 import type { paths } from '../generated/openapi.js'
+import { createItemsClient, type ItemsClient, ok } from '../clients/typescript/src/index.js'
 import { buildTestApp, contractMiddleware, rateLimitItems } from './helper.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
 
-t.test('a client team walks the whole spec', async (t) => {
+t.test('a client team walks the whole spec with the official client', async (t) => {
   const app = await buildTestApp(t)
-  const client = createClient<paths>({ baseUrl: await app.listen({ host: '127.0.0.1', port: 0 }) })
-  client.use(contractMiddleware)
-  const bearer = (token: string) => ({ headers: { authorization: `Bearer ${token}` } })
+  const baseUrl = await app.listen({ host: '127.0.0.1', port: 0 })
+  // One client per user, as each signs in; every answer is checked against the contract.
+  const signedIn = (): ItemsClient => {
+    const client = createItemsClient({ baseUrl })
+    client.api.use(contractMiddleware)
+    return client
+  }
+  const [ada, grace, anonymous] = [signedIn(), signedIn(), signedIn()]
 
   const password = 'correct horse battery staple'
-  const ada = await client.POST('/v1/auth/register', { body: { email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' } })
-  t.equal(ada.response.status, 201)
-  t.equal(ada.data?.user.role, 'contributor')
-  const grace = await client.POST('/v1/auth/register', { body: { email: 'grace@example.com', password, firstName: 'Grace', lastName: 'Hopper', role: 'viewer' } })
-  t.equal(grace.data?.user.role, 'viewer')
-  const duplicate = await client.POST('/v1/auth/register', { body: { email: 'ADA@example.com', password, firstName: 'A', lastName: 'L', role: 'viewer' } })
-  t.equal(duplicate.error?.code, 'EMAIL_ALREADY_REGISTERED')
+  const adaSession = await ada.register({ email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' })
+  t.equal(adaSession.user.role, 'contributor')
+  t.equal((await grace.register({ email: 'grace@example.com', password, firstName: 'Grace', lastName: 'Hopper', role: 'viewer' })).user.role, 'viewer')
+  await t.rejects(anonymous.register({ email: 'ADA@example.com', password, firstName: 'A', lastName: 'L', role: 'viewer' }), { status: 409, code: 'EMAIL_ALREADY_REGISTERED' })
+  await t.rejects(anonymous.signIn('ada@example.com', 'not it'), { status: 401, code: 'INVALID_CREDENTIALS' })
+  const again = await ada.signIn('ada@example.com', password)
+  t.not(again.refreshToken, adaSession.refreshToken, 'a new session')
 
-  const login = await client.POST('/v1/auth/login', { body: { email: 'ada@example.com', password } })
-  t.equal(login.response.status, 200)
-  const wrong = await client.POST('/v1/auth/login', { body: { email: 'ada@example.com', password: 'not it' } })
-  t.equal(wrong.error?.code, 'INVALID_CREDENTIALS')
-  const refreshed = await client.POST('/v1/auth/refresh', { body: { refreshToken: login.data?.refreshToken ?? '' } })
-  t.equal(refreshed.response.status, 200)
-  const contributor = refreshed.data?.accessToken ?? ''
-  const viewer = grace.data?.accessToken ?? ''
-
-  const created = await client.POST('/v1/items', { ...bearer(contributor), body: { name: 'Difference engine', description: 'Mechanical.' } })
+  const created = await ada.api.POST('/v1/items', { body: { name: 'Difference engine', description: 'Mechanical.' } })
   t.equal(created.response.status, 201)
   t.equal(created.response.headers.get('location'), `/v1/items/${created.data?.id}`)
   const itemId = created.data?.id ?? ''
-  for (let index = 0; index < 4; index += 1) await client.POST('/v1/items', { ...bearer(contributor), body: { name: `Part ${index}` } })
-  t.equal((await client.POST('/v1/items', { ...bearer(viewer), body: { name: 'x' } })).error?.code, 'FORBIDDEN')
-  t.equal((await client.POST('/v1/items', { ...bearer(contributor), body: { name: '' } })).error?.code, 'VALIDATION_ERROR')
+  for (let index = 0; index < 4; index += 1) await ok(ada.api.POST('/v1/items', { body: { name: `Part ${index}` } }))
+  await t.rejects(ok(grace.api.POST('/v1/items', { body: { name: 'x' } })), { status: 403, code: 'FORBIDDEN' })
+  await t.rejects(ok(ada.api.POST('/v1/items', { body: { name: '' } })), { status: 400, code: 'VALIDATION_ERROR', details: [{ field: 'body.name' }] })
 
-  const firstPage = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { page: 1, pageSize: 2 } } })
-  t.same(firstPage.data?.pagination, { page: 1, pageSize: 2, total: 5 })
-  t.equal(firstPage.data?.data[0]?.id, itemId, 'oldest first')
-  const lastPage = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { page: 3, pageSize: 2 } } })
-  t.equal(lastPage.data?.data.length, 1)
-  t.equal((await client.GET('/v1/items', { ...bearer(viewer), params: { query: { pageSize: 101 } } })).error?.code, 'VALIDATION_ERROR')
+  const firstPage = await ok(grace.api.GET('/v1/items', { params: { query: { page: 1, pageSize: 2 } } }))
+  t.same(firstPage.pagination, { page: 1, pageSize: 2, total: 5 })
+  t.equal(firstPage.data[0]?.id, itemId, 'oldest first')
+  t.equal((await ok(grace.api.GET('/v1/items', { params: { query: { page: 3, pageSize: 2 } } }))).data.length, 1)
+  await t.rejects(ok(grace.api.GET('/v1/items', { params: { query: { pageSize: 101 } } })), { code: 'VALIDATION_ERROR' })
 
-  const fetched = await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } } })
+  const fetched = await grace.api.GET('/v1/items/{itemId}', { params: { path: { itemId } } })
   t.same(fetched.data, created.data)
   const tag = fetched.response.headers.get('etag') ?? ''
-  const unchanged = await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId }, header: { 'If-None-Match': tag } } })
+  const unchanged = await grace.api.GET('/v1/items/{itemId}', { params: { path: { itemId }, header: { 'If-None-Match': tag } } })
   t.equal(unchanged.response.status, 304)
-  const edited = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Analytical engine' } })
-  t.equal(edited.data?.name, 'Analytical engine')
-  const lostUpdate = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Overwritten' } })
-  t.equal(lostUpdate.error?.code, 'PRECONDITION_FAILED', 'an edit from a stale read is refused')
-  const archived = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'archived' } })
-  t.equal(archived.data?.status, 'archived')
-  const adaId = ada.data?.user.id ?? ''
-  const archivedOfAda = await client.GET('/v1/items', { ...bearer(viewer), params: { query: { status: 'archived', contributorId: adaId } } })
-  t.same(archivedOfAda.data?.data.map((item) => item.id), [itemId], 'a filtered list')
-  t.equal((await client.GET('/v1/items', { ...bearer(viewer), params: { query: { status: 'active' } } })).data?.pagination.total, 4, 'counting the filtered set')
-  const reactivated = await client.PATCH('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } }, body: { status: 'active' } })
-  t.equal(reactivated.data?.status, 'active')
-  t.equal((await client.PATCH('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } }, body: { name: 'x' } })).error?.code, 'FORBIDDEN')
+  const edited = await ok(ada.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Analytical engine' } }))
+  t.equal(edited.name, 'Analytical engine')
+  await t.rejects(ok(ada.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId }, header: { 'If-Match': tag } }, body: { name: 'Overwritten' } })),
+    { status: 412, code: 'PRECONDITION_FAILED' }, 'an edit from a stale read is refused')
+  t.equal((await ok(ada.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId } }, body: { status: 'archived' } }))).status, 'archived')
+  const archivedOfAda = await ok(grace.api.GET('/v1/items', { params: { query: { status: 'archived', contributorId: adaSession.user.id } } }))
+  t.same(archivedOfAda.data.map((item) => item.id), [itemId], 'a filtered list')
+  t.equal((await ok(grace.api.GET('/v1/items', { params: { query: { status: 'active' } } }))).pagination.total, 4, 'counting the filtered set')
+  t.equal((await ok(ada.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId } }, body: { status: 'active' } }))).status, 'active')
+  await t.rejects(ok(grace.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId } }, body: { name: 'x' } })), { code: 'FORBIDDEN' })
 
-  t.equal((await client.DELETE('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } } })).response.status, 204)
-  t.equal((await client.GET('/v1/items/{itemId}', { ...bearer(viewer), params: { path: { itemId } } })).error?.code, 'NOT_FOUND')
-  t.equal((await client.DELETE('/v1/items/{itemId}', { ...bearer(contributor), params: { path: { itemId } } })).error?.code, 'NOT_FOUND')
+  t.equal((await ada.api.DELETE('/v1/items/{itemId}', { params: { path: { itemId } } })).response.status, 204)
+  await t.rejects(ok(grace.api.GET('/v1/items/{itemId}', { params: { path: { itemId } } })), { status: 404, code: 'NOT_FOUND' })
+  await t.rejects(ok(ada.api.DELETE('/v1/items/{itemId}', { params: { path: { itemId } } })), { status: 404, code: 'NOT_FOUND' })
 
-  t.equal((await client.POST('/v1/auth/logout', bearer(contributor))).response.status, 204)
-  const afterLogout = await client.GET('/v1/items', bearer(contributor))
+  const { accessToken } = again
+  await ada.signOut()
+  t.equal(ada.session, undefined)
+  const afterLogout = await anonymous.api.GET('/v1/items', { headers: { authorization: `Bearer ${accessToken}` } })
   t.equal(afterLogout.error?.code, 'INVALID_TOKEN')
   t.equal(afterLogout.response.headers.get('www-authenticate')?.startsWith('Bearer'), true)
-  t.equal((await client.GET('/v1/items', {})).error?.code, 'AUTHENTICATION_REQUIRED')
+  await t.rejects(ok(ada.api.GET('/v1/items')), { status: 401, code: 'AUTHENTICATION_REQUIRED' })
 
-  t.same((await client.GET('/health/ready')).data, { status: 'ok' })
+  t.same(await ok(anonymous.api.GET('/health/ready')), { status: 'ok' })
 })
 
 t.test('a client backs off before it is refused: RateLimit says what is left, and the 429 when to come back', async (t) => {

@@ -1,5 +1,5 @@
 // The official TypeScript client of the Items Service. Its types are openapi-typescript's, generated from the
-// contract at build (`src/generated/openapi.ts`); its calls are openapi-fetch's, with one middleware that does what
+// contract by `npm run generate` (`src/generated/openapi.ts`, beside generated/openapi.ts); its calls are openapi-fetch's, with one middleware that does what
 // every client of this service needs: it signs requests in and refreshes an expired session once however many
 // requests meet it, waits when `RateLimit` says a limit is spent, sends 429 and 503 again after `Retry-After`, gives
 // each create its `Idempotency-Key`, and sends a request whose answer was lost again only when that is safe.
@@ -75,7 +75,8 @@ export interface ItemsClient {
 // A lost answer may hide a request that was done: only these are sent again after one.
 const safeToResend = (request: Request): boolean =>
   ['GET', 'HEAD', 'OPTIONS', 'DELETE'].includes(request.method) || request.headers.has('idempotency-key') ||
-  (request.method === 'PUT' && request.headers.has('if-match'))
+  // An edit made only if the item is still as read: sent twice, the second finds it changed and is refused.
+  ((request.method === 'PATCH' || request.method === 'PUT') && request.headers.has('if-match'))
 
 // Seconds until the limits a RateLimit field names have room again: the longest `t` of those with `r=0`.
 function spentSeconds (field: string | null): number {
