@@ -6,6 +6,8 @@ import { testEnvironment } from './helper.js'
 export interface Server {
   process: ChildProcess
   url: string
+  /** The operations API's address, when OPS_PORT was set (`0` lets the server pick a free port, which no other process can take first). */
+  opsUrl: string | undefined
   output: () => string
 }
 
@@ -35,7 +37,9 @@ export async function start (env: NodeJS.ProcessEnv, { nodeOptions = [], entry =
     })
     child.once('exit', (code) => { reject(new Error(`server exited with ${code}: ${output}`)) })
   })
-  return { process: child, url, output: () => output }
+  // The operations server listens before the public one: its line is in by now.
+  const opsUrl = /Operations API at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)?.[1]
+  return { process: child, url, opsUrl, output: () => output }
 }
 
 // Runs src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.

@@ -10,7 +10,7 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { newUser, type Schemas } from './helper.js'
 import { freePort } from './net.js'
-import { start } from './processes.js'
+import { type Server, start } from './processes.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
 import { startReceiver } from './webhook-receiver.js'
 
@@ -35,7 +35,6 @@ t.test('Prometheus reads the request counts per operation, the shared webhook ba
   const failing = await startReceiver()
   t.teardown(async () => { await Promise.all([hanging.stop(), failing.stop()]) })
   const secret = `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}`
-  const opsPorts = [await freePort(), await freePort()]
   const env = {
     STORE: 'redis',
     REDIS_KEY_PREFIX: redisKeyPrefix(t),
@@ -47,14 +46,21 @@ t.test('Prometheus reads the request counts per operation, the shared webhook ba
   }
   hanging.answer(...Array<'hang'>(10).fill('hang'))
   failing.answer(...Array<number>(10).fill(500))
-  const instances = await Promise.all(opsPorts.map(async (port) => await start({ ...env, OPS_PORT: String(port) })))
-  t.teardown(() => { for (const instance of instances) instance.process.kill('SIGKILL') })
+  // Each on a port it picks itself (a port found free and then listened on may be taken in between), and each
+  // killed at the end however the other's start went.
+  const instances: Server[] = []
+  for (let index = 0; index < 2; index += 1) {
+    const instance = await start({ ...env, OPS_PORT: '0' })
+    t.teardown(() => { instance.process.kill('SIGKILL') })
+    instances.push(instance)
+  }
+  const targets = instances.map((instance) => new URL(instance.opsUrl ?? '').host)
 
   const directory = await mkdtemp(join(tmpdir(), 'items-prometheus-'))
   t.teardown(async () => { await rm(directory, { recursive: true, force: true }) })
   await writeFile(join(directory, 'prometheus.yml'), JSON.stringify({
     global: { scrape_interval: '1s' },
-    scrape_configs: [{ job_name: 'items-service', static_configs: [{ targets: opsPorts.map((port) => `127.0.0.1:${port}`) }] }]
+    scrape_configs: [{ job_name: 'items-service', static_configs: [{ targets }] }]
   }))
   const prometheusPort = await freePort()
   const prometheus = spawn(PROMETHEUS, [
@@ -95,10 +101,10 @@ t.test('Prometheus reads the request counts per operation, the shared webhook ba
   t.same(await settled('sum by (operation) (http_server_request_duration_seconds_count{job="items-service"})', { createItem: 3, registerUser: 2 }, 'operation'),
     { createItem: 3, registerUser: 2 }, 'requests per operation, over both instances')
   t.same(await settled('sum by (instance) (http_server_request_duration_seconds_count{operation="createItem"})',
-    Object.fromEntries(opsPorts.map((port, index) => [`127.0.0.1:${port}`, index === 0 ? 2 : 1])), 'instance'),
-  Object.fromEntries(opsPorts.map((port, index) => [`127.0.0.1:${port}`, index === 0 ? 2 : 1])), 'and per instance')
-  t.same(await settled(`items_service_webhook_backlog{subscriber="${hanging.url}"}`, Object.fromEntries(opsPorts.map((port) => [`127.0.0.1:${port}`, 3])), 'instance'),
-    Object.fromEntries(opsPorts.map((port) => [`127.0.0.1:${port}`, 3])), 'each instance reports the shared backlog, read from Redis')
+    Object.fromEntries(targets.map((target, index) => [target, index === 0 ? 2 : 1])), 'instance'),
+  Object.fromEntries(targets.map((target, index) => [target, index === 0 ? 2 : 1])), 'and per instance')
+  t.same(await settled(`items_service_webhook_backlog{subscriber="${hanging.url}"}`, Object.fromEntries(targets.map((target) => [target, 3])), 'instance'),
+    Object.fromEntries(targets.map((target) => [target, 3])), 'each instance reports the shared backlog, read from Redis')
   t.same(await settled('sum by (subscriber) (items_service_webhook_deliveries_total{outcome="dead_lettered"})', { [failing.url]: 3 }, 'subscriber'),
     { [failing.url]: 3 }, 'the deliveries given up, whichever instance gave them up')
   t.same(await settled('max by (subscriber) (items_service_webhook_dead_letters)', { [failing.url]: 3, [hanging.url]: 0 }, 'subscriber'),
