@@ -89,10 +89,13 @@ function spentSeconds (field: string | null): number {
 
 const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
 
+// The code a refresh answers; typed, so that the compiler notices when the contract renames it.
+const EXPIRED: ErrorCode = 'TOKEN_EXPIRED'
+
 async function isExpiredToken (response: Response): Promise<boolean> {
   if (response.status !== 401) return false
   const body: unknown = await response.clone().json().catch(() => undefined)
-  return typeof body === 'object' && body !== null && 'code' in body && body.code === 'TOKEN_EXPIRED'
+  return typeof body === 'object' && body !== null && 'code' in body && body.code === EXPIRED
 }
 
 export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
