@@ -110,6 +110,19 @@ function compareSchemas (baseDocument: Document, headDocument: Document, baseVal
       }
     }
   } else {
+    for (const keyword of UPPER_BOUNDS) {
+      const [was, now] = [base[keyword], head[keyword]]
+      if (typeof was === 'number' && (typeof now !== 'number' || now > was)) found.push(`${where}: ${keyword} widened from ${was} to ${String(now ?? 'none')}`)
+    }
+    for (const keyword of LOWER_BOUNDS) {
+      const [was, now] = [base[keyword], head[keyword]]
+      if (typeof was === 'number' && (typeof now !== 'number' || now < was)) found.push(`${where}: ${keyword} widened from ${was} to ${String(now ?? 'none')}`)
+    }
+    for (const keyword of ['pattern', 'format', 'const'] as const) {
+      if (base[keyword] !== undefined && JSON.stringify(head[keyword]) !== JSON.stringify(base[keyword])) {
+        found.push(`${where}: ${keyword} ${head[keyword] === undefined ? 'no longer promised' : 'changed'} (was ${JSON.stringify(base[keyword])})`)
+      }
+    }
     if (baseTypes !== undefined && (headTypes === undefined || [...headTypes].some((type) => !baseTypes.has(type) && !(type === 'integer' && baseTypes.has('number'))))) {
       found.push(`${where}: type ${names(baseTypes)} is now ${headTypes === undefined ? 'any' : names(headTypes)}${headTypes?.has('null') === true && !baseTypes.has('null') ? ' (nullable)' : ''}`)
     }
@@ -166,6 +179,13 @@ function operations (document: Document): Map<string, Operation> {
   return found
 }
 
+/** How a client writes a parameter into the request: its style and explode, the defaults of its `in` where unsaid. */
+function serialization (parameter: Schema): string {
+  const style = typeof parameter.style === 'string' ? parameter.style : parameter.in === 'query' || parameter.in === 'cookie' ? 'form' : 'simple'
+  const explode = typeof parameter.explode === 'boolean' ? parameter.explode : style === 'form'
+  return `style ${style}${explode ? ', exploded' : ''}`
+}
+
 /** The security a client must satisfy: one of these sets of schemes; an empty set means none. */
 function securityOf (document: Document, operation: Schema): string[][] {
   const requirements = Array.isArray(operation.security) ? operation.security : document.security ?? []
@@ -209,6 +229,8 @@ function compareOperation (base: Document, head: Document, was: Operation, now: 
       continue
     }
     if (current.required === true && parameter.required !== true) found.push(`${where}: ${current.in} parameter ${String(current.name)} now required`)
+    const [wasSent, nowSent] = [serialization(parameter), serialization(current)]
+    if (wasSent !== nowSent) found.push(`${where}: ${String(current.in)} parameter ${String(current.name)} serialized ${nowSent}, was ${wasSent}`)
     found.push(...compareSchemas(base, head, parameter.schema, current.schema, `${where}: ${String(current.in)} parameter ${String(current.name)}`, 'request'))
   }
   for (const [key, parameter] of now.parameters) {
