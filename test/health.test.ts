@@ -1,7 +1,7 @@
 import { getHeapStatistics } from 'node:v8'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { build, buildTestApp, overloadEventLoop } from './helper.js'
+import { build, buildTestApp, whileEventLoopOverloaded } from './helper.js'
 
 t.test('liveness and readiness answer ok while the service runs', async (t) => {
   const api = await build(t)
@@ -30,11 +30,24 @@ t.test('a draining service is alive but not ready', async (t) => {
 
 t.test('an overloaded service sheds requests with 503 and Retry-After', async (t) => {
   const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
-  await overloadEventLoop(api.app, 20)
-  const response = await api.inject({ method: 'GET', url: '/health/ready' })
+  const response = await whileEventLoopOverloaded(api.app, 20, async () => await api.inject({ method: 'GET', url: '/health/ready' }))
   t.equal(response.statusCode, 503)
   t.equal(response.json().code, 'SERVICE_UNAVAILABLE')
   t.equal(response.headers['retry-after'], '5')
+})
+
+t.test('an overload that outlasts a sample of the event loop is shed throughout', async (t) => {
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
+  const statuses = await whileEventLoopOverloaded(api.app, 20, async () => {
+    const answered = []
+    // Past the next two samples (one each 250 ms), each of which must read the loop as still lagging.
+    for (let request = 0; request < 4; request++) {
+      answered.push((await api.inject({ method: 'GET', url: '/health/ready' })).statusCode)
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+    return answered
+  })
+  t.same(statuses, [503, 503, 503, 503])
 })
 
 t.test('a fresh instance serves its first requests, however long its start kept the event loop busy', async (t) => {

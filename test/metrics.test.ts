@@ -2,7 +2,7 @@
 import { getHeapStatistics } from 'node:v8'
 import t, { type Test } from 'tap'
 import { responseValidators } from '../generated/operations/response-validator-lookup.js'
-import { type Api, build, captureLogs, overloadEventLoop } from './helper.js'
+import { type Api, build, captureLogs, whileEventLoopOverloaded } from './helper.js'
 import { freePort } from './net.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
 import { subscriberName } from '../src/webhooks/subscriptions.js'
@@ -102,8 +102,8 @@ t.test('without OPS_PORT nothing listens and requests are not timed', async (t) 
 
 t.test('shedding counts each refusal and logs one line an episode, with the figure that caused it', async (t) => {
   const { api, lines, scrape } = await instance(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
-  await overloadEventLoop(api.app, 20)
-  const shed = await Promise.all(Array.from({ length: 5 }, async () => (await api.call('checkLiveness')).statusCode))
+  const shed = await whileEventLoopOverloaded(api.app, 20, async () =>
+    await Promise.all(Array.from({ length: 5 }, async () => (await api.call('checkLiveness')).statusCode)))
   t.same(shed, [503, 503, 503, 503, 503])
   const warnings = logged(lines, /^shedding load/)
   t.equal(warnings.length, 1, 'one line for the episode')
