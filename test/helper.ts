@@ -195,6 +195,11 @@ export function contractOperations (): ContractOperation[] {
       : []))
 }
 
+/** Resolves once `holds()` does, looking again every `everyMs`: tap's timeout bounds the wait, not a guess at the machine's speed. */
+export async function until (holds: () => boolean, everyMs = 10): Promise<void> {
+  while (!holds()) await new Promise((resolve) => setTimeout(resolve, everyMs))
+}
+
 /**
  * Runs `work` while the app measures its event loop's delay past `maxEventLoopDelayMs`: every turn of the loop takes
  * 50 ms until the app has measured it, and on until `work` settles, so that no sample taken meanwhile (one each

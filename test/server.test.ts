@@ -3,7 +3,7 @@ import { Agent, request } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { newUser } from './helper.js'
+import { newUser, until } from './helper.js'
 import { failedStart, start } from './processes.js'
 
 t.test('SIGTERM during load: every in-flight request completes, then the process exits 0', async (t) => {
@@ -18,7 +18,8 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
   })
   t.equal((await register()).status, 201)
   const inFlight = Array.from({ length: 12 }, register)
-  await sleep(15)
+  const arrived = (): number => server.output().split('\n').filter((line) => line.includes('"msg":"incoming request"') && line.includes('"url":"/v1/auth/register"')).length
+  await until(() => arrived() === 13)
   const exited = once(server.process, 'exit')
   server.process.kill('SIGTERM')
   const responses = await Promise.all(inFlight)
@@ -33,9 +34,8 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
   let signalled = false
   // Each client sends one request after another on its own kept-alive connection, as a balancer does, and stops
   // once a response says Connection: close.
-  const client = async (): Promise<{ ok: number, failed: string[], toldToClose: boolean }> => {
+  const client = async (outcome: { ok: number, failed: string[], toldToClose: boolean }): Promise<void> => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-    const outcome = { ok: 0, failed: [] as string[], toldToClose: false }
     while (!outcome.toldToClose) {
       const answer = await new Promise<{ status: number, connection?: string } | Error>((resolve) => {
         request(`${server.url}/health/live`, { agent }, (response) => {
@@ -52,14 +52,15 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
       if (!signalled && outcome.toldToClose) outcome.failed.push('told to close before the signal')
     }
     agent.destroy()
-    return outcome
   }
-  const clients = Array.from({ length: 10 }, client)
-  await sleep(300)
+  const outcomes = Array.from({ length: 10 }, () => ({ ok: 0, failed: [] as string[], toldToClose: false }))
+  const clients = outcomes.map(client)
+  // Each client served before the signal, however long a busy machine takes to start them.
+  await until(() => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
   const exited = once(server.process, 'exit')
   signalled = true
   server.process.kill('SIGTERM')
-  const outcomes = await Promise.all(clients)
+  await Promise.all(clients)
   t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed')
   t.ok(outcomes.every((outcome) => outcome.toldToClose && outcome.ok > 1), 'every client served, then told to close')
   const [code] = await exited
