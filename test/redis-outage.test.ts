@@ -63,6 +63,25 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
   t.same(warnings.map(({ msg }) => msg), ['Redis is unreachable; reconnecting'], 'that warning alone, not one a refused request')
 })
 
+t.test('a connection Redis drops and the client restores before its first retry fails is logged as an outage too', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, LOG_LEVEL: 'info' }, { logStream })
+  const { accessToken } = await api.register()
+  // Redis stays up: only the service's connections end, so the client's first reconnection succeeds, and no
+  // attempt ever fails. Requests are refused (503) from the moment the connection is lost until it is back.
+  const admin = new Redis(redis.url)
+  t.teardown(() => { admin.disconnect() })
+  await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await until(() => lines.some((line) => line.includes('Redis is reachable again')))
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again')
+  const logged = lines.map((line) => JSON.parse(line) as { level: number, msg: string, reason?: string }).filter(({ msg }) => /^Redis is/.test(msg))
+  t.same(logged.map(({ level, msg, reason }) => [level, msg, reason]), [
+    [40, 'Redis is unreachable; reconnecting', 'the connection was closed'],
+    [30, 'Redis is reachable again', undefined]
+  ], 'the episode, once, with why it began')
+})
+
 t.test('while Redis is down, the metrics still answer: store down, the last catalogue size and backlog kept', { skip }, async (t) => {
   const redis = await ownRedis(t)
   const target = await startReceiver()

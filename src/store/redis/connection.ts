@@ -104,11 +104,15 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   // Why the first connection failed: the client says it in an 'error' event, and rejects connect() with only
   // "Connection is closed".
   const firstError = new Promise<Error>((resolve) => redis.once('error', resolve))
-  redis.on('error', (err: Error) => {
+  const outageBegins = (why: { err: Error } | { reason: string }): void => {
     if (!connected || unreachable) return
     unreachable = true
-    options.logger.warn({ err }, 'Redis is unreachable; reconnecting')
-  })
+    options.logger.warn(why, 'Redis is unreachable; reconnecting')
+  }
+  redis.on('error', (err: Error) => { outageBegins({ err }) })
+  // A connection lost without an error (Redis, or something between, closed it) refuses requests as well until the
+  // client is back, which may be before any attempt to reconnect fails. The client does not reconnect after QUIT.
+  redis.on('reconnecting', () => { outageBegins({ reason: 'the connection was closed' }) })
   redis.on('ready', () => {
     if (!unreachable) return
     unreachable = false
