@@ -69,6 +69,27 @@ function types (schema: Schema): Set<string> | undefined {
 
 const names = (values: Iterable<unknown>): string => [...values].map((value) => JSON.stringify(value)).join(', ')
 
+const VALUE_RULES = ['pattern', 'format', 'const'] as const
+type Constraint = typeof UPPER_BOUNDS[number] | typeof LOWER_BOUNDS[number] | typeof VALUE_RULES[number]
+const BOUNDS: readonly Constraint[] = [...UPPER_BOUNDS, ...LOWER_BOUNDS]
+
+/** The constraints on which `stricter` admits less than `looser`: a lower upper bound, a higher lower bound, a rule on values it adds or changes. */
+function tightened (looser: Schema, stricter: Schema): Constraint[] {
+  const bound = (schema: Schema, keyword: Constraint): number | undefined => typeof schema[keyword] === 'number' ? schema[keyword] : undefined
+  return [
+    ...UPPER_BOUNDS.filter((keyword) => (bound(stricter, keyword) ?? Infinity) < (bound(looser, keyword) ?? Infinity)),
+    ...LOWER_BOUNDS.filter((keyword) => (bound(stricter, keyword) ?? -Infinity) > (bound(looser, keyword) ?? -Infinity)),
+    ...VALUE_RULES.filter((keyword) => stricter[keyword] !== undefined && JSON.stringify(stricter[keyword]) !== JSON.stringify(looser[keyword]))
+  ]
+}
+
+function constraintChange (keyword: Constraint, was: unknown, now: unknown, change: 'narrowed' | 'widened'): string {
+  if (BOUNDS.includes(keyword)) return `${keyword} ${change} from ${String(was ?? 'none')} to ${String(now ?? 'none')}`
+  if (was === undefined) return `${keyword} added (${JSON.stringify(now)})`
+  if (now === undefined) return `${keyword} no longer promised (was ${JSON.stringify(was)})`
+  return `${keyword} changed from ${JSON.stringify(was)} to ${JSON.stringify(now)}`
+}
+
 /** Each way `head` breaks a client of `base` for data flowing in `direction`, at `where`. */
 function compareSchemas (baseDocument: Document, headDocument: Document, baseValue: unknown, headValue: unknown, where: string, direction: Direction, depth = 0): string[] {
   if (depth > 32) return []
@@ -81,19 +102,7 @@ function compareSchemas (baseDocument: Document, headDocument: Document, baseVal
     if (headTypes !== undefined && (baseTypes === undefined || [...baseTypes].some((type) => !headTypes.has(type) && !(type === 'integer' && headTypes.has('number'))))) {
       found.push(`${where}: type ${baseTypes === undefined ? 'any' : names(baseTypes)} is now ${names(headTypes)}`)
     }
-    for (const keyword of UPPER_BOUNDS) {
-      const [was, now] = [base[keyword], head[keyword]]
-      if (typeof now === 'number' && (typeof was !== 'number' || now < was)) found.push(`${where}: ${keyword} narrowed from ${String(was ?? 'none')} to ${now}`)
-    }
-    for (const keyword of LOWER_BOUNDS) {
-      const [was, now] = [base[keyword], head[keyword]]
-      if (typeof now === 'number' && (typeof was !== 'number' || now > was)) found.push(`${where}: ${keyword} narrowed from ${String(was ?? 'none')} to ${now}`)
-    }
-    for (const keyword of ['pattern', 'format', 'const'] as const) {
-      if (head[keyword] !== undefined && JSON.stringify(head[keyword]) !== JSON.stringify(base[keyword])) {
-        found.push(`${where}: ${keyword} ${base[keyword] === undefined ? 'added' : 'changed'} (${JSON.stringify(head[keyword])})`)
-      }
-    }
+    for (const keyword of tightened(base, head)) found.push(`${where}: ${constraintChange(keyword, base[keyword], head[keyword], 'narrowed')}`)
     if (Array.isArray(head.enum)) {
       const removed = Array.isArray(base.enum) ? base.enum.filter((value) => !(head.enum as unknown[]).includes(value)) : ['any value']
       if (removed.length > 0) found.push(`${where}: enum no longer accepts ${names(removed)}`)
@@ -110,19 +119,8 @@ function compareSchemas (baseDocument: Document, headDocument: Document, baseVal
       }
     }
   } else {
-    for (const keyword of UPPER_BOUNDS) {
-      const [was, now] = [base[keyword], head[keyword]]
-      if (typeof was === 'number' && (typeof now !== 'number' || now > was)) found.push(`${where}: ${keyword} widened from ${was} to ${String(now ?? 'none')}`)
-    }
-    for (const keyword of LOWER_BOUNDS) {
-      const [was, now] = [base[keyword], head[keyword]]
-      if (typeof was === 'number' && (typeof now !== 'number' || now < was)) found.push(`${where}: ${keyword} widened from ${was} to ${String(now ?? 'none')}`)
-    }
-    for (const keyword of ['pattern', 'format', 'const'] as const) {
-      if (base[keyword] !== undefined && JSON.stringify(head[keyword]) !== JSON.stringify(base[keyword])) {
-        found.push(`${where}: ${keyword} ${head[keyword] === undefined ? 'no longer promised' : 'changed'} (was ${JSON.stringify(base[keyword])})`)
-      }
-    }
+    // What a response promises may only narrow: the keywords on which base is stricter than head.
+    for (const keyword of tightened(head, base)) found.push(`${where}: ${constraintChange(keyword, base[keyword], head[keyword], 'widened')}`)
     if (baseTypes !== undefined && (headTypes === undefined || [...headTypes].some((type) => !baseTypes.has(type) && !(type === 'integer' && baseTypes.has('number'))))) {
       found.push(`${where}: type ${names(baseTypes)} is now ${headTypes === undefined ? 'any' : names(headTypes)}${headTypes?.has('null') === true && !baseTypes.has('null') ? ' (nullable)' : ''}`)
     }

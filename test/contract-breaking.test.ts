@@ -42,6 +42,7 @@ const breaking: Record<string, [change: (contract: Node) => void, named: RegExp]
   'a response type changed': [(c) => { schemas(c).Thing.properties.size.type = 'string' }, /\.size: type "integer" is now "string"/],
   'a response limit widened': [(c) => { schemas(c).Thing.properties.name.maxLength = 300 }, /response 200 application\/json\.name: maxLength widened from 200 to 300/],
   'a response format dropped': [(c) => { delete schemas(c).Thing.properties.id.format }, /\.id: format no longer promised \(was "uuid"\)/],
+  'a response format changed': [(c) => { schemas(c).Thing.properties.id.format = 'uri' }, /\.id: format changed from "uuid" to "uri"/],
   'a parameter serialized otherwise': [(c) => { c.paths['/things/{thingId}'].parameters[0].style = 'matrix' }, /path parameter thingId serialized style matrix, was style simple/],
   'a query parameter no longer exploded': [(c) => { limitParameter(c).explode = false }, /query parameter limit serialized style form, was style form, exploded/],
   'a response header removed': [(c) => { delete c.paths['/things'].post.responses['201'].headers }, /response 201 header Location removed/],
