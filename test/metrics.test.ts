@@ -80,6 +80,27 @@ t.test('GET /metrics on OPS_PORT times every request by its contract operation, 
   t.equal(unknown.status, 404, 'the operations port serves only its own API')
 })
 
+t.test('a verified token is kept once however it is spelled, logged out or not, and the metrics say how many are kept', async (t) => {
+  const { api, ops, scrape } = await instance(t)
+  const { accessToken } = await api.register()
+  const kept = async (): Promise<number | undefined> => valueOf(await scrape(), 'items_service_verified_tokens')
+  t.equal(await kept(), 0)
+  // Each spelling its own header, as an attacker who wants a cache entry for each would send them.
+  for (let spaces = 1; spaces <= 50; spaces += 1) {
+    const response = await api.inject({ method: 'GET', url: '/v1/items', headers: { authorization: `${spaces % 2 === 0 ? 'bearer' : 'Bearer'}${' '.repeat(spaces)}${accessToken}` } })
+    t.equal(response.statusCode, 200)
+  }
+  t.equal(await kept(), 1, 'one token, one entry')
+  await api.call('logoutUser', { token: accessToken })
+  for (let spaces = 51; spaces <= 100; spaces += 1) {
+    const response = await api.inject({ method: 'GET', url: '/v1/items', headers: { authorization: `Bearer${' '.repeat(spaces)}${accessToken}` } })
+    t.equal(response.statusCode, 401)
+  }
+  t.equal(await kept(), 1, 'a logged-out token still one entry')
+  const help = (await (await fetch(`${ops}/metrics`)).text()).split('\n').find((line) => line.startsWith('# HELP items_service_verified_tokens '))
+  t.match(help, /at most \d+, of at most \d+ bytes each/, 'the bound is stated')
+})
+
 t.test('with OPS_TOKEN set, the operations API requires it as a bearer token', async (t) => {
   const token = 'an-operations-token-for-tests'
   const { ops, scrape } = await instance(t, { OPS_TOKEN: token })

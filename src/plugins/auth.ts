@@ -11,6 +11,7 @@ import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, forbidden, unauthorized } from '../errors.js'
 import type { Role, Session, User } from '../store/store.js'
+import { randomUuid } from '../uuid.js'
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {
@@ -47,12 +48,31 @@ const CLOCK_TOLERANCE_SECONDS = 30
 const BEARER = /^Bearer[ ]+(\S*)$/i
 
 const tokenRequired = (): ApiError => unauthorized('AUTHENTICATION_REQUIRED', 'An access token is required.')
+const invalidToken = (): ApiError => unauthorized('INVALID_TOKEN', 'The access token is invalid.')
 
 function bearerToken (header: string): string {
   if (!/^Bearer\b/i.test(header)) throw tokenRequired()
   const token = BEARER.exec(header)?.[1]
   if (!token) throw unauthorized('INVALID_TOKEN', 'The access token is malformed.')
   return token
+}
+
+// Verified tokens kept in memory at most, in bytes of token (their claims are a few hundred bytes more each).
+const VERIFIED_TOKEN_BYTES = 4 * 1024 * 1024
+
+const CANONICAL_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const isUuid = (value: unknown): value is string => typeof value === 'string' && CANONICAL_UUID.test(value)
+const isSeconds = (value: unknown): value is number => Number.isSafeInteger(value) && (value as number) >= 0
+
+/**
+ * The claims of a token whose signature, issuer and audience have passed, if each has the type and form of those
+ * this service issues: fast-jwt checks a claim's presence, and compares `exp` and `nbf` as numbers only when they
+ * are numbers, so a signed `"iat": "soon"` would pass every check below it unseen.
+ */
+function accessClaims (payload: Record<string, unknown>): VerifiedClaims | undefined {
+  const { sub, sid, jti, typ, iat, exp } = payload
+  if (!isUuid(sub) || !isUuid(sid) || !isUuid(jti) || typ !== 'access' || !isSeconds(iat) || !isSeconds(exp)) return undefined
+  return { sub, sid, jti, typ, iat, exp }
 }
 
 /** onRequest hook for operations with `x-roles`: runs after authenticate, before the body is read. */
@@ -117,27 +137,37 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   }, options.sessionSweepIntervalMs).unref()
   app.addHook('onClose', async () => { clearInterval(sweeper) })
 
-  // Revocation is still checked on every request, against the session: the cache only skips the signature.
-  const verifiedTokens = new VerifiedTokens<VerifiedClaims>(10_000)
+  // Revocation is still checked on every request, against the session: the cache only skips the signature. Every
+  // token this service signs has the same length (uuids, and times of ten digits until 2286); a longer one was not
+  // issued by it, and is refused before it is verified or kept.
+  const maxTokenLength = app.jwt.sign({ sub: randomUuid(), sid: randomUuid(), jti: randomUuid(), typ: 'access' }).length
+  const verifiedTokens = new VerifiedTokens<VerifiedClaims>({ maxBytes: VERIFIED_TOKEN_BYTES, maxTokenLength })
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge({
+    name: 'items_service_verified_tokens',
+    help: `Access tokens whose verification is kept (at most ${verifiedTokens.capacity}, of at most ${maxTokenLength} bytes each).`,
+    registers: [app.metrics],
+    collect () { this.set(verifiedTokens.size) }
+  })
   // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would
   // rebuild its options and run a callback chain on every request.
-  const verify = (header: string, connection: object): VerifiedClaims => {
-    const token = bearerToken(header)
-    let claims: VerifiedClaims
+  const verify = (token: string, header: string, connection: object): VerifiedClaims => {
+    if (token.length > maxTokenLength) throw invalidToken()
+    let claims: VerifiedClaims | undefined
     try {
-      claims = app.jwt.verify<VerifiedClaims>(token)
+      claims = accessClaims(app.jwt.verify<Record<string, unknown>>(token))
     } catch (error) {
       if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') {
         throw unauthorized('TOKEN_EXPIRED', 'The access token has expired.')
       }
-      throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
+      throw invalidToken()
     }
     // fast-jwt checks exp and nbf only. A token issued in the future, or living longer than this service issues
     // them, was not issued by it, whatever its signature says (a leaked secret, or a misconfigured twin).
-    if (claims.iat > Date.now() / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
-      throw unauthorized('INVALID_TOKEN', 'The access token is invalid.')
+    if (claims === undefined || claims.iat > Date.now() / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
+      throw invalidToken()
     }
-    verifiedTokens.remember(header, connection, claims)
+    verifiedTokens.remember(token, header, connection, claims)
     return claims
   }
 
@@ -162,8 +192,12 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
     const { authorization } = request.headers
     if (authorization === undefined) throw tokenRequired()
     const connection = request.raw.socket
-    const claims = verifiedTokens.get(authorization, connection, Date.now()) ?? verify(authorization, connection)
-    if (claims.typ !== 'access') throw sessionEnded()
+    const now = Date.now()
+    let claims = verifiedTokens.byConnection(authorization, connection, now)
+    if (claims === undefined) {
+      const token = bearerToken(authorization)
+      claims = verifiedTokens.get(token, authorization, connection, now) ?? verify(token, authorization, connection)
+    }
     return principalOf(claims, app.store.sessions.cached(claims.sid, app.store.now()), app.store.users.cached(claims.sub)) ?? claims
   }
 
