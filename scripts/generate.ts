@@ -283,9 +283,10 @@ const FINITE_KEYWORD = {
 
 /**
  * A uuid has one value however it is written (RFC 9562: hex digits in either case; its URN, `urn:uuid:…`), but the
- * stores compare ids as strings. Every uuid parameter is marked with this keyword, which writes it back in the
- * canonical form the service hands out (lower case, no URN prefix) once its format has passed: a format that fails
- * is a 400 whatever this does.
+ * stores compare ids as strings. Every uuid a request carries (a parameter, or anywhere in a body, through the
+ * component schemas it refers to) is marked with this keyword, which writes it back in the canonical form the
+ * service hands out (lower case, no URN prefix) once its format has passed: a format that fails is a 400 whatever
+ * this does.
  */
 const CANONICAL_UUID_KEYWORD = {
   keyword: 'x-canonical-uuid',
@@ -299,13 +300,17 @@ const CANONICAL_UUID_KEYWORD = {
   }
 } as const
 
-// What a parameter's schema alone cannot say: numbers that are finite, uuids written one way.
-function withParameterKeywords (parameters: JsonObject): JsonObject {
-  const keywordsOf = (schema: JsonObject): JsonObject => {
-    if (schema.type === 'integer' || schema.type === 'number') return { ...schema, 'x-finite': true }
-    if (schema.type === 'string' && schema.format === 'uuid') return { ...schema, 'x-canonical-uuid': true }
-    return schema
-  }
+/** Every uuid schema in `schema`, at any depth, marked to be made canonical as it is read. */
+function withCanonicalUuids (schema: unknown): unknown {
+  if (Array.isArray(schema)) return schema.map(withCanonicalUuids)
+  if (!isObject(schema)) return schema
+  const marked = Object.fromEntries(Object.entries(schema).map(([key, entry]) => [key, withCanonicalUuids(entry)]))
+  return schema.type === 'string' && schema.format === 'uuid' ? { ...marked, 'x-canonical-uuid': true } : marked
+}
+
+// What a parameter's schema alone cannot say: numbers that are finite (Ajv coerces them from text).
+function withFiniteNumbers (parameters: JsonObject): JsonObject {
+  const keywordsOf = (schema: JsonObject): JsonObject => schema.type === 'integer' || schema.type === 'number' ? { ...schema, 'x-finite': true } : schema
   const properties = Object.fromEntries(Object.entries(parameters.properties as Record<string, JsonObject>).map(([name, schema]) => [name, keywordsOf(schema)]))
   return { ...parameters, properties }
 }
@@ -332,17 +337,19 @@ function requestSchemas (routes: RouteEntry[], parts: ReadonlyArray<typeof REQUE
   return Object.fromEntries(routes.flatMap((route) => parts.flatMap((part) => {
     const schema = route.schema[part]
     if (schema === undefined) return []
-    return [[exportName(route.operationId, part), part === 'body' ? schema : withParameterKeywords(schema)]]
+    return [[exportName(route.operationId, part), withCanonicalUuids(part === 'body' ? schema : withFiniteNumbers(schema)) as JsonObject]]
   })))
 }
 
 function validatorModules (banner: string, routes: RouteEntry[], components: Record<string, JsonObject>): GeneratedFile[] {
   const responses = Object.fromEntries(routes.flatMap((route) =>
     Object.entries(route.schema.response).map(([status, schema]) => [exportName(route.operationId, status), schema])))
+  // Responses are checked as they are: only what a request carries is rewritten.
+  const requestComponents = withCanonicalUuids(components) as Record<string, JsonObject>
   return [
     // Bodies are validated as sent; parameters arrive as strings and are coerced to their types.
-    validatorModule(banner, 'request-body-validators', { coerceTypes: false, useDefaults: false }, components, requestSchemas(routes, ['body'])),
-    validatorModule(banner, 'request-parameter-validators', { coerceTypes: true, useDefaults: true }, components, requestSchemas(routes, ['params', 'querystring', 'headers'])),
+    validatorModule(banner, 'request-body-validators', { coerceTypes: false, useDefaults: false }, requestComponents, requestSchemas(routes, ['body'])),
+    validatorModule(banner, 'request-parameter-validators', { coerceTypes: true, useDefaults: true }, requestComponents, requestSchemas(routes, ['params', 'querystring', 'headers'])),
     // For the tests and CONTRACT_STRICT_RESPONSES: the body the contract allows for each status of each operation.
     validatorModule(banner, 'response-validators', { coerceTypes: false, useDefaults: false }, components, responses)
   ]

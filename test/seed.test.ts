@@ -52,6 +52,29 @@ t.test('the README\'s fixtures file is the one it shows, and loads as it says, w
   t.match(listed.data[1], { id: /^[0-9a-f]{8}-[0-9a-f]{4}-4/ }, 'an entry without one gets a random id')
 })
 
+t.test('ids in the file are read as the API reads uuids: in any case, with or without urn:uuid:, and kept canonical', async (t) => {
+  const USER_ID = '5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f'
+  const file = seedFile(t, {
+    users: [{ ...ada, id: `urn:uuid:${USER_ID.toUpperCase()}` }, grace],
+    items: [{ owner: ada.email, name: 'Difference engine', id: `URN:UUID:${ID.toUpperCase()}` }]
+  })
+  const api = await build(t, { SEED_FILE: file })
+  const signedIn = (await api.call('loginUser', { body: { email: ada.email, password: ada.password } })).json()
+  t.equal(signedIn.user.id, USER_ID, 'the user has the canonical id')
+  const token = signedIn.accessToken
+  t.match((await api.call('getItem', { token, params: { itemId: ID } })).json(), { id: ID, contributorId: USER_ID })
+  t.equal((await api.call('listItems', { token, query: { contributorId: USER_ID } })).json().pagination.total, 1, 'found by its owner')
+  t.equal((await api.call('deleteItem', { token, params: { itemId: ID.toUpperCase() } })).statusCode, 204, 'its owner deletes it')
+})
+
+t.test('one id given twice, in two spellings, stops the start', async (t) => {
+  const file = seedFile(t, {
+    users: [ada],
+    items: [{ owner: ada.email, name: 'first', id: ID }, { owner: ada.email, name: 'second', id: `urn:uuid:${ID.toUpperCase()}` }]
+  })
+  await t.rejects(build(t, { SEED_FILE: file }), /items\[1\]\.id: is given already, by items\[0\]/)
+})
+
 t.test('a bad seed file stops the start with one line naming the entry', async (t) => {
   const bad: Array<[unknown, RegExp]> = [
     ['{', /: is not valid JSON \(at line 1, column 2\)$/],

@@ -5,7 +5,7 @@ import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const redeliverDeadLetters_body: ValidateFunction = validate52;
 const schema19 = {"$ref":"RedeliverRequest"};
-const schema20 = {"$id":"RedeliverRequest","type":"object","additionalProperties":false,"properties":{"subscriber":{"type":"string","maxLength":2048,"description":"Only this subscriber's dead letters (its name, as listed); every subscriber's when left out."},"eventIds":{"type":"array","maxItems":1000,"description":"Only these events' dead letters; all when left out.","items":{"type":"string","format":"uuid"}}}};
+const schema20 = {"$id":"RedeliverRequest","type":"object","additionalProperties":false,"properties":{"subscriber":{"type":"string","maxLength":2048,"description":"Only this subscriber's dead letters (its name, as listed); every subscriber's when left out."},"eventIds":{"type":"array","maxItems":1000,"description":"Only these events' dead letters; all when left out.","items":{"type":"string","format":"uuid","x-canonical-uuid":true}}}};
 const func1 = runtime0.default;
 const formats0 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
 
@@ -74,6 +74,9 @@ errors++;
 const len0 = data1.length;
 for(let i0=0; i0<len0; i0++){
 let data2 = data1[i0];
+if(typeof data2 == "string" && data2.length >= 36 && data1 !== undefined){
+data1[i0] = data2.slice(-36).toLowerCase();
+}
 if(typeof data2 === "string"){
 if(!(formats0.test(data2))){
 const err4 = {instancePath:instancePath+"/eventIds/" + i0,schemaPath:"#/properties/eventIds/items/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};

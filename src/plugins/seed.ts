@@ -39,12 +39,15 @@ const isItemStatus = (value: unknown): value is Schemas['ItemStatus'] => schemas
 
 /**
  * The id an entry gives, if any, so that a test can name a known user or item: a uuid, as the contract's item ids
- * are (checked by the generated validator), and given once in the file. Kept in lower case, as the service makes them.
+ * are, and given once in the file. Read by the generated validator of a uuid parameter, which makes it canonical
+ * (lower case, no `urn:uuid:`) as it does every uuid a request carries, so a seeded id is the one the API then
+ * answers and finds.
  */
 function givenId (id: unknown, where: string, given: Map<string, string>): string | undefined {
   if (id === undefined) return undefined
-  if (!validators.getItem.params({ itemId: id })) throw new SeedError(`${where}.id: must be a uuid`)
-  const key = String(id).toLowerCase()
+  const read: { itemId: unknown } = { itemId: id }
+  if (!validators.getItem.params(read)) throw new SeedError(`${where}.id: must be a uuid`)
+  const key = String(read.itemId)
   const first = given.get(key)
   if (first !== undefined) throw new SeedError(`${where}.id: is given already, by ${first}`)
   given.set(key, where)
