@@ -92,6 +92,30 @@ t.test('a request that Node\'s HTTP parser refuses is answered in the contract\'
   t.equal((await fetch(`${address}/health/live`)).status, 200, 'a client that resets mid-request is not answered, and the service goes on')
 })
 
+t.test('a JSON body sent to an operation that declares none is ignored, never an undeclared 400', async (t) => {
+  const api = await build(t)
+  const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const status = async (request: string): Promise<string> => {
+    const raw = await rawExchange(address, request)
+    return raw.slice(0, raw.indexOf('\r\n'))
+  }
+  const chunked = 'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n4\r\n{bad\r\n0\r\n\r\n'
+  t.equal(await status(`GET /health/live HTTP/1.1\r\nHost: x\r\n${chunked}`), 'HTTP/1.1 200 OK', 'a GET')
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const item = await api.createItem(accessToken)
+  const deleted = await api.inject({ method: 'DELETE', url: `/v1/items/${item.id}`, headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' }, payload: '{bad' })
+  t.equal(deleted.statusCode, 204, 'a DELETE')
+  for (const payload of ['', '{bad']) {
+    const { accessToken } = await api.register()
+    const loggedOut = await api.inject({ method: 'POST', url: '/v1/auth/logout', headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' }, payload })
+    t.equal(loggedOut.statusCode, 204, `a logout with ${payload === '' ? 'no body' : payload}`)
+    t.equal((await api.call('listItems', { token: accessToken })).statusCode, 401, 'and its session is ended')
+  }
+  t.equal(await status(`POST /v1/auth/logout HTTP/1.1\r\nHost: x\r\n${chunked}`), 'HTTP/1.1 401 Unauthorized', 'authentication still comes first')
+  const body = await api.inject({ method: 'POST', url: '/v1/items', headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' }, payload: '{bad' })
+  t.equal(body.statusCode, 400, 'an operation that declares a body still has it parsed')
+})
+
 t.test('a client too slow with its headers or its body gets a 408 and its connection closed, at REQUEST_TIMEOUT_MS, not Node\'s default deadlines', async (t) => {
   const api = await build(t, { REQUEST_TIMEOUT_MS: '1000' })
   const address = await api.app.listen({ host: '127.0.0.1', port: 0 })
