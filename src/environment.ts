@@ -154,7 +154,7 @@ export const variables = {
     type: 'integer',
     minimum: 1,
     default: IDEMPOTENCY_KEY_DEFAULTS.perUser,
-    description: 'Idempotency keys remembered per user; one more forgets their oldest. The memory store also keeps at most 100 000 in all, and 16 Mi characters of their keys and items (about 64 MB), the oldest out first.'
+    description: 'Idempotency keys remembered per user; one more forgets their oldest. The memory store also keeps at most 256 Ki characters of keys and bodies a user, and 100 000 keys and 16 Mi characters in all (about 64 MB); past those, a create with a new key is 507 `STORE_FULL`.'
   },
   MEMORY_STORE_MAX_USERS: { type: 'integer', minimum: 1, default: 100000, description: 'Users the memory store holds at most; one more registration is 507 `STORE_FULL`.' },
   MEMORY_STORE_MAX_ITEMS: {

@@ -30,7 +30,7 @@ interface IdempotencyPluginOptions {
 const CLAIM_LEASE_MS = 60_000
 
 // The same body, whatever the order of its fields, has the same digest.
-const fingerprintOf = (body: unknown): string => createHash('sha256').update(String(stringify(body))).digest('base64url')
+const digestOf = (text: string): string => createHash('sha256').update(text).digest('base64url')
 
 /**
  * The IETF draft's Idempotency-Key on the operations that declare it: the first request with a key claims it (after
@@ -48,7 +48,8 @@ async function idempotencyPlugin (app: FastifyInstance, options: IdempotencyPlug
       done()
       return
     }
-    const claim = { userId: request.user.id, key, fingerprint: fingerprintOf(request.body), token: randomUUID() }
+    const body = String(stringify(request.body))
+    const claim = { userId: request.user.id, key, fingerprint: digestOf(body), token: randomUUID(), characters: key.length + body.length }
     keys.claim(claim, CLAIM_LEASE_MS).then((outcome) => {
       switch (outcome.status) {
         case 'claimed':

@@ -1,5 +1,4 @@
-import { HeaviestFirst } from './heaviest-first.js'
-import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from './store.js'
+import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item, StoreFullError } from './store.js'
 
 interface Held {
   readonly userId: string
@@ -9,8 +8,14 @@ interface Held {
   readonly item: Item | undefined
   /** Milliseconds since the epoch: the end of a claim's lease, or of a record's time to live. */
   readonly until: number
-  /** What it holds that varies in size: its key and its item's text, in characters. */
+  /** What it holds that varies in size, in characters, reserved when it is claimed (IdempotencyClaim.characters). */
   readonly characters: number
+}
+
+interface UserKeys {
+  /** In the order they were claimed or recorded: the first is the oldest. */
+  readonly keys: Set<string>
+  characters: number
 }
 
 export interface MemoryIdempotencyKeyBounds {
@@ -18,36 +23,27 @@ export interface MemoryIdempotencyKeyBounds {
   ttlMs: number
   /** Keys one user holds at most; one more pushes out their oldest. */
   perUser: number
-  /**
-   * Keys the store holds at most, and characters of keys and items; past either, the oldest key of the user who
-   * holds the most goes.
-   */
+  /** Characters of keys and items one user holds at most; past it, too, their oldest goes. */
+  perUserCharacters: number
+  /** Keys, and characters of keys and items, the store holds at most; past either, a new key is refused (507). */
   total: number
   characters: number
 }
 
 // One entry per user and key: the user id is a UUID, so it never contains the separator.
 const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key}`
-// A record keeps its item as it was made: once the item is edited, its text is held twice.
-const charactersOf = (claim: IdempotencyClaim, item?: Item): number =>
-  claim.key.length + (item === undefined ? 0 : item.name.length + (item.description?.length ?? 0))
-// What a user holds, for the store's bounds: its characters, and as many again for each entry, so that many small
-// keys weigh as well as a few large ones.
-const ENTRY_WEIGHT = 256
-const weightOf = (held: Held): number => held.characters + ENTRY_WEIGHT
 
 /**
  * The idempotency keys of one process. Every key is one entry of one map, in the order it was claimed or recorded,
  * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and an expired entry at the
- * front goes with the next claim (any other when it is next looked up). At the store's bounds, the key that goes is
- * the oldest of the user who holds the most (in O(log users)): one user's keys never push out another's while the
- * first holds more, so no caller can make another's retry create twice by filling the store.
+ * front goes with the next claim (any other when it is next looked up). A user's own bounds push out only that
+ * user's oldest keys; once the store's bounds are reached, a new key is refused (StoreFullError) and no record is
+ * forgotten before its time to live: however many accounts fill the store, no one's retry creates twice.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #bounds: MemoryIdempotencyKeyBounds
   readonly #entries = new Map<string, Held>()
-  readonly #byUser = new Map<string, Set<string>>()
-  readonly #holders = new HeaviestFirst<string>()
+  readonly #byUser = new Map<string, UserKeys>()
   #characters = 0
 
   constructor (bounds: MemoryIdempotencyKeyBounds) {
@@ -59,7 +55,8 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     this.#forgetExpired(now)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
-      this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, characters: charactersOf(claim) })
+      this.#makeRoom(claim)
+      this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, characters: claim.characters })
       return { status: 'claimed' }
     }
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
@@ -77,11 +74,22 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     if (held !== undefined && held.token !== claim.token) throw new ClaimLostError(`idempotency key ${claim.key} is held by another request`)
   }
 
-  /** Records the item the claim's request made under its key, for the time to live. */
+  /** Records the item the claim's request made under its key, for the time to live, in the room its claim reserved. */
   record (claim: IdempotencyClaim, item: Item): void {
     this.#forget(entryKey(claim), claim.userId)
     const until = Date.now() + this.#bounds.ttlMs
-    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item, until, characters: charactersOf(claim, item) })
+    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item, until, characters: claim.characters })
+  }
+
+  // The user's own oldest keys make room for their new one; the store's bounds refuse it.
+  #makeRoom (claim: IdempotencyClaim): void {
+    for (let own = this.#byUser.get(claim.userId); own !== undefined && (own.keys.size >= this.#bounds.perUser ||
+      own.characters + claim.characters > this.#bounds.perUserCharacters); own = this.#byUser.get(claim.userId)) {
+      this.#forget(own.keys.values().next().value!, claim.userId)
+    }
+    if (this.#entries.size >= this.#bounds.total || this.#characters + claim.characters > this.#bounds.characters) {
+      throw new StoreFullError(`the store holds ${this.#entries.size} idempotency keys and ${this.#characters} characters of them, as many as it may`)
+    }
   }
 
   #held (key: string, now: number): Held | undefined {
@@ -95,14 +103,10 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     const key = entryKey(claim)
     this.#entries.set(key, held)
     this.#characters += held.characters
-    this.#holders.add(claim.userId, weightOf(held))
-    const ofUser = this.#byUser.get(claim.userId) ?? new Set()
-    this.#byUser.set(claim.userId, ofUser.add(key))
-    if (ofUser.size > this.#bounds.perUser) this.#forget(this.#oldestOf(claim.userId), claim.userId)
-    while (this.#entries.size > this.#bounds.total || this.#characters > this.#bounds.characters) {
-      const heaviest = this.#holders.heaviest()!
-      this.#forget(this.#oldestOf(heaviest), heaviest)
-    }
+    const own = this.#byUser.get(claim.userId) ?? { keys: new Set<string>(), characters: 0 }
+    own.keys.add(key)
+    own.characters += held.characters
+    this.#byUser.set(claim.userId, own)
   }
 
   #forgetExpired (now: number): void {
@@ -112,20 +116,15 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     }
   }
 
-  // Sets iterate in insertion order: the first is the user's oldest.
-  #oldestOf (userId: string): string {
-    return this.#byUser.get(userId)!.values().next().value!
-  }
-
   // A key is in the map exactly when it is in its user's set.
   #forget (key: string, userId: string): void {
     const held = this.#entries.get(key)
     if (held === undefined) return
     this.#entries.delete(key)
     this.#characters -= held.characters
-    this.#holders.add(userId, -weightOf(held))
-    const ofUser = this.#byUser.get(userId)!
-    ofUser.delete(key)
-    if (ofUser.size === 0) this.#byUser.delete(userId)
+    const own = this.#byUser.get(userId)!
+    own.keys.delete(key)
+    own.characters -= held.characters
+    if (own.keys.size === 0) this.#byUser.delete(userId)
   }
 }

@@ -277,7 +277,7 @@ const KEYS_PER_RATE_LIMIT = 50_000
 // Idempotency keys the store keeps, whoever holds them: 100 000 (each about 300 bytes beside its text), and 16 Mi
 // characters of their text (keys, and the names and descriptions of their items, which an edited item holds twice),
 // so at most about 64 MB.
-const IDEMPOTENCY_KEYS = { total: 100_000, characters: 16 * 1024 * 1024 }
+const IDEMPOTENCY_KEYS = { total: 100_000, characters: 16 * 1024 * 1024, perUserCharacters: 256 * 1024 }
 
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({

@@ -129,6 +129,11 @@ export interface IdempotencyClaim {
   readonly fingerprint: string
   /** Unique to the request that claims: only it records under the key. */
   readonly token: string
+  /**
+   * What recording it may hold, in characters: its key and its request body as JSON, which is at least as long as
+   * any text of the item the request makes. A store that bounds its keys by size reserves it when the key is claimed.
+   */
+  readonly characters: number
 }
 
 export type ClaimOutcome =

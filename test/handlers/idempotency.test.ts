@@ -223,6 +223,28 @@ t.test('a key is forgotten IDEMPOTENCY_KEY_TTL_SECONDS after its create', async 
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 2)
 })
 
+t.test('a crowd of accounts, each holding one key a little lighter than a victim\'s, cannot push it out: once the store is full a new key is 507', async (t) => {
+  // The attack, scaled down: the store holds 20 keys; 30 accounts each hold one.
+  const store = createMemoryStore({ idempotencyKeys: { total: 20 } })
+  const api = await build(t, {}, { store })
+  const victim = await api.register()
+  const create = async (token: string, key: string, description: string) =>
+    await api.call('createItem', { token, body: { name: 'n', description }, headers: { 'idempotency-key': key } })
+  t.equal((await create(victim.accessToken, 'victim-key', 'd'.repeat(1_000))).statusCode, 201)
+  const statuses: number[] = []
+  for (let account = 0; account < 30; account += 1) {
+    const { accessToken } = await api.register()
+    const response = await create(accessToken, `crowd-${account}`, 'd'.repeat(990))
+    statuses.push(response.statusCode)
+    if (response.statusCode === 507) t.equal(response.json().code, 'STORE_FULL')
+  }
+  t.same(statuses, [...Array<number>(19).fill(201), ...Array<number>(11).fill(507)], 'the crowd fills the store, then is refused')
+  const retry = await create(victim.accessToken, 'victim-key', 'd'.repeat(1_000))
+  t.same([retry.statusCode, retry.headers['idempotent-replayed']], [201, 'true'], 'the victim\'s retry is answered from the store, not created again')
+  t.equal((await api.call('listItems', { token: victim.accessToken, query: { contributorId: victim.user.id } })).json().pagination.total, 1)
+  t.equal((await api.call('createItem', { token: victim.accessToken, body: { name: 'no key' } })).statusCode, 201, 'a create without a key is not refused')
+})
+
 t.test('no one else\'s creates push out a user\'s keys: a memory store filled by other accounts still replays the retry', async (t) => {
   // The attack, scaled down: accounts that create with the longest keys and long bodies fill the store's
   // characters many times over while the victim's create waits for its retry.

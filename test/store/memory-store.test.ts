@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import { createMemoryStore } from '../../src/store/memory-store.js'
+import { StoreFullError } from '../../src/store/store.js'
 import { storeConformance } from './conformance.js'
 
 storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
@@ -9,15 +10,16 @@ storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, i
   ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
 }))
 
-t.test('idempotency keys: past as many as the store may hold in all, the user who holds the most loses their oldest', async (t) => {
+t.test('idempotency keys: past as many as the store may hold in all, a new key is refused and no one\'s is forgotten', async (t) => {
   const { idempotencyKeys } = createMemoryStore({ idempotencyKeys: { total: 3 } })
-  const claim = (userId: string, key = 'k') => ({ userId, key, fingerprint: 'f', token: randomUUID() })
+  const claim = (userId: string, key = 'k') => ({ userId, key, fingerprint: 'f', token: randomUUID(), characters: 1 })
   const [ada, grace, alan] = [randomUUID(), randomUUID(), randomUUID()]
   await idempotencyKeys.claim(claim(ada), 60_000)
   for (const key of ['g1', 'g2']) await idempotencyKeys.claim(claim(grace, key), 60_000)
-  await idempotencyKeys.claim(claim(alan), 60_000)
-  t.same((await idempotencyKeys.claim(claim(ada), 60_000)).status, 'running', 'the oldest key of all stayed: its user holds the least')
-  t.same((await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)).status, 'claimed', 'the heaviest holder\'s oldest went')
+  await t.rejects(idempotencyKeys.claim(claim(alan), 60_000), StoreFullError, 'a fourth key is refused')
+  t.same((await idempotencyKeys.claim(claim(ada), 60_000)).status, 'running', 'the first is held still')
+  t.same((await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)).status, 'running', 'and so is the heaviest holder\'s oldest')
+  await idempotencyKeys.release(claim(grace, 'g2'))
 })
 
 t.test('every user and live session is at hand from the moment it is added, with no read first', async (t) => {
@@ -31,16 +33,15 @@ t.test('every user and live session is at hand from the moment it is added, with
   t.same(sessions.cached(session.id, now), session)
 })
 
-t.test('idempotency keys: the store keeps as many characters of keys and their items as it may, the oldest out first', async (t) => {
-  const { idempotencyKeys, items } = createMemoryStore({ idempotencyKeys: { characters: 24 } })
-  const ada = randomUUID()
-  const claim = (key: string) => ({ userId: ada, key, fingerprint: 'f', token: randomUUID() })
-  const recorded = claim('key1')
-  await idempotencyKeys.claim(recorded, 60_000)
-  await items.add({ id: randomUUID(), name: 'twelve chars', description: 'four', status: 'active', contributorId: ada, createdAt: '', updatedAt: '' }, undefined, recorded)
-  await idempotencyKeys.claim(claim('key2'), 60_000)
-  t.same((await idempotencyKeys.claim(claim('key1'), 60_000)).status, 'recorded', '20 characters (key, name, description), then 24: all kept')
-  await idempotencyKeys.claim(claim('key3'), 60_000)
-  t.same((await idempotencyKeys.claim(claim('key2'), 60_000)).status, 'running', 'the newest stayed')
-  t.same((await idempotencyKeys.claim(claim('key1'), 60_000)).status, 'claimed', 'past 24, the oldest went')
+t.test('idempotency keys: a claim reserves its characters; a user past their own share loses their own oldest, the store past its bound refuses', async (t) => {
+  const { idempotencyKeys } = createMemoryStore({ idempotencyKeys: { characters: 30, perUserCharacters: 20 } })
+  const [ada, grace] = [randomUUID(), randomUUID()]
+  const claim = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID(), characters: 10 })
+  await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)
+  await idempotencyKeys.claim(claim(ada, 'a2'), 60_000)
+  await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)
+  t.same((await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)).status, 'claimed', 'past their 20, their oldest went, to make room for their newest')
+  await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)
+  await t.rejects(idempotencyKeys.claim(claim(grace, 'g2'), 60_000), StoreFullError, 'past the store\'s 30, refused')
+  t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'running', 'and nobody\'s key was forgotten for it')
 })
