@@ -92,7 +92,7 @@ validate52.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicIte
 export const checkLiveness_503: ValidateFunction = validate55;
 const schema21 = {"$ref":"ErrorResponse"};
 const schema22 = {"$id":"ErrorResponse","title":"ErrorResponse","description":"The body of every error but a 400 (the spec's `Error`).","type":"object","required":["code","message"],"properties":{"code":{"$ref":"ErrorCode"},"message":{"type":"string","description":"A readable explanation, for people rather than programs."}}};
-const schema23 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.\n- `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.\n- `STORE_FULL` (507): the service holds as many users or items as it may; nothing more is added until some are removed.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","IDEMPOTENCY_KEY_IN_USE","IDEMPOTENCY_KEY_REUSED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE","STORE_FULL"]};
+const schema23 = {"$id":"ErrorCode","type":"string","description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.\n- `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.\n- `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.\n- `STORE_FULL` (507): the service holds as many users, items or idempotency keys as it may; nothing more is added until some are removed or expire.\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","IDEMPOTENCY_KEY_IN_USE","IDEMPOTENCY_KEY_REUSED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN","STORE_FULL"]};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorCode" */;
@@ -115,7 +115,7 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(!(((((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "IDEMPOTENCY_KEY_IN_USE")) || (data === "IDEMPOTENCY_KEY_REUSED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE")) || (data === "STORE_FULL"))){
+if(!((((((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "IDEMPOTENCY_KEY_IN_USE")) || (data === "IDEMPOTENCY_KEY_REUSED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE")) || (data === "OUTCOME_UNKNOWN")) || (data === "STORE_FULL"))){
 const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema23.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
@@ -1002,7 +1002,7 @@ return errors === 0;
 }
 validate89.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const registerUser_507: ValidateFunction = validate91;
+export const registerUser_504: ValidateFunction = validate91;
 const schema40 = {"$ref":"ErrorResponse"};
 
 function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1024,8 +1024,8 @@ return errors === 0;
 }
 validate91.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_200: ValidateFunction = validate93;
-const schema41 = {"$ref":"AuthResponse"};
+export const registerUser_507: ValidateFunction = validate93;
+const schema41 = {"$ref":"ErrorResponse"};
 
 function validate93(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1037,17 +1037,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate93.errors = vErrors;
 return errors === 0;
 }
-validate93.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
+validate93.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_400: ValidateFunction = validate95;
-const schema42 = {"$ref":"ValidationErrorResponse"};
+export const loginUser_200: ValidateFunction = validate95;
+const schema42 = {"$ref":"AuthResponse"};
 
 function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1059,17 +1059,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
 errors = vErrors.length;
 }
 validate95.errors = vErrors;
 return errors === 0;
 }
-validate95.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate95.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_401: ValidateFunction = validate97;
-const schema43 = {"$ref":"ErrorResponse"};
+export const loginUser_400: ValidateFunction = validate97;
+const schema43 = {"$ref":"ValidationErrorResponse"};
 
 function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1081,16 +1081,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate97.errors = vErrors;
 return errors === 0;
 }
-validate97.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate97.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_413: ValidateFunction = validate99;
+export const loginUser_401: ValidateFunction = validate99;
 const schema44 = {"$ref":"ErrorResponse"};
 
 function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1112,7 +1112,7 @@ return errors === 0;
 }
 validate99.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_415: ValidateFunction = validate101;
+export const loginUser_413: ValidateFunction = validate101;
 const schema45 = {"$ref":"ErrorResponse"};
 
 function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1134,7 +1134,7 @@ return errors === 0;
 }
 validate101.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_429: ValidateFunction = validate103;
+export const loginUser_415: ValidateFunction = validate103;
 const schema46 = {"$ref":"ErrorResponse"};
 
 function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1156,7 +1156,7 @@ return errors === 0;
 }
 validate103.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_500: ValidateFunction = validate105;
+export const loginUser_429: ValidateFunction = validate105;
 const schema47 = {"$ref":"ErrorResponse"};
 
 function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1178,7 +1178,7 @@ return errors === 0;
 }
 validate105.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const loginUser_503: ValidateFunction = validate107;
+export const loginUser_500: ValidateFunction = validate107;
 const schema48 = {"$ref":"ErrorResponse"};
 
 function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1200,8 +1200,8 @@ return errors === 0;
 }
 validate107.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_200: ValidateFunction = validate109;
-const schema49 = {"$ref":"AuthResponse"};
+export const loginUser_503: ValidateFunction = validate109;
+const schema49 = {"$ref":"ErrorResponse"};
 
 function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1213,17 +1213,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate109.errors = vErrors;
 return errors === 0;
 }
-validate109.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
+validate109.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_400: ValidateFunction = validate111;
-const schema50 = {"$ref":"ValidationErrorResponse"};
+export const loginUser_504: ValidateFunction = validate111;
+const schema50 = {"$ref":"ErrorResponse"};
 
 function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1235,17 +1235,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate111.errors = vErrors;
 return errors === 0;
 }
-validate111.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate111.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_401: ValidateFunction = validate113;
-const schema51 = {"$ref":"ErrorResponse"};
+export const refreshTokens_200: ValidateFunction = validate113;
+const schema51 = {"$ref":"AuthResponse"};
 
 function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1257,17 +1257,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate65(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate65.errors : vErrors.concat(validate65.errors);
 errors = vErrors.length;
 }
 validate113.errors = vErrors;
 return errors === 0;
 }
-validate113.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":{"accessToken":true,"refreshToken":true,"expiresIn":true,"user":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_413: ValidateFunction = validate115;
-const schema52 = {"$ref":"ErrorResponse"};
+export const refreshTokens_400: ValidateFunction = validate115;
+const schema52 = {"$ref":"ValidationErrorResponse"};
 
 function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1279,16 +1279,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate115.errors = vErrors;
 return errors === 0;
 }
-validate115.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate115.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_415: ValidateFunction = validate117;
+export const refreshTokens_401: ValidateFunction = validate117;
 const schema53 = {"$ref":"ErrorResponse"};
 
 function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1310,7 +1310,7 @@ return errors === 0;
 }
 validate117.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_429: ValidateFunction = validate119;
+export const refreshTokens_413: ValidateFunction = validate119;
 const schema54 = {"$ref":"ErrorResponse"};
 
 function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1332,7 +1332,7 @@ return errors === 0;
 }
 validate119.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_500: ValidateFunction = validate121;
+export const refreshTokens_415: ValidateFunction = validate121;
 const schema55 = {"$ref":"ErrorResponse"};
 
 function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1354,7 +1354,7 @@ return errors === 0;
 }
 validate121.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const refreshTokens_503: ValidateFunction = validate123;
+export const refreshTokens_429: ValidateFunction = validate123;
 const schema56 = {"$ref":"ErrorResponse"};
 
 function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1376,7 +1376,7 @@ return errors === 0;
 }
 validate123.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_401: ValidateFunction = validate125;
+export const refreshTokens_500: ValidateFunction = validate125;
 const schema57 = {"$ref":"ErrorResponse"};
 
 function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1398,7 +1398,7 @@ return errors === 0;
 }
 validate125.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_413: ValidateFunction = validate127;
+export const refreshTokens_503: ValidateFunction = validate127;
 const schema58 = {"$ref":"ErrorResponse"};
 
 function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1420,7 +1420,7 @@ return errors === 0;
 }
 validate127.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_415: ValidateFunction = validate129;
+export const refreshTokens_504: ValidateFunction = validate129;
 const schema59 = {"$ref":"ErrorResponse"};
 
 function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1442,7 +1442,7 @@ return errors === 0;
 }
 validate129.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_500: ValidateFunction = validate131;
+export const logoutUser_401: ValidateFunction = validate131;
 const schema60 = {"$ref":"ErrorResponse"};
 
 function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1464,7 +1464,7 @@ return errors === 0;
 }
 validate131.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const logoutUser_503: ValidateFunction = validate133;
+export const logoutUser_413: ValidateFunction = validate133;
 const schema61 = {"$ref":"ErrorResponse"};
 
 function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1486,17 +1486,105 @@ return errors === 0;
 }
 validate133.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_200: ValidateFunction = validate135;
-const schema62 = {"$ref":"ItemList"};
-const schema63 = {"$id":"ItemList","type":"object","required":["data","pagination"],"properties":{"data":{"type":"array","items":{"$ref":"Item"}},"pagination":{"$ref":"Pagination"}}};
-const schema64 = {"$id":"Item","type":"object","required":["id","name","description","status","contributorId","createdAt","updatedAt"],"properties":{"id":{"type":"string","format":"uuid"},"name":{"$ref":"ItemName"},"description":{"$ref":"ItemDescription"},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","description":"The id of the contributor who added the item."},"createdAt":{"$ref":"Timestamp"},"updatedAt":{"$ref":"Timestamp"}}};
-const schema65 = {"$id":"ItemName","type":"string","minLength":1,"maxLength":200,"examples":["Difference engine"]};
+export const logoutUser_415: ValidateFunction = validate135;
+const schema62 = {"$ref":"ErrorResponse"};
 
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate135.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate135.errors = vErrors;
+return errors === 0;
+}
+validate135.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const logoutUser_500: ValidateFunction = validate137;
+const schema63 = {"$ref":"ErrorResponse"};
+
+function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate137.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate137.errors = vErrors;
+return errors === 0;
+}
+validate137.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const logoutUser_503: ValidateFunction = validate139;
+const schema64 = {"$ref":"ErrorResponse"};
+
+function validate139(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate139.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate139.errors = vErrors;
+return errors === 0;
+}
+validate139.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const logoutUser_504: ValidateFunction = validate141;
+const schema65 = {"$ref":"ErrorResponse"};
+
+function validate141(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate141.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate141.errors = vErrors;
+return errors === 0;
+}
+validate141.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listItems_200: ValidateFunction = validate143;
+const schema66 = {"$ref":"ItemList"};
+const schema67 = {"$id":"ItemList","type":"object","required":["data","pagination"],"properties":{"data":{"type":"array","items":{"$ref":"Item"}},"pagination":{"$ref":"Pagination"}}};
+const schema68 = {"$id":"Item","type":"object","required":["id","name","description","status","contributorId","createdAt","updatedAt"],"properties":{"id":{"type":"string","format":"uuid"},"name":{"$ref":"ItemName"},"description":{"$ref":"ItemDescription"},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","description":"The id of the contributor who added the item."},"createdAt":{"$ref":"Timestamp"},"updatedAt":{"$ref":"Timestamp"}}};
+const schema69 = {"$id":"ItemName","type":"string","minLength":1,"maxLength":200,"examples":["Difference engine"]};
+
+function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemName" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate138.evaluated;
+const evaluated0 = validate146.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1535,18 +1623,18 @@ vErrors.push(err2);
 }
 errors++;
 }
-validate138.errors = vErrors;
+validate146.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate146.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema66 = {"$id":"ItemDescription","type":["string","null"],"maxLength":10000,"description":"Longer free text, or `null` when there is none.","examples":["A mechanical calculator for polynomial functions."]};
+const schema70 = {"$id":"ItemDescription","type":["string","null"],"maxLength":10000,"description":"Longer free text, or `null` when there is none.","examples":["A mechanical calculator for polynomial functions."]};
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemDescription" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate148.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1554,7 +1642,7 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if((typeof data !== "string") && (data !== null)){
-const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: schema66.type},message:"must be string,null"};
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: schema70.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1575,18 +1663,18 @@ vErrors.push(err1);
 errors++;
 }
 }
-validate140.errors = vErrors;
+validate148.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate148.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema67 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
+const schema71 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
 
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate150(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemStatus" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate142.evaluated;
+const evaluated0 = validate150.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1604,7 +1692,7 @@ vErrors.push(err0);
 errors++;
 }
 if(!((data === "active") || (data === "archived"))){
-const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema67.enum},message:"must be equal to one of the allowed values"};
+const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema71.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1613,19 +1701,19 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate142.errors = vErrors;
+validate150.errors = vErrors;
 return errors === 0;
 }
-validate142.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate150.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema68 = {"$id":"Timestamp","type":"string","format":"date-time","examples":["2026-11-21T09:30:00.000Z"]};
+const schema72 = {"$id":"Timestamp","type":"string","format":"date-time","examples":["2026-11-21T09:30:00.000Z"]};
 const formats8 = runtime1.fullFormats["date-time"];
 
-function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate152(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Timestamp" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate144.evaluated;
+const evaluated0 = validate152.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1654,17 +1742,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-validate144.errors = vErrors;
+validate152.errors = vErrors;
 return errors === 0;
 }
-validate144.evaluated = {"dynamicProps":false,"dynamicItems":false};
+validate152.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
 
-function validate137(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate145(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Item" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate137.evaluated;
+const evaluated0 = validate145.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1768,20 +1856,20 @@ errors++;
 }
 }
 if(data.name !== undefined){
-if(!(validate138(data.name, {instancePath:instancePath+"/name",parentData:data,parentDataProperty:"name",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate138.errors : vErrors.concat(validate138.errors);
+if(!(validate146(data.name, {instancePath:instancePath+"/name",parentData:data,parentDataProperty:"name",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate146.errors : vErrors.concat(validate146.errors);
 errors = vErrors.length;
 }
 }
 if(data.description !== undefined){
-if(!(validate140(data.description, {instancePath:instancePath+"/description",parentData:data,parentDataProperty:"description",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate140.errors : vErrors.concat(validate140.errors);
+if(!(validate148(data.description, {instancePath:instancePath+"/description",parentData:data,parentDataProperty:"description",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate148.errors : vErrors.concat(validate148.errors);
 errors = vErrors.length;
 }
 }
 if(data.status !== undefined){
-if(!(validate142(data.status, {instancePath:instancePath+"/status",parentData:data,parentDataProperty:"status",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate142.errors : vErrors.concat(validate142.errors);
+if(!(validate150(data.status, {instancePath:instancePath+"/status",parentData:data,parentDataProperty:"status",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate150.errors : vErrors.concat(validate150.errors);
 errors = vErrors.length;
 }
 }
@@ -1811,14 +1899,14 @@ errors++;
 }
 }
 if(data.createdAt !== undefined){
-if(!(validate144(data.createdAt, {instancePath:instancePath+"/createdAt",parentData:data,parentDataProperty:"createdAt",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate144.errors : vErrors.concat(validate144.errors);
+if(!(validate152(data.createdAt, {instancePath:instancePath+"/createdAt",parentData:data,parentDataProperty:"createdAt",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate152.errors : vErrors.concat(validate152.errors);
 errors = vErrors.length;
 }
 }
 if(data.updatedAt !== undefined){
-if(!(validate144(data.updatedAt, {instancePath:instancePath+"/updatedAt",parentData:data,parentDataProperty:"updatedAt",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate144.errors : vErrors.concat(validate144.errors);
+if(!(validate152(data.updatedAt, {instancePath:instancePath+"/updatedAt",parentData:data,parentDataProperty:"updatedAt",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate152.errors : vErrors.concat(validate152.errors);
 errors = vErrors.length;
 }
 }
@@ -1833,18 +1921,18 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate137.errors = vErrors;
+validate145.errors = vErrors;
 return errors === 0;
 }
-validate137.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate145.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-const schema69 = {"$id":"Pagination","type":"object","required":["page","pageSize","total"],"properties":{"page":{"type":"integer","minimum":1,"description":"The page returned."},"pageSize":{"type":"integer","minimum":1,"description":"The page size used."},"total":{"type":"integer","minimum":0,"description":"How many items the whole catalogue holds."}}};
+const schema73 = {"$id":"Pagination","type":"object","required":["page","pageSize","total"],"properties":{"page":{"type":"integer","minimum":1,"description":"The page returned."},"pageSize":{"type":"integer","minimum":1,"description":"The page size used."},"total":{"type":"integer","minimum":0,"description":"How many items the whole catalogue holds."}}};
 
-function validate148(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate156(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="Pagination" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate148.evaluated;
+const evaluated0 = validate156.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1968,17 +2056,17 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate148.errors = vErrors;
+validate156.errors = vErrors;
 return errors === 0;
 }
-validate148.evaluated = {"props":{"page":true,"pageSize":true,"total":true},"dynamicProps":false,"dynamicItems":false};
+validate156.evaluated = {"props":{"page":true,"pageSize":true,"total":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ItemList" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate136.evaluated;
+const evaluated0 = validate144.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2011,8 +2099,8 @@ let data0 = data.data;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate137(data0[i0], {instancePath:instancePath+"/data/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
+if(!(validate145(data0[i0], {instancePath:instancePath+"/data/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 }
@@ -2029,8 +2117,8 @@ errors++;
 }
 }
 if(data.pagination !== undefined){
-if(!(validate148(data.pagination, {instancePath:instancePath+"/pagination",parentData:data,parentDataProperty:"pagination",rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate148.errors : vErrors.concat(validate148.errors);
+if(!(validate156(data.pagination, {instancePath:instancePath+"/pagination",parentData:data,parentDataProperty:"pagination",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate156.errors : vErrors.concat(validate156.errors);
 errors = vErrors.length;
 }
 }
@@ -2045,121 +2133,33 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate136.errors = vErrors;
+validate144.errors = vErrors;
 return errors === 0;
 }
-validate136.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
+validate144.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate143(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate135.evaluated;
+const evaluated0 = validate143.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate136(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate136.errors : vErrors.concat(validate136.errors);
+if(!(validate144(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate144.errors : vErrors.concat(validate144.errors);
 errors = vErrors.length;
 }
-validate135.errors = vErrors;
+validate143.errors = vErrors;
 return errors === 0;
 }
-validate135.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
+validate143.evaluated = {"props":{"data":true,"pagination":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listItems_400: ValidateFunction = validate151;
-const schema70 = {"$ref":"ValidationErrorResponse"};
-
-function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate151.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
-errors = vErrors.length;
-}
-validate151.errors = vErrors;
-return errors === 0;
-}
-validate151.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listItems_401: ValidateFunction = validate153;
-const schema71 = {"$ref":"ErrorResponse"};
-
-function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate153.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
-validate153.errors = vErrors;
-return errors === 0;
-}
-validate153.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listItems_500: ValidateFunction = validate155;
-const schema72 = {"$ref":"ErrorResponse"};
-
-function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate155.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
-validate155.errors = vErrors;
-return errors === 0;
-}
-validate155.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listItems_503: ValidateFunction = validate157;
-const schema73 = {"$ref":"ErrorResponse"};
-
-function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate157.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
-validate157.errors = vErrors;
-return errors === 0;
-}
-validate157.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const createItem_201: ValidateFunction = validate159;
-const schema74 = {"$ref":"Item"};
+export const listItems_400: ValidateFunction = validate159;
+const schema74 = {"$ref":"ValidationErrorResponse"};
 
 function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2171,17 +2171,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate159.errors = vErrors;
 return errors === 0;
 }
-validate159.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate159.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_400: ValidateFunction = validate161;
-const schema75 = {"$ref":"ValidationErrorResponse"};
+export const listItems_401: ValidateFunction = validate161;
+const schema75 = {"$ref":"ErrorResponse"};
 
 function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2193,16 +2193,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate161.errors = vErrors;
 return errors === 0;
 }
-validate161.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_401: ValidateFunction = validate163;
+export const listItems_500: ValidateFunction = validate163;
 const schema76 = {"$ref":"ErrorResponse"};
 
 function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2224,7 +2224,7 @@ return errors === 0;
 }
 validate163.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_403: ValidateFunction = validate165;
+export const listItems_503: ValidateFunction = validate165;
 const schema77 = {"$ref":"ErrorResponse"};
 
 function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2246,8 +2246,8 @@ return errors === 0;
 }
 validate165.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_409: ValidateFunction = validate167;
-const schema78 = {"$ref":"ErrorResponse"};
+export const createItem_201: ValidateFunction = validate167;
+const schema78 = {"$ref":"Item"};
 
 function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2259,17 +2259,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 validate167.errors = vErrors;
 return errors === 0;
 }
-validate167.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate167.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_413: ValidateFunction = validate169;
-const schema79 = {"$ref":"ErrorResponse"};
+export const createItem_400: ValidateFunction = validate169;
+const schema79 = {"$ref":"ValidationErrorResponse"};
 
 function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2281,16 +2281,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate169.errors = vErrors;
 return errors === 0;
 }
-validate169.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate169.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_415: ValidateFunction = validate171;
+export const createItem_401: ValidateFunction = validate171;
 const schema80 = {"$ref":"ErrorResponse"};
 
 function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2312,7 +2312,7 @@ return errors === 0;
 }
 validate171.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_422: ValidateFunction = validate173;
+export const createItem_403: ValidateFunction = validate173;
 const schema81 = {"$ref":"ErrorResponse"};
 
 function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2334,7 +2334,7 @@ return errors === 0;
 }
 validate173.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_429: ValidateFunction = validate175;
+export const createItem_409: ValidateFunction = validate175;
 const schema82 = {"$ref":"ErrorResponse"};
 
 function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2356,7 +2356,7 @@ return errors === 0;
 }
 validate175.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_500: ValidateFunction = validate177;
+export const createItem_413: ValidateFunction = validate177;
 const schema83 = {"$ref":"ErrorResponse"};
 
 function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2378,7 +2378,7 @@ return errors === 0;
 }
 validate177.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_503: ValidateFunction = validate179;
+export const createItem_415: ValidateFunction = validate179;
 const schema84 = {"$ref":"ErrorResponse"};
 
 function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2400,7 +2400,7 @@ return errors === 0;
 }
 validate179.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_507: ValidateFunction = validate181;
+export const createItem_422: ValidateFunction = validate181;
 const schema85 = {"$ref":"ErrorResponse"};
 
 function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2422,8 +2422,8 @@ return errors === 0;
 }
 validate181.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_200: ValidateFunction = validate183;
-const schema86 = {"$ref":"Item"};
+export const createItem_429: ValidateFunction = validate183;
+const schema86 = {"$ref":"ErrorResponse"};
 
 function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2435,17 +2435,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate183.errors = vErrors;
 return errors === 0;
 }
-validate183.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate183.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_400: ValidateFunction = validate185;
-const schema87 = {"$ref":"ValidationErrorResponse"};
+export const createItem_500: ValidateFunction = validate185;
+const schema87 = {"$ref":"ErrorResponse"};
 
 function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2457,16 +2457,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate185.errors = vErrors;
 return errors === 0;
 }
-validate185.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate185.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_401: ValidateFunction = validate187;
+export const createItem_503: ValidateFunction = validate187;
 const schema88 = {"$ref":"ErrorResponse"};
 
 function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2488,7 +2488,7 @@ return errors === 0;
 }
 validate187.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_404: ValidateFunction = validate189;
+export const createItem_504: ValidateFunction = validate189;
 const schema89 = {"$ref":"ErrorResponse"};
 
 function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2510,7 +2510,7 @@ return errors === 0;
 }
 validate189.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_500: ValidateFunction = validate191;
+export const createItem_507: ValidateFunction = validate191;
 const schema90 = {"$ref":"ErrorResponse"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2532,8 +2532,8 @@ return errors === 0;
 }
 validate191.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_503: ValidateFunction = validate193;
-const schema91 = {"$ref":"ErrorResponse"};
+export const getItem_200: ValidateFunction = validate193;
+const schema91 = {"$ref":"Item"};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2545,16 +2545,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 validate193.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate193.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_400: ValidateFunction = validate195;
+export const getItem_400: ValidateFunction = validate195;
 const schema92 = {"$ref":"ValidationErrorResponse"};
 
 function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2576,7 +2576,7 @@ return errors === 0;
 }
 validate195.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_401: ValidateFunction = validate197;
+export const getItem_401: ValidateFunction = validate197;
 const schema93 = {"$ref":"ErrorResponse"};
 
 function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2598,7 +2598,7 @@ return errors === 0;
 }
 validate197.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_403: ValidateFunction = validate199;
+export const getItem_404: ValidateFunction = validate199;
 const schema94 = {"$ref":"ErrorResponse"};
 
 function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2620,7 +2620,7 @@ return errors === 0;
 }
 validate199.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_404: ValidateFunction = validate201;
+export const getItem_500: ValidateFunction = validate201;
 const schema95 = {"$ref":"ErrorResponse"};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2642,7 +2642,7 @@ return errors === 0;
 }
 validate201.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_412: ValidateFunction = validate203;
+export const getItem_503: ValidateFunction = validate203;
 const schema96 = {"$ref":"ErrorResponse"};
 
 function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2664,8 +2664,8 @@ return errors === 0;
 }
 validate203.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_429: ValidateFunction = validate205;
-const schema97 = {"$ref":"ErrorResponse"};
+export const deleteItem_400: ValidateFunction = validate205;
+const schema97 = {"$ref":"ValidationErrorResponse"};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2677,16 +2677,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate205.errors = vErrors;
 return errors === 0;
 }
-validate205.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate205.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_500: ValidateFunction = validate207;
+export const deleteItem_401: ValidateFunction = validate207;
 const schema98 = {"$ref":"ErrorResponse"};
 
 function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2708,7 +2708,7 @@ return errors === 0;
 }
 validate207.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_503: ValidateFunction = validate209;
+export const deleteItem_403: ValidateFunction = validate209;
 const schema99 = {"$ref":"ErrorResponse"};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2730,8 +2730,8 @@ return errors === 0;
 }
 validate209.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_200: ValidateFunction = validate211;
-const schema100 = {"$ref":"Item"};
+export const deleteItem_404: ValidateFunction = validate211;
+const schema100 = {"$ref":"ErrorResponse"};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2743,17 +2743,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate137(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate137.errors : vErrors.concat(validate137.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate211.errors = vErrors;
 return errors === 0;
 }
-validate211.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate211.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_400: ValidateFunction = validate213;
-const schema101 = {"$ref":"ValidationErrorResponse"};
+export const deleteItem_412: ValidateFunction = validate213;
+const schema101 = {"$ref":"ErrorResponse"};
 
 function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2765,16 +2765,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate213.errors = vErrors;
 return errors === 0;
 }
-validate213.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate213.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_401: ValidateFunction = validate215;
+export const deleteItem_429: ValidateFunction = validate215;
 const schema102 = {"$ref":"ErrorResponse"};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2796,7 +2796,7 @@ return errors === 0;
 }
 validate215.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_403: ValidateFunction = validate217;
+export const deleteItem_500: ValidateFunction = validate217;
 const schema103 = {"$ref":"ErrorResponse"};
 
 function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2818,7 +2818,7 @@ return errors === 0;
 }
 validate217.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_404: ValidateFunction = validate219;
+export const deleteItem_503: ValidateFunction = validate219;
 const schema104 = {"$ref":"ErrorResponse"};
 
 function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2840,7 +2840,7 @@ return errors === 0;
 }
 validate219.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_412: ValidateFunction = validate221;
+export const deleteItem_504: ValidateFunction = validate221;
 const schema105 = {"$ref":"ErrorResponse"};
 
 function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2862,8 +2862,8 @@ return errors === 0;
 }
 validate221.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_413: ValidateFunction = validate223;
-const schema106 = {"$ref":"ErrorResponse"};
+export const updateItem_200: ValidateFunction = validate223;
+const schema106 = {"$ref":"Item"};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2875,17 +2875,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 validate223.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate223.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_415: ValidateFunction = validate225;
-const schema107 = {"$ref":"ErrorResponse"};
+export const updateItem_400: ValidateFunction = validate225;
+const schema107 = {"$ref":"ValidationErrorResponse"};
 
 function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2897,16 +2897,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate225.errors = vErrors;
 return errors === 0;
 }
-validate225.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate225.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_429: ValidateFunction = validate227;
+export const updateItem_401: ValidateFunction = validate227;
 const schema108 = {"$ref":"ErrorResponse"};
 
 function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2928,7 +2928,7 @@ return errors === 0;
 }
 validate227.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_500: ValidateFunction = validate229;
+export const updateItem_403: ValidateFunction = validate229;
 const schema109 = {"$ref":"ErrorResponse"};
 
 function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2950,7 +2950,7 @@ return errors === 0;
 }
 validate229.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_503: ValidateFunction = validate231;
+export const updateItem_404: ValidateFunction = validate231;
 const schema110 = {"$ref":"ErrorResponse"};
 
 function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2971,4 +2971,158 @@ validate231.errors = vErrors;
 return errors === 0;
 }
 validate231.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_412: ValidateFunction = validate233;
+const schema111 = {"$ref":"ErrorResponse"};
+
+function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate233.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate233.errors = vErrors;
+return errors === 0;
+}
+validate233.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_413: ValidateFunction = validate235;
+const schema112 = {"$ref":"ErrorResponse"};
+
+function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate235.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate235.errors = vErrors;
+return errors === 0;
+}
+validate235.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_415: ValidateFunction = validate237;
+const schema113 = {"$ref":"ErrorResponse"};
+
+function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate237.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate237.errors = vErrors;
+return errors === 0;
+}
+validate237.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_429: ValidateFunction = validate239;
+const schema114 = {"$ref":"ErrorResponse"};
+
+function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate239.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate239.errors = vErrors;
+return errors === 0;
+}
+validate239.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_500: ValidateFunction = validate241;
+const schema115 = {"$ref":"ErrorResponse"};
+
+function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate241.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate241.errors = vErrors;
+return errors === 0;
+}
+validate241.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_503: ValidateFunction = validate243;
+const schema116 = {"$ref":"ErrorResponse"};
+
+function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate243.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate243.errors = vErrors;
+return errors === 0;
+}
+validate243.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const updateItem_504: ValidateFunction = validate245;
+const schema117 = {"$ref":"ErrorResponse"};
+
+function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate245.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+errors = vErrors.length;
+}
+validate245.errors = vErrors;
+return errors === 0;
+}
+validate245.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

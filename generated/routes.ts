@@ -148,6 +148,7 @@ export const routes: readonly RouteDefinition[] = [
       "429",
       "500",
       "503",
+      "504",
       "507"
     ],
     "requiredHeaders": {
@@ -185,6 +186,9 @@ export const routes: readonly RouteDefinition[] = [
         "503": {
           "$ref": "ErrorResponse"
         },
+        "504": {
+          "$ref": "ErrorResponse"
+        },
         "507": {
           "$ref": "ErrorResponse"
         }
@@ -215,7 +219,8 @@ export const routes: readonly RouteDefinition[] = [
       "415",
       "429",
       "500",
-      "503"
+      "503",
+      "504"
     ],
     "requiredHeaders": {
       "200": [
@@ -250,6 +255,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -277,7 +285,8 @@ export const routes: readonly RouteDefinition[] = [
       "415",
       "429",
       "500",
-      "503"
+      "503",
+      "504"
     ],
     "requiredHeaders": {
       "200": [
@@ -313,6 +322,9 @@ export const routes: readonly RouteDefinition[] = [
         },
         "503": {
           "$ref": "ErrorResponse"
+        },
+        "504": {
+          "$ref": "ErrorResponse"
         }
       },
       "body": {
@@ -337,7 +349,8 @@ export const routes: readonly RouteDefinition[] = [
       "413",
       "415",
       "500",
-      "503"
+      "503",
+      "504"
     ],
     "requiredHeaders": {
       "401": [
@@ -359,6 +372,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       }
@@ -459,6 +475,7 @@ export const routes: readonly RouteDefinition[] = [
       "429",
       "500",
       "503",
+      "504",
       "507"
     ],
     "requiredHeaders": {
@@ -506,6 +523,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         },
         "507": {
@@ -627,7 +647,8 @@ export const routes: readonly RouteDefinition[] = [
       "412",
       "429",
       "500",
-      "503"
+      "503",
+      "504"
     ],
     "requiredHeaders": {
       "401": [
@@ -661,6 +682,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -713,7 +737,8 @@ export const routes: readonly RouteDefinition[] = [
       "415",
       "429",
       "500",
-      "503"
+      "503",
+      "504"
     ],
     "requiredHeaders": {
       "200": [
@@ -759,6 +784,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },

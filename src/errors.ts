@@ -58,6 +58,9 @@ export const storeFull = (): ApiError =>
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })
 
+export const outcomeUnknown = (): ApiError =>
+  new ApiError(504, 'OUTCOME_UNKNOWN', 'The change may or may not have been made: the data store\'s answer was lost. Retry it with the same Idempotency-Key, or read before you retry.')
+
 export const rateLimited = (retryAfterSeconds: number): ApiError =>
   new ApiError(429, 'RATE_LIMITED', 'Too many attempts; try again later.', { 'retry-after': String(retryAfterSeconds) })
 

@@ -125,7 +125,7 @@ t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeo
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again once it thaws')
 })
 
-t.test('a write answered 503 while Redis is frozen is never applied once it thaws: a retry neither duplicates nor is taken for a replay', { skip }, async (t) => {
+t.test('a write sent to a frozen Redis that thaws after the write\'s deadline is answered 503, and is never applied: a retry neither duplicates nor is taken for a replay', { skip }, async (t) => {
   const redis = await ownRedis(t)
   // No reuse leeway: a refresh that had rotated the token would make the retry a replay, and revoke the session.
   const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url, REFRESH_REUSE_LEEWAY_SECONDS: '0' })
@@ -134,13 +134,17 @@ t.test('a write answered 503 while Redis is frozen is never applied once it thaw
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200)
   redis.signal('SIGSTOP')
   t.teardown(() => { redis.signal('SIGCONT') })
-  const [create, refresh] = await Promise.all([
+  const answers = Promise.all([
     api.call('createItem', { token: accessToken, body: { name: 'once' } }),
     api.call('refreshTokens', { body: { refreshToken } })
   ])
-  t.same([create.statusCode, refresh.statusCode], [503, 503])
+  // Past both writes' deadlines (and command timeouts), and well within the time an instance asks for a lost
+  // reply: Redis now runs the two scripts it was sent while frozen, after their deadlines, and then tells the
+  // instance that neither recorded a reply.
+  await sleep(1500)
   redis.signal('SIGCONT')
-  // Redis now runs the two scripts it was sent while frozen, after their deadlines.
+  const [create, refresh] = await answers
+  t.same([create.statusCode, refresh.statusCode], [503, 503], 'not done, and the service knows it')
   while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(20)
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 0, 'the create answered 503 was not stored')
   const retried = await api.call('refreshTokens', { body: { refreshToken } })

@@ -311,14 +311,23 @@ export class StoreFullError extends Error {
   override name = 'StoreFullError'
 }
 
-/** The store cannot be reached or did not answer in time; the request may be retried. */
+/** The store cannot be reached or did not answer in time, and nothing was changed; the request may be retried. */
 export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError'
 }
 
 /**
+ * A write was sent, its reply was lost, and the store could not be asked in time whether it was made: it may have
+ * been. Never a StoreUnavailableError, which says that nothing was changed.
+ */
+export class OutcomeUnknownError extends Error {
+  override name = 'OutcomeUnknownError'
+}
+
+/**
  * Everything the service keeps. Items and users handed out are immutable snapshots. Any operation may reject
- * with a StoreUnavailableError; adding a user or an item, with a StoreFullError where the store bounds them.
+ * with a StoreUnavailableError; a write, with an OutcomeUnknownError; adding a user or an item, with a
+ * StoreFullError where the store bounds them.
  *
  * Authentication reads the caller's session and user on every request. Each store keeps them at hand (in memory,
  * all of them; on Redis, those this instance has read and is told of every change to), and `cached` hands them

@@ -52,7 +52,7 @@ t.test('the Store contract, on Redis', { skip }, async (t) => {
   })
 })
 
-t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes', { skip }, async (t) => {
+t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes, and records its reply', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
   const redis = new Redis(REDIS_URL, { scripts })
   t.teardown(() => { redis.disconnect() })
@@ -61,29 +61,37 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const past = Number(seconds) * 1000 - 1000
   const future = past + 61_000
   const keys = redisKeys(prefix)
+  const outcome = (write: string): string => `${keys.writeOutcome}${write}`
   const families = [keys.session, keys.refreshToken, keys.userSessions] as const
   const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
-    deadline, ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
+    deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
-    await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  await t.rejects(redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, '', '', past, 'i1', 'u1', item, 10, '', '', 0, 0), late)
-  await t.rejects(redis.addUser(keys.users, keys.userEmails, past, 'u1', 'a@b.co', '{}'), late)
+    await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
+  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
+    keys.outbox, ...lists, '', '', deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+  await t.rejects(addItem(past), late)
+  await t.rejects(redis.addUser(keys.users, keys.userEmails, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
   await t.rejects(openSession(past), late)
+  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, past, outcome('claim'), '{}', 60_000), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
-  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written')
+  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
   t.equal(await openSession(future), 1)
   await t.rejects(rotate(past), late)
-  await t.rejects(redis.revokeSession(past, ...families, 's1'), late)
+  await t.rejects(redis.revokeSession(past, outcome('revoke'), ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
-  t.equal(await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...lists, '', '', future, 'i1', 'u1', item, 10, '', '', 0, 0), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, 'i1', item, '{}'), late)
-  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, 'i1', item), late)
+  t.equal(await addItem(future), 1)
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, outcome('replace'), 'i1', item, '{}'), late)
+  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, outcome('remove'), 'i1', item), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
+  t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
+    ['[1]', JSON.stringify([['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
+    'each write that ran recorded its reply; none that did not')
+  t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
 })
 
 t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is indexed at the first start, in creation order', { skip }, async (t) => {

@@ -17,6 +17,7 @@ export const COMMAND_TIMEOUT_MS = 1000
 // script's own arguments start at ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails:
 // by then its instance has stopped waiting and told the client it failed (503), so it must not happen later (a
 // retry would duplicate it, or a refresh retried be taken for a replay). `now` is Redis's time, for every instance.
+// The writes whose reply must never be lost record it as well (writeScript, writes.ts).
 export const WRITE_DEADLINE = `
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -29,7 +30,7 @@ end
  * Turns what Redis could not do into a StoreUnavailableError: unreachable, timed out, out of memory, loading.
  * A reply that says a command or script is wrong is a bug, and stays what it is.
  */
-function unavailable (error: unknown): never {
+export function unavailable (error: unknown): never {
   if (error instanceof Error && error.name === 'ReplyError' && /^(ERR|WRONGTYPE)/.test(error.message)) throw error
   throw new StoreUnavailableError(`Redis: ${String(error)}`, { cause: error })
 }

@@ -11,9 +11,10 @@ import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
 import { RedisSessionStore, sessionScripts } from './sessions.js'
 import { TrackedSessions, trackSessions } from './tracking.js'
 import { RedisUserStore, userScripts } from './users.js'
+import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts }
+export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {
@@ -36,6 +37,8 @@ export interface RedisStoreOptions {
   cache?: { users: number, sessions: number, itemCharacters: number }
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
   observeCommand?: (command: string, seconds: number) => void
+  /** How long a write whose reply was lost waits for Redis to tell what it did (default OUTCOME_WITHIN_MS). */
+  outcomeWithinMs?: number
 }
 
 // Users each instance keeps (the oldest out first); a user is at most about 2 KB, so at most about 20 MB.
@@ -81,8 +84,9 @@ function timeCommands (redis: Redis, observe: NonNullable<RedisStoreOptions['obs
  *
  * Commands are never queued while Redis is unreachable and never sent again after a lost connection (a script may
  * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. A write script that
- * Redis runs only after that (a frozen or overloaded server) changes nothing (WRITE_DEADLINE). The client
- * reconnects by itself.
+ * Redis runs only after that (a frozen or overloaded server) changes nothing (WRITE_DEADLINE). A write whose reply
+ * was lost is not taken for undone: the instance asks Redis what it did (RedisWrites). The client reconnects by
+ * itself.
  */
 export async function connectRedisStore (options: RedisStoreOptions): Promise<Store> {
   const redis = new Redis(options.url, {
@@ -138,16 +142,17 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const invalidations = await trackSessions(redis, keys.session, sessions)
   let closed = false
+  const writes = new RedisWrites(redis, clock, keys.writeOutcome, options.outcomeWithinMs)
   return {
-    users: new RedisUserStore(redis, clock, keys, options.cache?.users ?? CACHED_USERS),
-    sessions: new RedisSessionStore(redis, clock, keys, sessions),
-    items: new RedisItemStore(redis, clock, keys, outbox, {
+    users: new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS),
+    sessions: new RedisSessionStore(redis, writes, keys, sessions),
+    items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
       maxCachedCharacters: options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS,
       logger: options.logger
     }),
-    idempotencyKeys: new RedisIdempotencyKeys(redis, clock, keys),
+    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
     // The connection is 'ready' until QUIT's reply has closed it.

@@ -1,19 +1,19 @@
 import type { Redis, Result } from 'ioredis'
 import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from '../store.js'
-import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
+import { type RedisWrites, writeScript } from './writes.js'
 
 export const idempotencyKeyScripts = {
   // KEYS: the key (idempotencyKey). ARGV: the claim as JSON, its lease (ms). What holds the key already, or nil
   // when the claim now does.
   claimIdempotencyKey: {
     numberOfKeys: 1,
-    lua: `${WRITE_DEADLINE}
+    lua: writeScript('', `
 local held = redis.call('GET', KEYS[1])
 if held then return held end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false`
+return false`)
   },
   // KEYS: the key. ARGV: the claim as JSON. Frees the key if the claim still holds it.
   releaseIdempotencyKey: {
@@ -26,7 +26,7 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (key: string, deadline: number, claim: string, leaseMs: number): Result<string | null, Context>
+    claimIdempotencyKey (key: string, deadline: number, outcomeKey: string, claim: string, leaseMs: number): Result<string | null, Context>
     releaseIdempotencyKey (key: string, claim: string): Result<1, Context>
   }
 }
@@ -36,7 +36,7 @@ declare module 'ioredis' {
  * KEYS[key + 1] (the user's keys), ARGV[argument] (the claim as JSON), ARGV[argument + 1] (the record),
  * ARGV[argument + 2] (its time to live, ms) and ARGV[argument + 3] (keys per user); an empty KEYS[key] means no
  * claim. `holdsClaim` says whether the claim still holds its key (or none does); `recordClaim` replaces it with the
- * record, listed in the user's keys, of which the oldest beyond the bound go. Uses WRITE_DEADLINE's `now`.
+ * record, listed in the user's keys, of which the oldest beyond the bound go. Uses writeScript's `now`.
  */
 export const RECORD_CLAIM = `
 local function holdsClaim (key, argument)
@@ -87,17 +87,18 @@ type Held = { readonly fingerprint: string, readonly token: string } | { readonl
 /** Idempotency keys on Redis, shared by every instance; a create is recorded by the item script that adds it (items.ts). */
 export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   readonly #redis: Redis
-  readonly #clock: RedisClock
+  readonly #writes: RedisWrites
   readonly #keys: RedisKeys
 
-  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys) {
+  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys) {
     this.#redis = redis
-    this.#clock = clock
+    this.#writes = writes
     this.#keys = keys
   }
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
-    const json = await call(this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim), this.#clock.writeDeadline(), claimJson(claim), leaseMs))
+    const json = await this.#writes.run(async (deadline, outcomeKey) =>
+      await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim), deadline, outcomeKey, claimJson(claim), leaseMs))
     if (json === null) return { status: 'claimed' }
     const held = JSON.parse(json) as Held
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }

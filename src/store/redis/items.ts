@@ -1,10 +1,10 @@
 import type { Redis, Result } from 'ioredis'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
-import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
+import { type RedisWrites, writeScript } from './writes.js'
 
 export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
@@ -13,7 +13,7 @@ export const itemScripts = {
   // when the claim lost its key, 3 when another item has the id.
   addItem: {
     numberOfKeys: 10,
-    lua: `${WRITE_DEADLINE}${APPEND_EVENT}${RECORD_CLAIM}
+    lua: writeScript(APPEND_EVENT + RECORD_CLAIM, `
 if not holdsClaim(9, 5) then return 2 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
@@ -24,7 +24,7 @@ redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 recordClaim(9, 5)
 appendEvent(KEYS[5], 9)
-return 1`
+return 1`)
   },
   // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
   pageItems: {
@@ -41,7 +41,7 @@ return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   // was read.
   replaceItem: {
     numberOfKeys: 7,
-    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+    lua: writeScript(APPEND_EVENT, `
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
@@ -54,13 +54,13 @@ if KEYS[4] ~= KEYS[6] then
   redis.call('ZADD', KEYS[7], sequence, ARGV[1])
 end
 appendEvent(KEYS[2], 4)
-return 1`
+return 1`)
   },
   // KEYS: items, order, owned per contributor, outbox, and the item's sets by status, by contributor and by both.
   // ARGV: id, the item as it was read, and the event (APPEND_EVENT). As replaceItem.
   removeItem: {
     numberOfKeys: 7,
-    lua: `${WRITE_DEADLINE}${APPEND_EVENT}
+    lua: writeScript(APPEND_EVENT, `
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
@@ -70,7 +70,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
 appendEvent(KEYS[4], 3)
-return 1`
+return 1`)
   },
   // Puts the items a scan of the items hash finds into their sets by status and contributor: for a catalogue
   // stored before those sets were kept (1.0.0), once. KEYS: items, order, the indexed flag. ARGV: the scan's cursor,
@@ -100,13 +100,13 @@ return scanned[1]`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, deadline: number, id: string, contributorId: string, item: string,
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, deadline: number, outcomeKey: string, id: string, contributorId: string, item: string,
       maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments): Result<0 | 1 | 2 | 3, Context>
     pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, deadline: number, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+      nextByContributorStatus: string, deadline: number, outcomeKey: string, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      deadline: number, id: string, expected: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+      deadline: number, outcomeKey: string, id: string, expected: string, ...event: EventArguments): Result<0 | 1 | string, Context>
     indexItems (items: string, order: string, indexed: string, cursor: string, count: number, byStatus: string, byContributor: string,
       byContributorStatus: string): Result<string, Context>
   }
@@ -178,7 +178,7 @@ export interface RedisItemStoreOptions {
 
 export class RedisItemStore implements ItemStore {
   readonly #redis: Redis
-  readonly #clock: RedisClock
+  readonly #writes: RedisWrites
   readonly #keys: RedisKeys
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
@@ -192,9 +192,9 @@ export class RedisItemStore implements ItemStore {
   #missingSkipped = 0
   #missingLoggedAt = -Infinity
 
-  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, outbox: RedisOutbox, options: RedisItemStoreOptions) {
+  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, outbox: RedisOutbox, options: RedisItemStoreOptions) {
     this.#redis = redis
-    this.#clock = clock
+    this.#writes = writes
     this.#keys = keys
     this.#outbox = outbox
     this.#logger = options.logger
@@ -209,8 +209,9 @@ export class RedisItemStore implements ItemStore {
     const stored = parseItem(json)
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
-    const added = await call(this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored),
-      ...recorded.keys, this.#clock.writeDeadline(), item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
+    const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
+      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, deadline, outcomeKey, item.id, item.contributorId, json,
+      this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
     if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
@@ -252,8 +253,8 @@ export class RedisItemStore implements ItemStore {
       const event = announce?.(stored)
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
-      const outcome = await call(this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, byStatus, byContributorStatus, nextByStatus,
-        nextByContributorStatus, this.#clock.writeDeadline(), id, json, next, ...eventArguments(event)))
+      const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
+        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, deadline, outcomeKey, id, json, next, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored
@@ -265,8 +266,8 @@ export class RedisItemStore implements ItemStore {
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
-      const outcome = await call(this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, current),
-        this.#clock.writeDeadline(), id, json, ...eventArguments(event)))
+      const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned,
+        keys.outbox, ...itemListKeys(keys, current), deadline, outcomeKey, id, json, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

@@ -45,6 +45,11 @@ export interface RedisKeys {
   readonly idempotencyKey: string
   /** Family, + user id. Sorted set: the user's recorded idempotencyKey names, scored by when each was recorded. */
   readonly idempotencyKeys: string
+  /**
+   * Family, + a uuid of the write's. String, JSON: the reply of a write script (writeScript), expiring after 30 s,
+   * for an instance that lost the reply to ask for it (RedisWrites).
+   */
+  readonly writeOutcome: string
 }
 
 export const redisKeys = (prefix: string): RedisKeys => ({
@@ -65,7 +70,8 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   webhook: `${prefix}webhook:`,
   rateLimit: `${prefix}rate-limit:`,
   idempotencyKey: `${prefix}idempotency-key:`,
-  idempotencyKeys: `${prefix}idempotency-keys:`
+  idempotencyKeys: `${prefix}idempotency-keys:`,
+  writeOutcome: `${prefix}write-outcome:`
 })
 
 /** The sorted set a filter's pages are cut from: itemOrder itself when it keeps every item. */

@@ -1,12 +1,12 @@
 import type { Redis, Result } from 'ioredis'
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
 import type { RefreshOutcome, Session, SessionStore } from '../store.js'
-import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
+import { type RedisWrites, writeScript } from './writes.js'
 
-// Opens the session scripts, after WRITE_DEADLINE: ARGV[1..3] are the prefixes of the session, refresh-token and
+// Defined in the session scripts (writeScript): ARGV[1..3] are the prefixes of the session, refresh-token and
 // user-sessions keys (keys.ts), for the keys a script finds in what it reads; `forget` forgets a session: its
 // refresh tokens, its record, its place among its user's sessions.
 const FORGET_SESSION = `
@@ -28,7 +28,7 @@ export const sessionScripts = {
   // (ms), token hash, sessions a user may have.
   openSession: {
     numberOfKeys: 3,
-    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+    lua: writeScript(FORGET_SESSION, `
 local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
 redis.call('PEXPIREAT', KEYS[1], expiresAt)
@@ -41,14 +41,14 @@ if excess > 0 then
   for _, oldest in ipairs(redis.call('ZRANGE', KEYS[3], 0, excess - 1)) do forget(oldest) end
 end
 redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
-return 1`
+return 1`)
   },
   // KEYS: the presented token. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's clock as the
   // instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per rotation.
   // {status, session id, user id, end}.
   rotateRefreshToken: {
     numberOfKeys: 1,
-    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+    lua: writeScript(FORGET_SESSION, `
 local presented, nextHash, now, leeway = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local sessionId = redis.call('GET', KEYS[1])
 if not sessionId then return {'unknown'} end
@@ -83,14 +83,14 @@ end
 redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
   'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
 redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2])
-return {'rotated', sessionId, session[1], session[2]}`
+return {'rotated', sessionId, session[1], session[2]}`)
   },
   // KEYS: none. ARGV: (FORGET_SESSION), session id.
   revokeSession: {
     numberOfKeys: 0,
-    lua: `${WRITE_DEADLINE}${FORGET_SESSION}
+    lua: writeScript(FORGET_SESSION, `
 forget(ARGV[4])
-return 1`
+return 1`)
   }
 } as const satisfies Record<string, Script>
 
@@ -99,24 +99,24 @@ type SessionFamilies = [session: string, refreshToken: string, userSessions: str
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    openSession (session: string, token: string, userSessions: string, deadline: number, ...args: [...SessionFamilies, id: string, userId: string,
+    openSession (session: string, token: string, userSessions: string, deadline: number, outcomeKey: string, ...args: [...SessionFamilies, id: string, userId: string,
       expiresAt: number, tokenHash: string, maxPerUser: number]): Result<1, Context>
-    rotateRefreshToken (token: string, deadline: number, ...args: [...SessionFamilies, presentedHash: string, nextHash: string, now: number,
+    rotateRefreshToken (token: string, deadline: number, outcomeKey: string, ...args: [...SessionFamilies, presentedHash: string, nextHash: string, now: number,
       reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string?, string?, string?], Context>
-    revokeSession (deadline: number, ...args: [...SessionFamilies, id: string]): Result<1, Context>
+    revokeSession (deadline: number, outcomeKey: string, ...args: [...SessionFamilies, id: string]): Result<1, Context>
   }
 }
 
 export class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
-  readonly #clock: RedisClock
+  readonly #writes: RedisWrites
   readonly #keys: RedisKeys
   readonly #families: SessionFamilies
   readonly #cache: TrackedSessions
 
-  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, cache: TrackedSessions) {
+  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, cache: TrackedSessions) {
     this.#redis = redis
-    this.#clock = clock
+    this.#writes = writes
     this.#keys = keys
     this.#families = [keys.session, keys.refreshToken, keys.userSessions]
     this.#cache = cache
@@ -124,8 +124,8 @@ export class RedisSessionStore implements SessionStore {
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     const keys = this.#keys
-    await call(this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash, keys.userSessions + session.userId,
-      this.#clock.writeDeadline(), ...this.#families, session.id, session.userId, session.expiresAt, refreshTokenHash, maxPerUser))
+    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
+      keys.userSessions + session.userId, deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt, refreshTokenHash, maxPerUser))
   }
 
   cached (id: string, now: number): Session | undefined {
@@ -145,8 +145,9 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
-    const [status, id, userId, expires] = await call(this.#redis.rotateRefreshToken(this.#keys.refreshToken + presentedHash,
-      this.#clock.writeDeadline(), ...this.#families, presentedHash, nextHash, now, reuseLeewayMs, REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
+    const [status, id, userId, expires] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.rotateRefreshToken(
+      this.#keys.refreshToken + presentedHash, deadline, outcomeKey, ...this.#families, presentedHash, nextHash, now, reuseLeewayMs,
+      REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
     if (status === 'rotated' && id !== undefined && userId !== undefined) {
       return { status, session: { id, userId, expiresAt: Number(expires) } }
     }
@@ -154,7 +155,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async revoke (id: string): Promise<void> {
-    await call(this.#redis.revokeSession(this.#clock.writeDeadline(), ...this.#families, id))
+    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.revokeSession(deadline, outcomeKey, ...this.#families, id))
     this.#cache.invalidate([id])
   }
 

@@ -1,20 +1,20 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { IdTakenError, type User, type UserStore } from '../store.js'
-import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
+import { type RedisWrites, writeScript } from './writes.js'
 
 export const userScripts = {
   // KEYS: users, user emails. ARGV: id, email key, user as JSON. 1 when added, 0 when the email key is taken, 2
   // when another user has the id.
   addUser: {
     numberOfKeys: 2,
-    lua: `${WRITE_DEADLINE}
+    lua: writeScript('', `
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 2 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-return 1`
+return 1`)
   },
   // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
   findUserByEmailKey: {
@@ -28,7 +28,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, deadline: number, id: string, emailKey: string, user: string): Result<0 | 1 | 2, Context>
+    addUser (users: string, emails: string, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string): Result<0 | 1 | 2, Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -42,20 +42,21 @@ const parseUser = (json: string): User => Object.freeze(JSON.parse(json) as User
  */
 export class RedisUserStore implements UserStore {
   readonly #redis: Redis
-  readonly #clock: RedisClock
+  readonly #writes: RedisWrites
   readonly #keys: RedisKeys
   readonly #byId: FifoMap<User>
 
-  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, maxCached: number) {
+  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, maxCached: number) {
     this.#redis = redis
-    this.#clock = clock
+    this.#writes = writes
     this.#keys = keys
     this.#byId = new FifoMap(maxCached)
   }
 
   async add (user: User): Promise<User | undefined> {
     const json = JSON.stringify(user)
-    const added = await call(this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#clock.writeDeadline(), user.id, user.emailKey, json))
+    const added = await this.#writes.run(async (deadline, outcomeKey) =>
+      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, deadline, outcomeKey, user.id, user.emailKey, json))
     if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
     return added === 1 ? parseUser(json) : undefined
   }

@@ -382,11 +382,12 @@ export interface components {
          *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.
          *     - `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
-         *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store; see `Retry-After`.
-         *     - `STORE_FULL` (507): the service holds as many users or items as it may; nothing more is added until some are removed.
+         *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.
+         *     - `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.
+         *     - `STORE_FULL` (507): the service holds as many users, items or idempotency keys as it may; nothing more is added until some are removed or expire.
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "STORE_FULL";
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN" | "STORE_FULL";
         Health: {
             /** @constant */
             status: "ok";
@@ -779,8 +780,32 @@ export interface components {
             };
         };
         /**
-         * @description The service holds as many users or items as it is configured to (`STORE_FULL`); nothing more can be added
-         *     until some are removed. Retrying soon does not help.
+         * @description The service sent the change to its data store but lost the store's answer, and could not learn in time
+         *     whether the change was made (`OUTCOME_UNKNOWN`): it may have been. Never sent for a change that was not
+         *     made (that is a 503). Resolve it by retrying: with the same `Idempotency-Key` for a create (answered once,
+         *     however often it is sent), by reading the item for an edit or a delete, by signing in again for a
+         *     registration (409 `EMAIL_ALREADY_REGISTERED` says it was made), or by presenting the same refresh token
+         *     within its reuse leeway.
+         */
+        OutcomeUnknown: {
+            headers: {
+                "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                RateLimit: components["headers"]["RateLimit"];
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "OUTCOME_UNKNOWN",
+                 *       "message": "The change may or may not have been made; retry it with the same Idempotency-Key, or read the item."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /**
+         * @description The service holds as many users, items or idempotency keys as it is configured to (`STORE_FULL`); nothing
+         *     more can be added until some are removed or expire. Retrying soon does not help.
          */
         StoreFull: {
             headers: {
@@ -1036,6 +1061,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
             507: components["responses"]["StoreFull"];
         };
     };
@@ -1082,6 +1108,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     refreshTokens: {
@@ -1126,6 +1153,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     logoutUser: {
@@ -1149,6 +1177,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     listItems: {
@@ -1278,6 +1307,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
             507: components["responses"]["StoreFull"];
         };
     };
@@ -1357,6 +1387,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     updateItem: {
@@ -1401,6 +1432,7 @@ export interface operations {
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     itemAdded: {
