@@ -6,10 +6,11 @@ import { once } from 'node:events'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import ts from 'typescript'
-import { faultyProxy } from './faulty-proxy.js'
-import { Api, buildTestApp } from './helper.js'
+import { createItemsClient, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type Session } from '../clients/typescript/src/index.js'
+import { type Fault, faultyProxy } from './faulty-proxy.js'
+import { Api, buildTestApp, newUser } from './helper.js'
 import { redisKeyPrefix, redisSkip } from './redis.js'
 
 const run = promisify(execFile)
@@ -92,3 +93,65 @@ for (const store of ['memory', 'redis'] as const) {
     t.same(listed.data.map((item: { name: string }) => item.name), ['Difference engine', 'Analytical engine', 'Jacquard loom'], 'each item once')
   })
 }
+
+// The client's own behaviour, each through the faulty proxy in front of a listening service (from its source, in
+// this process: the packed client is the same code, run above).
+async function behindProxy (t: Test, faults: readonly Fault[], env: NodeJS.ProcessEnv = {}) {
+  const app = await buildTestApp(t, env)
+  const proxy = await faultyProxy(await app.listen({ host: '127.0.0.1', port: 0 }), faults)
+  t.teardown(proxy.close)
+  const sessions: Array<Session | undefined> = []
+  const client = createItemsClient({ baseUrl: proxy.url, onSession: (session) => { sessions.push(session) } })
+  await client.register(newUser({ role: 'contributor' }))
+  return { client, proxy, sessions }
+}
+
+t.test('a refresh whose answer was lost is sent again with the same token, within the leeway, and the session lives on', async (t) => {
+  const { client, proxy, sessions } = await behindProxy(t, [{ matches: { method: 'POST', url: '/v1/auth/refresh' }, fault: 'drop' }])
+  client.resume(client.session!)
+  t.equal((await ok(client.api.GET('/v1/items'))).pagination.total, 0, 'the request that needed the refresh is served')
+  t.same(proxy.forwarded.filter(({ url }) => url === '/v1/auth/refresh').map(({ status, answered }) => [status, answered]), [[200, false], [200, true]])
+  t.not(sessions.at(-1), undefined, 'the session did not end')
+  client.resume(client.session!)
+  t.equal((await ok(client.api.GET('/v1/items'))).pagination.total, 0, 'and the pair it got refreshes again')
+})
+
+t.test('every failure is one typed error: a non-JSON answer an ItemsApiError, a lost answer an ItemsNetworkError; a 304 is a result', async (t) => {
+  const { client } = await behindProxy(t, [
+    { matches: { method: 'GET', url: '/v1/items' }, fault: 502 },
+    { matches: { method: 'PATCH', url: '/v1/items/00000000-0000-4000-8000-000000000000' }, fault: 'drop' }
+  ])
+  const proxied = await ok(client.api.GET('/v1/items')).catch((error: unknown) => error)
+  t.ok(proxied instanceof ItemsApiError, 'a proxy\'s HTML 502 is an ItemsApiError')
+  t.match(proxied, { status: 502, code: undefined, message: 'The service answered 502.' })
+  // An edit without If-Match is not sent again after a lost answer: it may have been made.
+  const lost = await ok(client.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId: '00000000-0000-4000-8000-000000000000' } }, body: { name: 'x' } }))
+    .catch((error: unknown) => error)
+  t.ok(lost instanceof ItemsNetworkError, `a lost answer is an ItemsNetworkError: ${String(lost)}`)
+  const item = await ok(client.api.POST('/v1/items', { body: { name: 'cached' } }))
+  const read = await client.api.GET('/v1/items/{itemId}', { params: { path: { itemId: item.id } } })
+  const etag = read.response.headers.get('etag') ?? ''
+  const again = client.api.GET('/v1/items/{itemId}', { params: { path: { itemId: item.id }, header: { 'If-None-Match': etag } } })
+  t.equal(await okOrUnchanged(again), undefined, 'a 304: the copy held is current')
+  const unchanged = await ok(client.api.GET('/v1/items/{itemId}', { params: { path: { itemId: item.id }, header: { 'If-None-Match': etag } } }))
+    .catch((error: unknown) => error)
+  t.match(unchanged, { name: 'ItemsApiError', status: 304 }, 'ok() says so with the error type, not a TypeError')
+})
+
+t.test('a DELETE sent again after its answer was lost, which finds the item gone, is done', async (t) => {
+  const { client, proxy } = await behindProxy(t, [])
+  const item = await ok(client.api.POST('/v1/items', { body: { name: 'to remove' } }))
+  proxy.inject({ matches: { method: 'DELETE', url: `/v1/items/${item.id}` }, fault: 'drop' })
+  await ok(client.api.DELETE('/v1/items/{itemId}', { params: { path: { itemId: item.id } } }))
+  t.same(proxy.forwarded.filter(({ method }) => method === 'DELETE').map(({ status, answered }) => [status, answered]), [[204, false], [404, true]],
+    'the first removed it; the second found it gone')
+})
+
+t.test('a request waiting out a Retry-After stops the moment its signal aborts', async (t) => {
+  const { client } = await behindProxy(t, [{ matches: { method: 'GET', url: '/v1/items' }, fault: 429, retryAfter: 3 }])
+  const began = performance.now()
+  const aborted = await client.api.GET('/v1/items', { signal: AbortSignal.timeout(100) }).catch((error: unknown) => error)
+  const waited = performance.now() - began
+  t.match(aborted, { name: 'TimeoutError' }, 'rejected with the signal\'s reason')
+  t.ok(waited < 3000, `without waiting out the 3 s (${Math.round(waited)} ms)`)
+})

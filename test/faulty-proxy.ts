@@ -1,6 +1,6 @@
 // A proxy in front of a real service, as a client meets one over a bad network: it records what it forwards, and
-// injects the faults it is told to, each once: an answer lost after the service made it, or a 429 or 503 in the
-// service's shape that never reaches the service.
+// injects the faults it is told to, each once: an answer lost after the service made it, a 429 or 503 in the
+// service's shape that never reaches the service, or a 502 in another proxy's HTML.
 import { once } from 'node:events'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -19,7 +19,9 @@ export interface Forwarded {
 export interface Fault {
   matches: { method: string, url: string }
   /** `drop`: forwarded, and the connection cut instead of answering; a status: answered so, not forwarded. */
-  fault: 'drop' | 429 | 503
+  fault: 'drop' | 429 | 502 | 503
+  /** The Retry-After of a 429 or 503: 1 when left out. */
+  retryAfter?: number
 }
 
 export interface FaultyProxy {
@@ -28,6 +30,8 @@ export interface FaultyProxy {
   forwarded: Forwarded[]
   /** The faults injected so far, as `METHOD url fault`. */
   injected: string[]
+  /** One more fault for the next request that matches. */
+  inject: (fault: Fault) => void
   close: () => Promise<void>
 }
 
@@ -42,12 +46,18 @@ export async function faultyProxy (target: string, faults: readonly Fault[]): Pr
     for await (const chunk of request) chunks.push(chunk as Buffer)
     const [method, url] = [String(request.method), String(request.url)]
     const index = pending.findIndex(({ matches }) => matches.method === method && matches.url === url)
-    const fault = index === -1 ? undefined : pending.splice(index, 1)[0]?.fault
+    const [injecting] = index === -1 ? [] : pending.splice(index, 1)
+    const fault = injecting?.fault
     if (fault !== undefined) injected.push(`${method} ${url} ${fault}`)
     if (fault === 429 || fault === 503) {
       const code = fault === 429 ? 'RATE_LIMITED' : 'SERVICE_UNAVAILABLE'
-      response.writeHead(fault, { 'content-type': 'application/json', 'retry-after': '1' })
+      response.writeHead(fault, { 'content-type': 'application/json', 'retry-after': String(injecting?.retryAfter ?? 1) })
       response.end(JSON.stringify({ code, message: 'Injected by the proxy.' }))
+      return
+    }
+    if (fault === 502) {
+      response.writeHead(502, { 'content-type': 'text/html' })
+      response.end('<html><body><h1>502 Bad Gateway</h1></body></html>')
       return
     }
     // The end-to-end headers: fetch sets the connection's own.
@@ -72,6 +82,7 @@ export async function faultyProxy (target: string, faults: readonly Fault[]): Pr
     url: `http://127.0.0.1:${port}`,
     forwarded,
     injected,
+    inject: (fault) => { pending.push(fault) },
     close: async () => { server.closeAllConnections(); await new Promise((resolve) => server.close(resolve)) }
   }
 }

@@ -9,31 +9,64 @@ import type { components, paths } from './generated/openapi.js'
 export type { components, operations, paths, webhooks } from './generated/openapi.js'
 
 type Schemas = components['schemas']
-export type ErrorCode = Schemas['ErrorCode']
+/**
+ * The contract's error codes, kept open: a service of a later minor version may answer a code this client does not
+ * know yet (docs/contract.md asks clients to tolerate one), and it still type-checks as a string.
+ */
+export type ErrorCode = Schemas['ErrorCode'] | (string & Record<never, never>)
 /** What registering or signing in answers, and what a refresh renews. */
 export type Session = Schemas['AuthResponse']
-type ErrorBody = Schemas['ErrorResponse'] | Schemas['ValidationErrorResponse']
 
-/** An answer outside 2xx, with the contract's `code` (and, for a 400, the fields at fault). */
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null
+
+/**
+ * An HTTP answer outside 2xx, whatever its body: the contract's `code` and `message` (and, for a 400, the fields at
+ * fault) when the body is the contract's error; `code` undefined when it is not (a proxy's HTML 502).
+ */
 export class ItemsApiError extends Error {
   readonly status: number
-  readonly code: ErrorCode
+  readonly code: ErrorCode | undefined
   readonly details: Schemas['ValidationErrorResponse']['details'] | undefined
 
-  constructor (status: number, body: ErrorBody) {
-    super(body.message)
+  constructor (status: number, body: unknown) {
+    const contractError = isObject(body) && typeof body.code === 'string' && typeof body.message === 'string'
+    super(contractError ? String(body.message) : `The service answered ${status}.`)
     this.name = 'ItemsApiError'
     this.status = status
-    this.code = body.code
-    this.details = 'details' in body ? body.details : undefined
+    this.code = contractError ? String(body.code) : undefined
+    this.details = contractError && Array.isArray(body.details) ? body.details as Schemas['ValidationErrorResponse']['details'] : undefined
   }
 }
 
-/** The data of a successful answer; an ItemsApiError carrying the contract's code otherwise. */
-export async function ok<Data> (pending: Promise<{ data?: Data, error?: ErrorBody, response: Response }>): Promise<Data> {
+/**
+ * No answer came (the connection failed or was cut): the request may or may not have been done. The client has
+ * already sent again what was safe to send again; `cause` is fetch's own error.
+ */
+export class ItemsNetworkError extends Error {
+  constructor (cause: unknown) {
+    super(`No answer from the service: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
+    this.name = 'ItemsNetworkError'
+  }
+}
+
+type Answer<Data> = Promise<{ data?: Data, error?: unknown, response: Response }>
+
+/** The data of a successful answer; an ItemsApiError otherwise, a 304 included (see `okOrUnchanged`). */
+export async function ok<Data> (pending: Answer<Data>): Promise<Data> {
   const { data, error, response } = await pending
-  if (error !== undefined) throw new ItemsApiError(response.status, error)
+  if (!response.ok) throw new ItemsApiError(response.status, error)
   return data as Data
+}
+
+/**
+ * For a conditional read (`If-None-Match`): the data of a 200, or undefined for a 304, when the copy the caller
+ * holds is current; an ItemsApiError otherwise.
+ */
+export async function okOrUnchanged<Data> (pending: Answer<Data>): Promise<Data | undefined> {
+  const { data, error, response } = await pending
+  if (response.status === 304) return undefined
+  if (!response.ok) throw new ItemsApiError(response.status, error)
+  return data
 }
 
 // The paths whose POST takes an Idempotency-Key in the contract: the compiler refuses a path missing here or one
@@ -87,7 +120,25 @@ function spentSeconds (field: string | null): number {
   return seconds
 }
 
-const sleep = async (ms: number): Promise<void> => { await new Promise((resolve) => setTimeout(resolve, ms)) }
+/** Waits `ms`, or rejects with the signal's reason the moment it aborts. */
+async function sleep (ms: number, signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted()
+  await new Promise<void>((resolve, reject) => {
+    const aborted = (): void => {
+      clearTimeout(timer)
+      reject(signal?.reason)
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted)
+      resolve()
+    }, ms)
+    signal?.addEventListener('abort', aborted, { once: true })
+  })
+}
+
+// Exponential backoff with full jitter (AWS's "Exponential Backoff and Jitter"): many clients that failed together
+// do not all come back together.
+const backoffMs = (attempt: number): number => Math.random() * 100 * 2 ** attempt
 
 // The code a refresh answers; typed, so that the compiler notices when the contract renames it.
 const EXPIRED: ErrorCode = 'TOKEN_EXPIRED'
@@ -121,15 +172,25 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
     refreshing ??= (async () => {
       try {
         for (let attempt = 1; ; attempt += 1) {
-          const { data, error, response } = await plain.POST(REFRESH_PATH, { body: { refreshToken: stale.refreshToken } })
+          // A refresh whose answer was lost may have rotated the token: sent again with the same token, within the
+          // service's reuse leeway, it gets a working pair all the same.
+          let answered
+          try {
+            answered = await plain.POST(REFRESH_PATH, { body: { refreshToken: stale.refreshToken } })
+          } catch (lost) {
+            if (attempt >= maxAttempts) throw new ItemsNetworkError(lost)
+            await sleep(backoffMs(attempt))
+            continue
+          }
+          const { data, error, response } = answered
           if (data !== undefined) return start(data)
-          if ((response.status === 429 || response.status === 503) && attempt < maxAttempts) {
+          if ((response.status === 429 || response.status === 503 || response.status === 504) && attempt < maxAttempts) {
             await sleep(Number(response.headers.get('retry-after') ?? 1) * 1000)
             continue
           }
           // The session has ended (revoked, expired, or its refresh token reused): sign in again.
           start(undefined)
-          throw new ItemsApiError(response.status, error ?? { code: 'INTERNAL_ERROR', message: 'The refresh failed.' })
+          throw new ItemsApiError(response.status, error)
         }
       } finally {
         refreshing = undefined
@@ -151,20 +212,26 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
     let outcome = first
     if (original === undefined) return outcome instanceof Response ? outcome : Promise.reject(outcome)
     let refreshed = false
+    // Whether a request sent earlier may have been done though its answer was lost.
+    let lostBefore = false
     for (let attempt = 1; attempt < maxAttempts; attempt += 1) {
       const current = session
+      if (original.signal.aborted) break
       if (outcome instanceof Response && original.headers.has('authorization') && current !== undefined && !refreshed && await isExpiredToken(outcome)) {
         refreshed = true
         await refresh(current)
       } else if (outcome instanceof Response ? outcome.status === 429 || outcome.status === 503 : safeToResend(original)) {
         const retryAfter = outcome instanceof Response ? outcome.headers.get('retry-after') : null
-        await sleep(retryAfter === null ? 100 * 2 ** attempt : Number(retryAfter) * 1000)
+        lostBefore ||= !(outcome instanceof Response)
+        await sleep(retryAfter === null ? backoffMs(attempt) : Number(retryAfter) * 1000, original.signal)
       } else {
         break
       }
       outcome = await send(authorized(original.clone())).catch((error: unknown) => error)
     }
-    if (!(outcome instanceof Response)) throw outcome
+    if (!(outcome instanceof Response)) throw original.signal.aborted ? original.signal.reason : new ItemsNetworkError(outcome)
+    // A delete sent again after its first answer was lost finds the item gone: that one did it.
+    if (lostBefore && original.method === 'DELETE' && outcome.status === 404) return new Response(null, { status: 204 })
     const spent = spentSeconds(outcome.headers.get('ratelimit'))
     if (spent > 0) resumeAt = Math.max(resumeAt, Date.now() + spent * 1000)
     return outcome
@@ -172,7 +239,7 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
 
   const resilience: Middleware = {
     async onRequest ({ request, id, schemaPath }) {
-      await sleep(Math.max(0, resumeAt - Date.now()))
+      await sleep(Math.max(0, resumeAt - Date.now()), request.signal)
       if (session !== undefined && Date.now() >= renewAt) await refresh(session)
       const headers = new Headers(request.headers)
       // One key per create, made here once: every retry sends the same request, and so the same key.
