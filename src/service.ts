@@ -46,14 +46,6 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   const { config } = options
   // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
   app.removeContentTypeParser('text/plain')
-  // A JSON body sent to an operation that declares none (a logout) is read, within the body limit, and ignored, as
-  // HTTP asks of content that means nothing to the request: never a 400 that the operation does not declare.
-  const parseJson = app.getDefaultJsonParser('error', 'error')
-  app.removeContentTypeParser('application/json')
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    if (request.routeOptions.schema?.body === undefined) done(null, undefined)
-    else parseJson(request, String(body), done)
-  })
   // On every response, errors included: the id to quote in a report, and no content sniffing of the JSON by a
   // browser (the docs get the rest of helmet's headers in their own plugin).
   app.addHook('onRequest', (request, reply, done) => {

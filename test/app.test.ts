@@ -379,5 +379,5 @@ t.test('a security scheme of the contract that no hook enforces stops the start,
   app.decorate('shedding', none).decorate('rateLimits', { byAddress: none, byCaller: none }).decorate('idempotency', none).decorate('requestMetrics', none)
   for (const name of ['load-shedding', 'rate-limits', 'auth', 'idempotency', 'metrics']) await app.register(fp(async () => {}, { name }))
   await t.rejects(async () => { await app.register(routesPlugin, { handlers, securitySchemes: { apiKey: async () => {} }, strictResponses: false }) },
-    { message: /^logoutUser: no hook enforces the security scheme\(s\) bearerAuth of the contract$/ })
+    { message: /^createItem: no hook enforces the security scheme\(s\) bearerAuth of the contract$/ })
 })

@@ -2,7 +2,7 @@ import type { ValidateFunction } from 'ajv'
 import fastJson, { type AnySchema, type Schema } from 'fast-json-stringify'
 import type { FastifyInstance, FastifySerializerCompiler, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
-import { type RouteOperationId, routes } from '../../generated/routes.js'
+import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
 import type { Handlers } from '../handlers/handler.js'
@@ -140,12 +140,12 @@ async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions)
   const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
   const responseContract: StepFor = (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }
   const steps = pipeline(app, options, responseContract)
-  for (const route of routes) {
+  const register = (context: FastifyInstance, route: RouteDefinition): void => {
     const applied = steps.flatMap(([name, stepFor]) => {
       const step = stepFor(route)
       return step === undefined ? [] : [{ name, step }]
     })
-    app.route({
+    context.route({
       method: route.method,
       url: route.url,
       schema: route.schema,
@@ -156,6 +156,15 @@ async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions)
       exposeHeadRoute: false
     })
   }
+  for (const route of routes) if (route.schema.body !== undefined) register(app, route)
+  // A JSON body sent to an operation that declares none (a logout, a delete) is read, within the body limit, and
+  // ignored, as HTTP asks of content that means nothing to the request: never a 400 the operation does not declare.
+  // In a context of their own, so that the routes that take a body pay nothing for it.
+  await app.register(async (withoutBody) => {
+    withoutBody.removeContentTypeParser('application/json')
+    withoutBody.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, _body, done) => { done(null, undefined) })
+    for (const route of routes) if (route.schema.body === undefined) register(withoutBody, route)
+  })
 }
 
 // Encapsulated (the compilers above are this context's), yet named, so that the capabilities it reads are declared.
