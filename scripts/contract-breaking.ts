@@ -132,6 +132,12 @@ function compareSchemas (baseDocument: Document, headDocument: Document, baseVal
     for (const name of Array.isArray(base.required) ? base.required : []) {
       if (!headRequired.has(name) && String(name) in headProperties) found.push(`${where}.${String(name)}: no longer required (may be absent)`)
     }
+    // A client's exhaustive switch over the values it was promised breaks on a new one, unless the schema told it
+    // to expect more (`x-extensible-enum: true`, as the error codes do).
+    if (Array.isArray(base.enum) && Array.isArray(head.enum) && head['x-extensible-enum'] !== true) {
+      const added = head.enum.filter((value) => !(base.enum as unknown[]).includes(value))
+      if (added.length > 0) found.push(`${where}: enum may now be ${names(added)} (mark it x-extensible-enum: true to promise clients more values)`)
+    }
   }
   for (const keyword of OPAQUE) {
     if (JSON.stringify(base[keyword]) !== JSON.stringify(head[keyword])) found.push(`${where}: ${keyword} changed (not compared inside; check by hand)`)
@@ -240,7 +246,11 @@ function compareOperation (base: Document, head: Document, was: Operation, now: 
   const [baseResponses, headResponses] = [responsesOf(base, was.value), responsesOf(head, now.value)]
   for (const [status, response] of Object.entries(baseResponses)) {
     if (!(status in headResponses)) {
-      found.push(`${where}: response ${status} removed`)
+      // An error status no longer declared breaks no client: it handles every status the operation may still send
+      // (as oasdiff judges response-non-success-status-removed). The suite holds the service to that: every
+      // response it sees must be one the contract declares (CONTRACT_STRICT_RESPONSES). A success removed is a
+      // change of what the operation does.
+      if (!isErrorStatus(status)) found.push(`${where}: response ${status} removed`)
       continue
     }
     found.push(...compareBodies(base, head, response, headResponses[status], `${where}: response ${status}`, 'response'))
@@ -281,14 +291,29 @@ function compareWebhooks (base: Document, head: Document): string[] {
   return found
 }
 
-/** Every change in `head` that breaks a client built against `base`, one line each. */
-export function breakingChanges (base: Document, head: Document): string[] {
+/**
+ * Whether an operation of the base may go without breaking its clients: it was deprecated, with a sunset day that
+ * has passed by `today` (oasdiff's rule: clients were told on every response, and until when).
+ */
+function sunsetPassed (operation: Operation, today: string): boolean {
+  const sunset = operation.value['x-sunset']
+  return operation.value.deprecated === true && typeof sunset === 'string' && sunset < today
+}
+
+/** Every change in `head` that breaks a client built against `base`, one line each; `today` as YYYY-MM-DD. */
+export function breakingChanges (base: Document, head: Document, today = new Date().toISOString().slice(0, 10)): string[] {
   const found: string[] = []
   const headOperations = operations(head)
   for (const [key, was] of operations(base)) {
     const now = headOperations.get(key)
-    if (now === undefined) found.push(`${was.where} (${was.id}): removed`)
-    else found.push(...compareOperation(base, head, was, now))
+    if (now === undefined) {
+      if (!sunsetPassed(was, today)) {
+        const why = was.value.deprecated === true ? typeof was.value['x-sunset'] === 'string' ? `before its sunset (${was.value['x-sunset']})` : 'with no sunset set' : 'without being deprecated first'
+        found.push(`${was.where} (${was.id}): removed ${why}`)
+      }
+    } else {
+      found.push(...compareOperation(base, head, was, now))
+    }
   }
   found.push(...compareWebhooks(base, head))
   return found
@@ -297,10 +322,23 @@ export function breakingChanges (base: Document, head: Document): string[] {
 const major = (version: string): number => Number(/^(\d+)\./.exec(version)?.[1] ?? Number.NaN)
 
 /** Reads BASE: a file, or else a git ref whose openapi.yaml it is. */
-export function readBase (base: string): Document {
-  const text = existsSync(base) ? readFileSync(base, 'utf8') : execFileSync('git', ['show', `${base}:openapi.yaml`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
-  return parse(text) as Document
+/** A base named by the user that is neither a file nor a git ref with an openapi.yaml. */
+export class UnknownBaseError extends Error {
+  override name = 'UnknownBaseError'
 }
+
+export function readBase (base: string): Document {
+  if (existsSync(base)) return parse(readFileSync(base, 'utf8')) as Document
+  try {
+    return parse(execFileSync('git', ['show', `${base}:openapi.yaml`], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })) as Document
+  } catch {
+    throw new UnknownBaseError(`${base} is neither a file nor a git ref whose openapi.yaml can be read`)
+  }
+}
+
+const isErrorStatus = (status: string): boolean => /^[45]/.test(status)
+
+const changesText = (count: number): string => `${count} breaking change${count === 1 ? '' : 's'}`
 
 /** The gate's verdict: exit status and what it prints. */
 export function verdict (base: Document, head: Document, baseName: string): { status: number, lines: string[] } {
@@ -309,21 +347,29 @@ export function verdict (base: Document, head: Document, baseName: string): { st
   if (changes.length === 0) return { status: 0, lines: [`openapi.yaml (${head.info.version}) breaks no client of ${baseName} (${base.info.version})`] }
   const listed = changes.map((change) => `  ${change}`)
   if (major(head.info.version) > major(base.info.version)) {
-    return { status: 0, lines: [`${changes.length} breaking changes against ${baseName}, allowed by the major version (${versions}):`, ...listed] }
+    return { status: 0, lines: [`${changesText(changes.length)} against ${baseName}, allowed by the major version (${versions}):`, ...listed] }
   }
   return {
     status: 1,
-    lines: [`${changes.length} breaking changes against ${baseName} (${versions}); make them additive, or raise the major version:`, ...listed]
+    lines: [`${changesText(changes.length)} against ${baseName} (${versions}); make ${changes.length === 1 ? 'it' : 'them'} additive, or raise the major version:`, ...listed]
   }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const baseName = process.argv[2]
   if (baseName === undefined) {
-    console.error('usage: npm run contract:breaking -- BASE   (a file, e.g. contracts/1.1.0.yaml, or a git ref)')
+    console.error('usage: npm run contract:breaking -- BASE   (a released contract, e.g. contracts/1.0.0.yaml, or a git ref, e.g. v1.0.0)')
     process.exit(2)
   }
-  const { status, lines } = verdict(readBase(baseName), parse(readFileSync('openapi.yaml', 'utf8')) as Document, baseName)
+  let base: Document
+  try {
+    base = readBase(baseName)
+  } catch (error) {
+    if (!(error instanceof UnknownBaseError)) throw error
+    console.error(`${error.message}; usage: npm run contract:breaking -- BASE`)
+    process.exit(2)
+  }
+  const { status, lines } = verdict(base, parse(readFileSync('openapi.yaml', 'utf8')) as Document, baseName)
   for (const line of lines) (status === 0 ? console.log : console.error)(line)
   process.exitCode = status
 }

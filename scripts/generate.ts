@@ -110,6 +110,7 @@ interface RouteEntry {
   sheddable: boolean
   statuses: string[]
   requiredHeaders: Record<string, string[]>
+  deprecation?: Deprecation
   schema: {
     params?: JsonObject
     querystring?: JsonObject
@@ -131,6 +132,52 @@ function requiredResponseHeaders (responses: Record<string, JsonObject>, resolve
 
 // The IETF draft's header: an operation that declares it as a parameter takes retries keyed by it.
 const IDEMPOTENCY_KEY = 'idempotency-key'
+
+/** The response fields a deprecated operation answers with, made once here: their values never change. */
+interface Deprecation {
+  /** RFC 9745: `@` and the epoch seconds of `x-deprecated-at`. */
+  deprecation: string
+  /** RFC 8594: the HTTP-date of `x-sunset`, when the operation has one. */
+  sunset?: string
+  /** RFC 9745 §3: where the deprecation is documented (the operation's `externalDocs`, or its place in Swagger UI). */
+  link: string
+}
+
+const DATE = /^\d{4}-\d{2}-\d{2}$/
+const dateOf = (operationId: string, extension: string, value: unknown): Date => {
+  if (typeof value !== 'string' || !DATE.test(value) || Number.isNaN(Date.parse(value))) {
+    throw new Error(`${operationId}: ${extension} must be a date (YYYY-MM-DD), not ${JSON.stringify(value)}`)
+  }
+  return new Date(`${value}T00:00:00Z`)
+}
+
+/** What a deprecated operation (\`deprecated: true\`, \`x-deprecated-at\`, and \`x-sunset\` if it has one) says on the wire. */
+function deprecationOf (operation: JsonObject): Deprecation | undefined {
+  const operationId = String(operation.operationId)
+  if (operation.deprecated !== true) {
+    if (operation['x-sunset'] !== undefined || operation['x-deprecated-at'] !== undefined) throw new Error(`${operationId}: x-sunset and x-deprecated-at need deprecated: true`)
+    return undefined
+  }
+  const since = dateOf(operationId, 'x-deprecated-at', operation['x-deprecated-at'])
+  const sunset = operation['x-sunset'] === undefined ? undefined : dateOf(operationId, 'x-sunset', operation['x-sunset'])
+  const tag = Array.isArray(operation.tags) ? String(operation.tags[0]) : 'default'
+  const docs = isObject(operation.externalDocs) && typeof operation.externalDocs.url === 'string' ? operation.externalDocs.url : `/docs/#/${tag}/${operationId}`
+  return {
+    deprecation: `@${since.getTime() / 1000}`,
+    ...(sunset === undefined ? {} : { sunset: sunset.toUTCString() }),
+    link: `<${docs}>; rel="deprecation"; type="text/html"`
+  }
+}
+
+const withDeprecation = (operation: JsonObject): { deprecation?: Deprecation } => {
+  const deprecation = deprecationOf(operation)
+  return deprecation === undefined ? {} : { deprecation }
+}
+
+/** The route table of a contract, as the generated routes module states it. */
+export async function routeTableOf (document: JsonObject): Promise<RouteEntry[]> {
+  return buildRouteTable(document, resolverOf(await resolveReferences(document)))
+}
 
 function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] {
   const globalSecurity = Array.isArray(document.security) ? document.security : []
@@ -171,6 +218,7 @@ function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] 
         sheddable: operation['x-load-shedding'] !== 'exempt',
         statuses: Object.keys(responses),
         requiredHeaders: requiredResponseHeaders(responses, resolve),
+        ...withDeprecation(operation),
         schema
       })
     }
@@ -228,6 +276,11 @@ export interface RouteDefinition {
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */
   readonly requiredHeaders: { readonly [status: string]: readonly string[] }
+  /**
+   * Present when the operation is deprecated (\`deprecated: true\`): the values of the fields every response of it
+   * carries, \`Deprecation\` (RFC 9745, from \`x-deprecated-at\`), \`Sunset\` (RFC 8594, from \`x-sunset\`) and \`Link\`.
+   */
+  readonly deprecation?: { readonly deprecation: string, readonly sunset?: string, readonly link: string }
   /** JSON Schemas that refer to the component schemas of ./schemas.ts by their \`$id\`. */
   readonly schema: {
     readonly params?: JsonSchema
@@ -327,6 +380,8 @@ function validatorModule (banner: string, file: string, options: AjvOptions, com
   ajvFormats.default(ajv)
   ajv.addKeyword(FINITE_KEYWORD)
   ajv.addKeyword(CANONICAL_UUID_KEYWORD)
+  // An annotation for clients and the gate (an enum that may gain values); it validates nothing.
+  ajv.addKeyword({ keyword: 'x-extensible-enum', schemaType: 'boolean' })
   ajv.addSchema(Object.values(components))
   for (const [name, schema] of Object.entries(schemas)) ajv.addSchema(schema, name)
   const exportNames = Object.fromEntries(Object.keys(schemas).map((name) => [name, name]))

@@ -24,6 +24,26 @@ t.test('generated/ is what the contracts produce (run npm run generate after edi
   t.same(await findDrift(), [])
 })
 
+t.test('the contract\'s major version is its paths\' prefix: /v1 serves 1.x', async (t) => {
+  const { info, paths } = parse(await readFile('openapi.yaml', 'utf8')) as { info: { version: string }, paths: Record<string, unknown> }
+  const prefixes = new Set(Object.keys(paths).flatMap((path) => /^\/v(\d+)\//.exec(path)?.[1] ?? []))
+  t.same([...prefixes], [info.version.split('.')[0]], `info.version ${info.version}, paths under ${[...prefixes].map((major) => `/v${major}`).join(', ')}`)
+})
+
+t.test('every version the docs say is current is the contract\'s, and so is the client package\'s', async (t) => {
+  const { info } = parse(await readFile('openapi.yaml', 'utf8')) as { info: { version: string } }
+  const major = info.version.split('.')[0]
+  const client = JSON.parse(await readFile('clients/typescript/package.json', 'utf8')) as { version: string, description: string }
+  t.equal(client.version, info.version, 'the client package\'s version')
+  t.match(client.description, `openapi.yaml ${info.version}`, 'and its description')
+  for (const file of ['README.md', 'docs/clients.md', 'docs/contract.md']) {
+    const text = await readFile(file, 'utf8')
+    for (const [said] of text.matchAll(/\bnow \d+\.\d+\.\d+|\d+\.\d+\.\d+ now\b|items-service-(?:client|server)-\d+\.\d+\.\d+|a client of \d+\.x/g)) {
+      t.ok(said.includes(info.version) || said === `a client of ${major}.x`, `${file}: "${said}"`)
+    }
+  }
+})
+
 t.test('the contract\'s server is where a default start listens, so a generated client connects wherever localhost resolves', async (t) => {
   const { servers } = parse(await readFile('openapi.yaml', 'utf8')) as { servers: Array<{ url: string }> }
   const { host, port } = loadConfig({})

@@ -31,6 +31,11 @@ export interface RouteDefinition {
   readonly statuses: readonly string[]
   /** The response headers the contract marks required, lower-cased, by status code. */
   readonly requiredHeaders: { readonly [status: string]: readonly string[] }
+  /**
+   * Present when the operation is deprecated (`deprecated: true`): the values of the fields every response of it
+   * carries, `Deprecation` (RFC 9745, from `x-deprecated-at`), `Sunset` (RFC 8594, from `x-sunset`) and `Link`.
+   */
+  readonly deprecation?: { readonly deprecation: string, readonly sunset?: string, readonly link: string }
   /** JSON Schemas that refer to the component schemas of ./schemas.ts by their `$id`. */
   readonly schema: {
     readonly params?: JsonSchema

@@ -1,0 +1,129 @@
+// npm run release -- <major|minor|patch>: releases the working tree's openapi.yaml as the next version of that
+// kind. It refuses a kind smaller than the change needs (breaking: major; anything a client can see: minor; prose
+// only: patch), then sets the version everywhere it is said (openapi.yaml, the server's and the client's packages,
+// the docs' "now X"), moves CHANGELOG.md's Unreleased section under the version and today's date, keeps the
+// contract as contracts/<version>.yaml, regenerates, commits, and tags the commit v<version>.
+import { execFileSync } from 'node:child_process'
+import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { parse } from 'yaml'
+import { breakingChanges, type Document } from './contract-breaking.js'
+
+export const RELEASE_KINDS = ['patch', 'minor', 'major'] as const
+export type ReleaseKind = typeof RELEASE_KINDS[number]
+const isReleaseKind = (value: string | undefined): value is ReleaseKind => RELEASE_KINDS.some((kind) => kind === value)
+
+const VERSION = /^(\d+)\.(\d+)\.(\d+)$/
+const partsOf = (version: string): [number, number, number] => {
+  const [, major = 'NaN', minor = 'NaN', patch = 'NaN'] = VERSION.exec(version) ?? []
+  return [Number(major), Number(minor), Number(patch)]
+}
+
+/** Negative, zero or positive as version `a` comes before, with or after `b` (major.minor.patch). */
+export function compareVersions (a: string, b: string): number {
+  const [left, right] = [partsOf(a), partsOf(b)]
+  return left.reduce((order, part, index) => order !== 0 ? order : part - right[index]!, 0)
+}
+
+/** The newest version kept in `contracts/`. */
+export function lastRelease (directory = 'contracts'): string | undefined {
+  return readdirSync(directory).map((name) => name.replace(/\.yaml$/, '')).filter((name) => VERSION.test(name))
+    .sort(compareVersions).at(-1)
+}
+
+export function nextVersion (version: string, kind: ReleaseKind): string {
+  const [major, minor, patch] = partsOf(version)
+  if (kind === 'major') return `${major + 1}.0.0`
+  return kind === 'minor' ? `${major}.${minor + 1}.0` : `${major}.${minor}.${patch + 1}`
+}
+
+// What a client cannot see: the words, the examples, and the version itself.
+const PROSE = new Set(['description', 'summary', 'example', 'examples', 'info'])
+function withoutProse (value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutProse)
+  if (typeof value !== 'object' || value === null) return value
+  return Object.fromEntries(Object.entries(value).filter(([key]) => !PROSE.has(key)).map(([key, entry]) => [key, withoutProse(entry)]))
+}
+
+/** The smallest kind of release that the change from `base` to `head` needs. */
+export function neededKind (base: Document, head: Document): ReleaseKind {
+  if (breakingChanges(base, head).length > 0) return 'major'
+  return JSON.stringify(withoutProse(base)) === JSON.stringify(withoutProse(head)) ? 'patch' : 'minor'
+}
+
+/** Where the docs say which version is current, each with what it reads at `version`. */
+const CURRENT_VERSION_SAID: ReadonlyArray<[RegExp, (version: string) => string]> = [
+  [/\bnow \d+\.\d+\.\d+/g, (version) => `now ${version}`],
+  [/\b\d+\.\d+\.\d+ now\b/g, (version) => `${version} now`],
+  [/items-service-(client|server)-\d+\.\d+\.\d+/g, (version) => `items-service-$1-${version}`],
+  [/a client of \d+\.x works against every \d+\.x service/g, (version) => `a client of ${partsOf(version)[0]}.x works against every ${partsOf(version)[0]}.x service`]
+]
+export const DOCS_SAYING_THE_VERSION = ['README.md', 'docs/clients.md', 'docs/contract.md'] as const
+
+function rewrite (file: string, change: (text: string) => string): void {
+  writeFileSync(file, change(readFileSync(file, 'utf8')))
+}
+
+const setPackageVersion = (file: string, version: string): void => {
+  rewrite(file, (text) => text.replace(/^( {2}"version": )"[^"]+"/m, `$1"${version}"`).replace(/^( {6}"version": )"[^"]+"/m, `$1"${version}"`))
+}
+
+/** The changelog with its Unreleased section released as `version` on `date`, and its compare links following. */
+export function releasedChangelog (text: string, version: string, previous: string, date: string): string {
+  if (!text.includes('## [Unreleased]\n')) throw new Error('CHANGELOG.md has no "## [Unreleased]" section')
+  return text
+    .replace('## [Unreleased]\n', `## [Unreleased]\n\n## [${version}] - ${date}\n`)
+    .replace(/^\[Unreleased\]: (.*)\/compare\/v\S+\.\.\.HEAD$/m, `[Unreleased]: $1/compare/v${version}...HEAD\n[${version}]: $1/compare/v${previous}...v${version}`)
+}
+
+function git (...args: string[]): string {
+  return execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
+}
+
+function release (kind: ReleaseKind): string {
+  if (git('status', '--porcelain') !== '') throw new ReleaseRefused('the working tree has changes: commit them (the release is a commit of its own)')
+  const previous = lastRelease()
+  if (previous === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
+  const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
+  const needed = neededKind(parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document, head)
+  if (RELEASE_KINDS.indexOf(kind) < RELEASE_KINDS.indexOf(needed)) {
+    throw new ReleaseRefused(`openapi.yaml needs a ${needed} release over ${previous} (npm run contract:breaking -- contracts/${previous}.yaml), not a ${kind} one`)
+  }
+  const version = nextVersion(previous, kind)
+  rewrite('openapi.yaml', (text) => text.replace(/^( {2}version: ).+$/m, `$1${version}`))
+  setPackageVersion('package.json', version)
+  setPackageVersion('package-lock.json', version)
+  setPackageVersion('clients/typescript/package.json', version)
+  rewrite('clients/typescript/package.json', (text) => text.replace(/openapi\.yaml \d+\.\d+\.\d+/, `openapi.yaml ${version}`))
+  for (const file of DOCS_SAYING_THE_VERSION) {
+    rewrite(file, (text) => CURRENT_VERSION_SAID.reduce((said, [pattern, replacement]) => said.replace(pattern, replacement(version)), text))
+  }
+  rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, previous, new Date().toISOString().slice(0, 10)))
+  copyFileSync('openapi.yaml', `contracts/${version}.yaml`)
+  execFileSync(process.execPath, ['--import', 'tsx', 'scripts/generate.ts'], { stdio: 'ignore' })
+  git('add', '--all')
+  git('commit', '--quiet', '--message', `Release ${version}`)
+  git('tag', `v${version}`)
+  return version
+}
+
+/** A release that must not be made as asked; the message says why. */
+export class ReleaseRefused extends Error {
+  override name = 'ReleaseRefused'
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const kind = process.argv[2]
+  if (!isReleaseKind(kind)) {
+    console.error('usage: npm run release -- <major|minor|patch>')
+    process.exit(2)
+  }
+  try {
+    const version = release(kind)
+    console.log(`released ${version}: committed and tagged v${version}; push the commit and the tag`)
+  } catch (error) {
+    if (!(error instanceof ReleaseRefused)) throw error
+    console.error(`release refused: ${error.message}`)
+    process.exit(1)
+  }
+}
