@@ -7,6 +7,7 @@ import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
 import type { Handlers } from '../handlers/handler.js'
 import { requireRole } from './auth.js'
+import { deprecationStep } from './deprecation.js'
 import type { RouteStep, StepFor } from './route-steps.js'
 
 declare module 'fastify' {
@@ -94,6 +95,7 @@ const roleGuard: StepFor = (route) => route.roles.length === 0 ? undefined : { o
  * each operation's). Before them, on every request (a contract route's or not), the service's own `onRequest`
  * hooks: the request id and nosniff (src/service.ts), the connection's tracking for shutdown, CORS.
  *
+ *  0. deprecation            onSend      `deprecated: true`: Deprecation, Sunset and Link on every response, calls counted
  *  1. load shedding          onRequest   503 under overload, unless `x-load-shedding: exempt`
  *  2. limits by address      onRequest   RateLimit-Policy; the `x-rate-limits` keyed by the client address (429)
  *  3. authentication         onRequest   the operation's security scheme (401)
@@ -109,6 +111,7 @@ const roleGuard: StepFor = (route) => route.roles.length === 0 ? undefined : { o
  */
 function pipeline (app: FastifyInstance, options: RoutesPluginOptions, responseContract: StepFor): ReadonlyArray<readonly [string, StepFor]> {
   return [
+    ['deprecation', deprecationStep(app.metrics)],
     ['load shedding', app.shedding],
     ['limits by address', app.rateLimits.byAddress],
     ['authentication', authentication(options.securitySchemes)],
