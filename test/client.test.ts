@@ -40,6 +40,8 @@ t.test('the client packs, installs into an empty project, and its documented use
   const { stdout } = await run('npm', ['pack', './clients/typescript', '--pack-destination', project, '--silent'], { maxBuffer: 16 * 1024 * 1024 })
   const tarball = stdout.trim().split('\n').at(-1) ?? ''
   t.equal(tarball, `items-service-client-${version}.tgz`)
+  const packed = (await run('tar', ['-tzf', join(project, tarball)])).stdout.split('\n')
+  t.ok(packed.includes('package/README.md') && packed.includes('package/LICENSE'), 'with its README and LICENSE')
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }))
   await run('npm', ['install', `./${tarball}`, '@types/node@20', '--prefer-offline', '--no-audit', '--no-fund', '--silent'], { cwd: project })
   const example = /```ts\n([\s\S]*?)```/.exec(readFileSync('docs/clients.md', 'utf8'))?.[1]
@@ -154,4 +156,23 @@ t.test('a request waiting out a Retry-After stops the moment its signal aborts',
   const waited = performance.now() - began
   t.match(aborted, { name: 'TimeoutError' }, 'rejected with the signal\'s reason')
   t.ok(waited < 3000, `without waiting out the 3 s (${Math.round(waited)} ms)`)
+})
+
+t.test('for await walks every page of a filtered list, each item once', async (t) => {
+  const { client } = await behindProxy(t, [])
+  const archived = new Set<string>()
+  for (let index = 0; index < 23; index += 1) {
+    const item = await ok(client.api.POST('/v1/items', { body: { name: `item ${index}` } }))
+    if (index % 2 === 0) {
+      await ok(client.api.PATCH('/v1/items/{itemId}', { params: { path: { itemId: item.id } }, body: { status: 'archived' } }))
+      archived.add(item.id)
+    }
+  }
+  const walked: string[] = []
+  for await (const item of client.allItems({ status: 'archived', pageSize: 5 })) {
+    t.equal(item.status, 'archived')
+    walked.push(item.id)
+  }
+  t.equal(walked.length, 12, 'three pages of five and one of two')
+  t.same(new Set(walked), archived, 'each archived item, once')
 })

@@ -92,9 +92,17 @@ export interface ItemsClientOptions {
   onSession?: (session: Session | undefined) => void
 }
 
+/** The filters of a list (its `page` is the walk's own). */
+export type ItemFilter = Omit<NonNullable<paths['/v1/items']['get']['parameters']['query']>, 'page'>
+
 export interface ItemsClient {
   /** Every operation, typed by the contract: `await ok(client.api.GET('/v1/items', { params: { query: { page: 2 } } }))`. */
   readonly api: Client<paths>
+  /**
+   * Every item of a list, filtered as asked, page after page: `for await (const item of client.allItems({ status: 'archived' }))`.
+   * Pages are read as the walk goes: an item added or removed meanwhile may shift one page into the next.
+   */
+  allItems: (filter?: ItemFilter) => AsyncIterable<Schemas['Item']>
   /** Registers, and signs the client in as the new user. */
   register: (body: Schemas['RegisterRequest']) => Promise<Session>
   signIn: (email: string, password: string) => Promise<Session>
@@ -260,6 +268,13 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
 
   return {
     api,
+    allItems: async function * (filter = {}) {
+      for (let page = 1; ; page += 1) {
+        const { data, pagination } = await ok(api.GET('/v1/items', { params: { query: { ...filter, page } } }))
+        yield * data
+        if (data.length === 0 || page * pagination.pageSize >= pagination.total) return
+      }
+    },
     get session () { return session },
     register: async (body) => {
       const registered = await ok(api.POST('/v1/auth/register', { body }))
