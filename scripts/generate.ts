@@ -36,7 +36,7 @@ export const targets: readonly Target[] = [
   { contract: 'openapi.yaml', dir: 'generated/' },
   { contract: 'ops/openapi.yaml', dir: 'generated/operations/' },
   // The official client is packed from its own folder: the contract's types go with it.
-  { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts'] }
+  { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts', 'resources.ts'] }
 ]
 
 const repository = new URL('../', import.meta.url)
@@ -464,13 +464,111 @@ ${routes.map(entry).join(',\n')}
 `
 }
 
+interface ResourceOperation {
+  readonly tag: string
+  readonly operationId: string
+  readonly method: string
+  readonly path: string
+  readonly pathParameters: readonly string[]
+  readonly hasQuery: boolean
+  readonly hasBody: boolean
+  readonly summary: string
+  /** Whether only a signed-in caller may call it (it has a security requirement). */
+  readonly signedIn: boolean
+}
+
+/** The operations of the resources a client calls as methods: the tags whose every operation a signed-in caller makes. */
+function resourceOperations (document: JsonObject, resolve: Resolve): ResourceOperation[] {
+  const found: ResourceOperation[] = []
+  const globalSecurity = Array.isArray(document.security) ? document.security : []
+  for (const [path, pathItem] of Object.entries(resolve(document.paths))) {
+    if (!isObject(pathItem)) continue
+    const shared = Array.isArray(pathItem.parameters) ? pathItem.parameters : []
+    for (const method of HTTP_METHODS) {
+      const operation = pathItem[method]
+      if (!isObject(operation)) continue
+      const parameters = [...shared, ...(Array.isArray(operation.parameters) ? operation.parameters : [])].map(resolve)
+      found.push({
+        tag: Array.isArray(operation.tags) ? String(operation.tags[0]) : 'default',
+        operationId: String(operation.operationId),
+        method: method.toUpperCase(),
+        path,
+        pathParameters: parameters.filter((parameter) => parameter.in === 'path').map((parameter) => String(parameter.name)),
+        hasQuery: parameters.some((parameter) => parameter.in === 'query'),
+        hasBody: operation.requestBody !== undefined,
+        summary: typeof operation.summary === 'string' ? operation.summary : String(operation.operationId),
+        signedIn: (Array.isArray(operation.security) ? operation.security : globalSecurity).length > 0
+      })
+    }
+  }
+  const open = new Set(found.filter((operation) => !operation.signedIn).map((operation) => operation.tag))
+  return found.filter((operation) => !open.has(operation.tag))
+}
+
+// A resource's method: its operation's name less the resource's noun (listItems on items: list).
+const methodName = (operation: ResourceOperation): string => {
+  const noun = operation.tag.replace(/s$/, '')
+  return operation.operationId.replace(new RegExp(`${noun.charAt(0).toUpperCase()}${noun.slice(1)}s?$`), '')
+}
+
+/** The official client's resource-style methods (`client.items.list(query)`), each one typed call of openapi-fetch. */
+function resourcesModule (banner: string, operations: ResourceOperation[]): string {
+  const tags = [...new Set(operations.map((operation) => operation.tag))]
+  const method = (operation: ResourceOperation): string => {
+    const types = `operations['${operation.operationId}']`
+    const parameters = [
+      ...operation.pathParameters.map((name) => `${name}: ${types}['parameters']['path']['${name}']`),
+      ...(operation.hasBody ? [`body: NonNullable<${types}['requestBody']>['content']['application/json']`] : []),
+      ...(operation.hasQuery ? [`query?: ${types}['parameters']['query']`] : []),
+      'options: CallOptions = {}'
+    ]
+    const params = [
+      ...(operation.pathParameters.length > 0 ? [`path: { ${operation.pathParameters.join(', ')} }`] : []),
+      ...(operation.hasQuery ? ['query'] : [])
+    ]
+    const init = [
+      ...(params.length > 0 ? [`params: { ${params.join(', ')} }`] : []),
+      ...(operation.hasBody ? ['body'] : []),
+      '...requestInit(options)'
+    ]
+    return `      /** ${operation.summary} (${operation.operationId}). */
+      ${methodName(operation)}: async (${parameters.join(', ')}) => await send(api.${operation.method}('${operation.path}', { ${init.join(', ')} }))`
+  }
+  return `${banner}import type { Client } from 'openapi-fetch'
+import type { operations, paths } from './openapi.js'
+
+/** What each method takes beside the operation's own parameters. */
+export interface CallOptions {
+  /** false: sent once, whatever answers (a 429, a 503, a lost answer); the client's retries otherwise. */
+  readonly retry?: false
+  readonly signal?: AbortSignal
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/** Turns a method's options into openapi-fetch's request options. */
+export type RequestInit = (options: CallOptions) => { headers?: Record<string, string>, signal?: AbortSignal }
+/** Gives a typed call's data, or throws the client's error. */
+export type Send = <Data>(pending: Promise<{ data?: Data, error?: unknown, response: Response }>) => Promise<Data>
+
+/** The resources of the contract (${tags.join(', ')}), each operation a method. */
+export function resources (api: Client<paths>, send: Send, requestInit: RequestInit) {
+  return {
+${tags.map((tag) => `    ${tag}: {\n${operations.filter((operation) => operation.tag === tag).map(method).join(',\n')}\n    }`).join(',\n')}
+  }
+}
+`
+}
+
+// Modules only the official client takes (by its target's `only`): the service has no use for them.
+const CLIENT_ONLY = new Set(['resources.ts'])
+
 const generated = new Map<string, Promise<GeneratedFile[]>>()
 
 /** The modules of `target`: each contract is generated once, however many targets take it. */
 export async function generate (target: Target): Promise<GeneratedFile[]> {
   const files = generated.get(target.contract) ?? generateAll(target)
   generated.set(target.contract, files)
-  return (await files).filter((file) => target.only?.includes(file.path) ?? true)
+  return (await files).filter((file) => target.only?.includes(file.path) ?? !CLIENT_ONLY.has(file.path))
 }
 
 async function generateAll (target: Target): Promise<GeneratedFile[]> {
@@ -483,6 +581,7 @@ async function generateAll (target: Target): Promise<GeneratedFile[]> {
   const types = astToString(await openapiTS(document as unknown as OpenAPI3, { exportType: false }))
   return [
     { path: 'openapi.ts', contents: banner + types },
+    { path: 'resources.ts', contents: resourcesModule(banner, resourceOperations(document, resolve)) },
     { path: 'schemas.ts', contents: schemasModule(banner, components) },
     { path: 'routes.ts', contents: routeTableModule(banner, routes, Object.keys(isObject(document.webhooks) ? document.webhooks : {}), 'Role' in components) },
     ...validatorModules(banner, routes, components),

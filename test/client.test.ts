@@ -176,3 +176,22 @@ t.test('for await walks every page of a filtered list, each item once', async (t
   t.equal(walked.length, 12, 'three pages of five and one of two')
   t.same(new Set(walked), archived, 'each archived item, once')
 })
+
+t.test('each item operation is a method, generated from the contract; retry: false sends a request once', async (t) => {
+  const { client, proxy } = await behindProxy(t, [])
+  const created = await client.items.create({ name: 'by method' })
+  t.match(created, { name: 'by method', status: 'active' })
+  t.equal((await client.items.get(created.id)).id, created.id)
+  t.equal((await client.items.update(created.id, { status: 'archived' })).status, 'archived')
+  t.same((await client.items.list({ status: 'archived' })).data.map(({ id }) => id), [created.id])
+  await client.items.delete(created.id)
+  const gone = await client.items.get(created.id).catch((error: unknown) => error)
+  t.match(gone, { name: 'ItemsApiError', status: 404, code: 'NOT_FOUND' })
+
+  proxy.inject({ matches: { method: 'GET', url: '/v1/items' }, fault: 503 })
+  const once = await client.items.list(undefined, { retry: false }).catch((error: unknown) => error)
+  t.match(once, { name: 'ItemsApiError', status: 503 }, 'retry: false: the 503 is the answer')
+  proxy.inject({ matches: { method: 'GET', url: '/v1/items' }, fault: 503 })
+  t.equal((await client.items.list()).pagination.total, 0, 'retried by default')
+  t.ok(proxy.forwarded.every(({ headers }) => !Object.keys(headers).some((name) => name.startsWith('x-items-client'))), 'the marker never leaves the client')
+})

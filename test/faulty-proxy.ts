@@ -11,6 +11,8 @@ export interface Forwarded {
   status: number
   idempotencyKey: string | undefined
   replayed: string | null
+  /** The request's end-to-end header fields, as they reached the service. */
+  headers: Readonly<Record<string, string>>
   /** Whether the client got this answer (false: the connection was cut instead). */
   answered: boolean
 }
@@ -66,7 +68,7 @@ export async function faultyProxy (target: string, faults: readonly Fault[]): Pr
     const answer = await fetch(`${target}${url}`, { method, headers, ...(chunks.length === 0 ? {} : { body: Buffer.concat(chunks) }) })
     const body = Buffer.from(await answer.arrayBuffer())
     const answered = fault !== 'drop'
-    forwarded.push({ method, url, status: answer.status, idempotencyKey: headers['idempotency-key'], replayed: answer.headers.get('idempotent-replayed'), answered })
+    forwarded.push({ method, url, status: answer.status, idempotencyKey: headers['idempotency-key'], replayed: answer.headers.get('idempotent-replayed'), headers, answered })
     if (!answered) {
       request.socket.destroy()
       return

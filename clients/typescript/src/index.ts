@@ -5,8 +5,10 @@
 // each create its `Idempotency-Key`, and sends a request whose answer was lost again only when that is safe.
 import createClient, { type Client, type Middleware } from 'openapi-fetch'
 import type { components, paths } from './generated/openapi.js'
+import { type RequestInit, resources } from './generated/resources.js'
 
 export type { components, operations, paths, webhooks } from './generated/openapi.js'
+export type { CallOptions } from './generated/resources.js'
 
 type Schemas = components['schemas']
 /**
@@ -95,9 +97,24 @@ export interface ItemsClientOptions {
 /** The filters of a list (its `page` is the walk's own). */
 export type ItemFilter = Omit<NonNullable<paths['/v1/items']['get']['parameters']['query']>, 'page'>
 
+// Marks a request the caller sent with `retry: false`; the client takes it off before the request leaves.
+const SENT_ONCE = 'x-items-client-sent-once'
+
+const requestInit: RequestInit = ({ retry, signal, headers }) => ({
+  headers: { ...headers, ...(retry === false ? { [SENT_ONCE]: 'true' } : {}) },
+  ...(signal === undefined ? {} : { signal })
+})
+
+type Resources = ReturnType<typeof resources>
+
 export interface ItemsClient {
   /** Every operation, typed by the contract: `await ok(client.api.GET('/v1/items', { params: { query: { page: 2 } } }))`. */
   readonly api: Client<paths>
+  /**
+   * The items, each operation a method that gives its data or throws (generated from the contract):
+   * `client.items.list({ status: 'active' })`, `client.items.create({ name })`, `client.items.get(id, { retry: false })`.
+   */
+  readonly items: Resources['items']
   /**
    * Every item of a list, filtered as asked, page after page: `for await (const item of client.allItems({ status: 'archived' }))`.
    * Pages are read as the walk goes: an item added or removed meanwhile may shift one page into the next.
@@ -165,6 +182,8 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
   // Until when a RateLimit field said a limit was spent.
   let resumeAt = 0
   const sent = new Map<string, Request>()
+  // The requests to send once, whatever answers.
+  const sentOnce = new Set<string>()
 
   const start = (next: Session | undefined): void => {
     session = next
@@ -219,6 +238,10 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
     sent.delete(id)
     let outcome = first
     if (original === undefined) return outcome instanceof Response ? outcome : Promise.reject(outcome)
+    if (sentOnce.delete(id)) {
+      if (outcome instanceof Response) return outcome
+      throw original.signal.aborted ? original.signal.reason : new ItemsNetworkError(outcome)
+    }
     let refreshed = false
     // Whether a request sent earlier may have been done though its answer was lost.
     let lostBefore = false
@@ -250,6 +273,10 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
       await sleep(Math.max(0, resumeAt - Date.now()), request.signal)
       if (session !== undefined && Date.now() >= renewAt) await refresh(session)
       const headers = new Headers(request.headers)
+      if (headers.has(SENT_ONCE)) {
+        sentOnce.add(id)
+        headers.delete(SENT_ONCE)
+      }
       // One key per create, made here once: every retry sends the same request, and so the same key.
       if (request.method === 'POST' && createsIdempotently(schemaPath) && !headers.has('idempotency-key')) headers.set('idempotency-key', crypto.randomUUID())
       const ready = authorized(new Request(request, { headers }))
@@ -268,6 +295,7 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
 
   return {
     api,
+    ...resources(api, ok, requestInit),
     allItems: async function * (filter = {}) {
       for (let page = 1; ; page += 1) {
         const { data, pagination } = await ok(api.GET('/v1/items', { params: { query: { ...filter, page } } }))
