@@ -8,7 +8,7 @@ import { Ajv2020, type Options as AjvOptions } from 'ajv/dist/2020.js'
 import { _, type KeywordCxt } from 'ajv/dist/2020.js'
 import ajvStandalone from 'ajv/dist/standalone/index.js'
 import ajvFormats from 'ajv-formats'
-import openapiTS, { astToString, type OpenAPI3 } from 'openapi-typescript'
+import openapiTS, { astToString, NEVER, type OpenAPI3, type SchemaObject, STRING, tsIntersection, tsLiteral, tsRecord, tsUnion } from 'openapi-typescript'
 import { parse } from 'yaml'
 
 type JsonObject = { [key: string]: unknown }
@@ -562,6 +562,15 @@ ${tags.map((tag) => `    ${tag}: {\n${operations.filter((operation) => operation
 // Modules only the official client takes (by its target's `only`): the service has no use for them.
 const CLIENT_ONLY = new Set(['resources.ts'])
 
+/**
+ * The type of an enum the contract marks `x-extensible-enum: true`: its values, and any other string, since a later
+ * minor version may add one (`string & Record<never, never>` keeps the named values offered by an editor).
+ */
+function openEnum (schema: SchemaObject): ReturnType<typeof tsUnion> | undefined {
+  if (schema['x-extensible-enum'] !== true || !('enum' in schema) || !Array.isArray(schema.enum)) return undefined
+  return tsUnion([...schema.enum.map((value) => tsLiteral(value)), tsIntersection([STRING, tsRecord(NEVER, NEVER)])])
+}
+
 const generated = new Map<string, Promise<GeneratedFile[]>>()
 
 /** The modules of `target`: each contract is generated once, however many targets take it. */
@@ -578,7 +587,7 @@ async function generateAll (target: Target): Promise<GeneratedFile[]> {
   const resolve = resolverOf(await resolveReferences(document))
   const components = componentSchemas(document)
   const routes = buildRouteTable(document, resolve)
-  const types = astToString(await openapiTS(document as unknown as OpenAPI3, { exportType: false }))
+  const types = astToString(await openapiTS(document as unknown as OpenAPI3, { exportType: false, transform: openEnum }))
   return [
     { path: 'openapi.ts', contents: banner + types },
     { path: 'resources.ts', contents: resourcesModule(banner, resourceOperations(document, resolve)) },

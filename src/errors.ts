@@ -1,6 +1,11 @@
 import type { components } from '../generated/openapi.js'
+import type { schemas } from '../generated/schemas.js'
 
-export type ErrorCode = components['schemas']['ErrorCode']
+/**
+ * The codes this service sends: the contract's list, closed (the contract's type is open to the codes a later
+ * version may add, for its clients; the service itself sends only those it names).
+ */
+export type ErrorCode = typeof schemas.ErrorCode.enum[number]
 export type ErrorBody = components['schemas']['ErrorResponse']
 export type ValidationErrorBody = components['schemas']['ValidationErrorResponse']
 

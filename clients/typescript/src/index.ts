@@ -15,7 +15,7 @@ type Schemas = components['schemas']
  * The contract's error codes, kept open: a service of a later minor version may answer a code this client does not
  * know yet (docs/contract.md asks clients to tolerate one), and it still type-checks as a string.
  */
-export type ErrorCode = Schemas['ErrorCode'] | (string & Record<never, never>)
+export type ErrorCode = Schemas['ErrorCode']
 /** What registering or signing in answers, and what a refresh renews. */
 export type Session = Schemas['AuthResponse']
 
