@@ -179,9 +179,18 @@ export async function routeTableOf (document: JsonObject): Promise<RouteEntry[]>
   return buildRouteTable(document, resolverOf(await resolveReferences(document)))
 }
 
-function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] {
+/** An operation of the contract, with its path-level and own parameters resolved and its security requirement. */
+interface ContractOperation {
+  readonly path: string
+  readonly method: typeof HTTP_METHODS[number]
+  readonly operation: JsonObject
+  readonly parameters: JsonObject[]
+  /** The names of the security schemes it requires (the document's when it states none). */
+  readonly security: string[]
+}
+
+function * contractOperations (document: JsonObject, resolve: Resolve): Generator<ContractOperation> {
   const globalSecurity = Array.isArray(document.security) ? document.security : []
-  const routes: RouteEntry[] = []
   for (const [path, pathItem] of Object.entries(resolve(document.paths))) {
     if (!isObject(pathItem)) continue
     const sharedParameters = Array.isArray(pathItem.parameters) ? pathItem.parameters : []
@@ -191,37 +200,44 @@ function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] 
       const parameters = [...sharedParameters, ...(Array.isArray(operation.parameters) ? operation.parameters : [])].map(resolve)
       const security = (Array.isArray(operation.security) ? operation.security : globalSecurity)
         .flatMap((requirement: JsonObject) => Object.keys(requirement))
-      const responses = Object.fromEntries(Object.entries(resolve(operation.responses))
-        .map(([status, definition]) => [status, resolve(definition)]))
-      const response: Record<string, JsonObject> = {}
-      for (const [status, definition] of Object.entries(responses)) {
-        const schema = jsonContentSchema(definition)
-        if (schema) response[status] = schema
-      }
-      const schema: RouteEntry['schema'] = { response }
-      const params = parameterSchema(parameters, 'path')
-      const querystring = parameterSchema(parameters, 'query')
-      const headers = parameterSchema(parameters, 'header')
-      const body = operation.requestBody === undefined ? undefined : jsonContentSchema(resolve(operation.requestBody))
-      if (params) schema.params = params
-      if (querystring) schema.querystring = querystring
-      if (headers) schema.headers = headers
-      if (body) schema.body = body
-      routes.push({
-        operationId: String(operation.operationId),
-        method: method.toUpperCase(),
-        url: path.replace(/\{([^}]+)\}/g, ':$1'),
-        security,
-        roles: Array.isArray(operation['x-roles']) ? operation['x-roles'].map(String) : [],
-        rateLimits: Array.isArray(operation['x-rate-limits']) ? operation['x-rate-limits'].map(String) : [],
-        idempotent: parameters.some((parameter) => parameter.in === 'header' && String(parameter.name).toLowerCase() === IDEMPOTENCY_KEY),
-        sheddable: operation['x-load-shedding'] !== 'exempt',
-        statuses: Object.keys(responses),
-        requiredHeaders: requiredResponseHeaders(responses, resolve),
-        ...withDeprecation(operation),
-        schema
-      })
+      yield { path, method, operation, parameters, security }
     }
+  }
+}
+
+function buildRouteTable (document: JsonObject, resolve: Resolve): RouteEntry[] {
+  const routes: RouteEntry[] = []
+  for (const { path, method, operation, parameters, security } of contractOperations(document, resolve)) {
+    const responses = Object.fromEntries(Object.entries(resolve(operation.responses))
+      .map(([status, definition]) => [status, resolve(definition)]))
+    const response: Record<string, JsonObject> = {}
+    for (const [status, definition] of Object.entries(responses)) {
+      const schema = jsonContentSchema(definition)
+      if (schema) response[status] = schema
+    }
+    const schema: RouteEntry['schema'] = { response }
+    const params = parameterSchema(parameters, 'path')
+    const querystring = parameterSchema(parameters, 'query')
+    const headers = parameterSchema(parameters, 'header')
+    const body = operation.requestBody === undefined ? undefined : jsonContentSchema(resolve(operation.requestBody))
+    if (params) schema.params = params
+    if (querystring) schema.querystring = querystring
+    if (headers) schema.headers = headers
+    if (body) schema.body = body
+    routes.push({
+      operationId: String(operation.operationId),
+      method: method.toUpperCase(),
+      url: path.replace(/\{([^}]+)\}/g, ':$1'),
+      security,
+      roles: Array.isArray(operation['x-roles']) ? operation['x-roles'].map(String) : [],
+      rateLimits: Array.isArray(operation['x-rate-limits']) ? operation['x-rate-limits'].map(String) : [],
+      idempotent: parameters.some((parameter) => parameter.in === 'header' && String(parameter.name).toLowerCase() === IDEMPOTENCY_KEY),
+      sheddable: operation['x-load-shedding'] !== 'exempt',
+      statuses: Object.keys(responses),
+      requiredHeaders: requiredResponseHeaders(responses, resolve),
+      ...withDeprecation(operation),
+      schema
+    })
   }
   return routes
 }
@@ -479,28 +495,17 @@ interface ResourceOperation {
 
 /** The operations of the resources a client calls as methods: the tags whose every operation a signed-in caller makes. */
 function resourceOperations (document: JsonObject, resolve: Resolve): ResourceOperation[] {
-  const found: ResourceOperation[] = []
-  const globalSecurity = Array.isArray(document.security) ? document.security : []
-  for (const [path, pathItem] of Object.entries(resolve(document.paths))) {
-    if (!isObject(pathItem)) continue
-    const shared = Array.isArray(pathItem.parameters) ? pathItem.parameters : []
-    for (const method of HTTP_METHODS) {
-      const operation = pathItem[method]
-      if (!isObject(operation)) continue
-      const parameters = [...shared, ...(Array.isArray(operation.parameters) ? operation.parameters : [])].map(resolve)
-      found.push({
-        tag: Array.isArray(operation.tags) ? String(operation.tags[0]) : 'default',
-        operationId: String(operation.operationId),
-        method: method.toUpperCase(),
-        path,
-        pathParameters: parameters.filter((parameter) => parameter.in === 'path').map((parameter) => String(parameter.name)),
-        hasQuery: parameters.some((parameter) => parameter.in === 'query'),
-        hasBody: operation.requestBody !== undefined,
-        summary: typeof operation.summary === 'string' ? operation.summary : String(operation.operationId),
-        signedIn: (Array.isArray(operation.security) ? operation.security : globalSecurity).length > 0
-      })
-    }
-  }
+  const found = [...contractOperations(document, resolve)].map(({ path, method, operation, parameters, security }): ResourceOperation => ({
+    tag: Array.isArray(operation.tags) ? String(operation.tags[0]) : 'default',
+    operationId: String(operation.operationId),
+    method: method.toUpperCase(),
+    path,
+    pathParameters: parameters.filter((parameter) => parameter.in === 'path').map((parameter) => String(parameter.name)),
+    hasQuery: parameters.some((parameter) => parameter.in === 'query'),
+    hasBody: operation.requestBody !== undefined,
+    summary: typeof operation.summary === 'string' ? operation.summary : String(operation.operationId),
+    signedIn: security.length > 0
+  }))
   const open = new Set(found.filter((operation) => !operation.signedIn).map((operation) => operation.tag))
   return found.filter((operation) => !open.has(operation.tag))
 }
