@@ -45,7 +45,7 @@ export function enforceResponseContract (route: RouteDefinition): onSendHookHand
     const violation = findResponseViolation(route, {
       statusCode: reply.statusCode,
       headers: reply.getHeaders(),
-      body: typeof payload === 'string' ? payload : ''
+      body: typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString() : ''
     })
     if (violation === undefined) return payload
     request.log.error({ operationId: route.operationId, statusCode: reply.statusCode, violation }, 'response breaks the contract')

@@ -3,6 +3,7 @@ import t from 'tap'
 import { routes } from '../generated/routes.js'
 import { loadConfig } from '../src/config.js'
 import { enforceResponseContract, findResponseViolation } from '../src/response-contract.js'
+import { storedItem } from '../src/serialized.js'
 import { build, captureLogs } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
@@ -43,7 +44,7 @@ t.test('with CONTRACT_STRICT_RESPONSES the service answers a logged 500 instead 
   const api = await build(t, { CONTRACT_STRICT_RESPONSES: '1', LOG_LEVEL: 'error' }, { logStream })
   const { accessToken } = await api.register()
   // A store that hands out an item with a status the contract does not know, as a buggy store might.
-  api.app.store.items.get = async () => ({ ...item, status: 'deleted' as 'active' })
+  api.app.store.items.get = async () => storedItem({ ...item, status: 'deleted' as 'active' })
   const response = await api.call('getItem', { token: accessToken, params: { itemId: item.id } })
   t.equal(response.statusCode, 500)
   t.same(response.json(), INTERNAL_ERROR_BODY)
@@ -64,7 +65,7 @@ t.test('a bodiless response with an undeclared status becomes a JSON 500', async
 t.test('without it the response leaves as it is, and the test helper catches it', async (t) => {
   const api = await build(t, { CONTRACT_STRICT_RESPONSES: '0' })
   const { accessToken } = await api.register()
-  api.app.store.items.get = async () => ({ ...item, status: 'deleted' as 'active' })
+  api.app.store.items.get = async () => storedItem({ ...item, status: 'deleted' as 'active' })
   await t.rejects(api.call('getItem', { token: accessToken, params: { itemId: item.id } }), { name: 'ContractViolation', message: /breaks the schema: \/status/ })
 })
 

@@ -1,7 +1,8 @@
 // npm run bench:store: a store at 1 000 000 items (BENCH_ITEMS), the in-memory one by default, Redis with
 // BENCH_STORE=redis (at REDIS_URL, under a key prefix of its own, deleted afterwards). Shows that a page costs the
 // same whatever its number and its filter (status, contributor, both: each a list of its own in creation order),
-// and, in memory, how much heap one stored item takes.
+// and how much memory one stored item takes: heap in memory, Redis's own (INFO memory's used_memory) on Redis. Each item
+// is as the service's bench creates them (a name, a short description) with timestamps of its own.
 import { Redis } from 'ioredis'
 import { connectRedisStore } from '../../src/store/redis/connection.js'
 import { createMemoryStore } from '../../src/store/memory-store.js'
@@ -15,7 +16,15 @@ const PAGE_SIZE = 100
 // 99 contributors (so that each has archived items and active ones); every fourth item archived.
 const CONTRIBUTORS = Array.from({ length: 99 }, () => randomUuid())
 const ADDS_IN_FLIGHT = ON_REDIS ? 1000 : 1
+const DESCRIPTION = 'A benchmark item with a short description.'
 const collectGarbage = (): void => { (globalThis as { gc?: () => void }).gc?.() }
+
+async function redisUsedMemory (): Promise<number> {
+  const redis = new Redis(REDIS_URL)
+  const info = await redis.info('memory')
+  redis.disconnect()
+  return Number(/used_memory:(\d+)/.exec(info)?.[1])
+}
 
 const keyPrefix = `items-service-bench-store:${process.pid}:`
 async function openStore (): Promise<Store> {
@@ -34,19 +43,20 @@ async function deleteBenchKeys (): Promise<void> {
 
 collectGarbage()
 const heapBefore = process.memoryUsage().heapUsed
+const redisBefore = ON_REDIS ? await redisUsedMemory() : 0
 const store = await openStore()
 const { items } = store
-const now = new Date().toISOString()
 const started = Date.now()
 // Ids as the service makes them: one flat 36-character string each (crypto.randomUUID()'s stay a tree of
 // concatenated strings, about 480 bytes, until something flattens them).
 for (let first = 0; first < ITEMS; first += ADDS_IN_FLIGHT) {
   await Promise.all(Array.from({ length: Math.min(ADDS_IN_FLIGHT, ITEMS - first) }, async (_, offset) => {
     const index = first + offset
+    const now = new Date(started + index).toISOString()
     await items.add({
       id: randomUuid(),
       name: `Item ${index}`,
-      description: null,
+      description: DESCRIPTION,
       status: index % 4 === 0 ? 'archived' : 'active',
       contributorId: CONTRIBUTORS[index % CONTRIBUTORS.length]!,
       createdAt: now,
@@ -56,7 +66,7 @@ for (let first = 0; first < ITEMS; first += ADDS_IN_FLIGHT) {
 }
 const fillSeconds = (Date.now() - started) / 1000
 collectGarbage()
-const bytesPerItem = (process.memoryUsage().heapUsed - heapBefore) / ITEMS
+const bytesPerItem = ON_REDIS ? (await redisUsedMemory() - redisBefore) / ITEMS : (process.memoryUsage().heapUsed - heapBefore) / ITEMS
 
 async function microsecondsPerPage (filter: ItemFilter, page: number, rounds = ON_REDIS ? 500 : 2000): Promise<number> {
   const offset = (page - 1) * PAGE_SIZE
@@ -73,7 +83,7 @@ const filters: Array<[string, ItemFilter]> = [
   ['contributorId & status=archived', { contributorId: CONTRIBUTORS[0], status: 'archived' }]
 ]
 console.log(`${ITEMS} items on ${ON_REDIS ? 'Redis' : 'the memory store'}, ${CONTRIBUTORS.length} contributors, every fourth archived; ` +
-  `filled in ${fillSeconds.toFixed(1)} s` + (ON_REDIS ? '' : `, ${Math.round(bytesPerItem)} bytes of heap per item (name "Item N", description null)`))
+  `filled in ${fillSeconds.toFixed(1)} s, ${Math.round(bytesPerItem)} bytes of ${ON_REDIS ? 'Redis memory' : 'heap'} per item (name "Item N", a ${DESCRIPTION.length}-character description)`)
 console.log(`| filter | items kept | µs a page of ${PAGE_SIZE}: first | middle | last |`)
 console.log('|---|---:|---:|---:|---:|')
 for (const [name, filter] of filters) {

@@ -1,6 +1,7 @@
 import type { RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault, RouteHandlerMethod } from 'fastify'
 import type { operations } from '../../generated/openapi.js'
 import type { DefaultedParameters, RouteOperationId as OperationId } from '../../generated/routes.js'
+import type { Serialized } from '../serialized.js'
 
 /** What openapi-typescript generates for one operation. */
 interface OperationTypes {
@@ -11,6 +12,8 @@ interface OperationTypes {
 
 // A JSON body as its type; a text one (the operations API's metrics) as a string.
 type Content<T> = T extends { content: { 'application/json': infer Body } } ? Body : T extends { content: { 'text/plain': infer Text } } ? Text : undefined
+// A body may be sent as the contract's serializer wrote it, ahead of time.
+type Sendable<T> = [T] extends [undefined] ? T : T | Serialized<T>
 // The request validators fill in defaulted parameters, so a handler always sees them.
 type WithDefaults<T, Keys extends PropertyKey> = T & { [K in Keys & keyof T]-?: NonNullable<T[K]> }
 // Header parameters by the lower-cased names Node gives them.
@@ -22,7 +25,7 @@ export interface ContractRoute<Operation extends OperationTypes, Defaulted exten
   Querystring: WithDefaults<NonNullable<Operation['parameters']['query']>, Defaulted>
   Params: NonNullable<Operation['parameters']['path']>
   Headers: LowerCased<NonNullable<Operation['parameters']['header']>>
-  Reply: { [Status in keyof Operation['responses']]: Content<Operation['responses'][Status]> }
+  Reply: { [Status in keyof Operation['responses']]: Sendable<Content<Operation['responses'][Status]>> }
 }
 
 /** The handler of one operation of a contract, given its generated types and defaulted parameters. */

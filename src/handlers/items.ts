@@ -2,7 +2,8 @@ import type { FastifyReply } from 'fastify'
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
 import { newItem } from '../records.js'
-import type { Item } from '../store/store.js'
+import { serializedItemList, TEXT } from '../serialized.js'
+import type { Item, StoredItem } from '../store/store.js'
 import { isoTimestamp } from '../timestamps.js'
 import type { Handler } from './handler.js'
 
@@ -34,15 +35,19 @@ function nextTimestamp (previous: string): string {
   return now > previous ? now : isoTimestamp(Date.parse(previous) + 1)
 }
 
+// Items are sent as the texts the store keeps (src/serialized.ts), which Fastify sends as they are once told they
+// are JSON.
+const JSON_CONTENT = 'application/json; charset=utf-8'
+
 export const listItems: Handler<'listItems'> = async (request, reply) => {
   const { page, pageSize, status, contributorId } = request.query
   const { items, total } = await request.server.store.items.page((page - 1) * pageSize, pageSize, { status, contributorId })
-  return reply.code(200).send({ data: items, pagination: { page, pageSize, total } })
+  return reply.header('content-type', JSON_CONTENT).code(200).send(serializedItemList(items, { page, pageSize, total }))
 }
 
 /** A create's 201: sent by createItem, and sent again, as it was, to a retry with the same Idempotency-Key. */
-export const sendCreatedItem = (reply: FastifyReply, item: Item): FastifyReply =>
-  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).code(201).send(item)
+export const sendCreatedItem = (reply: FastifyReply, item: StoredItem): FastifyReply =>
+  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT].json)
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const item = await request.server.store.items.add(newItem(request.body, request.user.id),
@@ -58,7 +63,7 @@ export const getItem: Handler<'getItem'> = async (request, reply) => {
   reply.header('etag', tag)
   const ifNoneMatch = request.headers['if-none-match']
   if (ifNoneMatch !== undefined && namesTag(ifNoneMatch, tag, true)) return reply.code(304).send()
-  return reply.code(200).send(item)
+  return reply.header('content-type', JSON_CONTENT).code(200).send(item[TEXT].json)
 }
 
 export const updateItem: Handler<'updateItem'> = async (request, reply) => {
@@ -68,7 +73,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
     return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt) }
   }, request.server.events.announce('items.item.edited', request.user.id))
   if (updated === undefined) throw notFound('Item')
-  return reply.header('etag', entityTag(updated)).code(200).send(updated)
+  return reply.header('etag', entityTag(updated)).header('content-type', JSON_CONTENT).code(200).send(updated[TEXT].json)
 }
 
 export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {

@@ -4,7 +4,7 @@ import fp from 'fastify-plugin'
 import stringify from 'safe-stable-stringify'
 import type { IdempotentOperationId, RouteOperationId } from '../../generated/routes.js'
 import { idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
-import type { IdempotencyClaim, Item } from '../store/store.js'
+import type { IdempotencyClaim, StoredItem } from '../store/store.js'
 import type { StepFor } from './route-steps.js'
 
 declare module 'fastify' {
@@ -19,7 +19,7 @@ declare module 'fastify' {
 }
 
 /** Sends again, as it was sent, the response of the create recorded under a key. */
-export type Replay = (reply: FastifyReply, item: Item) => FastifyReply
+export type Replay = (reply: FastifyReply, item: StoredItem) => FastifyReply
 
 interface IdempotencyPluginOptions {
   /** How each operation that takes an Idempotency-Key (the contract declares it) sends a replay. */

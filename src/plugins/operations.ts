@@ -9,7 +9,8 @@ import { unauthorized } from '../errors.js'
 import { operationsHandlers } from '../handlers/operations.js'
 import { subscriberName, type Subscription } from '../webhooks/subscriptions.js'
 import errorsPlugin, { handleClientError, handleError } from './errors.js'
-import { contractSerializers, generatedValidators } from './routes.js'
+import { contractSerializers } from '../serialized.js'
+import { generatedValidators } from './routes.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -64,7 +65,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
   server.setValidatorCompiler(generatedValidators(routes, operationValidators))
-  server.setSerializerCompiler(operationsSerializer)
+  server.setSerializerCompiler(({ schema }) => operationsSerializer(schema))
   // Every operation is under the contract's one requirement, opsToken (test/contract.test.ts holds it to that).
   const authenticate = opsToken(options.token)
   for (const route of routes) {

@@ -1,11 +1,10 @@
 import type { ValidateFunction } from 'ajv'
-import fastJson, { type AnySchema, type Schema } from 'fast-json-stringify'
-import type { FastifyInstance, FastifySerializerCompiler, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
+import type { FastifyInstance, onRequestHookHandler, RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import { type RouteDefinition, type RouteOperationId, routes } from '../../generated/routes.js'
-import { schemas } from '../../generated/schemas.js'
 import { operationValidators } from '../../generated/validators.js'
 import type { Handlers } from '../handlers/handler.js'
+import { contractSerializer } from '../serialized.js'
 import { requireRole } from './auth.js'
 import { deprecationStep } from './deprecation.js'
 import type { RouteStep, StepFor } from './route-steps.js'
@@ -49,31 +48,6 @@ export function generatedValidators<Id extends string> (table: ReadonlyArray<{ m
 
 /** The public API's. */
 export const generatedValidator = generatedValidators(routes, operationValidators)
-
-type Serializer = ReturnType<FastifySerializerCompiler<AnySchema>>
-
-/**
- * Fastify's own serializer compiler (fast-json-stringify, with the contract's component schemas to resolve `$ref`s),
- * compiling each response schema once per process rather than once per app: the route schemas are the generated
- * module's objects, shared by every app a process builds (a host that registers the service more than once, the
- * tests).
- */
-export function contractSerializers (componentSchemas: Readonly<Record<string, { readonly $id: string }>>): FastifySerializerCompiler<AnySchema> {
-  // The generated schemas are `as const` (read-only arrays), which fast-json-stringify's types do not admit.
-  const external = Object.fromEntries(Object.values(componentSchemas).map((schema) => [schema.$id, schema as Schema]))
-  const compiled = new WeakMap<AnySchema, Serializer>()
-  return ({ schema }) => {
-    let serializer = compiled.get(schema)
-    if (serializer === undefined) {
-      serializer = fastJson(schema, { schema: external })
-      compiled.set(schema, serializer)
-    }
-    return serializer
-  }
-}
-
-/** The public API's. */
-export const contractSerializer = contractSerializers(schemas)
 
 // The security scheme's hook of an operation. A scheme with no hook, or a choice between schemes (which no operation
 // offers yet), fails at start rather than letting a request through unchecked.
@@ -138,7 +112,7 @@ async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions)
   // schemas refer to the contract's component schemas by $id: the generated validators were built with them, and
   // contractSerializer resolves them itself, so none is added to Fastify.
   app.setValidatorCompiler(generatedValidator)
-  app.setSerializerCompiler(contractSerializer)
+  app.setSerializerCompiler(({ schema }) => contractSerializer(schema))
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = options.strictResponses ? (await import('../response-contract.js')).enforceResponseContract : undefined
   const responseContract: StepFor = (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }

@@ -1,11 +1,11 @@
-import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item, StoreFullError } from './store.js'
+import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type StoredItem, StoreFullError } from './store.js'
 
 interface Held {
   readonly userId: string
   readonly fingerprint: string
   /** The claiming request's token while it runs; undefined once its item is recorded. */
   readonly token: string | undefined
-  readonly item: Item | undefined
+  readonly item: StoredItem | undefined
   /** Milliseconds since the epoch: the end of a claim's lease, or of a record's time to live. */
   readonly until: number
   /** What it holds that varies in size, in characters, reserved when it is claimed (IdempotencyClaim.characters). */
@@ -75,7 +75,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   }
 
   /** Records the item the claim's request made under its key, for the time to live, in the room its claim reserved. */
-  record (claim: IdempotencyClaim, item: Item): void {
+  record (claim: IdempotencyClaim, item: StoredItem): void {
     this.#forget(entryKey(claim), claim.userId)
     const until = Date.now() + this.#bounds.ttlMs
     this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item, until, characters: claim.characters })

@@ -2,7 +2,8 @@ import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './memory
 import { MemoryOutbox, type MemoryOutboxBounds } from './memory-outbox.js'
 import { MemoryRateCounter } from './memory-rate-counter.js'
 import { IDEMPOTENCY_KEY_DEFAULTS, isLive, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERIES, REMEMBERED_REPLACED_TOKENS } from './rules.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, itemRecord, type RefreshOutcome, type Session, type SessionStore, type Store, StoreFullError, type User, type UserStore } from './store.js'
+import { storedItem } from '../serialized.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, type RefreshOutcome, type Session, type SessionStore, type Store, type StoredItem, StoreFullError, type User, type UserStore } from './store.js'
 
 class MemoryUserStore implements UserStore {
   readonly #maxUsers: number
@@ -129,11 +130,8 @@ class MemorySessionStore implements SessionStore {
   }
 }
 
-// Frozen, with the one hidden class of itemRecord's literal.
-const storedItem = (item: Item): Item => Object.freeze(itemRecord(item))
-
 interface ItemEntry {
-  item: Item
+  item: StoredItem
   readonly sequence: number
 }
 
@@ -186,7 +184,7 @@ class MemoryItemStore implements ItemStore {
     this.#idempotencyKeys = idempotencyKeys
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
     if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
     if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
@@ -205,7 +203,7 @@ class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
-  async get (id: string): Promise<Item | undefined> {
+  async get (id: string): Promise<StoredItem | undefined> {
     return this.#byId.get(id)?.item
   }
 
@@ -219,7 +217,7 @@ class MemoryItemStore implements ItemStore {
     return this.#byId.size
   }
 
-  async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
+  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     const previous = entry.item
@@ -235,7 +233,7 @@ class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
-  async remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined> {
+  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     confirm(entry.item)

@@ -1,22 +1,9 @@
 import type { components } from '../../generated/openapi.js'
+import type { StoredItem } from '../serialized.js'
 
+export type { StoredItem } from '../serialized.js'
 export type Role = components['schemas']['Role']
 export type Item = Readonly<components['schemas']['Item']>
-
-/**
- * An item's fields, in the contract's order, built by one literal: in memory every stored item then shares one
- * hidden class (a spread gives objects of the same fields different ones, and the serializer's per-item code goes
- * megamorphic); in Redis the JSON written is the JSON read back, so it can be compared.
- */
-export const itemRecord = (item: Item): Item => ({
-  id: item.id,
-  name: item.name,
-  description: item.description,
-  status: item.status,
-  contributorId: item.contributorId,
-  createdAt: item.createdAt,
-  updatedAt: item.updatedAt
-})
 
 export interface User {
   readonly id: string
@@ -92,7 +79,7 @@ export interface ItemFilter {
 }
 
 export interface ItemPage {
-  readonly items: Item[]
+  readonly items: StoredItem[]
   readonly total: number
 }
 
@@ -140,7 +127,7 @@ export type ClaimOutcome =
   /** The key was free: it is the claim's until it is recorded, released, or its lease ends. */
   | { readonly status: 'claimed' }
   /** A create with this key and fingerprint was recorded: the item it made, as it made it. */
-  | { readonly status: 'recorded', readonly item: Item }
+  | { readonly status: 'recorded', readonly item: StoredItem }
   /** A request with this key and fingerprint holds the key and has not finished. */
   | { readonly status: 'running' }
   /** The key was claimed or recorded with another fingerprint. */
@@ -171,8 +158,8 @@ export interface ItemStore {
    * one (then undefined, and no event); rejects with an IdTakenError when another item has its id. With a claim, records the item under its key too, or, when the claim no
    * longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
    */
-  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined>
-  get (id: string): Promise<Item | undefined>
+  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined>
+  get (id: string): Promise<StoredItem | undefined>
   /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */
   page (offset: number, limit: number, filter?: ItemFilter): Promise<ItemPage>
   /** How many items the catalogue holds. */
@@ -181,12 +168,12 @@ export interface ItemStore {
    * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
    * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller.
    */
-  update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined>
+  update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined>
   /**
    * Atomically removes the item once `confirm(current)` returns, records its event, and returns it as it was;
    * undefined when there is no such item. When `confirm` throws, nothing is removed and the error reaches the caller.
    */
-  remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined>
+  remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined>
 }
 
 /** One event on its way to one subscriber. */
@@ -325,9 +312,9 @@ export class OutcomeUnknownError extends Error {
 }
 
 /**
- * Everything the service keeps. Items and users handed out are immutable snapshots. Any operation may reject
- * with a StoreUnavailableError; a write, with an OutcomeUnknownError; adding a user or an item, with a
- * StoreFullError where the store bounds them.
+ * Everything the service keeps. Items and users handed out are immutable snapshots, each item with its JSON text
+ * (`StoredItem`), made once, when it was written. Any operation may reject with a StoreUnavailableError; a write,
+ * with an OutcomeUnknownError; adding a user or an item, with a StoreFullError where the store bounds them.
  *
  * Authentication reads the caller's session and user on every request. Each store keeps them at hand (in memory,
  * all of them; on Redis, those this instance has read and is told of every change to), and `cached` hands them

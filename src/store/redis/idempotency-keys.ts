@@ -1,4 +1,5 @@
 import type { Redis, Result } from 'ioredis'
+import { storedItem } from '../../serialized.js'
 import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
@@ -102,7 +103,7 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
     if (json === null) return { status: 'claimed' }
     const held = JSON.parse(json) as Held
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
-    return 'item' in held ? { status: 'recorded', item: Object.freeze(held.item) } : { status: 'running' }
+    return 'item' in held ? { status: 'recorded', item: storedItem(held.item) } : { status: 'running' }
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

@@ -1,5 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, itemRecord, type ItemStore, StoreUnavailableError } from '../store.js'
+import { storedItem, TEXT } from '../../serialized.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
@@ -118,18 +119,19 @@ const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
 // many tries it gives up with a StoreUnavailableError rather than hold the request.
 const MAX_CHANGE_ATTEMPTS = 16
 
-// Stored as the service wrote them; handed out frozen, as the memory store's are.
-const parseItem = (json: string): Item => Object.freeze(JSON.parse(json) as Item)
-// In one order of fields, so that the JSON read back compares equal to the JSON written.
-const itemJson = (item: Item): string => JSON.stringify(itemRecord(item))
+// The stored value is the item's text as the contract's serializer wrote it (release 1.0.0 stored the same text,
+// by JSON.stringify of the fields in the same order), so the text read back compares equal to the text written.
+// Parsed, it is serialized again: what is sent is always the serializer's own text.
+const parseItem = (json: string): StoredItem => storedItem(JSON.parse(json) as Item)
 
 /**
- * Items parsed before, by the JSON they were parsed from: an item read again unchanged (a page every client reads)
- * costs a lookup instead of a parse and a new object. A changed item has other JSON, so it is parsed afresh.
- * Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters (items vary 100-fold).
+ * Items parsed before, by the text they were parsed from: an item read again unchanged (a page every client reads)
+ * costs a lookup instead of a parse, and its text is sent as it was read. A changed item has another text, so it
+ * is parsed afresh. Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters
+ * (items vary 100-fold).
  */
 class ParsedItems {
-  readonly #byJson = new Map<string, Item>()
+  readonly #byJson = new Map<string, StoredItem>()
   readonly #maxCharacters: number
   #characters = 0
 
@@ -137,7 +139,7 @@ class ParsedItems {
     this.#maxCharacters = maxCharacters
   }
 
-  parse (json: string): Item {
+  parse (json: string): StoredItem {
     const cached = this.#byJson.get(json)
     if (cached !== undefined) return cached
     const item = parseItem(json)
@@ -203,10 +205,10 @@ export class RedisItemStore implements ItemStore {
     this.#idempotencyKeys = options.idempotencyKeys
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<Item | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
     const keys = this.#keys
-    const json = itemJson(item)
-    const stored = parseItem(json)
+    const stored = storedItem(item)
+    const { json } = stored[TEXT]
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
@@ -219,14 +221,14 @@ export class RedisItemStore implements ItemStore {
     return stored
   }
 
-  async get (id: string): Promise<Item | undefined> {
+  async get (id: string): Promise<StoredItem | undefined> {
     const json = await call(this.#redis.hget(this.#keys.items, id))
     return json === null ? undefined : this.#parsed.parse(json)
   }
 
   async page (offset: number, limit: number, filter: ItemFilter = {}): Promise<ItemPage> {
     const [total, ...found] = await call(this.#redis.pageItems(this.#keys.items, itemListKey(this.#keys, filter), offset, offset + limit - 1))
-    const items: Item[] = []
+    const items: StoredItem[] = []
     for (const json of found) if (json !== null) items.push(this.#parsed.parse(json))
     if (items.length < found.length) this.#skipMissing(found.length - items.length)
     return { items, total }
@@ -245,11 +247,11 @@ export class RedisItemStore implements ItemStore {
       'items in item-order are missing from items (evicted? Redis needs maxmemory-policy noeviction); pages skip them')
   }
 
-  async update (id: string, change: (current: Item) => Item, announce?: Announcement): Promise<Item | undefined> {
+  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
     const keys = this.#keys
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
-      const next = itemJson(change(current))
-      const stored = parseItem(next)
+      const stored = storedItem(change(current))
+      const next = stored[TEXT].json
       const event = announce?.(stored)
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
@@ -261,7 +263,7 @@ export class RedisItemStore implements ItemStore {
     }))
   }
 
-  async remove (id: string, confirm: (current: Item) => void, announce?: Announcement): Promise<Item | undefined> {
+  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
     const keys = this.#keys
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
@@ -295,12 +297,12 @@ export class RedisItemStore implements ItemStore {
    * callbacks of `update` and `remove` may run more than once, each time on the item as it then was: they must be
    * pure. 0 from `attempt` means the item is gone.
    */
-  async #change (id: string, attempt: (current: Item, json: string) => Promise<Item | 0 | string>): Promise<Item | undefined> {
+  async #change (id: string, attempt: (current: StoredItem, json: string) => Promise<StoredItem | 0 | string>): Promise<StoredItem | undefined> {
     const json = await call(this.#redis.hget(this.#keys.items, id))
-    let outcome: Item | 0 | string = json ?? 0
+    let outcome: StoredItem | 0 | string = json ?? 0
     for (let attempts = 0; typeof outcome === 'string'; attempts += 1) {
       if (attempts === MAX_CHANGE_ATTEMPTS) throw new StoreUnavailableError(`item ${id} changed ${attempts} times while being changed`)
-      outcome = await attempt(parseItem(outcome), outcome)
+      outcome = await attempt(this.#parsed.parse(outcome), outcome)
     }
     return outcome === 0 ? undefined : outcome
   }
