@@ -35,39 +35,62 @@ declare const serializedFrom: unique symbol
  */
 export type Serialized<T> = (string | Buffer) & { readonly [serializedFrom]: T }
 
-/** An item's JSON text and its length in UTF-8 bytes, which a page of items sums rather than measures. */
-export interface ItemText {
-  readonly json: string & Serialized<Schemas['Item']>
-  readonly bytes: number
-}
-
-/** Where a stored item keeps its text: not enumerable, so no spread, copy or comparison of the item meets it. */
+/** Where a stored item keeps its JSON text, and that text's length in UTF-8 bytes, which a page sums. */
 export const TEXT: unique symbol = Symbol('text')
+export const TEXT_BYTES: unique symbol = Symbol('text bytes')
 
-/** An item as a store holds it: frozen, with its text, made once when the item was written. */
-export type StoredItem = Readonly<Schemas['Item']> & { readonly [TEXT]: ItemText }
+type ItemFields = Schemas['Item']
+
+/** An item as a store holds it: frozen, with its text, made once, when the item was written. */
+export type StoredItem = Readonly<ItemFields> & {
+  readonly [TEXT]: string & Serialized<ItemFields>
+  readonly [TEXT_BYTES]: number
+}
 
 const itemSerializer = contractSerializer(schemas.Item)
 const itemListSerializer = contractSerializer(schemas.ItemList)
 
 /**
- * The item to store, with its text: its fields in the contract's order, built by one literal, so that every stored
- * item shares one hidden class (a spread gives objects of the same fields different ones).
+ * Its fields in the contract's order, then its text: every stored item has one hidden class, with every field in
+ * the object itself (a spread gives objects of the same fields different classes; a property added later goes to
+ * a store of its own). The text is in private fields, read through the prototype's getters: no spread of an item,
+ * serializer or comparison of items meets it as a field of the item's (and a frozen item's may still be set).
  */
-export function storedItem (item: Schemas['Item']): StoredItem {
-  const record = {
-    id: item.id,
-    name: item.name,
-    description: item.description,
-    status: item.status,
-    contributorId: item.contributorId,
-    createdAt: item.createdAt,
-    updatedAt: item.updatedAt
+class StoredItemRecord implements StoredItem {
+  readonly id: string
+  readonly name: string
+  readonly description: string | null
+  readonly status: ItemFields['status']
+  readonly contributorId: string
+  readonly createdAt: string
+  readonly updatedAt: string
+  readonly #text: StoredItem[typeof TEXT]
+  // Measured when a page first counts it (a write's own answer is measured by Fastify as it is sent); -1 until then.
+  #bytes = -1
+
+  constructor (item: ItemFields) {
+    this.id = item.id
+    this.name = item.name
+    this.description = item.description
+    this.status = item.status
+    this.contributorId = item.contributorId
+    this.createdAt = item.createdAt
+    this.updatedAt = item.updatedAt
+    this.#text = itemSerializer(item) as StoredItem[typeof TEXT]
   }
-  const json = itemSerializer(record) as ItemText['json']
-  const text: ItemText = { json, bytes: Buffer.byteLength(json) }
-  return Object.freeze(Object.defineProperty(record, TEXT, { value: text })) as StoredItem
+
+  get [TEXT] (): StoredItem[typeof TEXT] {
+    return this.#text
+  }
+
+  get [TEXT_BYTES] (): number {
+    if (this.#bytes < 0) this.#bytes = Buffer.byteLength(this.#text)
+    return this.#bytes
+  }
 }
+
+/** The item to store, with its text. */
+export const storedItem = (item: ItemFields): StoredItem => Object.freeze(new StoredItemRecord(item))
 
 // The list's text is the contract's ItemList with an empty page, its items written between these two halves.
 const EMPTY_PAGE = '"data":[]'
@@ -81,14 +104,14 @@ export function serializedItemList (items: readonly StoredItem[], pagination: Sc
   const cut = frame.indexOf(EMPTY_PAGE) + EMPTY_PAGE.length - 1
   // The frame holds numbers and punctuation only: as many bytes as characters.
   let length = frame.length + Math.max(items.length - 1, 0)
-  for (const item of items) length += item[TEXT].bytes
+  for (const item of items) length += item[TEXT_BYTES]
   const buffer = Buffer.allocUnsafe(length)
   let offset = buffer.write(frame, 0, cut, 'latin1')
   for (let index = 0; index < items.length; index += 1) {
     if (index > 0) buffer[offset++] = 0x2c
-    const { json, bytes } = items[index]![TEXT]
+    const { [TEXT]: text, [TEXT_BYTES]: bytes } = items[index]!
     // A text of as many bytes as characters is ASCII, which latin1 copies as it is.
-    offset += buffer.write(json, offset, bytes, bytes === json.length ? 'latin1' : 'utf8')
+    offset += buffer.write(text, offset, bytes, bytes === text.length ? 'latin1' : 'utf8')
   }
   buffer.write(frame.slice(cut), offset, 'latin1')
   return buffer as Buffer & Serialized<Schemas['ItemList']>

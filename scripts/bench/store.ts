@@ -53,10 +53,12 @@ for (let first = 0; first < ITEMS; first += ADDS_IN_FLIGHT) {
   await Promise.all(Array.from({ length: Math.min(ADDS_IN_FLIGHT, ITEMS - first) }, async (_, offset) => {
     const index = first + offset
     const now = new Date(started + index).toISOString()
+    // The name and description as the service has them, parsed from a request's body: strings of their own.
+    const { name, description } = JSON.parse(`{"name":"Item ${index}","description":"${DESCRIPTION}"}`) as { name: string, description: string }
     await items.add({
       id: randomUuid(),
-      name: `Item ${index}`,
-      description: DESCRIPTION,
+      name,
+      description,
       status: index % 4 === 0 ? 'archived' : 'active',
       contributorId: CONTRIBUTORS[index % CONTRIBUTORS.length]!,
       createdAt: now,

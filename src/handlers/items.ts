@@ -47,7 +47,7 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 
 /** A create's 201: sent by createItem, and sent again, as it was, to a retry with the same Idempotency-Key. */
 export const sendCreatedItem = (reply: FastifyReply, item: StoredItem): FastifyReply =>
-  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT].json)
+  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT])
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const item = await request.server.store.items.add(newItem(request.body, request.user.id),
@@ -63,7 +63,7 @@ export const getItem: Handler<'getItem'> = async (request, reply) => {
   reply.header('etag', tag)
   const ifNoneMatch = request.headers['if-none-match']
   if (ifNoneMatch !== undefined && namesTag(ifNoneMatch, tag, true)) return reply.code(304).send()
-  return reply.header('content-type', JSON_CONTENT).code(200).send(item[TEXT].json)
+  return reply.header('content-type', JSON_CONTENT).code(200).send(item[TEXT])
 }
 
 export const updateItem: Handler<'updateItem'> = async (request, reply) => {
@@ -73,7 +73,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
     return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt) }
   }, request.server.events.announce('items.item.edited', request.user.id))
   if (updated === undefined) throw notFound('Item')
-  return reply.header('etag', entityTag(updated)).header('content-type', JSON_CONTENT).code(200).send(updated[TEXT].json)
+  return reply.header('etag', entityTag(updated)).header('content-type', JSON_CONTENT).code(200).send(updated[TEXT])
 }
 
 export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {

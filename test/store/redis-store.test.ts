@@ -6,6 +6,7 @@ import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../src/store/redis/connection.js'
 import { itemListKeys, redisKeys } from '../../src/store/redis/keys.js'
 import type { Store } from '../../src/store/store.js'
+import { TEXT } from '../../src/serialized.js'
 import { deleteKeys, ownRedis, REDIS_URL, redisKeyPrefix, redisSkip } from '../redis.js'
 import { storeConformance } from './conformance.js'
 
@@ -274,4 +275,24 @@ t.test('each instance keeps what it parsed within its bounds, and hands out only
   await writer.items.add({ id: randomUUID(), name: 'm', description: 'e'.repeat(300), status: 'active', contributorId, createdAt: '', updatedAt: '' })
   await small.items.page(0, 10)
   t.not(await small.items.get(item!.id), changed, 'past 500 characters the oldest is let go')
+})
+
+t.test('an item stored in another spelling of its JSON is sent as the contract\'s serializer writes it, both texts counted against the cache\'s bound', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const at = '2026-11-27T00:00:00.000Z'
+  const item = { id: randomUUID(), name: 'n', description: 'd'.repeat(100), status: 'active', contributorId: randomUUID(), createdAt: at, updatedAt: at }
+  // As a hand or another program might write it: its fields in another order, with spaces.
+  const spelt = JSON.stringify(Object.fromEntries(Object.entries(item).reverse()), null, 1)
+  await raw.hset(redisKeys(prefix).items, item.id, spelt)
+  const serialized = JSON.stringify(item)
+  for (const [itemCharacters, kept] of [[spelt.length + serialized.length, true], [spelt.length + serialized.length - 1, false]] as const) {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, cache: { users: 1, sessions: 1, itemCharacters } })
+    t.teardown(async () => { await store.close() })
+    const read = await store.items.get(item.id)
+    t.same(read, item, 'read as stored')
+    t.equal(read?.[TEXT], serialized, 'its text the serializer\'s, in the contract\'s order, without spaces')
+    t.equal(await store.items.get(item.id) === read, kept, `${itemCharacters} characters ${kept ? 'hold' : 'do not hold'} both texts`)
+  }
 })

@@ -121,14 +121,15 @@ const MAX_CHANGE_ATTEMPTS = 16
 
 // The stored value is the item's text as the contract's serializer wrote it (release 1.0.0 stored the same text,
 // by JSON.stringify of the fields in the same order), so the text read back compares equal to the text written.
-// Parsed, it is serialized again: what is sent is always the serializer's own text.
 const parseItem = (json: string): StoredItem => storedItem(JSON.parse(json) as Item)
+
+// What a cached item holds in characters: the text it was read from, and its own text when that is another.
+const heldCharacters = (json: string, item: StoredItem): number => json === item[TEXT] ? json.length : json.length + item[TEXT].length
 
 /**
  * Items parsed before, by the text they were parsed from: an item read again unchanged (a page every client reads)
- * costs a lookup instead of a parse, and its text is sent as it was read. A changed item has another text, so it
- * is parsed afresh. Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters
- * (items vary 100-fold).
+ * costs a lookup instead of a parse and a serialization. A changed item has another text, so it is parsed afresh.
+ * Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters (items vary 100-fold).
  */
 class ParsedItems {
   readonly #byJson = new Map<string, StoredItem>()
@@ -143,13 +144,16 @@ class ParsedItems {
     const cached = this.#byJson.get(json)
     if (cached !== undefined) return cached
     const item = parseItem(json)
-    this.#byJson.set(json, item)
-    this.#characters += json.length
+    const text = item[TEXT]
+    // Kept by its own text when that is what was read (the service wrote it), so that one copy of it is held.
+    const key = text === json ? text : json
+    this.#byJson.set(key, item)
+    this.#characters += heldCharacters(key, item)
     // No iterator is made while there is room.
     while (this.#characters > this.#maxCharacters) {
-      const oldest = this.#byJson.keys().next().value!
+      const [oldest, oldestItem] = this.#byJson.entries().next().value!
       this.#byJson.delete(oldest)
-      this.#characters -= oldest.length
+      this.#characters -= heldCharacters(oldest, oldestItem)
     }
     return item
   }
@@ -208,7 +212,7 @@ export class RedisItemStore implements ItemStore {
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
     const keys = this.#keys
     const stored = storedItem(item)
-    const { json } = stored[TEXT]
+    const json = stored[TEXT]
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
@@ -251,7 +255,7 @@ export class RedisItemStore implements ItemStore {
     const keys = this.#keys
     return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
       const stored = storedItem(change(current))
-      const next = stored[TEXT].json
+      const next = stored[TEXT]
       const event = announce?.(stored)
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
