@@ -1,5 +1,5 @@
 // First, before Fastify and the rest load, in the server and in an embedder alike: see the module.
-import './tick-object-pin.js'
+import './runtime/tick-object-pin.js'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { DestinationStream } from 'pino'
@@ -11,7 +11,7 @@ import type { Subscribers } from './plugins/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Tracing } from './plugins/tracing.js'
 import type { Store } from './store/store.js'
-import { randomUuid } from './uuid.js'
+import { randomUuid } from './runtime/uuid.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
 const PLUGIN_TIMEOUT_MS = 120_000

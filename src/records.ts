@@ -1,7 +1,7 @@
 import type { components } from '../generated/openapi.js'
 import type { Item, User } from './store/store.js'
-import { isoTimestamp } from './timestamps.js'
-import { randomUuid } from './uuid.js'
+import { isoTimestamp } from './runtime/timestamps.js'
+import { randomUuid } from './runtime/uuid.js'
 
 type Schemas = components['schemas']
 

@@ -1,5 +1,5 @@
 // First, before any other module loads: see the module.
-import './tick-object-pin.js'
+import './runtime/tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { type AppConfig, loadConfig } from './config.js'

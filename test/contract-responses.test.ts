@@ -3,7 +3,7 @@
 import t from 'tap'
 import { type RouteOperationId, routes } from '../generated/routes.js'
 import { type Store, StoreUnavailableError } from '../src/store/store.js'
-import { createMemoryStore } from '../src/store/memory-store.js'
+import { createMemoryStore } from '../src/store/memory/index.js'
 import { type CallOptions, build, newUser, whileEventLoopOverloaded, TEST_JWT_SECRET } from './helper.js'
 import { forgeToken } from './tokens.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'

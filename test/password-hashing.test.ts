@@ -6,7 +6,7 @@ import t from 'tap'
 import { OWASP_HASH_COST } from '../src/auth/hash-cost.js'
 import { HashingProcess } from '../src/auth/hashing-process.js'
 import { loadConfig } from '../src/config.js'
-import { createMemoryStore } from '../src/store/memory-store.js'
+import { createMemoryStore } from '../src/store/memory/index.js'
 import { build, newUser, productionHashCost } from './helper.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 

@@ -2,7 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
 import { loadConfig } from '../src/config.js'
-import { createMemoryStore } from '../src/store/memory-store.js'
+import { createMemoryStore } from '../src/store/memory/index.js'
 import { build, buildTestApp, captureLogs, type Schemas } from './helper.js'
 import { failedStart } from './processes.js'
 

@@ -11,7 +11,7 @@ import t, { type Test } from 'tap'
 import { parse } from 'yaml'
 import { schemas } from '../generated/schemas.js'
 import { type ReceivedWebhook, type Receiver, startReceiver } from './webhook-receiver.js'
-import { createMemoryStore } from '../src/store/memory-store.js'
+import { createMemoryStore } from '../src/store/memory/index.js'
 import { type Api, build, captureLogs } from './helper.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from './redis.js'
 

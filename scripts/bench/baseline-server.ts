@@ -6,8 +6,8 @@
 // x-ratelimit-* headers on every response; its quota out of the benchmark's reach, as the service's are);
 // BASELINE=logger adds only Fastify's logger at the service's benchmark level, which writes no line per request.
 // As in the service, first of all: one of Node's tick objects kept alive, so that neither server is measured in the
-// slower state Node falls into at random otherwise (src/tick-object-pin.ts).
-import '../../src/tick-object-pin.js'
+// slower state Node falls into at random otherwise (src/runtime/tick-object-pin.ts).
+import '../../src/runtime/tick-object-pin.js'
 import fastifyJwt from '@fastify/jwt'
 import fastifyRateLimit from '@fastify/rate-limit'
 import Fastify from 'fastify'

@@ -5,9 +5,9 @@
 // is as the service's bench creates them (a name, a short description) with timestamps of its own.
 import { Redis } from 'ioredis'
 import { connectRedisStore } from '../../src/store/redis/connection.js'
-import { createMemoryStore } from '../../src/store/memory-store.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
 import type { ItemFilter, Store } from '../../src/store/store.js'
-import { randomUuid } from '../../src/uuid.js'
+import { randomUuid } from '../../src/runtime/uuid.js'
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 1_000_000)
 const ON_REDIS = process.env.BENCH_STORE === 'redis'

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto'
 import type { Store } from '../store/store.js'
-import { randomUuid } from '../uuid.js'
+import { randomUuid } from '../runtime/uuid.js'
 
 /** The claims this service puts in an access token besides iat, exp, iss and aud. */
 export interface AccessTokenClaims {

@@ -4,7 +4,7 @@ import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../e
 import { newItem } from '../records.js'
 import { serializedItemList, TEXT } from '../serialized.js'
 import type { Item, StoredItem } from '../store/store.js'
-import { isoTimestamp } from '../timestamps.js'
+import { isoTimestamp } from '../runtime/timestamps.js'
 import type { Handler } from './handler.js'
 
 function assertOwner (caller: Principal, item: Item): void {

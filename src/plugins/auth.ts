@@ -11,7 +11,7 @@ import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, forbidden, unauthorized } from '../errors.js'
 import type { Role, Session, User } from '../store/store.js'
-import { randomUuid } from '../uuid.js'
+import { randomUuid } from '../runtime/uuid.js'
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {

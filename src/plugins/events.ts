@@ -3,8 +3,8 @@ import fp from 'fastify-plugin'
 import type { webhooks } from '../../generated/openapi.js'
 import { schemas } from '../../generated/schemas.js'
 import type { Announcement, OutboxEvent } from '../store/store.js'
-import { isoTimestamp } from '../timestamps.js'
-import { randomUuid } from '../uuid.js'
+import { isoTimestamp } from '../runtime/timestamps.js'
+import { randomUuid } from '../runtime/uuid.js'
 
 /** The channels are the contract's webhooks; an event is the CloudEvents envelope declared there. */
 export type Channel = keyof webhooks

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import { Gauge, Histogram } from 'prom-client'
 import type { StoreConfig } from '../config.js'
-import { createMemoryStore } from '../store/memory-store.js'
+import { createMemoryStore } from '../store/memory/index.js'
 import { connectRedisStore } from '../store/redis/connection.js'
 import type { Store } from '../store/store.js'
 

@@ -6,7 +6,7 @@ import { redisKeyPrefix, redisSkip } from '../redis.js'
 import { decodeClaims, forgeToken } from '../tokens.js'
 import { OWASP_HASH_COST } from '../../src/auth/hash-cost.js'
 import { HashingProcess } from '../../src/auth/hashing-process.js'
-import { createMemoryStore } from '../../src/store/memory-store.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
 import { type Store, StoreUnavailableError } from '../../src/store/store.js'
 
 t.test('registerUser', async (t) => {

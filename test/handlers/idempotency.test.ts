@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { DomainEvent } from '../../src/plugins/events.js'
-import { createMemoryStore } from '../../src/store/memory-store.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
 import { type IdempotencyKeyStore, type ItemStore, type Store, StoreUnavailableError } from '../../src/store/store.js'
 import { build, captureLogs, rateLimitItems } from '../helper.js'
 

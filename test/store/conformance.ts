@@ -1,4 +1,4 @@
-// What every Store promises, run against each implementation (memory-store.test.ts, redis-store.test.ts).
+// What every Store promises, run against each implementation (memory/store.test.ts, redis-store.test.ts).
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'

@@ -1,6 +1,6 @@
 // The session store's own guarantees, through the Store interface that every implementation offers.
 import t from 'tap'
-import { createMemoryStore } from '../../src/store/memory-store.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
 
 t.test('a sweep forgets at most `limit` ended sessions, oldest first, and none that lives', async (t) => {
   const { sessions } = createMemoryStore()

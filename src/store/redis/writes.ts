@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Redis, Result } from 'ioredis'
-import { randomUuid } from '../../uuid.js'
+import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { type Script, unavailable, WRITE_DEADLINE } from './commands.js'

@@ -1,5 +1,5 @@
 import t from 'tap'
-import { randomUuid } from '../src/uuid.js'
+import { randomUuid } from '../../src/runtime/uuid.js'
 
 // RFC 9562's version 4: the version nibble 4, the variant bits 10.
 const VERSION_4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/

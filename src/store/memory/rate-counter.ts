@@ -1,5 +1,5 @@
 import { FifoMap } from 'toad-cache'
-import type { Counted, RateCounter } from './store.js'
+import type { Counted, RateCounter } from '../store.js'
 
 interface Counter {
   current: number

@@ -7,7 +7,7 @@ import t from 'tap'
 const run = promisify(execFile)
 
 const check = `
-const { pinnedTickObject } = await import('./src/tick-object-pin.ts')
+const { pinnedTickObject } = await import('./src/runtime/tick-object-pin.ts')
 const { createHook } = await import('node:async_hooks')
 const haveSameMap = new Function('a', 'b', 'return %HaveSameMap(a, b)')
 for (let tick = 0; tick < 10; tick += 1) await new Promise((resolve) => process.nextTick(resolve))

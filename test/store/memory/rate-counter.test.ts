@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap'
-import { MemoryRateCounter } from '../../src/store/memory-rate-counter.js'
+import { MemoryRateCounter } from '../../../src/store/memory/rate-counter.js'
 
 const WINDOW_MS = 60_000
 

@@ -1,5 +1,5 @@
-import { DEAD_LETTER_BYTES, DEAD_LETTERS } from './rules.js'
-import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from './store.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
+import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 
 interface PendingDelivery {
   readonly event: OutboxEvent

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
-import { createMemoryStore } from '../../src/store/memory-store.js'
-import { StoreFullError } from '../../src/store/store.js'
-import { storeConformance } from './conformance.js'
+import { createMemoryStore } from '../../../src/store/memory/index.js'
+import { StoreFullError } from '../../../src/store/store.js'
+import { storeConformance } from '../conformance.js'
 
 storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
   maxItemsPerContributor,

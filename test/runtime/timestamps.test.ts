@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import t from 'tap'
-import { isoTimestamp } from '../src/timestamps.js'
+import { isoTimestamp } from '../../src/runtime/timestamps.js'
 
 // Up to the last millisecond of year 9999: beyond it toISOString writes six-digit years, which no item will see.
 const LAST_FOUR_DIGIT_YEAR_MS = 253_402_300_799_999

@@ -1,4 +1,4 @@
-import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type StoredItem, StoreFullError } from './store.js'
+import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type StoredItem, StoreFullError } from '../store.js'
 
 interface Held {
   readonly userId: string

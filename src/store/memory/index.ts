@@ -1,0 +1,65 @@
+import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
+import type { Store } from '../store.js'
+import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
+import { MemoryItemStore } from './items.js'
+import { MemoryOutbox, type MemoryOutboxBounds } from './outbox.js'
+import { MemoryRateCounter } from './rate-counter.js'
+import { MemorySessionStore } from './sessions.js'
+import { MemoryUserStore } from './users.js'
+
+export interface MemoryStoreOptions {
+  /** Items one contributor may own at once; unbounded when left out. */
+  maxItemsPerContributor?: number
+  /** Users and items the store holds at most, whoever adds them; unbounded when left out. */
+  maxUsers?: number
+  maxItems?: number
+  /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
+  pendingDeliveries?: MemoryOutboxBounds
+  /** Client keys each rate limit keeps under its limit, and as many again over it. */
+  keysPerRateLimit?: number
+  /** How long a create made under an idempotency key is remembered, and how many keys are kept. */
+  idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
+}
+
+// Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
+// typical item, 200 of the largest).
+export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DELIVERIES, characters: 4 * 1024 * 1024 }
+
+// Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
+// about 300 bytes each with an email in the key, so at most 30 MB per limit.
+const KEYS_PER_RATE_LIMIT = 50_000
+
+// Idempotency keys the store keeps, whoever holds them: 100 000 (each about 300 bytes beside its text), and 16 Mi
+// characters of their text (keys, and the names and descriptions of their items, which an edited item holds twice),
+// so at most about 64 MB.
+const IDEMPOTENCY_KEYS = { total: 100_000, characters: 16 * 1024 * 1024, perUserCharacters: 256 * 1024 }
+
+/** The store of one process, the default: everything is lost when it ends, as the spec says. */
+export function createMemoryStore ({
+  maxItemsPerContributor = Infinity,
+  maxUsers = Infinity,
+  maxItems = Infinity,
+  pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
+  keysPerRateLimit = KEYS_PER_RATE_LIMIT,
+  idempotencyKeys = {}
+}: MemoryStoreOptions = {}): Store {
+  const rateCounters = new Map<string, MemoryRateCounter>()
+  const outbox = new MemoryOutbox(pendingDeliveries)
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...IDEMPOTENCY_KEYS, ...idempotencyKeys })
+  let open = true
+  return {
+    users: new MemoryUserStore(maxUsers),
+    sessions: new MemorySessionStore(),
+    items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox, keys),
+    idempotencyKeys: keys,
+    outbox,
+    rateCounter: (name) => {
+      const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
+      rateCounters.set(name, counter)
+      return counter
+    },
+    available: () => open,
+    now: () => Date.now(),
+    close: async () => { open = false }
+  }
+}

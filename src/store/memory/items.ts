@@ -1,0 +1,124 @@
+import { storedItem } from '../../serialized.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreFullError } from '../store.js'
+import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
+import type { MemoryOutbox } from './outbox.js'
+
+interface ItemEntry {
+  item: StoredItem
+  readonly sequence: number
+}
+
+/** The items of one scope (the catalogue, or one contributor's), each list in creation order. */
+interface ItemLists {
+  readonly all: ItemEntry[]
+  readonly active: ItemEntry[]
+  readonly archived: ItemEntry[]
+}
+
+const emptyLists = (): ItemLists => ({ all: [], active: [], archived: [] })
+
+/** The position in `list` (ascending sequence order) of the entry with `sequence`, or where it would go: O(log n). */
+function positionOf (list: readonly ItemEntry[], sequence: number): number {
+  let low = 0
+  let high = list.length
+  while (low < high) {
+    const middle = (low + high) >>> 1
+    // low <= middle < high <= length, so the entry exists.
+    if (list[middle]!.sequence < sequence) low = middle + 1
+    else high = middle
+  }
+  return low
+}
+
+// A new item goes last; one that changed status goes back to its place by creation.
+function insert (list: ItemEntry[], entry: ItemEntry): void {
+  if (list.length === 0 || list.at(-1)!.sequence < entry.sequence) list.push(entry)
+  else list.splice(positionOf(list, entry.sequence), 0, entry)
+}
+
+const remove = (list: ItemEntry[], entry: ItemEntry): void => { list.splice(positionOf(list, entry.sequence), 1) }
+
+export class MemoryItemStore implements ItemStore {
+  readonly #outbox: MemoryOutbox
+  readonly #idempotencyKeys: MemoryIdempotencyKeys
+  readonly #maxItems: number
+  readonly #maxPerContributor: number
+  readonly #byId = new Map<string, ItemEntry>()
+  // A page is a slice of one list of the catalogue's or of a contributor's, so it costs O(pageSize) whatever its
+  // number and filter. A contributor's lists (their length, the count they own) leave with their last item.
+  readonly #catalogue = emptyLists()
+  readonly #byContributor = new Map<string, ItemLists>()
+  #nextSequence = 0
+
+  constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys) {
+    this.#maxItems = maxItems
+    this.#maxPerContributor = maxPerContributor
+    this.#outbox = outbox
+    this.#idempotencyKeys = idempotencyKeys
+  }
+
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
+    if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
+    if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
+    const owned = this.#byContributor.get(item.contributorId)
+    if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
+    if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)
+    const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
+    this.#byId.set(item.id, entry)
+    const contributorLists = owned ?? emptyLists()
+    if (owned === undefined) this.#byContributor.set(item.contributorId, contributorLists)
+    for (const lists of [this.#catalogue, contributorLists]) {
+      lists.all.push(entry)
+      lists[item.status].push(entry)
+    }
+    if (claim !== undefined) this.#idempotencyKeys.record(claim, entry.item)
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
+    return entry.item
+  }
+
+  async get (id: string): Promise<StoredItem | undefined> {
+    return this.#byId.get(id)?.item
+  }
+
+  async page (offset: number, limit: number, { status, contributorId }: ItemFilter = {}): Promise<ItemPage> {
+    const lists = contributorId === undefined ? this.#catalogue : this.#byContributor.get(contributorId) ?? emptyLists()
+    const list = status === undefined ? lists.all : lists[status]
+    return { items: list.slice(offset, offset + limit).map((entry) => entry.item), total: list.length }
+  }
+
+  async count (): Promise<number> {
+    return this.#byId.size
+  }
+
+  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
+    const entry = this.#byId.get(id)
+    if (entry === undefined) return undefined
+    const previous = entry.item
+    entry.item = storedItem(change(previous))
+    if (entry.item.status !== previous.status) {
+      // add listed the item under its contributor.
+      for (const lists of [this.#catalogue, this.#byContributor.get(previous.contributorId)!]) {
+        remove(lists[previous.status], entry)
+        insert(lists[entry.item.status], entry)
+      }
+    }
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
+    return entry.item
+  }
+
+  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
+    const entry = this.#byId.get(id)
+    if (entry === undefined) return undefined
+    confirm(entry.item)
+    this.#byId.delete(id)
+    const { contributorId, status } = entry.item
+    const contributorLists = this.#byContributor.get(contributorId)!
+    for (const lists of [this.#catalogue, contributorLists]) {
+      remove(lists.all, entry)
+      remove(lists[status], entry)
+    }
+    if (contributorLists.all.length === 0) this.#byContributor.delete(contributorId)
+    if (announce !== undefined) this.#outbox.record(announce(entry.item))
+    return entry.item
+  }
+}
