@@ -76,7 +76,7 @@ class StoredItemRecord implements StoredItem {
     this.contributorId = item.contributorId
     this.createdAt = item.createdAt
     this.updatedAt = item.updatedAt
-    this.#text = itemSerializer(item) as StoredItem[typeof TEXT]
+    this.#text = itemSerializer(this) as StoredItem[typeof TEXT]
   }
 
   get [TEXT] (): StoredItem[typeof TEXT] {
