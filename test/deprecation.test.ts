@@ -7,7 +7,7 @@ import { Registry } from 'prom-client'
 import t from 'tap'
 import { parse } from 'yaml'
 import { routes } from '../generated/routes.js'
-import { routeTableOf } from '../scripts/generate.js'
+import { routeTableOf } from '../scripts/generate/route-table.js'
 import { deprecationStep } from '../src/plugins/deprecation.js'
 
 const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as { paths: Record<string, Record<string, Record<string, unknown>>> }
