@@ -1,5 +1,5 @@
 import type { components } from '../generated/openapi.js'
-import type { Item, User } from './store/store.js'
+import type { Item, User } from './domain.js'
 import { isoTimestamp } from './runtime/timestamps.js'
 import { randomUuid } from './runtime/uuid.js'
 

@@ -5,7 +5,7 @@ import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import { newUser } from '../records.js'
-import type { User } from '../store/store.js'
+import type { User } from '../domain.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']

@@ -10,7 +10,7 @@ import { type AccessTokenClaims, Tokens } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { AppConfig } from '../config.js'
 import { type ApiError, forbidden, unauthorized } from '../errors.js'
-import type { Role, Session, User } from '../store/store.js'
+import type { Role, Session, User } from '../domain.js'
 import { randomUuid } from '../runtime/uuid.js'
 
 declare module '@fastify/jwt' {

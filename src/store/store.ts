@@ -1,30 +1,7 @@
-import type { components } from '../../generated/openapi.js'
+import type { Item, ItemStatus, Session, User } from '../domain.js'
 import type { StoredItem } from '../serialized.js'
 
 export type { StoredItem } from '../serialized.js'
-export type Role = components['schemas']['Role']
-export type Item = Readonly<components['schemas']['Item']>
-
-export interface User {
-  readonly id: string
-  /** As the user typed it. */
-  readonly email: string
-  /** The identity key that makes emails unique: trimmed, NFC-normalised, lower-cased. */
-  readonly emailKey: string
-  readonly passwordHash: string
-  readonly firstName: string
-  readonly lastName: string
-  readonly role: Role
-  readonly createdAt: string
-}
-
-export interface Session {
-  readonly id: string
-  readonly userId: string
-  /** Milliseconds since the epoch; the session's absolute end. */
-  readonly expiresAt: number
-}
-
 export type RefreshOutcome =
   | { readonly status: 'rotated', readonly session: Session }
   /** The token was replaced before and is presented again out of the leeway: its session has been revoked. */
@@ -69,8 +46,6 @@ export interface SessionStore {
   /** Forgets up to `limit` sessions that ended before `now`, oldest first; how many it forgot. */
   sweep (now: number, limit: number): Promise<number>
 }
-
-export type ItemStatus = Item['status']
 
 /** Which items a page is cut from: all of them, or those of one status, one contributor, or both. */
 export interface ItemFilter {

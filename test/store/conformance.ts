@@ -3,7 +3,8 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../src/store/rules.js'
-import { type Announcement, ClaimLostError, type Counted, type Delivery, IdTakenError, type IdempotencyClaim, type Item, type ItemFilter, type OutboxEvent, type Store, type User } from '../../src/store/store.js'
+import type { Item, User } from '../../src/domain.js'
+import { type Announcement, ClaimLostError, type Counted, type Delivery, IdTakenError, type IdempotencyClaim, type ItemFilter, type OutboxEvent, type Store } from '../../src/store/store.js'
 
 export interface OpenStoreOptions {
   maxItemsPerContributor: number

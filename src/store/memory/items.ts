@@ -1,5 +1,6 @@
 import { storedItem } from '../../serialized.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type Item, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreFullError } from '../store.js'
+import type { Item } from '../../domain.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreFullError } from '../store.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
 

@@ -1,5 +1,6 @@
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
-import type { RefreshOutcome, Session, SessionStore } from '../store.js'
+import type { Session } from '../../domain.js'
+import type { RefreshOutcome, SessionStore } from '../store.js'
 
 interface SessionEntry {
   readonly session: Session

@@ -1,4 +1,5 @@
-import { IdTakenError, StoreFullError, type User, type UserStore } from '../store.js'
+import type { User } from '../../domain.js'
+import { IdTakenError, StoreFullError, type UserStore } from '../store.js'
 
 export class MemoryUserStore implements UserStore {
   readonly #maxUsers: number

@@ -1,6 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../serialized.js'
-import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type Item } from '../store.js'
+import type { Item } from '../../domain.js'
+import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'

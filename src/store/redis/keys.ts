@@ -1,4 +1,5 @@
-import type { Item, ItemFilter } from '../store.js'
+import type { Item } from '../../domain.js'
+import type { ItemFilter } from '../store.js'
 
 /**
  * Every key the Redis store writes, under the deployment's prefix (REDIS_KEY_PREFIX), named here and nowhere else:

@@ -1,6 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
-import type { RefreshOutcome, Session, SessionStore } from '../store.js'
+import type { Session } from '../../domain.js'
+import type { RefreshOutcome, SessionStore } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'

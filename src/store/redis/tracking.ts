@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis'
 import { FifoMap } from 'toad-cache'
-import type { Session } from '../store.js'
+import type { Session } from '../../domain.js'
 
 /**
  * Sessions this instance has read, kept only while Redis tells it of every change to them: client-side caching,

@@ -1,6 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
-import { IdTakenError, type User, type UserStore } from '../store.js'
+import type { User } from '../../domain.js'
+import { IdTakenError, type UserStore } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
