@@ -1,11 +1,17 @@
-import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, type StoredItem, StoreFullError } from '../store.js'
+import type { Item } from '../../domain.js'
+import { storedItem } from '../../serialized.js'
+import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, StoreFullError } from '../store.js'
 
 interface Held {
   readonly userId: string
   readonly fingerprint: string
   /** The claiming request's token while it runs; undefined once its item is recorded. */
   readonly token: string | undefined
-  readonly item: StoredItem | undefined
+  /**
+   * The recorded item's fields, without its text: what its claim reserved room for (the text is made again for a
+   * replay), so that an item edited or removed since leaves no text behind that no bound counts.
+   */
+  readonly item: Item | undefined
   /** Milliseconds since the epoch: the end of a claim's lease, or of a record's time to live. */
   readonly until: number
   /** What it holds that varies in size, in characters, reserved when it is claimed (IdempotencyClaim.characters). */
@@ -60,7 +66,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
       return { status: 'claimed' }
     }
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
-    return held.item === undefined ? { status: 'running' } : { status: 'recorded', item: held.item }
+    return held.item === undefined ? { status: 'running' } : { status: 'recorded', item: storedItem(held.item) }
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {
@@ -75,10 +81,10 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   }
 
   /** Records the item the claim's request made under its key, for the time to live, in the room its claim reserved. */
-  record (claim: IdempotencyClaim, item: StoredItem): void {
+  record (claim: IdempotencyClaim, item: Item): void {
     this.#forget(entryKey(claim), claim.userId)
     const until = Date.now() + this.#bounds.ttlMs
-    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item, until, characters: claim.characters })
+    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, characters: claim.characters })
   }
 
   // The user's own oldest keys make room for their new one; the store's bounds refuse it.

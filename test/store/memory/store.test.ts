@@ -1,5 +1,9 @@
 import { randomUUID } from 'node:crypto'
+import { setImmediate as nextTurn } from 'node:timers/promises'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import t from 'tap'
+import { TEXT } from '../../../src/serialized.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { StoreFullError } from '../../../src/store/store.js'
 import { storeConformance } from '../conformance.js'
@@ -44,4 +48,26 @@ t.test('idempotency keys: a claim reserves its characters; a user past their own
   await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)
   await t.rejects(idempotencyKeys.claim(claim(grace, 'g2'), 60_000), StoreFullError, 'past the store\'s 30, refused')
   t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'running', 'and nobody\'s key was forgotten for it')
+})
+
+t.test('an idempotency record keeps its item\'s fields, which its claim counted, not its text: an item edited since is let go', async (t) => {
+  // A full collection on demand, for the WeakRef below.
+  setFlagsFromString('--expose-gc')
+  const collectGarbage = runInNewContext('gc') as () => void
+  const store = createMemoryStore()
+  const contributorId = randomUUID()
+  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID(), characters: 100 }
+  t.equal((await store.idempotencyKeys.claim(claim, 60_000)).status, 'claimed')
+  const at = '2026-11-27T00:00:00.000Z'
+  // Only its id, its text and a weak reference outlive this call.
+  const { id, createdText, asCreated } = await (async () => {
+    const added = (await store.items.add({ id: randomUUID(), name: 'n', description: 'd', status: 'active', contributorId, createdAt: at, updatedAt: at }, undefined, claim))!
+    return { id: added.id, createdText: added[TEXT], asCreated: new WeakRef(added) }
+  })()
+  await store.items.update(id, (current) => ({ ...current, name: 'edited', updatedAt: '2026-11-27T00:00:01.000Z' }))
+  await nextTurn()
+  collectGarbage()
+  t.equal(asCreated.deref(), undefined, 'the item as created, and its text, are no longer held')
+  const replay = await store.idempotencyKeys.claim({ ...claim, token: randomUUID() }, 60_000)
+  t.equal(replay.status === 'recorded' ? replay.item[TEXT] : replay.status, createdText, 'a replay still sends it as it was created')
 })
