@@ -1,82 +1,12 @@
 import { randomBytes } from 'node:crypto'
-import { readFileSync } from 'node:fs'
-import { isIP } from 'node:net'
 import { Ajv, type ErrorObject } from 'ajv'
 import envSchema from 'env-schema'
 import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
-import { parseSubscriptions, type Subscription } from './webhooks/subscriptions.js'
-
-export class ConfigError extends Error {
-  override name = 'ConfigError'
-}
-
-type Reader<T> = (raw: string, name: string) => T
-
-const redisUrl: Reader<string> = (raw, name) => {
-  if (!/^rediss?:\/\/./.test(raw) || !URL.canParse(raw)) {
-    throw new ConfigError(`Invalid configuration: ${name} must be a redis:// or rediss:// URL`)
-  }
-  return raw
-}
-
-// What Fastify's trustProxy (proxy-addr) takes in a list: an address, a CIDR range, or a named range.
-const NAMED_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal'])
-function isProxyAddress (entry: string): boolean {
-  const [address = '', bits, ...rest] = entry.split('/')
-  const version = isIP(address)
-  if (bits === undefined) return NAMED_RANGES.has(entry) || version !== 0
-  return rest.length === 0 && version !== 0 && /^\d{1,3}$/.test(bits) && Number(bits) <= (version === 4 ? 32 : 128)
-}
-
-type TrustedProxies = boolean | string | ((address: string, hop: number) => boolean)
-
-// `false`, the proxies' addresses and CIDR ranges, comma-separated, or (see TRUST_PROXY_UNSAFE) `true` or a number
-// of proxy hops to trust.
-const proxies: Reader<TrustedProxies> = (raw, name) => {
-  if (raw === 'true' || raw === 'false') return raw === 'true'
-  if (/^\d+$/.test(raw)) {
-    const hops = Number(raw)
-    return (_address, hop) => hop < hops
-  }
-  const addresses = raw.split(',').map((address) => address.trim())
-  if (addresses.every(isProxyAddress)) return addresses.join(',')
-  throw new ConfigError(`Invalid configuration: ${name} must be true, false, a number of hops, or comma-separated addresses, got "${raw}"`)
-}
-
-const subscriptions: Reader<Subscription[]> = (raw, name) => {
-  try {
-    return parseSubscriptions(raw)
-  } catch (error) {
-    throw new ConfigError(`Invalid configuration: ${name}${(error as Error).message}`)
-  }
-}
-
-const subscriptionsFile: Reader<Subscription[]> = (path, name) => {
-  let json: string
-  try {
-    json = readFileSync(path, 'utf8')
-  } catch (error) {
-    throw new ConfigError(`Invalid configuration: ${name} cannot be read: ${(error as Error).message}`)
-  }
-  return subscriptions(json, `${name} (${path})`)
-}
-
-// Browser origins, comma-separated, each as a browser sends it in `Origin`: scheme, host and port if not the default.
-const origins: Reader<string[]> = (raw, name) => {
-  const listed = raw.split(',').map((origin) => origin.trim())
-  const invalid = listed.find((origin) => !URL.canParse(origin) || new URL(origin).origin !== origin)
-  if (invalid === undefined) return listed
-  throw new ConfigError(`Invalid configuration: ${name} must be comma-separated origins such as http://localhost:5173, got "${invalid}"`)
-}
-
-// Milliseconds to wait before each retry, comma-separated: one attempt more than there are delays.
-const delays: Reader<number[]> = (raw, name) => {
-  const values = raw.split(',').map((value) => value.trim())
-  if (values.length > 0 && values.every((value) => /^\d{1,9}$/.test(value))) return values.map(Number)
-  throw new ConfigError(`Invalid configuration: ${name} must be comma-separated whole milliseconds, got "${raw}"`)
-}
+import { ConfigError, delays, origins, proxies, redisUrl, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
+import type { Subscription } from './webhooks/subscriptions.js'
+import type { DeliverySettings } from './webhooks/worker.js'
 
 export interface RateLimit {
   max: number
@@ -98,14 +28,8 @@ export interface StoreConfig {
   memoryMaxItems: number
 }
 
-export interface WebhooksConfig {
+export interface WebhooksConfig extends DeliverySettings {
   subscriptions: Subscription[]
-  /** How long a delivery attempt may wait to connect, for the response's headers, or during a pause in its body. */
-  timeoutMs: number
-  /** The wait before each retry; a delivery is given up after one attempt more than there are delays. */
-  retryDelaysMs: number[]
-  /** How long a delivery taken by one instance may stay unsettled before another takes it over. */
-  reclaimAfterMs: number
 }
 
 export interface TracingConfig {

@@ -1,8 +1,9 @@
 // The package's public entry point, for embedding the service in another program or its integration tests.
 export { buildApp, type BuildAppOptions } from './app.js'
 export { itemsService, type ItemsServiceOptions } from './service.js'
-export { type AppConfig, type AppSettings, ConfigError, loadConfig } from './config.js'
-export type { Channel, DomainEvent, EventHandler, Subscribers } from './plugins/events.js'
+export { type AppConfig, type AppSettings, loadConfig } from './config.js'
+export { ConfigError } from './config-values.js'
+export type { Channel, DomainEvent, EventHandler, Subscribers } from './plugins/app/events.js'
 export { createMemoryStore } from './store/memory/index.js'
 export type { Item, Session, User } from './domain.js'
 export type { ItemStore, SessionStore, Store, UserStore } from './store/store.js'

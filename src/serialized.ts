@@ -4,13 +4,15 @@ import { schemas } from '../generated/schemas.js'
 
 type Schemas = components['schemas']
 type Serializer = (value: unknown) => string
+/** A contract's serializers, by response schema. */
+export type ContractSerializer = (schema: AnySchema) => Serializer
 
 /**
  * Fastify's own serializer (fast-json-stringify, with the contract's component schemas to resolve `$ref`s), compiling
  * each schema once per process rather than once per app: the route schemas are the generated module's objects,
  * shared by every app a process builds (a host that registers the service more than once, the tests).
  */
-export function contractSerializers (componentSchemas: Readonly<Record<string, { readonly $id: string }>>): (schema: AnySchema) => Serializer {
+export function contractSerializers (componentSchemas: Readonly<Record<string, { readonly $id: string }>>): ContractSerializer {
   // The generated schemas are `as const` (read-only arrays), which fast-json-stringify's types do not admit.
   const external = Object.fromEntries(Object.values(componentSchemas).map((schema) => [schema.$id, schema as Schema]))
   const compiled = new WeakMap<AnySchema, Serializer>()

@@ -2,24 +2,21 @@ import type { FastifyInstance } from 'fastify'
 import type { HashingProcess } from './auth/hashing-process.js'
 import type { AppConfig } from './config.js'
 import { handlers } from './handlers/index.js'
-import { sendCreatedItem } from './handlers/items.js'
-import authPlugin from './plugins/auth.js'
-import clientAddressPlugin from './plugins/client-address.js'
-import corsPlugin from './plugins/cors.js'
-import docsPlugin from './plugins/docs.js'
-import errorsPlugin from './plugins/errors.js'
-import eventsPlugin, { type Subscribers } from './plugins/events.js'
-import idempotencyPlugin from './plugins/idempotency.js'
-import loadSheddingPlugin from './plugins/load-shedding.js'
-import metricsPlugin from './plugins/metrics.js'
-import operationsPlugin from './plugins/operations.js'
-import rateLimitsPlugin from './plugins/rate-limits.js'
-import routesPlugin from './plugins/routes.js'
-import seedPlugin from './plugins/seed.js'
-import shutdownPlugin from './plugins/shutdown.js'
-import storePlugin from './plugins/store.js'
-import tracingPlugin, { type Tracing } from './plugins/tracing.js'
-import webhooksPlugin from './plugins/webhooks.js'
+import routesPlugin from './pipeline/index.js'
+import authPlugin from './plugins/app/auth.js'
+import clientAddressPlugin from './plugins/app/client-address.js'
+import errorsPlugin from './plugins/app/errors.js'
+import eventsPlugin, { type Subscribers } from './plugins/app/events.js'
+import metricsPlugin from './plugins/app/metrics.js'
+import operationsPlugin from './plugins/app/operations.js'
+import seedPlugin from './plugins/app/seed.js'
+import shutdownPlugin from './plugins/app/shutdown.js'
+import storePlugin from './plugins/app/store.js'
+import webhooksPlugin from './plugins/app/webhooks.js'
+import corsPlugin from './plugins/external/cors.js'
+import docsPlugin from './plugins/external/docs.js'
+import tracingPlugin, { type Tracing } from './plugins/external/tracing.js'
+import underPressurePlugin from './plugins/external/under-pressure.js'
 import type { Store } from './store/store.js'
 
 export interface ItemsServiceOptions {
@@ -59,7 +56,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(corsPlugin, { origins: config.corsOrigins })
   await app.register(metricsPlugin, { exposed: config.operations !== undefined })
   await app.register(shutdownPlugin, config)
-  await app.register(loadSheddingPlugin, config)
+  await app.register(underPressurePlugin)
   await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, ...(options.store === undefined ? {} : { store: options.store }) })
   await app.register(eventsPlugin, {
     subscribers: options.subscribers,
@@ -68,10 +65,8 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(webhooksPlugin, { config: config.webhooks })
   await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
   await app.register(seedPlugin, { file: config.seedFile })
-  await app.register(rateLimitsPlugin, { limits: config.rateLimits })
-  await app.register(idempotencyPlugin, { replays: { createItem: sendCreatedItem } })
   await app.register(docsPlugin)
-  await app.register(routesPlugin, { handlers, securitySchemes: { bearerAuth: app.authenticate }, strictResponses: config.strictResponses })
+  await app.register(routesPlugin, { handlers, config, metricsExposed: config.operations !== undefined })
   if (config.operations !== undefined) {
     await app.register(operationsPlugin, { ...config.operations, subscriptions: config.webhooks.subscriptions, requestTimeoutMs: config.requestTimeoutMs })
   }

@@ -5,8 +5,9 @@ import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { parse } from 'yaml'
-import { build, buildTestApp, captureLogs, contractOperations } from './helper.js'
-import { freePort } from './net.js'
+import { build, buildTestApp, captureLogs } from './support/app.js'
+import { contractOperations } from './support/contract-checks.js'
+import { freePort } from '../harness/net.js'
 import { INTERNAL_ERROR_BODY } from '../src/errors.js'
 
 t.test('every operation openapi.yaml declares is routed', async (t) => {
@@ -354,30 +355,4 @@ t.test('every API response, error or not, forbids content sniffing and carries i
   for (const response of responses) {
     t.match(response.headers, { 'x-content-type-options': 'nosniff', 'x-request-id': /\S/ })
   }
-})
-
-t.test('a stale generated/ (a request part without its validator) stops the start, naming the fix', async (t) => {
-  const { generatedValidator } = await import('../src/plugins/routes.js')
-  t.type(generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'querystring' }), 'function', 'a part the contract declares has its validator')
-  // A contract that gained a body for listItems, and generated/ from before: the route asks for a validator that is not there.
-  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'body' }), { message: 'No generated validator for GET /v1/items body; run npm run generate' })
-  t.type(generatedValidator({ method: 'POST', url: '/v1/items', httpPart: 'headers' }), 'function', 'header parameters have theirs')
-  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/items', httpPart: 'headers' }), { message: /run npm run generate$/ }, 'an operation without header parameters has none')
-  t.throws(() => generatedValidator({ method: 'POST', url: '/v1/items', httpPart: 'cookies' }), { message: /run npm run generate$/ }, 'nor does a part the generator never validates')
-  t.throws(() => generatedValidator({ method: 'GET', url: '/v1/new-operation', httpPart: 'querystring' }), { message: /^No generated validator for GET \/v1\/new-operation querystring/ })
-})
-
-t.test('a security scheme of the contract that no hook enforces stops the start, naming the operation', async (t) => {
-  const { default: Fastify } = await import('fastify')
-  const { default: routesPlugin } = await import('../src/plugins/routes.js')
-  const { handlers } = await import('../src/handlers/index.js')
-  const { default: fp } = await import('fastify-plugin')
-  const app = Fastify({ logger: false })
-  t.teardown(async () => { await app.close() })
-  // The capabilities the routes plugin reads, each applying to no route.
-  const none = (): undefined => undefined
-  app.decorate('shedding', none).decorate('rateLimits', { byAddress: none, byCaller: none }).decorate('idempotency', none).decorate('requestMetrics', none)
-  for (const name of ['load-shedding', 'rate-limits', 'auth', 'idempotency', 'metrics']) await app.register(fp(async () => {}, { name }))
-  await t.rejects(async () => { await app.register(routesPlugin, { handlers, securitySchemes: { apiKey: async () => {} }, strictResponses: false }) },
-    { message: /^createItem: no hook enforces the security scheme\(s\) bearerAuth of the contract$/ })
 })

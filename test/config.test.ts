@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
-import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from './helper.js'
+import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from './support/app.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})

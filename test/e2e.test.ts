@@ -7,8 +7,10 @@ import t from 'tap'
 import createClient from 'openapi-fetch'
 import type { paths } from '../generated/openapi.js'
 import { createItemsClient, type ItemsClient, ok } from '../clients/typescript/src/index.js'
-import { buildTestApp, contractMiddleware, rateLimitItems } from './helper.js'
-import { redisKeyPrefix, redisSkip } from './redis.js'
+import { rateLimitItems } from './support/api.js'
+import { buildTestApp } from './support/app.js'
+import { contractMiddleware } from './support/contract-checks.js'
+import { redisKeyPrefix, redisSkip } from './support/redis.js'
 
 t.test('a client team walks the whole spec with the official client', async (t) => {
   const app = await buildTestApp(t)

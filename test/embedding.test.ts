@@ -4,7 +4,7 @@ import t from 'tap'
 import { buildApp } from '../src/app.js'
 import { type AppSettings, loadConfig } from '../src/config.js'
 import { itemsService } from '../src/service.js'
-import { captureLogs, testEnvironment } from './helper.js'
+import { captureLogs, testEnvironment } from './support/app.js'
 
 t.test('buildApp takes any part of the configuration; the rest keeps its default', async (t) => {
   const { lines, logStream } = captureLogs()
@@ -31,7 +31,7 @@ t.test('the service is also a plugin: a host server registers it beside its own 
   t.teardown(async () => { await host.close() })
   host.get('/host/status', async () => ({ host: 'up' }))
   host.post('/host/echo', { schema: { body: { type: 'object', properties: { n: { type: 'integer' } } } } }, async (request) => request.body)
-  await host.register(itemsService, { config: loadConfig({ ...testEnvironment, STORE: 'memory' }) })
+  await host.register(itemsService, { config: loadConfig({ ...testEnvironment(), STORE: 'memory' }) })
   t.same((await host.inject({ method: 'GET', url: '/host/status' })).json(), { host: 'up' })
   t.same((await host.inject({ method: 'POST', url: '/host/echo', payload: { n: '7' } })).json(), { n: 7 }, 'the host\'s own validator (it coerces)')
   t.equal((await host.inject({ method: 'GET', url: '/health/ready' })).statusCode, 200, 'the service\'s routes')

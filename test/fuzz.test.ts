@@ -5,8 +5,9 @@ import fc from 'fast-check'
 import t from 'tap'
 import { type JsonSchema, type RouteDefinition, type RouteOperationId, routes } from '../generated/routes.js'
 import { operationValidators } from '../generated/validators.js'
-import { mutated, valid } from './arbitraries.js'
-import { build, type Schemas } from './helper.js'
+import { mutated, valid } from './support/arbitraries.js'
+import { type Schemas } from './support/api.js'
+import { build } from './support/app.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20261121)
 const RUNS = Number(process.env.FUZZ_RUNS ?? 150)

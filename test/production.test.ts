@@ -8,7 +8,7 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
 import { environmentSchema } from '../src/environment.js'
-import { start } from './processes.js'
+import { start } from './support/processes.js'
 
 const run = promisify(execFile)
 const npmEnvironment = { ...process.env, NO_UPDATE_NOTIFIER: '1' }

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { start } from './processes.js'
+import { start } from './support/processes.js'
 
 const run = promisify(execFile)
 

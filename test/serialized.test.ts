@@ -5,8 +5,9 @@ import type { LightMyRequestResponse } from 'fastify'
 import t, { type Test } from 'tap'
 import { type RouteOperationId, routes } from '../generated/routes.js'
 import { contractSerializer } from '../src/serialized.js'
-import { type Api, build, type Schemas } from './helper.js'
-import { redisKeyPrefix, redisSkip } from './redis.js'
+import { type Api, type Schemas } from './support/api.js'
+import { build } from './support/app.js'
+import { redisKeyPrefix, redisSkip } from './support/redis.js'
 
 const NAME_MAX = 200
 const DESCRIPTION_MAX = 10_000

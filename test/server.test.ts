@@ -3,8 +3,9 @@ import { Agent, request } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
-import { newUser, until } from './helper.js'
-import { failedStart, start } from './processes.js'
+import { newUser } from './support/api.js'
+import { until } from './support/wait.js'
+import { failedStart, start } from './support/processes.js'
 
 t.test('SIGTERM during load: every in-flight request completes, then the process exits 0', async (t) => {
   // Room in the hashing queue for twelve sign-ups from one address. The shutdown bound is far beyond what they

@@ -33,7 +33,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { freePort } from '../../test/net.js'
+import { freePort } from '../../harness/net.js'
 import { call, serviceEnv } from './service.js'
 
 const WARM_UP = Number(process.env.INSTRUCTIONS_WARM_UP ?? 6000)

@@ -7,61 +7,19 @@
 // a key prefix of the run's own, deleted afterwards), compared with the memory store's; and the bytes Redis
 // takes per item are measured at 100 000 items. The create also runs against an instance with one webhook
 // subscriber (a receiver in this process), compared with the create with none, with the events it delivers a second.
-import { type ChildProcess, spawn } from 'node:child_process'
-import { request } from 'node:http'
 import { mkdir, writeFile } from 'node:fs/promises'
-import { once } from 'node:events'
-import { randomUUID } from 'node:crypto'
 import autocannon from 'autocannon'
-import { Redis } from 'ioredis'
-import { connectRedisStore } from '../../src/store/redis/connection.js'
-import { deleteKeys } from '../../test/redis.js'
+import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
+import { startReceiver } from '../../harness/webhook-receiver.js'
 import { median } from '../statistics.js'
-import { freePort } from '../../test/net.js'
-import { startReceiver } from '../../test/webhook-receiver.js'
+import { redisBytesPerItem } from './redis-memory.js'
+import { type Server, start, startService, stop } from './servers.js'
 import { call, JWT_SECRET, serviceEnv } from './service.js'
+import { FLOOD_SIGN_INS, floodSignIns } from './sign-in-flood.js'
 
 const DURATION = Number(process.env.BENCH_DURATION ?? 5)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
 const CONNECTIONS = 10
-const pin = (command: string[]): string[] => ['taskset', '-c', '0', ...command]
-
-interface Server { process: ChildProcess, url: string }
-
-async function start (command: string[], env: NodeJS.ProcessEnv): Promise<Server> {
-  const [executable = '', ...args] = pin(command)
-  const child = spawn(executable, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
-  const url = await new Promise<string>((resolve, reject) => {
-    let output = ''
-    child.stdout?.on('data', (chunk: Buffer) => {
-      output += chunk.toString()
-      const match = /listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
-      if (match?.[1] !== undefined) resolve(match[1])
-    })
-    child.once('exit', (code) => { reject(new Error(`${command.join(' ')} exited with ${code}`)) })
-  })
-  return { process: child, url }
-}
-
-async function stop (server: Server): Promise<void> {
-  const exited = new Promise((resolve) => server.process.once('exit', resolve))
-  server.process.kill('SIGTERM')
-  await exited
-}
-
-/** Starts the built service (with `serviceEnv` unless told otherwise) and resolves once it answers its readiness check. */
-async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned = true): Promise<Server & { startupMs: number }> {
-  const port = await freePort()
-  const started = performance.now()
-  const command = ['node', 'dist/src/server.js']
-  const [executable = '', ...args] = pinned ? pin(command) : command
-  const child = spawn(executable, args, { env: { ...process.env, ...env, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] })
-  const url = `http://127.0.0.1:${port}`
-  while (!await fetch(`${url}/health/ready`).then((response) => response.ok, () => false)) {
-    await new Promise((resolve) => setTimeout(resolve, 2))
-  }
-  return { process: child, url, startupMs: performance.now() - started }
-}
 
 interface Load {
   url: string
@@ -114,7 +72,6 @@ const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
 console.log(`npm run bench: ${SCENARIOS} scenarios × ${ROUNDS} rounds of ${DURATION} s, five starts, a sign-in flood: about ${Math.ceil(expectedSeconds / 60)} minutes`)
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
 const redisKeyPrefix = `items-service-bench:${process.pid}:`
 const BENCH_ITEM = { description: 'A benchmark item with a short description.' }
 
@@ -221,31 +178,7 @@ await stop(withWebhook)
 await receiver.stop()
 await deleteKeys(redisKeyPrefix, REDIS_URL)
 
-// What Redis keeps per item at 100 000 of the benchmark's items: MEMORY USAGE of the keys that hold items (exact,
-// every element counted), and the growth of used_memory, which includes Redis's own bookkeeping.
-const ITEMS_IN_REDIS = 100_000
-async function redisBytesPerItem (): Promise<{ items: number, keysBytesPerItem: number, usedMemoryBytesPerItem: number }> {
-  const prefix = `${redisKeyPrefix}memory:`
-  const redis = new Redis(REDIS_URL)
-  const usedMemory = async (): Promise<number> => Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1])
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, maxItemsPerContributor: ITEMS_IN_REDIS, logger: { warn: () => {}, info: () => {} } })
-  const before = await usedMemory()
-  const contributorId = randomUUID()
-  for (let batch = 0; batch < ITEMS_IN_REDIS / 1000; batch += 1) {
-    await Promise.all(Array.from({ length: 1000 }, async (_, index) => {
-      const now = new Date().toISOString()
-      await store.items.add({ id: randomUUID(), name: `Item ${batch * 1000 + index}`, ...BENCH_ITEM, status: 'active', contributorId, createdAt: now, updatedAt: now })
-    }))
-  }
-  const grown = await usedMemory() - before
-  let keysBytes = 0
-  for (const key of ['items', 'item-order', 'item-sequence', 'items-owned']) keysBytes += Number(await redis.memory('USAGE', `${prefix}${key}`, 'SAMPLES', 0))
-  await store.close()
-  redis.disconnect()
-  await deleteKeys(prefix, REDIS_URL)
-  return { items: ITEMS_IN_REDIS, keysBytesPerItem: Math.round(keysBytes / ITEMS_IN_REDIS), usedMemoryBytesPerItem: Math.round(grown / ITEMS_IN_REDIS) }
-}
-const redisMemory = await redisBytesPerItem()
+const redisMemory = await redisBytesPerItem(redisKeyPrefix, BENCH_ITEM)
 console.log(`Redis: ${redisMemory.keysBytesPerItem} bytes per item (MEMORY USAGE), ${redisMemory.usedMemoryBytesPerItem} (used_memory growth), at ${redisMemory.items} items`)
 
 const startups: number[] = []
@@ -255,80 +188,9 @@ for (let run = 0; run < 5; run += 1) {
   await stop(fresh)
 }
 
-// A sign-in flood, with the production defaults (rate limits on): one address (127.0.0.1) floods sign-ins with
-// distinct unknown emails while another (127.0.0.2) signs in to real accounts, one at a time; its latency is
-// compared with the same sign-ins on an idle service. The loopback range is this machine's own. The flood is a
-// process of its own at the lowest CPU priority (nice 19), as if it came from elsewhere; the sign-ins are timed
-// from this process. It runs twice: with the service (and so its hashing process) on one core, as every other
-// scenario; and with the service free to use both cores (this process and the flood stay on the other one).
-const FLOOD_SIGN_INS = 20
-const FLOOD_START_MS = 2000
-async function postFrom (localAddress: string, url: string, body: unknown): Promise<{ status: number, ms: number }> {
-  const started = performance.now()
-  const payload = JSON.stringify(body)
-  const status = await new Promise<number>((resolve, reject) => {
-    const outgoing = request(url, { method: 'POST', localAddress, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (response) => {
-      response.resume()
-      response.on('end', () => { resolve(response.statusCode ?? 0) })
-    })
-    outgoing.on('error', reject)
-    outgoing.end(payload)
-  })
-  return { status, ms: performance.now() - started }
-}
-const percentile = (samples: Array<{ ms: number }>, share: number): number => {
-  const sorted = samples.map((sample) => sample.ms).sort((a, b) => a - b)
-  return Math.round(sorted[Math.min(sorted.length - 1, Math.floor(share * sorted.length))] ?? NaN)
-}
-interface SignInFlood {
-  idle: { p50: number, p99: number }
-  flooded: { p50: number, p99: number }
-  failedSignIns: number
-  floodRequests: number
-  floodStatuses: { '2xx': number, non2xx: number }
-}
-async function floodSignIns (pinned: boolean): Promise<SignInFlood> {
-  // Every limit at its production default, as an attacker would meet them.
-  const flooded = await startService({ JWT_SECRET, LOG_LEVEL: 'warn' }, pinned)
-  const accounts = Array.from({ length: FLOOD_SIGN_INS }, (_, index) => ({ email: `member${index}@example.com`, password: 'benchmark password' }))
-  for (const account of accounts) await postFrom('127.0.0.3', `${flooded.url}/v1/auth/register`, { ...account, firstName: 'Flood', lastName: 'Bench', role: 'viewer' })
-  const signInAll = async (): Promise<Array<{ status: number, ms: number }>> => {
-    const answers = []
-    for (const account of accounts) answers.push(await postFrom('127.0.0.2', `${flooded.url}/v1/auth/login`, account))
-    return answers
-  }
-  const idleSignIns = await signInAll()
-  const flood = await floodSignInsAt(`${flooded.url}/v1/auth/login`)
-  const floodedSignIns = await signInAll()
-  const floodResult = await flood.result
-  await stop(flooded)
-  return {
-    idle: { p50: percentile(idleSignIns, 0.5), p99: percentile(idleSignIns, 0.99) },
-    flooded: { p50: percentile(floodedSignIns, 0.5), p99: percentile(floodedSignIns, 0.99) },
-    failedSignIns: [...idleSignIns, ...floodedSignIns].filter((answer) => answer.status !== 200).length,
-    floodRequests: floodResult.requests.total,
-    floodStatuses: { '2xx': floodResult['2xx'], non2xx: floodResult.non2xx }
-  }
-}
-
-/**
- * autocannon's command line at nice 19, each request with a new email, for twice the measurement's length (so
- * that it outlasts the sign-ins timed meanwhile); resolves once the flood is under way.
- */
-async function floodSignInsAt (url: string): Promise<{ result: Promise<{ requests: { total: number }, '2xx': number, non2xx: number }> }> {
-  const flood = spawn('nice', [
-    '-n', '19', process.execPath, 'node_modules/autocannon/autocannon.js', '--json', '--idReplacement',
-    '--connections', String(CONNECTIONS), '--duration', String(2 * DURATION), '--method', 'POST',
-    '--headers', 'content-type=application/json', '--body', '{"email":"flood[<id>]@example.com","password":"guess guess"}', url
-  ], { stdio: ['ignore', 'pipe', 'inherit'] })
-  let output = ''
-  flood.stdout.on('data', (chunk: Buffer) => { output += chunk.toString() })
-  const result = once(flood, 'exit').then(() => JSON.parse(output))
-  // With --json autocannon says nothing until it ends; Node starts it in well under a second here.
-  await new Promise((resolve) => setTimeout(resolve, FLOOD_START_MS))
-  return { result }
-}
-const signInFloods = { oneCore: await floodSignIns(true), twoCores: await floodSignIns(false) }
+// Twice the measurement's length, so that the flood outlasts the sign-ins timed meanwhile.
+const floodOptions = { seconds: 2 * DURATION, connections: CONNECTIONS }
+const signInFloods = { oneCore: await floodSignIns(true, floodOptions), twoCores: await floodSignIns(false, floodOptions) }
 // Medians of the rounds; a single non-2xx response or error in any round shows.
 const summarise = (measurements: Measurement[]): Measurement => ({
   requestsPerSecond: median(measurements.map((m) => m.requestsPerSecond)),

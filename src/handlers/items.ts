@@ -1,19 +1,15 @@
-import type { FastifyReply } from 'fastify'
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
 import { newItem } from '../records.js'
 import { serializedItemList, TEXT } from '../serialized.js'
 import type { Item } from '../domain.js'
-import type { StoredItem } from '../store/store.js'
 import { isoTimestamp } from '../runtime/timestamps.js'
 import type { Handler } from './handler.js'
+import { entityTag, itemLocation } from './item-fields.js'
 
 function assertOwner (caller: Principal, item: Item): void {
   if (item.contributorId !== caller.id) throw forbidden('Only the item\'s contributor may change it.')
 }
-
-// An item's strong entity tag: updatedAt increases with every edit of an item, so it names each of its versions.
-const entityTag = (item: Item): string => `"${item.updatedAt}"`
 
 // Whether an If-Match or If-None-Match list names the item's tag (RFC 9110 §13.1): `*` names any; a weak tag
 // (W/"…") names it only when compared weakly, as If-None-Match does.
@@ -46,15 +42,12 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
   return reply.header('content-type', JSON_CONTENT).code(200).send(serializedItemList(items, { page, pageSize, total }))
 }
 
-/** A create's 201: sent by createItem, and sent again, as it was, to a retry with the same Idempotency-Key. */
-export const sendCreatedItem = (reply: FastifyReply, item: StoredItem): FastifyReply =>
-  reply.header('location', `/v1/items/${item.id}`).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT])
-
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const item = await request.server.store.items.add(newItem(request.body, request.user.id),
     request.server.events.announce('items.item.added', request.user.id), request.idempotencyClaim ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
-  return sendCreatedItem(reply, item)
+  // A retry with the same Idempotency-Key gets this again from the pipeline (src/pipeline/idempotency.ts).
+  return reply.header('location', itemLocation(item)).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT])
 }
 
 export const getItem: Handler<'getItem'> = async (request, reply) => {

@@ -1,8 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
-import type { DomainEvent } from '../../src/plugins/events.js'
+import type { DomainEvent } from '../../src/plugins/app/events.js'
 import type { RouteOperationId } from '../../generated/routes.js'
-import { type Api, build, newUser, rateLimitItems, type Schemas } from '../helper.js'
+import { type Api, newUser, rateLimitItems, type Schemas } from '../support/api.js'
+import { build } from '../support/app.js'
 
 const MISSING_ID = '00000000-0000-4000-8000-000000000000'
 

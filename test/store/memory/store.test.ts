@@ -6,7 +6,7 @@ import t from 'tap'
 import { TEXT } from '../../../src/serialized.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { StoreFullError } from '../../../src/store/store.js'
-import { storeConformance } from '../conformance.js'
+import { storeConformance } from '../conformance/index.js'
 
 storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
   maxItemsPerContributor,

@@ -1,0 +1,97 @@
+import { createHash, randomUUID } from 'node:crypto'
+import type { FastifyReply, onErrorHookHandler, preHandlerHookHandler } from 'fastify'
+import stringify from 'safe-stable-stringify'
+import type { RouteDefinition } from '../../generated/routes.js'
+import type { Item } from '../domain.js'
+import { idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
+import type { IdempotencyClaim, IdempotencyKeyStore } from '../store/store.js'
+import type { StepFor } from './step.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The request's claim on its Idempotency-Key, which the handler records with what it makes; null without one. */
+    idempotencyClaim: IdempotencyClaim | null
+  }
+}
+
+interface IdempotencyOptions {
+  readonly keys: IdempotencyKeyStore
+  /** How each header field the contract may require of a created item's response is made, by its lower-cased name. */
+  readonly fields: Readonly<Record<string, (item: Item) => string>>
+}
+
+type Replay = (reply: FastifyReply, item: Item) => FastifyReply
+
+// A request that still holds its key this long after claiming it died with its instance: the key is free again.
+const CLAIM_LEASE_MS = 60_000
+
+// The same body, whatever the order of its fields, has the same digest.
+const digestOf = (text: string): string => createHash('sha256').update(text).digest('base64url')
+
+/**
+ * The response a retry gets, made from what the contract says of the operation's success: its status, the header
+ * fields it requires (each made from the recorded item) and its body (the item, by the status's response schema).
+ * An operation whose required fields none of `fields` makes fails at start.
+ */
+function replayOf (route: RouteDefinition, fields: IdempotencyOptions['fields']): Replay {
+  const status = route.statuses.find((code) => code.startsWith('2')) ?? 'none'
+  const names = route.requiredHeaders[status] ?? []
+  const unmade = names.filter((name) => !Object.hasOwn(fields, name))
+  if (route.schema.response[status] === undefined || unmade.length > 0) {
+    throw new Error(`${route.operationId}: a replay needs a success status with a body (${status}) whose required fields are each made from the item (none makes: ${unmade.join(', ')})`)
+  }
+  const statusCode = Number(status)
+  return (reply, item) => {
+    for (const name of names) reply.header(name, fields[name]!(item))
+    return reply.code(statusCode).send(item)
+  }
+}
+
+/**
+ * The IETF draft's Idempotency-Key on the operations that declare it: the first request with a key claims it (after
+ * authentication and validation, before any rate limit counts it) and the store records what it made with it; a
+ * retry with the same key and body gets that response again, with `Idempotent-Replayed: true`, and runs nothing
+ * else: no limit counts it, no handler runs, no event is emitted. The same key with another body is 422; while its
+ * first request runs, 409. A request that fails frees its key, so a retry runs again.
+ */
+export function idempotency ({ keys, fields }: IdempotencyOptions): StepFor {
+  const claimKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
+    const key = request.headers['idempotency-key']
+    if (typeof key !== 'string') {
+      done()
+      return
+    }
+    const body = String(stringify(request.body))
+    const claim = { userId: request.user.id, key, fingerprint: digestOf(body), token: randomUUID(), characters: key.length + body.length }
+    keys.claim(claim, CLAIM_LEASE_MS).then((outcome) => {
+      switch (outcome.status) {
+        case 'claimed':
+          request.idempotencyClaim = claim
+          done()
+          break
+        case 'recorded':
+          // Answered here: the hooks after this one, and the handler, do not run.
+          replay(reply.header('idempotent-replayed', 'true'), outcome.item)
+          break
+        case 'running':
+          done(idempotencyKeyInUse())
+          break
+        case 'mismatch':
+          done(idempotencyKeyReused())
+      }
+    }, done)
+  }
+  // Awaited before the error is answered, so that a retry sent on the answer finds the key free.
+  const releaseClaim: onErrorHookHandler = (request, _reply, _error, done) => {
+    const claim = request.idempotencyClaim
+    if (claim === null) {
+      done()
+      return
+    }
+    keys.release(claim).then(() => { done() }, (err: unknown) => {
+      request.log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
+      done()
+    })
+  }
+  return (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined
+}

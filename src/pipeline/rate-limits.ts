@@ -1,0 +1,202 @@
+import type { FastifyReply, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
+import { Counter, type Registry } from 'prom-client'
+import type { RateLimitName } from '../../generated/routes.js'
+import { emailKey } from '../auth/email.js'
+import type { AppConfig, RateLimit } from '../config.js'
+import { ApiError, rateLimited } from '../errors.js'
+import type { Counted, Store } from '../store/store.js'
+import type { StepFor } from './step.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** What is left of each limit that counted this request, in the order they counted it; null before any did. */
+    rateLimitStatus: RateLimitStatus[] | null
+  }
+}
+
+interface RateLimitStatus {
+  readonly policy: RateLimitName
+  readonly max: number
+  readonly counted: Counted
+  /** The key this request's hit counted under, when a 503 would take it back. */
+  readonly refundKey: string | undefined
+}
+
+interface RateLimitsOptions {
+  /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
+  readonly limits: AppConfig['rateLimits']
+  readonly store: Store
+  readonly metrics: Registry
+}
+
+/** The limits each operation declares in the contract (`x-rate-limits`), as two steps of its pipeline. */
+export interface RateLimitSteps {
+  /** Names the route's limits on every response, and counts those keyed by the client address alone. */
+  readonly byAddress: StepFor
+  /** Counts the limits keyed by what the request says (its email) or by who the caller is. */
+  readonly byCaller: StepFor
+}
+
+type Hook = onRequestHookHandler
+
+const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
+
+// A store that cannot count fails the request (503 when it is unreachable): a limit that no longer holds would let
+// guessing run free.
+function verdict (outcome: Counted | Error, max: number): Error | undefined {
+  if (outcome instanceof Error) return outcome
+  return outcome.current > max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined
+}
+
+const isRateLimited = (error: Error | undefined): boolean => error instanceof ApiError && error.statusCode === 429
+
+// The IETF draft's Structured Fields items (draft-ietf-httpapi-ratelimit-headers-10).
+const policyItem = (name: RateLimitName, { max, windowSeconds }: RateLimit): string => `"${name}";q=${max};w=${windowSeconds}`
+const statusItem = ({ policy, max, counted }: RateLimitStatus): string =>
+  `"${policy}";r=${Math.max(0, max - counted.current)};t=${Math.ceil(counted.ttl / 1000)}`
+
+/**
+ * Notes what is left of `policy` after counting this request, and says it in the RateLimit field at once: set as
+ * each limit counts, rather than by an onSend hook, which a write's route otherwise has none of (running one costs
+ * it more than the rest of the limit).
+ */
+function recordStatus (request: FastifyRequest, reply: FastifyReply, entry: RateLimitStatus): void {
+  const status = request.rateLimitStatus ?? (request.rateLimitStatus = [])
+  status.push(entry)
+  reply.header('ratelimit', status.length === 1 ? statusItem(status[0]!) : status.map(statusItem).join(', '))
+}
+
+const byAddress = (request: FastifyRequest): string => request.clientAddress
+
+interface Counting {
+  /** The key a request counts under. */
+  readonly keyOf: (request: FastifyRequest) => string
+  /**
+   * Keyed by the client address alone: counted in `onRequest`, before authentication and before any body is read
+   * or password checked. The others are counted after authentication, the role guard and validation (so that a
+   * write counts only when it can succeed, and the sign-in limit has its validated email).
+   */
+  readonly beforeAuthentication: boolean
+  /** A sign-in or registration answered 503 was not served, so its hit is taken back: a client refused in a burst is not locked out. */
+  readonly refundable: boolean
+}
+
+// How each limit the contract names counts (an IPv6 client by its network, `request.clientAddress`). The account
+// limit, login-failures, counts only failed sign-ins, once answered, and is not among them.
+const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
+  register: { keyOf: byAddress, beforeAuthentication: true, refundable: true },
+  'login-address': { keyOf: byAddress, beforeAuthentication: true, refundable: true },
+  login: { keyOf: (request) => `${request.clientAddress}\n${signInEmail(request)}`, beforeAuthentication: false, refundable: true },
+  refresh: { keyOf: byAddress, beforeAuthentication: true, refundable: false },
+  // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
+  'item-writes': { keyOf: (request) => request.user.id, beforeAuthentication: false, refundable: false }
+}
+
+/**
+ * The limits of the operations that declare them (`x-rate-limits` in the contract), each counting in the
+ * store's counter of its own name (in Redis, shared by every instance, with STORE=redis); see COUNTING for what
+ * each is keyed by and when it counts. The account limit (login-failures) counts failed sign-ins only, once
+ * answered (before the answer leaves, so that any instance asked next sees it), and a success clears it: parallel
+ * sign-ins with the right password are never refused by it.
+ *
+ * Every response of a limited operation carries the IETF draft's RateLimit-Policy field (its limits), and
+ * RateLimit (what is left of each limit that counted the request) once one has: of the limits keyed by the caller
+ * (its address, its address and the email it gives, its own account) only. The account limit of a sign-in counts
+ * the failures of whoever tried that email, so no field says it, or a stranger would read them.
+ *
+ * Hand-written rather than @fastify/rate-limit: it counts every request it sees before the handler, and cannot
+ * count only the failed sign-ins (peek first, count the 401) nor take back the hit of a request answered 503.
+ */
+export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): RateLimitSteps {
+  if (limits === null) return { byAddress: () => undefined, byCaller: () => undefined }
+  const { login, loginAddress, loginFailures, register, refresh, writes } = limits
+  const limitsByName: Record<RateLimitName, RateLimit> = {
+    register, 'login-address': loginAddress, login, 'login-failures': loginFailures, refresh, 'item-writes': writes
+  }
+  const refusals = new Counter<'limit'>({
+    name: 'items_service_rate_limited_total',
+    help: 'Requests refused with 429, by the limit they passed (its counter\'s name).',
+    labelNames: ['limit'],
+    registers: [metrics]
+  })
+  const hookFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
+    const { max, windowSeconds } = limitsByName[name]
+    const { keyOf, refundable } = COUNTING[name]
+    const counter = store.rateCounter(name)
+    const windowMs = windowSeconds * 1000
+    return (request, reply, done) => {
+      const key = keyOf(request)
+      counter.incr(key, windowMs, max, (outcome) => {
+        const refused = verdict(outcome, max)
+        if (!(outcome instanceof Error)) {
+          recordStatus(request, reply, { policy: name, max, counted: outcome, refundKey: refused === undefined && refundable ? key : undefined })
+        }
+        if (isRateLimited(refused)) refusals.inc({ limit: name })
+        done(refused)
+      })
+    }
+  }
+  const warnIfFailed = (request: FastifyRequest, what: string) => (err: unknown): void => {
+    request.log.warn({ err }, `${what} failed; the limit counts the request`)
+  }
+  // A 503 was not served: every hit it counted is taken back.
+  const refundUnserved: onResponseHookHandler = (request, reply, done) => {
+    if (reply.statusCode === 503) {
+      for (const { policy, refundKey } of request.rateLimitStatus ?? []) {
+        if (refundKey !== undefined) store.rateCounter(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+      }
+    }
+    done()
+  }
+  const failures = store.rateCounter('login-failures')
+  const failuresWindowMs = loginFailures.windowSeconds * 1000
+  const accountNotLocked: Hook = (request, _reply, done) => {
+    failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
+      if (outcome instanceof Error) return done(outcome)
+      const locked = outcome !== undefined && outcome.current >= loginFailures.max
+      if (locked) refusals.inc({ limit: 'login-failures' })
+      done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
+    })
+  }
+  // A failed sign-in counts against its account; one that succeeds clears the account's failures.
+  const countFailure: onSendHookHandler = (request, reply, payload, done) => {
+    const warn = warnIfFailed(request, 'counting a sign-in failure')
+    if (reply.statusCode === 401) {
+      failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
+        if (outcome instanceof Error) warn(outcome)
+        done(null, payload)
+      })
+    } else if (reply.statusCode === 200) {
+      failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
+    } else {
+      done(null, payload)
+    }
+  }
+  // The first hook of a limited route: every response it sends names its limits, whatever refuses it; but the
+  // account limit, whose count is anyone's failures to sign in to that account, shown to nobody.
+  const namePolicies = (names: readonly RateLimitName[]): Hook => {
+    const field = names.flatMap((name) => name === 'login-failures' ? [] : [policyItem(name, limitsByName[name])]).join(', ')
+    return (_request, reply, done) => {
+      reply.header('ratelimit-policy', field)
+      done()
+    }
+  }
+  const counted = (names: readonly RateLimitName[], beforeAuthentication: boolean): Array<Exclude<RateLimitName, 'login-failures'>> =>
+    names.flatMap((name) => name !== 'login-failures' && COUNTING[name].beforeAuthentication === beforeAuthentication ? [name] : [])
+  return {
+    byAddress: ({ rateLimits: names }) => {
+      if (names.length === 0) return undefined
+      const refundable = names.some((name) => name !== 'login-failures' && COUNTING[name].refundable)
+      return {
+        onRequest: [namePolicies(names), ...counted(names, true).map(hookFor)],
+        ...(refundable ? { onResponse: [refundUnserved] } : {})
+      }
+    },
+    byCaller: ({ rateLimits: names }) => {
+      const countsFailures = names.includes('login-failures')
+      const preHandler = [...counted(names, false).map(hookFor), ...(countsFailures ? [accountNotLocked] : [])]
+      if (preHandler.length === 0) return undefined
+      return { preHandler, ...(countsFailures ? { onSend: [countFailure] } : {}) }
+    }
+  }
+}

@@ -1,0 +1,105 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import type { webhooks } from '../../../generated/openapi.js'
+import { schemas } from '../../../generated/schemas.js'
+import type { Announcement, OutboxEvent } from '../../store/store.js'
+import { isoTimestamp } from '../../runtime/timestamps.js'
+import { randomUuid } from '../../runtime/uuid.js'
+
+/** The channels are the contract's webhooks; an event is the CloudEvents envelope declared there. */
+export type Channel = keyof webhooks
+export type DomainEvent<C extends Channel> =
+  webhooks[C]['post']['requestBody']['content']['application/cloudevents+json']
+export type EventHandler<C extends Channel> = (event: DomainEvent<C>) => void | Promise<void>
+export type Subscribers = { [C in Channel]?: ReadonlyArray<EventHandler<C>> }
+
+export interface EventBus {
+  on<C extends Channel>(channel: C, handler: EventHandler<C>): void
+  off<C extends Channel>(channel: C, handler: EventHandler<C>): void
+  /**
+   * How a change on `channel` by `actorId` announces itself: the store records the event it builds with the
+   * change. Undefined while nothing would receive the event (no webhook and no handler of this process subscribes).
+   */
+  announce<C extends Channel>(channel: C, actorId: string): Announcement | undefined
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    events: EventBus
+  }
+}
+
+// The constant fields of every event's envelope, as the contract's ItemEvent schema fixes them.
+const { specversion, source, datacontenttype } = schemas.ItemEvent.properties
+
+interface EventsPluginOptions {
+  /** In-process handlers to subscribe before the first request, by channel. */
+  subscribers?: Subscribers
+  /** The channels that webhooks subscribe to: their events are recorded even with no handler in this process. */
+  webhookChannels: ReadonlySet<Channel>
+}
+
+/**
+ * Builds each change's event and hands the ones this process records to its in-process handlers, once the
+ * response has been sent. Webhooks take theirs from the store's outbox (the webhooks plugin).
+ */
+async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions): Promise<void> {
+  const handlers = new Map<Channel, Set<EventHandler<Channel>>>()
+  const deliveries = new Set<Promise<void>>()
+
+  const deliver = async (handler: EventHandler<Channel>, event: DomainEvent<Channel>): Promise<void> => {
+    try {
+      await handler(event)
+    } catch (err) {
+      app.log.error({ err, channel: event.type, eventId: event.id }, 'event handler failed')
+    }
+  }
+
+  const bus: EventBus = {
+    on (channel, handler) {
+      const registered = handlers.get(channel) ?? new Set()
+      registered.add(handler as EventHandler<Channel>)
+      handlers.set(channel, registered)
+    },
+    off (channel, handler) {
+      handlers.get(channel)?.delete(handler as EventHandler<Channel>)
+    },
+    announce (channel, actorId) {
+      if (!options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
+      const traceparent = app.tracing.traceparent()
+      return (item): OutboxEvent => {
+        const event: DomainEvent<typeof channel> = {
+          specversion: specversion.const,
+          id: randomUuid(),
+          source: source.const,
+          type: channel,
+          time: isoTimestamp(),
+          subject: item.id,
+          datacontenttype: datacontenttype.const,
+          data: { item, actorId }
+        }
+        const recorded = { id: event.id, channel, body: JSON.stringify(event) }
+        return traceparent === undefined ? recorded : { ...recorded, traceparent }
+      }
+    }
+  }
+
+  app.store.outbox.onRecorded(({ channel, body }) => {
+    const targets = [...(handlers.get(channel as Channel) ?? [])]
+    if (targets.length === 0) return
+    // setImmediate runs after the reply has been written, so no handler can delay or change the response. Each
+    // handler gets a copy of its own, so none can change what another sees.
+    const delivery = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(async () => { await Promise.all(targets.map(async (handler) => await deliver(handler, JSON.parse(body)))) })
+      .finally(() => deliveries.delete(delivery))
+    deliveries.add(delivery)
+  })
+
+  for (const [channel, channelHandlers] of Object.entries(options.subscribers ?? {})) {
+    for (const handler of channelHandlers) bus.on(channel as Channel, handler as EventHandler<Channel>)
+  }
+  app.decorate('events', bus)
+  app.addHook('onClose', async () => { await Promise.all(deliveries) })
+}
+
+export default fp(eventsPlugin, { name: 'events', dependencies: ['store', 'tracing'] })

@@ -1,0 +1,72 @@
+import Fastify, { type FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { routes } from '../../../generated/operations/routes.js'
+import { schemas } from '../../../generated/operations/schemas.js'
+import { operationValidators } from '../../../generated/operations/validators.js'
+import { connectionLimits } from '../../connection-limits.js'
+import { operationsHandlers } from '../../handlers/operations.js'
+import { authentication, opsToken } from '../../pipeline/authentication.js'
+import { generatedValidators, registerContractRoutes } from '../../pipeline/index.js'
+import { contractSerializers } from '../../serialized.js'
+import { subscriberName, type Subscription } from '../../webhooks/subscriptions.js'
+import errorsPlugin, { handleClientError, handleError } from './errors.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The configured webhook subscribers' ids, by name (`subscriberName`); on the operations server. */
+    webhookSubscribers: ReadonlyMap<string, string>
+  }
+}
+
+interface OperationsPluginOptions {
+  host: string
+  port: number
+  /** Required as a bearer token on every operation, when set. */
+  token: string | undefined
+  subscriptions: readonly Subscription[]
+  /** How long a request's headers and body may take to arrive, as on the public port. */
+  requestTimeoutMs: number
+}
+
+const operationsSerializer = contractSerializers(schemas)
+
+// Its largest request is a redelivery of 1 000 event ids (about 40 KB).
+const BODY_LIMIT_BYTES = 64 * 1024
+
+/**
+ * The operations API (ops/openapi.yaml) on a server of its own, on OPS_PORT, so that what it tells never reaches
+ * the public API's port. It starts listening when the app is ready and stops when the app closes.
+ */
+async function operationsPlugin (app: FastifyInstance, options: OperationsPluginOptions): Promise<void> {
+  const server = Fastify({
+    loggerInstance: app.log.child({ api: 'operations' }),
+    exposeHeadRoutes: false,
+    bodyLimit: BODY_LIMIT_BYTES,
+    ...connectionLimits(options.requestTimeoutMs),
+    frameworkErrors: handleError,
+    clientErrorHandler: handleClientError
+  })
+  server.decorate('metrics', app.metrics)
+  server.decorate('store', app.store)
+  server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
+  await server.register(errorsPlugin)
+  // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
+  // none is deprecated or limited, and none is shed, so that an overloaded instance can still be looked into.
+  await registerContractRoutes(server, {
+    routes,
+    validators: generatedValidators(routes, operationValidators),
+    serializer: operationsSerializer,
+    handlers: operationsHandlers,
+    pipeline: [['authentication', authentication({ opsToken: opsToken(options.token) })]]
+  })
+  app.addHook('onReady', async () => {
+    await server.listen({
+      host: options.host,
+      port: options.port,
+      listenTextResolver: (address) => `Operations API at ${address}`
+    })
+  })
+  app.addHook('onClose', async () => { await server.close() })
+}
+
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store'] })

@@ -1,0 +1,146 @@
+import { readFile } from 'node:fs/promises'
+import type { ErrorObject, ValidateFunction } from 'ajv'
+import type { FastifyInstance } from 'fastify'
+import type { components } from '../../../generated/openapi.js'
+import { schemas } from '../../../generated/schemas.js'
+import { validators } from '../../../generated/validators.js'
+import { emailKey } from '../../auth/email.js'
+import { parseJson } from '../../json-text.js'
+import { isPlainObject } from '../../plain-object.js'
+import { newItem, newUser } from '../../records.js'
+import { IdTakenError } from '../../store/store.js'
+
+type Schemas = components['schemas']
+
+/** A seed file that cannot be loaded: its message names the entry at fault. */
+export class SeedError extends Error {
+  override name = 'SeedError'
+}
+
+// The first problem a generated validator found, as `.field: what is wrong` (Ajv lists them whenever it says no).
+const problem = ([issue]: [ErrorObject]): string => {
+  const field = issue.params.missingProperty ?? issue.params.additionalProperty
+  return `${issue.instancePath.replaceAll('/', '.')}${typeof field === 'string' ? `.${field}` : ''}: ${issue.message}`
+}
+
+function entries (seed: Record<string, unknown>, key: 'users' | 'items'): unknown[] {
+  const listed = seed[key] ?? []
+  if (!Array.isArray(listed)) throw new SeedError(`${key}: must be a list`)
+  return listed
+}
+
+/** Checks one entry against a request body of the contract; `entry` is then that body. */
+function valid<T> (validate: ValidateFunction, entry: unknown, where: string): T {
+  if (!validate(entry)) throw new SeedError(`${where}${problem(validate.errors as [ErrorObject])}`)
+  return entry as T
+}
+
+const isItemStatus = (value: unknown): value is Schemas['ItemStatus'] => schemas.ItemStatus.enum.some((status) => status === value)
+
+/**
+ * The id an entry gives, if any, so that a test can name a known user or item: a uuid, as the contract's item ids
+ * are, and given once in the file. Read by the generated validator of a uuid parameter, which makes it canonical
+ * (lower case, no `urn:uuid:`) as it does every uuid a request carries, so a seeded id is the one the API then
+ * answers and finds.
+ */
+function givenId (id: unknown, where: string, given: Map<string, string>): string | undefined {
+  if (id === undefined) return undefined
+  const read: { itemId: unknown } = { itemId: id }
+  if (!validators.getItem.params(read)) throw new SeedError(`${where}.id: must be a uuid`)
+  const key = String(read.itemId)
+  const first = given.get(key)
+  if (first !== undefined) throw new SeedError(`${where}.id: is given already, by ${first}`)
+  given.set(key, where)
+  return key
+}
+
+/** What the store adds, or a SeedError saying `problem` when the id the entry gives is another's. */
+async function refusingTakenIds<T> (adding: Promise<T>, problem: string): Promise<T> {
+  try {
+    return await adding
+  } catch (error) {
+    throw error instanceof IdTakenError ? new SeedError(problem) : error
+  }
+}
+
+/**
+ * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
+ * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
+ * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet. A user
+ * registered already (by an earlier start, on a store that outlives it) is skipped with its items; an id the file
+ * gives that belongs to another user or item stops the start, since the store never overwrites one.
+ */
+async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
+  const text = await readFile(file, 'utf8')
+  let seed: unknown
+  try {
+    seed = parseJson(text)
+  } catch (error) {
+    throw new SeedError((error as SyntaxError).message)
+  }
+  if (!isPlainObject(seed)) throw new SeedError('must be an object with users and items')
+  const unknownKeys = Object.keys(seed).filter((key) => key !== 'users' && key !== 'items')
+  if (unknownKeys.length > 0) throw new SeedError(`has unknown field(s) ${unknownKeys.join(', ')}`)
+  const { store, passwords } = app
+  // One at a time, so that seeding never fills the hashing queue.
+  const requester = { address: 'seed', stillWanted: () => true }
+  const listedAt = new Map<string, number>()
+  // Users a start before this one seeded (a store that outlives the process: Redis): they and their items are
+  // skipped, so that every instance of a deployment may start with the same SEED_FILE.
+  const seededBefore = new Set<string>()
+  const givenIds = new Map<string, string>()
+  for (const [index, entry] of entries(seed, 'users').entries()) {
+    const where = `users[${index}]`
+    if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
+    const { id, ...registration } = entry
+    const user = valid<Schemas['RegisterRequest']>(validators.registerUser.body, registration, where)
+    const userId = givenId(id, where, givenIds)
+    const key = emailKey(user.email)
+    const first = listedAt.get(key)
+    if (first !== undefined) throw new SeedError(`${where}.email: is listed already, as users[${first}]`)
+    listedAt.set(key, index)
+    const added = await refusingTakenIds(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), userId)), `${where}.id: belongs to another user already`)
+    if (added !== undefined) continue
+    // Registered before: by an earlier start of this file when it has the id the file gives.
+    if (userId !== undefined && (await store.users.findByEmailKey(key))?.id !== userId) {
+      throw new SeedError(`${where}.id: the email is registered already, with another id`)
+    }
+    seededBefore.add(key)
+  }
+  let itemsSkipped = 0
+  for (const [index, entry] of entries(seed, 'items').entries()) {
+    const where = `items[${index}]`
+    if (!isPlainObject(entry)) throw new SeedError(`${where}: must be an object`)
+    const { owner, status = 'active', id, ...body } = entry
+    const item = valid<Schemas['CreateItemRequest']>(validators.createItem.body, body, where)
+    const itemId = givenId(id, where, givenIds)
+    if (!isItemStatus(status)) throw new SeedError(`${where}.status: must be one of ${schemas.ItemStatus.enum.join(', ')}`)
+    const ownerKey = typeof owner === 'string' ? emailKey(owner) : undefined
+    const contributor = ownerKey === undefined ? undefined : await store.users.findByEmailKey(ownerKey)
+    if (contributor?.role !== 'contributor' || !listedAt.has(contributor.emailKey)) {
+      throw new SeedError(`${where}.owner: must be the email of a contributor in users`)
+    }
+    if (seededBefore.has(contributor.emailKey)) {
+      // Seeded with its owner by an earlier start, unless its id is another's item.
+      const existing = itemId === undefined ? undefined : await store.items.get(itemId)
+      if (existing !== undefined && existing.contributorId !== contributor.id) throw new SeedError(`${where}.id: belongs to another item already`)
+      itemsSkipped += 1
+      continue
+    }
+    const added = await refusingTakenIds(store.items.add(newItem(item, contributor.id, status, itemId)), `${where}.id: belongs to another item already`)
+    if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
+  }
+  if (seededBefore.size > 0) {
+    app.log.info({ users: seededBefore.size, items: itemsSkipped }, 'SEED_FILE: users registered before (by an earlier start) skipped, with their items')
+  }
+}
+
+export default async function seedPlugin (app: FastifyInstance, options: { file: string | undefined }): Promise<void> {
+  const { file } = options
+  if (file === undefined) return
+  try {
+    await loadSeed(app, file)
+  } catch (error) {
+    throw new SeedError(`Cannot load SEED_FILE ${file}: ${error instanceof SeedError ? error.message : String(error)}`)
+  }
+}

@@ -1,0 +1,88 @@
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { Gauge, Histogram } from 'prom-client'
+import type { StoreConfig } from '../../config.js'
+import { createMemoryStore } from '../../store/memory/index.js'
+import { connectRedisStore } from '../../store/redis/connection.js'
+import type { Store } from '../../store/store.js'
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    store: Store
+  }
+}
+
+interface StorePluginOptions {
+  config: StoreConfig
+  /** A store built by the caller (tests); otherwise the one `config` names. */
+  store?: Store
+  /** Time every Redis command (the metrics are exposed). */
+  timeCommands: boolean
+}
+
+// Redis commands take well under a millisecond on a healthy server; COMMAND_TIMEOUT_MS (1 s) ends the slowest.
+const COMMAND_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
+
+async function openStore (app: FastifyInstance, config: StoreConfig, timeCommands: boolean): Promise<Store> {
+  if (config.kind === 'memory') {
+    return createMemoryStore({
+      maxItemsPerContributor: config.maxItemsPerUser,
+      maxUsers: config.memoryMaxUsers,
+      maxItems: config.memoryMaxItems,
+      idempotencyKeys: config.idempotencyKeys
+    })
+  }
+  return await connectRedisStore({
+    url: config.redisUrl,
+    keyPrefix: config.redisKeyPrefix,
+    maxItemsPerContributor: config.maxItemsPerUser,
+    idempotencyKeys: config.idempotencyKeys,
+    logger: app.log.child({ store: 'redis' }),
+    ...(timeCommands ? { observeCommand: commandTimer(app) } : {})
+  })
+}
+
+function commandTimer (app: FastifyInstance): (command: string, seconds: number) => void {
+  const duration = new Histogram<'command'>({
+    name: 'items_service_redis_command_duration_seconds',
+    help: 'Time from sending a Redis command to its reply or failure, by command (a script as eval, then evalsha).',
+    labelNames: ['command'],
+    buckets: COMMAND_BUCKETS,
+    registers: [app.metrics]
+  })
+  return (command, seconds) => { duration.observe({ command }, seconds) }
+}
+
+function storeMetrics (app: FastifyInstance, store: Store): void {
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge({
+    name: 'items_service_store_up',
+    help: 'Whether the store answers (1) or not (0); always 1 with the memory store.',
+    registers: [app.metrics],
+    collect () { this.set(store.available() ? 1 : 0) }
+  })
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge({
+    name: 'items_service_items',
+    help: 'Items in the catalogue (on Redis, the shared catalogue\'s).',
+    registers: [app.metrics],
+    async collect () {
+      // While the store is unreachable (items_service_store_up says so), the last figure stays.
+      const count = await store.items.count().catch(() => undefined)
+      if (count !== undefined) this.set(count)
+    }
+  })
+}
+
+/**
+ * Shares the store with every route. The store is connected before the app is ready (a Redis that cannot be
+ * reached stops the start) and closed with the app, after the last request.
+ */
+async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
+  const store = options.store ?? await openStore(app, options.config, options.timeCommands)
+  app.decorate('store', store)
+  storeMetrics(app, store)
+  app.addHook('onClose', async () => { await store.close() })
+}
+
+export default fp(storePlugin, { name: 'store', dependencies: ['metrics'] })

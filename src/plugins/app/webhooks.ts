@@ -1,0 +1,122 @@
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
+import { Counter, Gauge, Histogram } from 'prom-client'
+import type { WebhooksConfig } from '../../config.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../store/rules.js'
+import { type DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
+
+// How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
+// records, an attempt that ends): how soon another instance's events and retries are picked up.
+const POLL_INTERVAL_MS = 250
+// From a receiver on the same host to WEBHOOK_TIMEOUT_MS's default (5 s) and past it.
+const ATTEMPT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+
+interface WebhooksPluginOptions {
+  config: WebhooksConfig
+}
+
+/**
+ * Delivers the events of the store's outbox to the configured webhooks, at least once: a 2xx ends a delivery; any
+ * other status, a timeout or a connection error is retried on WEBHOOK_RETRY_DELAYS_MS; after the last attempt the
+ * delivery is dead-lettered: logged at error level and kept in the store, for the operations API to list and
+ * deliver again. No HTTP response waits for a delivery.
+ *
+ * At shutdown, with the memory store, pending deliveries get until the shutdown plugin's deadline (80 % of
+ * SHUTDOWN_TIMEOUT_MS), and those left are counted and logged as lost; with Redis, the attempts in progress end and the
+ * rest stay for the other instances.
+ */
+async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {
+  const { subscriptions } = options.config
+  if (subscriptions.length === 0) return
+  const { outbox } = app.store
+  const metrics: DeliveryMetrics = {
+    outcomes: new Counter({
+      name: 'items_service_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retried, dead_lettered (the last attempt failed), dropped (the subscriber had as many pending as the outbox keeps).',
+      labelNames: ['subscriber', 'outcome'],
+      registers: [app.metrics]
+    }),
+    duration: new Histogram({
+      name: 'items_service_webhook_delivery_duration_seconds',
+      help: 'Time of one delivery attempt, from sending to the receiver\'s status or the attempt\'s failure.',
+      labelNames: ['subscriber'],
+      buckets: ATTEMPT_BUCKETS,
+      registers: [app.metrics]
+    }),
+    deadLettersPushedOut: new Counter({
+      name: 'items_service_webhook_dead_letters_pushed_out_total',
+      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS} and ${DEAD_LETTER_BYTES} bytes of events.`,
+      labelNames: ['subscriber'],
+      registers: [app.metrics]
+    })
+  }
+  const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics, app.tracing))
+  // A gauge per subscriber read from the store at each scrape; one the store cannot tell now keeps its last figure.
+  const storeGauge = (name: string, help: string, read: (worker: SubscriberWorker) => Promise<number>): void => {
+    // eslint-disable-next-line no-new -- registered in the registry, which reads it
+    new Gauge({
+      name,
+      help,
+      labelNames: ['subscriber'],
+      registers: [app.metrics],
+      async collect () {
+        await Promise.all(workers.map(async (worker) => {
+          const figure = await read(worker).catch(() => undefined)
+          if (figure !== undefined) this.set({ subscriber: worker.name }, figure)
+        }))
+      }
+    })
+  }
+  storeGauge('items_service_webhook_backlog', 'Deliveries not yet ended per subscriber, read from the store (on Redis, every instance\'s).',
+    async (worker) => await worker.pending())
+  storeGauge('items_service_webhook_dead_letters',
+    'Dead letters kept per subscriber, read from the store (on Redis, every instance\'s): deliver them again through the operations API.',
+    async (worker) => (await outbox.deadLetters(worker.subscription.id, { after: 0, limit: 0 })).total)
+  for (const subscription of subscriptions) await outbox.subscribe(subscription.id, subscription.channels)
+
+  const takeAll = (): void => { for (const worker of workers) void worker.take() }
+  // An event this process records is taken at once by the subscribers of its channel, not at their next poll.
+  outbox.onRecorded(({ channel }) => {
+    for (const worker of workers) {
+      if (worker.subscription.channels.some((subscribed) => subscribed === channel)) setImmediate(() => { void worker.take() })
+    }
+  })
+  const unfinishedAnywhere = async (): Promise<boolean> =>
+    (await Promise.all(workers.map(async (worker) => await worker.unfinished()))).some((count) => count > 0)
+  const poll = setInterval(takeAll, POLL_INTERVAL_MS)
+  app.addHook('onReady', async () => { takeAll() })
+
+  app.addHook('onClose', async () => {
+    clearInterval(poll)
+    // Set by the shutdown plugin's preClose hook, which every close runs first.
+    const deadline = app.lifecycle.shutdownDeadline
+    if (!outbox.durable) {
+      // What is in this process's memory is lost when it ends: deliver what is due while there is time.
+      while (Date.now() < deadline && await unfinishedAnywhere()) {
+        takeAll()
+        await sleep(Math.min(POLL_INTERVAL_MS, deadline - Date.now()))
+      }
+    }
+    for (const worker of workers) worker.stopped = true
+    const allSettled = Promise.all(workers.map(async (worker) => { await worker.settled() }))
+    // The deadline's timer is cancelled once the workers settle: left running, it would keep the process alive
+    // until the deadline after the app has closed.
+    const cancelDeadline = new AbortController()
+    const timedOut = await Promise.race([
+      allSettled.then(() => false),
+      sleep(Math.max(0, deadline - Date.now()), true, { signal: cancelDeadline.signal }).catch(() => false)
+    ])
+    cancelDeadline.abort()
+    await Promise.all(workers.map(async (worker) => { await worker.close(timedOut) }))
+    await allSettled
+    for (const worker of workers) {
+      const lost = outbox.durable ? 0 : await worker.pending()
+      if (lost > 0) worker.log.error({ lost, ...worker.counts }, 'webhook deliveries lost at shutdown: the memory store keeps them only while the process runs')
+      else worker.log.info(worker.counts, 'webhook deliveries at shutdown')
+    }
+  })
+}
+
+// Encapsulated (its hooks serve no one else), with the plugins whose state it reads declared.
+export default fp(webhooksPlugin, { name: 'webhooks', dependencies: ['store', 'shutdown', 'metrics', 'tracing'], encapsulate: true })

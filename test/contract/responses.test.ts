@@ -1,0 +1,122 @@
+// The statuses every operation shares (500, 503, 413, 415), exercised on every operation from one table of
+// valid requests; together with the other tests this covers every response the contract documents.
+import t from 'tap'
+import { type RouteOperationId, routes } from '../../generated/routes.js'
+import { type Store, StoreUnavailableError } from '../../src/store/store.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
+import { type CallOptions, newUser } from '../support/api.js'
+import { build, TEST_JWT_SECRET } from '../support/app.js'
+import { whileEventLoopOverloaded } from '../support/wait.js'
+import { forgeToken } from '../support/tokens.js'
+import { INTERNAL_ERROR_BODY } from '../../src/errors.js'
+
+const ITEM_ID = '00000000-0000-4000-8000-000000000000'
+const now = Math.floor(Date.now() / 1000)
+// Signed with the test secret; its session exists only where a store says so.
+const forgedToken = forgeToken({ alg: 'HS256', typ: 'JWT' }, {
+  sub: '00000000-0000-4000-8000-000000000001',
+  sid: '00000000-0000-4000-8000-000000000002',
+  jti: '00000000-0000-4000-8000-000000000003',
+  typ: 'access',
+  iss: 'items-service',
+  aud: 'items-service',
+  iat: now,
+  exp: now + 600
+}, TEST_JWT_SECRET)
+
+/** A request each operation would accept, given a store that works and a signed-in contributor's token. */
+const validRequests = (token: string): Record<RouteOperationId, CallOptions> => ({
+  openDocs: {},
+  checkLiveness: {},
+  checkReadiness: {},
+  registerUser: { body: newUser() },
+  loginUser: { body: { email: 'someone@example.com', password: 'a password' } },
+  refreshTokens: { body: { refreshToken: 'r'.repeat(43) } },
+  logoutUser: { token },
+  listItems: { token },
+  createItem: { token, body: { name: 'n' } },
+  getItem: { token, params: { itemId: ITEM_ID } },
+  updateItem: { token, params: { itemId: ITEM_ID }, body: { name: 'n' } },
+  deleteItem: { token, params: { itemId: ITEM_ID } }
+})
+
+const usesStore = routes.filter((route) => !route.operationId.startsWith('check') && route.operationId !== 'openDocs')
+const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
+
+// Every part of the store that a request uses fails every call with `error` and has nothing at hand; rate counters
+// call back with it.
+function failingStore (error: Error): Store {
+  const broken = new Proxy({}, { get: (_target, operation) => operation === 'cached' ? () => undefined : async () => { throw error } })
+  return {
+    users: broken as Store['users'],
+    sessions: broken as Store['sessions'],
+    items: broken as Store['items'],
+    idempotencyKeys: broken as Store['idempotencyKeys'],
+    outbox: createMemoryStore().outbox,
+    rateCounter: () => ({
+      incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
+      peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },
+      refund: async () => {},
+      reset: async () => {}
+    }),
+    available: () => false,
+    now: () => Date.now(),
+    close: async () => {}
+  }
+}
+
+t.test('a store failing with an unexpected error is a 500 INTERNAL_ERROR on every operation that uses it', async (t) => {
+  const api = await build(t, {}, { store: failingStore(new Error('a bug in the store')) })
+  const validRequest = validRequests(forgedToken)
+  for (const route of usesStore) {
+    const response = await api.call(route.operationId, validRequest[route.operationId])
+    t.equal(response.statusCode, 500, route.operationId)
+    t.same(response.json(), INTERNAL_ERROR_BODY)
+  }
+})
+
+t.test('an unavailable store is a 503 SERVICE_UNAVAILABLE with Retry-After on every operation that uses it, rate limits included', async (t) => {
+  for (const rateLimit of ['off', 'on']) {
+    const api = await build(t, { RATE_LIMIT: rateLimit }, { store: failingStore(new StoreUnavailableError('Redis is down')) })
+    const validRequest = validRequests(forgedToken)
+    for (const route of usesStore) {
+      const response = await api.call(route.operationId, validRequest[route.operationId])
+      t.equal(response.statusCode, 503, `${route.operationId}, RATE_LIMIT=${rateLimit}`)
+      t.equal(response.headers['retry-after'], '2')
+      t.same(response.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The data store is unavailable; try again shortly.' })
+    }
+    t.equal((await api.call('checkReadiness')).statusCode, 503, 'not ready')
+  }
+})
+
+t.test('an overloaded service sheds every operation with 503 but those that free memory or end access, and the redirect to the docs', async (t) => {
+  const api = await build(t, { MAX_EVENT_LOOP_DELAY_MS: '20' })
+  const validRequest = validRequests(forgedToken)
+  const neverShed = ['deleteItem', 'logoutUser']
+  const responses = await whileEventLoopOverloaded(api.app, 20, async () =>
+    await Promise.all(routes.map(async (route) => ({ route, response: await api.call(route.operationId, validRequest[route.operationId]) }))))
+  for (const { route, response } of responses) {
+    if (route.operationId === 'openDocs') {
+      t.equal(response.statusCode, 302, 'openDocs is served')
+    } else if (neverShed.includes(route.operationId)) {
+      t.equal(response.statusCode, 401, `${route.operationId} is served: its forged token is refused`)
+    } else {
+      t.equal(response.statusCode, 503, route.operationId)
+      t.equal(response.json().code, 'SERVICE_UNAVAILABLE')
+    }
+  }
+})
+
+t.test('every operation that takes a body answers 413 for an oversized one and 415 for one that is not JSON', async (t) => {
+  const api = await build(t, { BODY_LIMIT_BYTES: '1024' })
+  const validRequest = validRequests((await api.register()).accessToken)
+  for (const route of acceptsBody) {
+    const request = validRequest[route.operationId]
+    const large = await api.call(route.operationId, { ...request, body: { padding: 'x'.repeat(2048) } })
+    t.equal(large.statusCode, 413, route.operationId)
+    t.equal(large.json().code, 'PAYLOAD_TOO_LARGE')
+    const text = await api.call(route.operationId, { ...request, body: 'name=n', headers: { 'content-type': 'text/plain' } })
+    t.equal(text.statusCode, 415, route.operationId)
+    t.equal(text.json().code, 'UNSUPPORTED_MEDIA_TYPE')
+  }
+})

@@ -1,0 +1,280 @@
+import { randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import t from 'tap'
+import type { DomainEvent } from '../../src/plugins/app/events.js'
+import { createMemoryStore } from '../../src/store/memory/index.js'
+import { type IdempotencyKeyStore, type ItemStore, type Store, StoreUnavailableError } from '../../src/store/store.js'
+import { rateLimitItems } from '../support/api.js'
+import { build, captureLogs } from '../support/app.js'
+
+const settle = async (): Promise<void> => { await new Promise((resolve) => setImmediate(resolve)) }
+
+interface HeldStore {
+  store: Store
+  /** Resolves once `count` creates are held in the store. */
+  held: (count: number) => Promise<void>
+  /** Lets the create held `index`-th go on. */
+  release: (index: number) => void
+}
+
+/**
+ * The memory store, with every item add held until the test lets it go on: a create then stays running for as long
+ * as the test needs. The claims take the leases given in `leasesMs` in turn, then the service's own.
+ */
+function heldStore (leasesMs: number[] = [], keys: Partial<IdempotencyKeyStore> = {}): HeldStore {
+  const store = createMemoryStore({ maxItemsPerContributor: 1 })
+  const waiting: Array<() => void> = []
+  let arrived = (): void => {}
+  const add: ItemStore['add'] = async (...args) => {
+    await new Promise<void>((resolve) => { waiting.push(resolve); arrived() })
+    return await store.items.add(...args)
+  }
+  // The store's own methods, bound to it (they use its private fields), but for add.
+  const items = new Proxy(store.items, {
+    get: (target, name) => name === 'add' ? add : (Reflect.get(target, name) as (...args: unknown[]) => unknown).bind(target)
+  })
+  const idempotencyKeys: IdempotencyKeyStore = {
+    claim: async (claim, leaseMs) => await store.idempotencyKeys.claim(claim, leasesMs.shift() ?? leaseMs),
+    release: async (claim) => { await store.idempotencyKeys.release(claim) },
+    ...keys
+  }
+  return {
+    store: { ...store, items, idempotencyKeys },
+    held: async (count) => { while (waiting.length < count) await new Promise<void>((resolve) => { arrived = resolve }) },
+    release: (index) => { waiting[index]?.() }
+  }
+}
+
+t.test('a create retried with its Idempotency-Key gets the first response again, and nothing else happens', async (t) => {
+  const added: Array<DomainEvent<'items.item.added'>> = []
+  const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '3' }, { subscribers: { 'items.item.added': [(event) => { added.push(event) }] } })
+  const { accessToken } = await api.register()
+  const key = randomUUID()
+  const create = async (body: object) => await api.call('createItem', { token: accessToken, body, headers: { 'idempotency-key': key } })
+
+  const first = await create({ name: 'Difference engine', description: 'Babbage' })
+  t.equal(first.statusCode, 201)
+  t.equal(first.headers['idempotent-replayed'], undefined, 'the first response is no replay')
+  t.match(rateLimitItems(first.headers.ratelimit), { 'item-writes': { r: 2 } })
+  const item = first.json()
+  await api.call('updateItem', { token: accessToken, params: { itemId: item.id }, body: { name: 'Analytical engine' } })
+  await settle()
+
+  for (const body of [{ name: 'Difference engine', description: 'Babbage' }, { description: 'Babbage', name: 'Difference engine' }]) {
+    const again = await create(body)
+    t.equal(again.statusCode, 201, 'the same body, in any order of its fields')
+    t.equal(again.headers['idempotent-replayed'], 'true')
+    t.same(again.json(), item, 'the item as the first response had it, not as it is now')
+    t.same([again.headers.location, again.headers.etag], [first.headers.location, first.headers.etag])
+    t.same(rateLimitItems(again.headers['ratelimit-policy']), { 'item-writes': { q: 3, w: 60 } }, 'the limit is named')
+    t.equal(again.headers.ratelimit, undefined, 'and counted nothing')
+  }
+  await settle()
+  t.equal(added.length, 1, 'one event, for the first')
+  const listed = await api.call('listItems', { token: accessToken })
+  t.equal(listed.json().pagination.total, 1, 'one item')
+  t.equal((await api.call('createItem', { token: accessToken, body: { name: 'another' } })).statusCode, 201, 'the replays spent none of the limit')
+})
+
+t.test('the same key with another body is 422 IDEMPOTENCY_KEY_REUSED, and creates nothing', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const headers = { 'idempotency-key': 'order-17' }
+  t.equal((await api.call('createItem', { token: accessToken, body: { name: 'first' }, headers })).statusCode, 201)
+  for (const body of [{ name: 'second' }, { name: 'first', description: 'more' }]) {
+    const reused = await api.call('createItem', { token: accessToken, body, headers })
+    t.equal(reused.statusCode, 422)
+    t.equal(reused.json().code, 'IDEMPOTENCY_KEY_REUSED')
+  }
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1)
+})
+
+t.test('the same key while its first request runs is 409 IDEMPOTENCY_KEY_IN_USE; once it has answered, its answer', async (t) => {
+  const { store, held, release } = heldStore()
+  const api = await build(t, {}, { store })
+  const { accessToken } = await api.register()
+  const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'once' }, headers: { 'idempotency-key': 'k' } })
+  const first = create()
+  await held(1)
+  const meanwhile = await Promise.all([create(), create()])
+  t.same(meanwhile.map((response) => [response.statusCode, response.json().code]), [[409, 'IDEMPOTENCY_KEY_IN_USE'], [409, 'IDEMPOTENCY_KEY_IN_USE']])
+  release(0)
+  const created = await first
+  t.equal(created.statusCode, 201)
+  const retried = await create()
+  t.same([retried.statusCode, retried.headers['idempotent-replayed'], retried.json()], [201, 'true', created.json()])
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1, 'four requests, one item')
+})
+
+t.test('twenty parallel creates with one key make one item: every 201 names it, the others are told it runs', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const headers = { 'idempotency-key': randomUUID() }
+  const responses = await Promise.all(Array.from({ length: 20 }, async () =>
+    await api.call('createItem', { token: accessToken, body: { name: 'once' }, headers })))
+  const created = responses.filter((response) => response.statusCode === 201)
+  t.ok(responses.every((response) => response.statusCode === 201 || response.json().code === 'IDEMPOTENCY_KEY_IN_USE'))
+  t.equal(new Set(created.map((response) => response.json().id)).size, 1)
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1)
+})
+
+t.test('a create whose claim lapsed (its instance stalled) and was taken by a retry stores nothing: 409, and the retry\'s item stands', async (t) => {
+  const { store, held, release } = heldStore([1])
+  const api = await build(t, {}, { store })
+  const { accessToken } = await api.register()
+  const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'once' }, headers: { 'idempotency-key': 'k' } })
+  const stalled = create()
+  await held(1)
+  await sleep(5)
+  const retry = create()
+  await held(2)
+  release(0)
+  t.same((await stalled).json().code, 'IDEMPOTENCY_KEY_IN_USE')
+  release(1)
+  t.equal((await retry).statusCode, 201)
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1)
+})
+
+t.test('a key that cannot be freed after a failed create is logged, and the failure answered as it was', async (t) => {
+  const { store, held, release } = heldStore([], { release: async () => { throw new StoreUnavailableError('down') } })
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { LOG_LEVEL: 'warn' }, { store, logStream })
+  const { accessToken } = await api.register()
+  const answers = []
+  for (const [index, name] of ['first', 'over the quota'].entries()) {
+    const response = api.call('createItem', { token: accessToken, body: { name }, headers: { 'idempotency-key': name } })
+    await held(index + 1)
+    release(index)
+    answers.push((await response).statusCode)
+  }
+  t.same(answers, [201, 403])
+  t.match(lines.join(''), /freeing an idempotency key failed; it is free again when its claim's lease ends/)
+})
+
+t.test('keys are each caller\'s own, and a request without one is never a replay', async (t) => {
+  const api = await build(t)
+  const [ada, grace] = [await api.register(), await api.register()]
+  const headers = { 'idempotency-key': 'same-key' }
+  const body = { name: 'n' }
+  const mine = await api.call('createItem', { token: ada.accessToken, body, headers })
+  const theirs = await api.call('createItem', { token: grace.accessToken, body, headers })
+  t.same([mine.statusCode, theirs.statusCode, theirs.headers['idempotent-replayed']], [201, 201, undefined])
+  t.not(mine.json().id, theirs.json().id)
+  const plain = await Promise.all([1, 2].map(async () => await api.call('createItem', { token: ada.accessToken, body })))
+  t.same(plain.map((response) => response.statusCode), [201, 201], 'without a key, two creates are two items')
+})
+
+t.test('a create that fails is not remembered: its retry with the key runs again', async (t) => {
+  const api = await build(t, { MAX_ITEMS_PER_USER: '1' })
+  const { accessToken } = await api.register()
+  const owned = await api.createItem(accessToken)
+  const headers = { 'idempotency-key': randomUUID() }
+  const refused = await api.call('createItem', { token: accessToken, body: { name: 'over the quota' }, headers })
+  t.equal(refused.json().code, 'ITEM_QUOTA_EXCEEDED')
+  await api.call('deleteItem', { token: accessToken, params: { itemId: owned.id } })
+  const retried = await api.call('createItem', { token: accessToken, body: { name: 'over the quota' }, headers })
+  t.same([retried.statusCode, retried.headers['idempotent-replayed']], [201, undefined], 'created now')
+})
+
+t.test('a create refused by its rate limit frees its key, for a retry once the window allows', async (t) => {
+  const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '1' })
+  const { accessToken } = await api.register()
+  await api.createItem(accessToken)
+  const headers = { 'idempotency-key': randomUUID() }
+  for (const attempt of [1, 2]) {
+    const limited = await api.call('createItem', { token: accessToken, body: { name: 'n' }, headers })
+    t.same([limited.statusCode, limited.json().code], [429, 'RATE_LIMITED'], `attempt ${attempt}: limited, not told the key runs`)
+  }
+})
+
+t.test('Idempotency-Key is 1 to 255 characters; a viewer and an anonymous caller are refused before it is looked at', async (t) => {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const viewer = await api.register({ role: 'viewer' })
+  const create = async (key: string, token?: string) => await api.call('createItem', { ...(token === undefined ? {} : { token }), body: { name: 'n' }, headers: { 'idempotency-key': key } })
+  t.equal((await create('k'.repeat(255), accessToken)).statusCode, 201)
+  for (const key of ['', 'k'.repeat(256)]) {
+    const invalid = await create(key, accessToken)
+    t.equal(invalid.statusCode, 400)
+    t.match(invalid.json().details, [{ field: 'headers.idempotency-key' }])
+  }
+  t.equal((await create('x', viewer.accessToken)).json().code, 'FORBIDDEN')
+  t.equal((await create('x')).json().code, 'AUTHENTICATION_REQUIRED')
+  t.equal((await create('x', accessToken)).statusCode, 201, 'neither took the key')
+})
+
+t.test('each user keeps MAX_IDEMPOTENCY_KEYS_PER_USER keys, the oldest out first', async (t) => {
+  const api = await build(t, { MAX_IDEMPOTENCY_KEYS_PER_USER: '2' })
+  const { accessToken } = await api.register()
+  const create = async (key: string) => await api.call('createItem', { token: accessToken, body: { name: 'n' }, headers: { 'idempotency-key': key } })
+  for (const key of ['a', 'b', 'c']) t.equal((await create(key)).headers['idempotent-replayed'], undefined, key)
+  t.equal((await create('c')).headers['idempotent-replayed'], 'true', 'the newest is kept')
+  t.equal((await create('b')).headers['idempotent-replayed'], 'true')
+  t.equal((await create('a')).headers['idempotent-replayed'], undefined, 'the oldest was pushed out: created again')
+})
+
+t.test('a key is forgotten IDEMPOTENCY_KEY_TTL_SECONDS after its create', async (t) => {
+  const api = await build(t, { IDEMPOTENCY_KEY_TTL_SECONDS: '1' })
+  const { accessToken } = await api.register()
+  const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'n' }, headers: { 'idempotency-key': 'k' } })
+  const expired = Date.now() + 1100
+  t.equal((await create()).statusCode, 201)
+  await sleep(expired - Date.now())
+  t.same([(await create()).statusCode, (await create()).headers['idempotent-replayed']], [201, 'true'], 'created again, and kept again')
+  t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 2)
+})
+
+t.test('a crowd of accounts, each holding one key a little lighter than a victim\'s, cannot push it out: once the store is full a new key is 507', async (t) => {
+  // The attack, scaled down: the store holds 20 keys; 30 accounts each hold one.
+  const store = createMemoryStore({ idempotencyKeys: { total: 20 } })
+  const api = await build(t, {}, { store })
+  const victim = await api.register()
+  const create = async (token: string, key: string, description: string) =>
+    await api.call('createItem', { token, body: { name: 'n', description }, headers: { 'idempotency-key': key } })
+  t.equal((await create(victim.accessToken, 'victim-key', 'd'.repeat(1_000))).statusCode, 201)
+  const statuses: number[] = []
+  for (let account = 0; account < 30; account += 1) {
+    const { accessToken } = await api.register()
+    const response = await create(accessToken, `crowd-${account}`, 'd'.repeat(990))
+    statuses.push(response.statusCode)
+    if (response.statusCode === 507) t.equal(response.json().code, 'STORE_FULL')
+  }
+  t.same(statuses, [...Array<number>(19).fill(201), ...Array<number>(11).fill(507)], 'the crowd fills the store, then is refused')
+  const retry = await create(victim.accessToken, 'victim-key', 'd'.repeat(1_000))
+  t.same([retry.statusCode, retry.headers['idempotent-replayed']], [201, 'true'], 'the victim\'s retry is answered from the store, not created again')
+  t.equal((await api.call('listItems', { token: victim.accessToken, query: { contributorId: victim.user.id } })).json().pagination.total, 1)
+  t.equal((await api.call('createItem', { token: victim.accessToken, body: { name: 'no key' } })).statusCode, 201, 'a create without a key is not refused')
+})
+
+t.test('no one else\'s creates push out a user\'s keys: a memory store filled by other accounts still replays the retry', async (t) => {
+  // The attack, scaled down: accounts that create with the longest keys and long bodies fill the store's
+  // characters many times over while the victim's create waits for its retry.
+  const store = createMemoryStore({ idempotencyKeys: { characters: 40_000 } })
+  const api = await build(t, {}, { store })
+  const victim = await api.register()
+  const create = async (token: string, key: string, description: string | null = null) =>
+    await api.call('createItem', { token, body: { name: 'n', description }, headers: { 'idempotency-key': key } })
+  t.equal((await create(victim.accessToken, 'my-create')).statusCode, 201)
+  for (let account = 0; account < 8; account += 1) {
+    const { accessToken } = await api.register()
+    for (let index = 0; index < 8; index += 1) await create(accessToken, `${account}-${index}-`.padEnd(255, 'k'), 'd'.repeat(2_000))
+  }
+  const retry = await create(victim.accessToken, 'my-create')
+  t.same([retry.statusCode, retry.headers['idempotent-replayed']], [201, 'true'], 'answered from the store, not created again')
+  t.equal((await api.call('listItems', { token: victim.accessToken, query: { contributorId: victim.user.id } })).json().pagination.total, 1)
+})
+
+t.test('a replay is made from the contract\'s success response: an operation whose required fields nothing makes, or whose success has no body, stops the start', async (t) => {
+  const { routes } = await import('../../generated/routes.js')
+  const { idempotency } = await import('../../src/pipeline/idempotency.js')
+  const { ITEM_FIELDS } = await import('../../src/handlers/item-fields.js')
+  const createItem = routes.find((route) => route.operationId === 'createItem')!
+  const checkLiveness = routes.find((route) => route.operationId === 'checkLiveness')!
+  const keys = createMemoryStore().idempotencyKeys
+  t.ok(idempotency({ keys, fields: ITEM_FIELDS })(createItem), 'the create\'s 201: its Location and ETag are made from the item')
+  t.equal(idempotency({ keys, fields: ITEM_FIELDS })({ ...createItem, idempotent: false }), undefined, 'an operation without the header runs none of it')
+  t.throws(() => idempotency({ keys, fields: { etag: ITEM_FIELDS.etag! } })(createItem),
+    { message: 'createItem: a replay needs a success status with a body (201) whose required fields are each made from the item (none makes: location)' })
+  t.throws(() => idempotency({ keys, fields: ITEM_FIELDS })({ ...createItem, statuses: ['400', '409'] }), { message: /\(none\)/ }, 'no success status')
+  t.ok(idempotency({ keys, fields: {} })({ ...checkLiveness, idempotent: true }), 'a success that requires no field needs none made')
+})

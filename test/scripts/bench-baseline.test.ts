@@ -1,0 +1,58 @@
+// The benchmark's baseline must serve the service's page with the service's serializer, or every ratio
+// `npm run bench` prints is wrong (or, as once, the benchmark does not start at all).
+import { spawn } from 'node:child_process'
+import t, { type Test } from 'tap'
+import { type Schemas } from '../support/api.js'
+import { build, TEST_JWT_SECRET } from '../support/app.js'
+
+async function startBaseline (t: Test, kind: string, page: unknown): Promise<string> {
+  const baseline = spawn(process.execPath, [...process.execArgv, 'scripts/bench/baseline-server.ts'], {
+    env: { ...process.env, BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET: TEST_JWT_SECRET },
+    stdio: ['ignore', 'pipe', 'inherit']
+  })
+  t.teardown(() => { baseline.kill() })
+  return await new Promise<string>((resolve, reject) => {
+    let output = ''
+    baseline.stdout.on('data', (chunk: Buffer) => {
+      output += String(chunk)
+      const match = /listening at (\S+)/.exec(output)
+      if (match?.[1] !== undefined) resolve(match[1])
+    })
+    baseline.once('exit', (code) => { reject(new Error(`the baseline exited with ${code}`)) })
+  })
+}
+
+/** A page of the service's, with the token of the user whose page it is: what the benchmark gives its baselines. */
+async function servicePage (t: Test): Promise<{ accessToken: string, page: Schemas['ItemList'], item: Schemas['Item'] }> {
+  const api = await build(t)
+  const { accessToken } = await api.register()
+  const item = await api.createItem(accessToken, { name: 'A benchmark item', description: null })
+  return { accessToken, item, page: (await api.call('listItems', { token: accessToken })).json() }
+}
+
+t.test('the bare-Fastify baseline answers as the service does, with its validation', async (t) => {
+  const { page, item } = await servicePage(t)
+  const url = await startBaseline(t, 'bare', page)
+  t.same(await (await fetch(`${url}/v1/items`)).json(), page)
+  const itemUrl = `${url}/v1/items/${item.id}`
+  const send = async (target: string, method: string, body: unknown): Promise<Response> =>
+    await fetch(target, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  t.same(await (await fetch(itemUrl)).json(), item)
+  const created = await send(`${url}/v1/items`, 'POST', { name: 'Created', description: null })
+  t.equal(created.status, 201)
+  t.same(await created.json(), item)
+  t.same(await (await send(itemUrl, 'PATCH', { name: 'Edited' })).json(), item)
+  // The writes validate the same bodies, and the get the same path parameter, as the service.
+  t.equal((await send(`${url}/v1/items`, 'POST', { name: '' })).status, 400)
+  t.equal((await send(itemUrl, 'PATCH', {})).status, 400)
+  t.equal((await fetch(`${url}/v1/items/not-an-id`)).status, 400)
+})
+
+t.test('the usual-setup baseline verifies the service\'s access token and counts every request against its rate limit', async (t) => {
+  const { accessToken, page } = await servicePage(t)
+  const url = await startBaseline(t, 'usual', page)
+  const answer = await fetch(`${url}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })
+  t.same(await answer.json(), page)
+  t.match(Object.fromEntries(answer.headers), { 'x-ratelimit-limit': /^\d+$/, 'x-ratelimit-remaining': /^\d+$/, 'x-ratelimit-reset': /^\d+$/ })
+  t.equal((await fetch(`${url}/v1/items`)).status, 401, 'no token, no page')
+})

@@ -1,0 +1,87 @@
+// npm run release (scripts/release.ts), run in a copy of this repository with an additive change committed: a patch
+// release is refused, a minor one makes a coherent release (contract, packages, docs, changelog, contracts/, tag).
+import { execFile } from 'node:child_process'
+import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { parse } from 'yaml'
+import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog } from '../../scripts/release.js'
+import type { Document } from '../../scripts/contract-breaking.js'
+
+const run = promisify(execFile)
+const IDENTITY = { GIT_AUTHOR_NAME: 'Release Test', GIT_AUTHOR_EMAIL: 'release@example.com', GIT_COMMITTER_NAME: 'Release Test', GIT_COMMITTER_EMAIL: 'release@example.com' }
+const SKIPPED = new Set(['node_modules', '.git', '.tap', 'dist', 'coverage', 'tmp', 'bench-results', 'test-artifacts'])
+
+t.test('versions: compared, and the next of each kind', async (t) => {
+  t.ok(compareVersions('1.10.0', '1.9.9') > 0)
+  t.equal(compareVersions('1.2.3', '1.2.3'), 0)
+  t.same(['major', 'minor', 'patch'].map((kind) => nextVersion('1.2.3', kind as 'major')), ['2.0.0', '1.3.0', '1.2.4'])
+  t.equal(lastRelease(), (parse(readFileSync('openapi.yaml', 'utf8')) as Document).info.version, 'openapi.yaml is at the last release\'s version until the next one')
+})
+
+t.test('the kind a change needs: breaking is major, anything a client sees minor, prose patch', async (t) => {
+  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
+  const changed = (change: (contract: Record<string, any>) => void): Document => {
+    const contract = structuredClone(base) as Record<string, any>
+    change(contract)
+    return contract as Document
+  }
+  t.equal(neededKind(base, changed((c) => { c.components.schemas.NewThing.properties.name.maxLength = 1 })), 'major')
+  t.equal(neededKind(base, changed((c) => { c.components.schemas.Thing.properties.colour = { type: 'string' } })), 'minor')
+  t.equal(neededKind(base, changed((c) => { c.info.description = 'Reworded.'; c.paths['/things'].get.summary = 'Reworded.' })), 'patch')
+})
+
+t.test('the changelog\'s Unreleased section becomes the release, and its links follow', async (t) => {
+  const released = releasedChangelog('# Changelog\n\n## [Unreleased]\n\n### Added\n- x\n\n[Unreleased]: https://h/r/compare/v1.1.0...HEAD\n', '1.2.0', '1.1.0', '2026-11-27')
+  t.equal(released, '# Changelog\n\n## [Unreleased]\n\n## [1.2.0] - 2026-11-27\n\n### Added\n- x\n\n[Unreleased]: https://h/r/compare/v1.2.0...HEAD\n[1.2.0]: https://h/r/compare/v1.1.0...v1.2.0\n')
+})
+
+t.test('in a copy of the repository with an additive change: a patch release is refused, a minor one is coherent and tagged', async (t) => {
+  // Outside the repository (t.testdir is inside it): a copy cannot go into a folder of what it copies.
+  const copy = mkdtempSync(join(tmpdir(), 'items-service-release-'))
+  t.teardown(() => { rmSync(copy, { recursive: true, force: true }) })
+  cpSync('.', copy, { recursive: true, filter: (source) => !SKIPPED.has(source.split('/').at(-1) ?? '') || resolve(source) === resolve('.') })
+  symlinkSync(resolve('node_modules'), join(copy, 'node_modules'))
+  const git = async (...args: string[]): Promise<string> => (await run('git', args, { cwd: copy, env: { ...process.env, ...IDENTITY } })).stdout
+  const release = async (kind: string): Promise<{ code: number, stdout: string, stderr: string }> =>
+    await run(process.execPath, ['--import', 'tsx', 'scripts/release.ts', kind], { cwd: copy, env: { ...process.env, ...IDENTITY } })
+      .then(({ stdout, stderr }) => ({ code: 0, stdout, stderr }), (error: { code: number, stdout: string, stderr: string }) => error)
+  await git('init', '--quiet')
+  await git('add', '--all')
+  await git('commit', '--quiet', '--message', 'as it is')
+  const previous = lastRelease(join(copy, 'contracts')) ?? ''
+  // Additive: a new optional field of a create's body.
+  const contract = join(copy, 'openapi.yaml')
+  const text = readFileSync(contract, 'utf8')
+  const anchor = '    CreateItemRequest:\n      type: object\n'
+  t.ok(text.includes(anchor), 'the change applies')
+  writeFileSync(contract, text.replace(/( {4}CreateItemRequest:\n[\s\S]*?\n {6}properties:\n)/, '$1        colour:\n          type: string\n          maxLength: 20\n'))
+  await git('commit', '--quiet', '--all', '--message', 'an additive change')
+
+  const patch = await release('patch')
+  t.equal(patch.code, 1)
+  t.match(patch.stderr, `release refused: openapi.yaml needs a minor release over ${previous}`)
+  t.equal(await git('status', '--porcelain'), '', 'nothing was changed')
+
+  const minor = await release('minor')
+  const version = nextVersion(previous, 'minor')
+  t.equal(minor.code, 0, minor.stderr)
+  t.match(minor.stdout, `released ${version}`)
+  const read = (file: string): string => readFileSync(join(copy, file), 'utf8')
+  t.equal((parse(read('openapi.yaml')) as Document).info.version, version, 'the contract')
+  t.equal(read(`contracts/${version}.yaml`), read('openapi.yaml'), 'kept in contracts/')
+  const client = JSON.parse(read('clients/typescript/package.json')) as { version: string, description: string }
+  t.equal(client.version, version, 'the client package')
+  t.match(client.description, `openapi.yaml ${version}`)
+  t.equal((JSON.parse(read('package.json')) as { version: string }).version, version, 'the server package')
+  t.match(read('package-lock.json'), new RegExp(`^\\{\\n {2}"name": "@items-service/server",\\n {2}"version": "${version}",[\\s\\S]*?"": \\{\\n {6}"name": "@items-service/server",\\n {6}"version": "${version}"`))
+  t.match(read('CHANGELOG.md'), new RegExp(`## \\[Unreleased\\]\\n\\n## \\[${version}\\] - \\d{4}-\\d{2}-\\d{2}\\n`), 'the changelog')
+  t.match(read('README.md'), `now ${version}`, 'the docs')
+  t.notMatch(read('docs/clients.md'), `items-service-client-${previous}`)
+  t.match(read('generated/openapi.ts'), 'colour', 'regenerated')
+  t.equal(await git('status', '--porcelain'), '', 'all committed')
+  t.equal((await git('tag', '--points-at', 'HEAD')).trim(), `v${version}`, 'and tagged')
+  t.match(await git('log', '-1', '--format=%s'), `Release ${version}`)
+})

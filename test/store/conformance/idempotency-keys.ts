@@ -1,0 +1,67 @@
+// What every Store promises of idempotency keys: claims, records, bounds per user.
+import { randomUUID } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import type { Test } from 'tap'
+import { ClaimLostError, type IdempotencyClaim } from '../../../src/store/store.js'
+import { ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
+
+export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
+  const claim = (userId: string, overrides: Partial<IdempotencyClaim> = {}): IdempotencyClaim =>
+    ({ userId, key: 'k', fingerprint: 'f', token: randomUUID(), characters: 1, ...overrides })
+
+  t.test('idempotency keys: a claim holds its key until released or recorded with its item; a record answers a claim with its fingerprint', async (t) => {
+    const { items, idempotencyKeys } = await fresh(t)
+    const ada = randomUUID()
+    const first = claim(ada)
+    t.same(await idempotencyKeys.claim(first, HOUR), { status: 'claimed' })
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'running' }, 'held while it runs')
+    t.same(await idempotencyKeys.claim(claim(ada, { fingerprint: 'other' }), HOUR), { status: 'mismatch' }, 'another body, while it runs')
+    t.same(await idempotencyKeys.claim(claim(randomUUID()), HOUR), { status: 'claimed' }, 'another user\'s key of the same name')
+    await idempotencyKeys.release(claim(ada))
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'running' }, 'only the claim that holds it frees it')
+    await idempotencyKeys.release(first)
+    const second = claim(ada)
+    t.same(await idempotencyKeys.claim(second, HOUR), { status: 'claimed' }, 'freed')
+    const added = await items.add(item(ada), undefined, second)
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'recorded', item: added })
+    t.same(await idempotencyKeys.claim(claim(ada, { fingerprint: 'other' }), HOUR), { status: 'mismatch' })
+    await idempotencyKeys.release(second)
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'recorded', item: added }, 'a release after the record frees nothing')
+    t.equal((await items.page(0, 10)).total, 1)
+  })
+
+  t.test('idempotency keys: an add whose claim lapsed and was taken by another adds nothing; one that lapsed untaken still adds and records', async (t) => {
+    const { items, idempotencyKeys } = await fresh(t)
+    const ada = randomUUID()
+    const lapsed = claim(ada)
+    await idempotencyKeys.claim(lapsed, 1)
+    await sleep(5)
+    const taker = claim(ada)
+    t.same(await idempotencyKeys.claim(taker, HOUR), { status: 'claimed' }, 'a lapsed claim holds nothing')
+    await t.rejects(items.add(item(ada), announce(ADDED), lapsed), ClaimLostError)
+    t.equal((await items.page(0, 10)).total, 0, 'nothing was added')
+    const untaken = claim(ada, { key: 'other' })
+    await idempotencyKeys.claim(untaken, 1)
+    await sleep(5)
+    const added = await items.add(item(ada), undefined, untaken)
+    t.same(await idempotencyKeys.claim(claim(ada, { key: 'other' }), HOUR), { status: 'recorded', item: added })
+  })
+
+  t.test('idempotency keys: a user keeps the most recent of their recorded keys, as many as the store allows, each for its time to live', async (t) => {
+    const { items, idempotencyKeys } = await open(t, { maxItemsPerContributor: 1000, idempotencyKeys: { perUser: 2, ttlMs: 1000 } })
+    const [ada, grace] = [randomUUID(), randomUUID()]
+    const recorded = async (userId: string, key: string): Promise<void> => {
+      const held = claim(userId, { key })
+      await idempotencyKeys.claim(held, HOUR)
+      await items.add(item(userId), undefined, held)
+    }
+    for (const key of ['a', 'b', 'c']) await recorded(ada, key)
+    await recorded(grace, 'a')
+    const status = async (userId: string, key: string): Promise<string> => (await idempotencyKeys.claim(claim(userId, { key, fingerprint: 'probe' }), 1)).status
+    // A claim that finds its key free takes it: the one expected to, last.
+    t.same([await status(ada, 'c'), await status(ada, 'b'), await status(grace, 'a'), await status(ada, 'a')], ['mismatch', 'mismatch', 'mismatch', 'claimed'],
+      'the oldest of three went; the other user kept theirs')
+    await sleep(1050)
+    t.same([await status(ada, 'c'), await status(grace, 'a')], ['claimed', 'claimed'], 'past their time to live')
+  })
+}

@@ -1,0 +1,131 @@
+// What every Store promises of items: added, paged, edited and removed, bounded per contributor; the store open until closed.
+import { randomUUID } from 'node:crypto'
+import type { Test } from 'tap'
+import type { Item } from '../../../src/domain.js'
+import type { ItemFilter } from '../../../src/store/store.js'
+import { type FreshStore, item, type OpenStore } from './fixtures.js'
+
+export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
+  t.test('items: added, got, paged in creation order with the total', async (t) => {
+    const { items } = await fresh(t)
+    t.equal(await items.count(), 0)
+    const contributorId = randomUUID()
+    const added = []
+    for (let index = 0; index < 5; index += 1) added.push(await items.add(item(contributorId, { name: `item ${index}`, description: index === 0 ? 'ü€𝄞' : null })))
+    t.same(added.map((one) => one?.name), ['item 0', 'item 1', 'item 2', 'item 3', 'item 4'])
+    t.same(await items.get(added[0]!.id), added[0])
+    t.ok(Object.isFrozen(await items.get(added[0]!.id)), 'handed out frozen')
+    t.equal(await items.get(randomUUID()), undefined)
+    t.same(await items.page(0, 2), { items: added.slice(0, 2), total: 5 })
+    t.same(await items.page(3, 10), { items: added.slice(3), total: 5 })
+    t.same(await items.page(10, 10), { items: [], total: 5 })
+    t.equal(await items.count(), 5)
+    await items.remove(added[1]!.id, () => {})
+    t.equal(await items.count(), 4, 'a removed item is no longer counted')
+  })
+
+  t.test('items: pages of one status, one contributor or both, in creation order, each with its own total; a status change moves an item to its place', async (t) => {
+    const { items } = await fresh(t)
+    const [ada, grace] = [randomUUID(), randomUUID()]
+    const added: Item[] = []
+    // Ada's and Grace's in turn; every third archived.
+    for (let index = 0; index < 9; index += 1) {
+      added.push((await items.add(item(index % 2 === 0 ? ada : grace, { name: `item ${index}`, status: index % 3 === 0 ? 'archived' : 'active' })))!)
+    }
+    const ids = (kept: (one: Item) => boolean): string[] => added.filter(kept).map((one) => one.id)
+    const pageIds = async (filter: ItemFilter, offset = 0, limit = 100): Promise<{ ids: string[], total: number }> => {
+      const { items: page, total } = await items.page(offset, limit, filter)
+      return { ids: page.map((one) => one.id), total }
+    }
+    const expectations: Array<[ItemFilter, (one: Item) => boolean]> = [
+      [{}, () => true],
+      [{ status: 'active' }, (one) => one.status === 'active'],
+      [{ status: 'archived' }, (one) => one.status === 'archived'],
+      [{ contributorId: ada }, (one) => one.contributorId === ada],
+      [{ contributorId: grace, status: 'archived' }, (one) => one.contributorId === grace && one.status === 'archived']
+    ]
+    for (const [filter, kept] of expectations) {
+      t.same(await pageIds(filter), { ids: ids(kept), total: ids(kept).length }, JSON.stringify(filter))
+    }
+    t.same(await pageIds({ contributorId: ada, status: 'active' }, 1, 2), { ids: ids((one) => one.contributorId === ada && one.status === 'active').slice(1, 3), total: 3 },
+      'a page past the first')
+    t.same(await pageIds({ contributorId: randomUUID() }), { ids: [], total: 0 }, 'a contributor with no items')
+
+    // Archive the fifth item (Ada's, active), reactivate the first (Ada's, archived), remove the second (Grace's).
+    const [first, second, , , fifth] = added
+    await items.update(fifth!.id, (current) => ({ ...current, status: 'archived' }))
+    await items.update(first!.id, (current) => ({ ...current, status: 'active' }))
+    await items.update(first!.id, (current) => ({ ...current, name: 'renamed, still active' }))
+    await items.remove(second!.id, () => {})
+    const now = await Promise.all(added.filter((one) => one.id !== second!.id).map(async (one) => (await items.get(one.id))!))
+    for (const [filter] of expectations) {
+      const kept = now.filter((one) => (filter.status === undefined || one.status === filter.status) && (filter.contributorId === undefined || one.contributorId === filter.contributorId))
+      t.same(await pageIds(filter), { ids: kept.map((one) => one.id), total: kept.length }, `after the changes, ${JSON.stringify(filter)}: in creation order still`)
+    }
+  })
+
+  t.test('items: a contributor owns at most as many as the store allows; removing one frees its place', async (t) => {
+    const { items } = await fresh(t, 2)
+    const contributorId = randomUUID()
+    const first = await items.add(item(contributorId))
+    await items.add(item(contributorId))
+    t.equal(await items.add(item(contributorId)), undefined, 'over the quota')
+    t.ok(await items.add(item(randomUUID())), 'another contributor is not affected')
+    await items.remove(first!.id, () => {})
+    t.ok(await items.add(item(contributorId)), 'room again')
+  })
+
+  t.test('items: concurrent additions get every one stored, each once', async (t) => {
+    const { items } = await fresh(t)
+    await Promise.all(Array.from({ length: 60 }, async () => await items.add(item(randomUUID()))))
+    const { items: page, total } = await items.page(0, 100)
+    t.equal(total, 60)
+    t.equal(new Set(page.map((one) => one.id)).size, 60)
+  })
+
+  t.test('items: update replaces with what the change returns; a throwing change leaves the item as it was', async (t) => {
+    const { items } = await fresh(t)
+    const original = await items.add(item(randomUUID()))
+    const updated = await items.update(original!.id, (current) => ({ ...current, name: 'renamed', status: 'archived' }))
+    t.same(updated, { ...original, name: 'renamed', status: 'archived' })
+    t.same(await items.get(original!.id), updated)
+    await t.rejects(items.update(original!.id, () => { throw new Error('not yours') }), { message: 'not yours' })
+    t.same(await items.get(original!.id), updated)
+    t.equal(await items.update(randomUUID(), (current) => current), undefined)
+  })
+
+  t.test('items: remove hands back the item as it was; a throwing confirm removes nothing', async (t) => {
+    const { items } = await fresh(t)
+    const kept = await items.add(item(randomUUID()))
+    await t.rejects(items.remove(kept!.id, () => { throw new Error('not yours') }), { message: 'not yours' })
+    t.same(await items.get(kept!.id), kept)
+    t.same(await items.remove(kept!.id, () => {}), kept)
+    t.equal(await items.get(kept!.id), undefined)
+    t.same(await items.page(0, 10), { items: [], total: 0 })
+    t.equal(await items.remove(kept!.id, () => {}), undefined)
+  })
+
+  t.test('items: concurrent edits all apply, one after another, and an edit racing a delete is consistent', async (t) => {
+    const { items } = await fresh(t)
+    const counter = await items.add(item(randomUUID(), { name: '0' }))
+    await Promise.all(Array.from({ length: 20 }, async () =>
+      await items.update(counter!.id, (current) => ({ ...current, name: String(Number(current.name) + 1) }))))
+    t.equal((await items.get(counter!.id))?.name, '20', 'no edit lost')
+    const raced = await items.add(item(randomUUID()))
+    const [edited, removed] = await Promise.all([
+      items.update(raced!.id, (current) => ({ ...current, name: 'edited' })),
+      items.remove(raced!.id, () => {})
+    ])
+    t.ok(removed, 'the delete happened')
+    t.equal(await items.get(raced!.id), undefined)
+    t.ok(edited === undefined || edited.name === 'edited', 'the edit happened before it, or found nothing')
+    t.ok(removed?.name === (edited === undefined ? 'An item' : 'edited'), 'the delete removed what the edit left')
+  })
+
+  t.test('available until closed', async (t) => {
+    const store = await fresh(t)
+    t.equal(store.available(), true)
+    await store.close()
+    t.equal(store.available(), false)
+  })
+}

@@ -1,0 +1,242 @@
+// Every write of the Redis store, through a proxy that cuts the connection before the write reaches Redis, loses its
+// reply, holds its reply past the command timeout, or loses its reply and then keeps Redis out of reach: each
+// answer is the one docs/redis.md promises (201/200/204 for a write that was made, 503 for one that was not, 504
+// when the service cannot learn which in time), and nothing is made twice or lost after a 2xx.
+import { Redis } from 'ioredis'
+import t, { type Test } from 'tap'
+import type { LightMyRequestResponse } from 'fastify'
+import { RedisClock } from '../../../src/store/redis/clock.js'
+import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
+import type { Script } from '../../../src/store/redis/commands.js'
+import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
+import { RedisWrites } from '../../../src/store/redis/writes.js'
+import { type Api, newUser } from '../../support/api.js'
+import { build } from '../../support/app.js'
+import { until } from '../../support/wait.js'
+import { REDIS_URL } from '../../../harness/redis-keys.js'
+import { redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
+
+const skip = await redisSkip()
+const OUTCOME_WITHIN_MS = 1000
+
+interface Faulty {
+  api: Api
+  keys: RedisKeys
+  /** Redis itself, past the proxy. */
+  raw: Redis
+  arm: (script: Script, fault: RedisFault) => void
+  /** Lets Redis be reached again, and waits until the service has reconnected. */
+  up: () => Promise<void>
+}
+
+async function faulty (t: Test, env: NodeJS.ProcessEnv = {}): Promise<Faulty> {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const keyPrefix = redisKeyPrefix(t)
+  const logger = { warn: () => {}, info: () => {} }
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger, outcomeWithinMs: OUTCOME_WITHIN_MS })
+  // With a handler for each channel, every item write appends its event to the outbox stream, which nothing here
+  // consumes: its length counts the events made.
+  const ignore = (): void => {}
+  const api = await build(t, env, { store, subscribers: { 'items.item.added': [ignore], 'items.item.edited': [ignore], 'items.item.removed': [ignore] } })
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const up = async (): Promise<void> => {
+    proxy.up()
+    await until(() => store.available())
+  }
+  return { api, keys: redisKeys(keyPrefix), raw, arm: proxy.arm, up }
+}
+
+type Outcome = 'made' | 'not made' | 'unknown'
+// What each fault leaves: a write Redis ran, one it never received, and one whose outcome nobody can learn in time.
+const OUTCOMES: Readonly<Record<RedisFault, Outcome>> = {
+  'drop-connection': 'not made',
+  'drop-reply': 'made',
+  'delay-reply': 'made',
+  'drop-reply-then-down': 'unknown'
+}
+const STATUS_OF: Readonly<Record<Outcome, number | undefined>> = { made: undefined, 'not made': 503, unknown: 504 }
+
+interface WriteCase {
+  script: Script
+  /** The write's answer when it was made and its reply came. */
+  status: number
+  /** Sets up what the write needs; returns the write, sent once (and again for a retry). */
+  prepare: (f: Faulty) => Promise<() => Promise<LightMyRequestResponse>>
+  /** How many times the write is in the store (its item, user, session, ...), 0 or 1 expected. */
+  count: (f: Faulty) => Promise<number>
+  /** The answer a retry of the write gets once it was made (the client's way to resolve a 504). */
+  retried: number
+  /** When a retry after a 504 is answered otherwise. */
+  retriedAfterUnknown?: number
+}
+
+const item = { name: 'once', description: 'made exactly once' }
+
+const cases: Readonly<Record<string, WriteCase>> = {
+  registerUser: {
+    script: scripts.addUser,
+    status: 201,
+    prepare: async ({ api }) => {
+      const body = newUser({ email: 'lost-reply@example.com' })
+      return async () => await api.call('registerUser', { body })
+    },
+    count: async ({ raw, keys }) => await raw.hlen(keys.users),
+    retried: 409
+  },
+  loginUser: {
+    script: scripts.openSession,
+    status: 200,
+    prepare: async ({ api, raw, keys }) => {
+      const body = newUser()
+      const { user } = await api.register(body)
+      await raw.del(keys.userSessions + user.id)
+      return async () => await api.call('loginUser', { body: { email: body.email, password: body.password } })
+    },
+    count: async ({ raw, keys }) => {
+      const [userSessions = ''] = await raw.keys(`${keys.userSessions}*`)
+      return userSessions === '' ? 0 : await raw.zcard(userSessions)
+    },
+    // Each sign-in opens a session of its own: a retry opens another, as it would without any fault.
+    retried: 200
+  },
+  refreshTokens: {
+    script: scripts.rotateRefreshToken,
+    status: 200,
+    prepare: async ({ api }) => {
+      const { refreshToken } = await api.register()
+      return async () => await api.call('refreshTokens', { body: { refreshToken } })
+    },
+    // A session's `rotated` is when its token was last rotated: 0 until it is.
+    count: async ({ raw, keys }) => {
+      const [session = ''] = await raw.keys(`${keys.session}*`)
+      return await raw.hget(session, 'rotated') === '0' ? 0 : 1
+    },
+    // Within the reuse leeway, the same refresh token gets a working pair again.
+    retried: 200
+  },
+  logoutUser: {
+    script: scripts.revokeSession,
+    status: 204,
+    prepare: async ({ api }) => {
+      const { accessToken } = await api.register()
+      return async () => await api.call('logoutUser', { token: accessToken })
+    },
+    count: async ({ raw, keys }) => (await raw.keys(`${keys.session}*`)).length === 0 ? 1 : 0,
+    retried: 401
+  },
+  createItem: {
+    script: scripts.addItem,
+    status: 201,
+    prepare: async ({ api }) => {
+      const { accessToken } = await api.register({ role: 'contributor' })
+      // Loads the script into Redis, so that the write is sent by its SHA-1.
+      await api.createItem(accessToken, { name: 'first' })
+      return async () => await api.call('createItem', { token: accessToken, body: item, headers: { 'idempotency-key': 'the-create' } })
+    },
+    count: async ({ raw, keys }) => (await raw.hvals(keys.items)).filter((json) => json.includes(item.description)).length,
+    retried: 201
+  },
+  'createItem (its Idempotency-Key claim)': {
+    script: scripts.claimIdempotencyKey,
+    status: 201,
+    prepare: async ({ api }) => {
+      const { accessToken } = await api.register({ role: 'contributor' })
+      return async () => await api.call('createItem', { token: accessToken, body: item, headers: { 'idempotency-key': 'the-create' } })
+    },
+    // The key, claimed or recorded.
+    count: async ({ raw, keys }) => (await raw.keys(`${keys.idempotencyKey}*`)).length,
+    retried: 201,
+    // Claimed, by a request that could not tell whether it held the key and so made nothing: the key is held until
+    // its lease ends (409: retry after a moment).
+    retriedAfterUnknown: 409
+  },
+  updateItem: {
+    script: scripts.replaceItem,
+    status: 200,
+    prepare: async ({ api }) => {
+      const { accessToken } = await api.register({ role: 'contributor' })
+      const { id } = await api.createItem(accessToken)
+      return async () => await api.call('updateItem', { token: accessToken, params: { itemId: id }, body: item })
+    },
+    count: async ({ raw, keys }) => (await raw.hvals(keys.items)).filter((json) => json.includes(item.description)).length,
+    retried: 200
+  },
+  deleteItem: {
+    script: scripts.removeItem,
+    status: 204,
+    prepare: async ({ api }) => {
+      const { accessToken } = await api.register({ role: 'contributor' })
+      const { id } = await api.createItem(accessToken)
+      return async () => await api.call('deleteItem', { token: accessToken, params: { itemId: id } })
+    },
+    count: async ({ raw, keys }) => await raw.hlen(keys.items) === 0 ? 1 : 0,
+    // The item is gone: a client that re-sends a delete after a lost answer takes 404 as done.
+    retried: 404
+  }
+}
+
+for (const [name, write] of Object.entries(cases)) {
+  t.test(name, { skip }, async (t) => {
+    for (const fault of REDIS_FAULTS) {
+      t.test(`${fault}: ${OUTCOMES[fault]}`, async (t) => {
+        const f = await faulty(t)
+        const send = await write.prepare(f)
+        const eventsBefore = await f.raw.xlen(f.keys.outbox)
+        f.arm(write.script, fault)
+        const response = await send()
+        const outcome = OUTCOMES[fault]
+        t.equal(response.statusCode, STATUS_OF[outcome] ?? write.status, `answered ${response.body}`)
+        if (outcome === 'unknown') {
+          t.equal(response.json().code, 'OUTCOME_UNKNOWN')
+          await f.up()
+        }
+        if (outcome === 'not made') t.equal(response.headers['retry-after'], '2', 'and when to try again')
+        t.equal(await write.count(f), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'nothing was made' : 'made once')
+        const itemWrite = name.startsWith('createItem') || name === 'updateItem' || name === 'deleteItem'
+        // A claim whose outcome is unknown made the key's claim, and so no item.
+        const itemMade = outcome === 'made' || (outcome === 'unknown' && write.script !== scripts.claimIdempotencyKey)
+        if (itemWrite) t.equal(await f.raw.xlen(f.keys.outbox) - eventsBefore, itemMade ? 1 : 0, 'an event with each item write made, and none without')
+        // The client's next step: a retry of what was not made makes it once; of what was (or may have been), the
+        // documented answer, and nothing made twice.
+        const retry = await send()
+        const retriedStatus = outcome === 'not made' ? write.status : outcome === 'unknown' ? write.retriedAfterUnknown ?? write.retried : write.retried
+        t.equal(retry.statusCode, retriedStatus, `the retry: ${retry.body}`)
+        if (name !== 'loginUser') t.equal(await write.count(f), 1, 'made once in all')
+        if (name === 'createItem' && outcome !== 'not made') t.equal(retry.headers['idempotent-replayed'], 'true', 'the retry is answered from the record')
+      })
+    }
+  })
+}
+
+t.test('a write while Redis is known to be out of reach is 503 at once: nothing was sent', { skip }, async (t) => {
+  const f = await faulty(t)
+  const { accessToken } = await f.api.register({ role: 'contributor' })
+  await f.api.createItem(accessToken)
+  f.arm(scripts.addItem, 'drop-reply-then-down')
+  t.equal((await f.api.call('createItem', { token: accessToken, body: item })).statusCode, 504)
+  // A logout counts against no rate limit: its write is the first thing it sends.
+  const refused = await f.api.call('logoutUser', { token: accessToken })
+  t.same([refused.statusCode, refused.json().code], [503, 'SERVICE_UNAVAILABLE'])
+  await f.up()
+  t.equal((await f.api.call('listItems', { token: accessToken })).statusCode, 200, 'the session was never ended')
+})
+
+t.test('a write that Redis answers with an error is not taken for a lost reply: the error stands', { skip }, async (t) => {
+  const redis = new Redis(REDIS_URL, { scripts })
+  t.teardown(() => { redis.disconnect() })
+  const clock = new RedisClock(redis)
+  await clock.check()
+  const writes = new RedisWrites(redis, clock, redisKeys(redisKeyPrefix(t)).writeOutcome)
+  // A bug (a wrong command) is a ReplyError, as it was; a write past its deadline a StoreUnavailableError (503).
+  await t.rejects(writes.run(async () => await redis.call('NO-SUCH-COMMAND')), { name: 'ReplyError' })
+  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.addUser('users', 'emails', 0, outcomeKey, 'u', 'e', '{}')),
+    { name: 'StoreUnavailableError', message: /DEADLINE/ })
+  // A client that is not connected sends nothing: the request that got past the store's check just before is 503.
+  const unconnected = new Redis(REDIS_URL, { scripts, lazyConnect: true })
+  let sent = false
+  await t.rejects(new RedisWrites(unconnected, clock, 'never:').run(async () => { sent = true }), { name: 'StoreUnavailableError', message: /nothing was sent/ })
+  t.equal(sent, false)
+})

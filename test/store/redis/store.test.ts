@@ -1,0 +1,299 @@
+import { execFileSync } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:timers/promises'
+import { Redis } from 'ioredis'
+import t, { type Test } from 'tap'
+import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
+import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
+import type { Store } from '../../../src/store/store.js'
+import { TEXT } from '../../../src/serialized.js'
+import { deleteKeys, REDIS_URL } from '../../../harness/redis-keys.js'
+import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { storeConformance } from '../conformance/index.js'
+
+const skip = await redisSkip()
+const silent = { warn: () => {}, info: () => {} }
+
+// Polls until `condition` holds, at most 5 s, then asserts it.
+async function eventually (t: Test, condition: () => Promise<boolean>, what: string): Promise<void> {
+  const deadline = Date.now() + 5000
+  while (!await condition() && Date.now() < deadline) await setImmediatePromise()
+  t.ok(await condition(), what)
+}
+
+// A store under a fresh prefix, and a raw connection of its own standing for another instance, already connected
+// so that what it sends goes out at once.
+// Another instance's write, made while the store is between its read and its write: synchronous (redis-cli, run to
+// its end), so Redis has applied it before the store sends anything more. A write on a connection of this process
+// could reach Redis after the store's own, and the store would not have been beaten.
+function writeElsewhere (key: string, field: string, value: string): void {
+  execFileSync('redis-cli', ['-u', REDIS_URL, 'HSET', key, field, value], { stdio: 'ignore' })
+}
+
+// True when a session read twice is the same object: the second read came from this instance's cache.
+async function readTwiceAlike (store: Store, id: string, now: number): Promise<boolean> {
+  const first = await store.sessions.get(id, now)
+  return first === await store.sessions.get(id, now)
+}
+
+async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, store: Store, other: Redis }> {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(REDIS_URL)
+  t.teardown(() => { other.disconnect() })
+  await other.ping()
+  return { prefix, store, other }
+}
+
+t.test('the Store contract, on Redis', { skip }, async (t) => {
+  storeConformance(t, async (t, options) => {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, ...options })
+    t.teardown(async () => { await store.close() })
+    return store
+  })
+})
+
+t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes, and records its reply', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const redis = new Redis(REDIS_URL, { scripts })
+  t.teardown(() => { redis.disconnect() })
+  const [seconds] = await redis.time()
+  // Deadlines on Redis's clock: a second ago, and a minute ahead.
+  const past = Number(seconds) * 1000 - 1000
+  const future = past + 61_000
+  const keys = redisKeys(prefix)
+  const outcome = (write: string): string => `${keys.writeOutcome}${write}`
+  const families = [keys.session, keys.refreshToken, keys.userSessions] as const
+  const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
+  const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
+  const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
+  const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
+    deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
+  const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
+    await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
+  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
+    keys.outbox, ...lists, '', '', deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+  await t.rejects(addItem(past), late)
+  await t.rejects(redis.addUser(keys.users, keys.userEmails, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
+  await t.rejects(openSession(past), late)
+  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, past, outcome('claim'), '{}', 60_000), late)
+  await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
+  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
+
+  t.equal(await openSession(future), 1)
+  await t.rejects(rotate(past), late)
+  await t.rejects(redis.revokeSession(past, outcome('revoke'), ...families, 's1'), late)
+  t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
+    'the token was still current: the late rotation changed nothing')
+  t.equal(await addItem(future), 1)
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, outcome('replace'), 'i1', item, '{}'), late)
+  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, outcome('remove'), 'i1', item), late)
+  t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
+  t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
+    ['[1]', JSON.stringify([['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
+    'each write that ran recorded its reply; none that did not')
+  t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
+})
+
+t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is indexed at the first start, in creation order', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const keys = redisKeys(prefix)
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const [ada, grace] = [randomUUID(), randomUUID()]
+  // As 1.0.0 wrote them: the items hash, their creation order and the sequence; more than one scan takes at a time.
+  const at = '2026-11-21T00:00:00.000Z'
+  const stored = Array.from({ length: 2500 }, (_, index) => ({
+    id: randomUUID(),
+    name: `item ${index}`,
+    description: null,
+    status: index % 4 === 0 ? 'archived' : 'active',
+    contributorId: index % 2 === 0 ? ada : grace,
+    createdAt: at,
+    updatedAt: at
+  }))
+  const write = raw.multi()
+  stored.forEach((one, index) => write.hset(keys.items, one.id, JSON.stringify(one)).zadd(keys.itemOrder, index + 1, one.id))
+  await write.set(keys.itemSequence, stored.length).exec()
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10_000 })
+  t.teardown(async () => { await store.close() })
+  const archivedOfAda = stored.filter((one) => one.contributorId === ada && one.status === 'archived')
+  const page = await store.items.page(10, 5, { contributorId: ada, status: 'archived' })
+  t.same(page.items.map((one) => one.id), archivedOfAda.slice(10, 15).map((one) => one.id))
+  t.equal(page.total, archivedOfAda.length)
+  t.equal((await store.items.page(0, 1, { status: 'active' })).total, stored.length * 3 / 4)
+  t.equal((await store.items.page(0, 1, { contributorId: grace })).total, stored.length / 2)
+  t.equal(await raw.get(keys.itemsIndexed), '1', 'once: the next start finds the flag')
+})
+
+t.test('Redis forgets an ended session by itself, every key of it: there is nothing to sweep', { skip }, async (t) => {
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
+  const keys = redisKeys(prefix)
+  const session = { id: randomUUID(), userId: randomUUID(), expiresAt: Date.now() + 100 }
+  await store.sessions.open(session, 'token-hash', 20)
+  const held = [keys.session + session.id, keys.refreshToken + 'token-hash', keys.userSessions + session.userId]
+  t.equal(await other.exists(...held), 3, 'held while it lives')
+  await eventually(t, async () => await other.exists(...held) === 0, 'gone once it ended')
+  t.equal(await store.sessions.sweep(Date.now(), 10), 0)
+})
+
+t.test('every key the store writes starts with its prefix', { skip }, async (t) => {
+  // A database of its own (no other test uses 15), so every key in it is this test's.
+  const url = new URL(REDIS_URL)
+  url.pathname = '/15'
+  const prefix = `items-service-test:${process.pid}:prefixed:`
+  t.teardown(async () => { await deleteKeys(prefix, url.href) })
+  const store = await connectRedisStore({ url: url.href, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const userId = randomUUID()
+  const now = Date.now()
+  await store.users.add({ id: userId, email: 'a@b.co', emailKey: 'a@b.co', passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'contributor', createdAt: new Date(now).toISOString() })
+  await store.sessions.open({ id: randomUUID(), userId, expiresAt: now + 60_000 }, 'token', 20)
+  await store.sessions.rotateRefreshToken('token', 'next', now, 5000)
+  const added = await store.items.add({ id: randomUUID(), name: 'n', description: null, status: 'active', contributorId: userId, createdAt: '', updatedAt: '' })
+  await store.items.update(added!.id, (current) => ({ ...current, name: 'm' }))
+  await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
+  const redis = new Redis(url.href)
+  t.teardown(() => { redis.disconnect() })
+  const keys = await redis.keys('*')
+  t.ok(keys.length >= 9, `${keys.length} keys`)
+  t.same(keys.filter((key) => !key.startsWith(prefix)), [])
+})
+
+t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
+  const { prefix, store } = await storeBesideAnotherInstance(t)
+  const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  let tries = 0
+  // Each try, "another instance" writes the item first.
+  await t.rejects(store.items.update(added!.id, (current) => {
+    tries += 1
+    writeElsewhere(`${prefix}items`, current.id, JSON.stringify({ ...current, name: String(tries) }))
+    return { ...current, name: 'mine' }
+  }), { name: 'StoreUnavailableError', message: `item ${added!.id} changed 16 times while being changed` })
+  t.equal(tries, 16)
+})
+
+t.test('a store closed while Redis is unreachable closes at once', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  await redis.stop()
+  while (store.available()) await sleep(5)
+  await store.close()
+  t.equal(store.available(), false)
+})
+
+t.test('sessions are kept only while Redis tracks them for the instance, which it does again by itself after a lost connection', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const other = new Redis(redis.url)
+  t.teardown(() => { other.disconnect() })
+  const id = randomUUID()
+  const now = Date.now()
+  const open = async (): Promise<void> => { await store.sessions.open({ id, userId: randomUUID(), expiresAt: now + 60_000 }, randomUUID(), 10) }
+  const kept = async (): Promise<boolean> => await readTwiceAlike(store, id, now)
+  await open()
+  // The invalidation of the session's own writes may still be on its way, and a read it overtakes is not kept.
+  await eventually(t, kept, 'a session read is kept')
+  await other.call('CLIENT', 'KILL', 'TYPE', 'pubsub')
+  await eventually(t, async () => !await kept(), 'once the invalidations\' connection drops, none is kept')
+  await eventually(t, kept, 'until that connection is made again and tracked')
+  await other.flushall()
+  await eventually(t, async () => await store.sessions.get(id, now) === undefined, 'a flush empties the cache')
+  await open()
+  await other.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await eventually(t, async () => !await kept().catch(() => false), 'once the store\'s connection drops, none is kept')
+  await eventually(t, async () => await kept().catch(() => false), 'until that connection is made again and tracked')
+  await other.del(`p:session:${id}`)
+  await eventually(t, async () => await store.sessions.get(id, now) === undefined, 'a change made elsewhere reaches the cache')
+})
+
+t.test('a delete that another instance beat re-reads the item and confirms again', { skip }, async (t) => {
+  const { prefix, store } = await storeBesideAnotherInstance(t)
+  const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  const confirmed: string[] = []
+  const removed = await store.items.remove(added!.id, (current) => {
+    confirmed.push(current.name)
+    if (confirmed.length === 1) writeElsewhere(`${prefix}items`, current.id, JSON.stringify({ ...current, name: 'edited elsewhere' }))
+  })
+  t.same(confirmed, ['before', 'edited elsewhere'])
+  t.equal(removed?.name, 'edited elsewhere', 'what was removed is the item as it last was')
+})
+
+t.test('data Redis cannot read as the store wrote it is a bug (500), not an outage (503)', { skip }, async (t) => {
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
+  await other.set(`${prefix}users`, 'not a hash')
+  await t.rejects(store.users.get(randomUUID()), { name: 'ReplyError', message: /^WRONGTYPE/ })
+  await other.hset(`${prefix}rate-limit:limit:key`, 'not', 'a counter')
+  const outcome = await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
+  t.match(outcome, { name: 'ReplyError', message: /^WRONGTYPE/ }, 'a rate counter\'s too')
+})
+
+t.test('each instance keeps what it parsed within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const open = async (cache?: { users: number, sessions: number, itemCharacters: number }): Promise<Store> => {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, ...(cache === undefined ? {} : { cache }) })
+    t.teardown(async () => { await store.close() })
+    return store
+  }
+  const writer = await open()
+  const small = await open({ users: 1, sessions: 1, itemCharacters: 500 })
+  const users = [randomUUID(), randomUUID()]
+  for (const id of users) await writer.users.add({ id, email: `${id}@b.co`, emailKey: `${id}@b.co`, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
+  const first = await small.users.get(users[0]!)
+  t.equal(await small.users.get(users[0]!), first, 'a user read again comes from the cache')
+  t.equal(small.users.cached(users[0]!), first, 'at hand, with no round trip')
+  await small.users.get(users[1]!)
+  t.equal(small.users.cached(users[0]!), undefined, 'one user kept: the other pushed it out')
+  t.not(await small.users.get(users[0]!), first, 'so it is read again')
+
+  const now = Date.now()
+  const sessions = [randomUUID(), randomUUID()]
+  for (const id of sessions) await writer.sessions.open({ id, userId: users[0]!, expiresAt: now + 60_000 }, randomUUID(), 10)
+  await eventually(t, async () => await readTwiceAlike(small, sessions[0]!, now), 'a session read again comes from the cache')
+  const session = await small.sessions.get(sessions[0]!, now)
+  t.equal(small.sessions.cached(sessions[0]!, now), session, 'at hand, with no round trip')
+  t.equal(await small.sessions.get(sessions[0]!, now + 60_000), undefined, 'and ends when it ends')
+  t.equal(small.sessions.cached(sessions[0]!, now + 60_000), undefined, 'at hand too')
+  await small.sessions.get(sessions[1]!, now)
+  t.equal(small.sessions.cached(sessions[0]!, now), undefined, 'one session kept: the other pushed it out')
+  t.not(await small.sessions.get(sessions[0]!, now), session, 'so it is read again')
+  await eventually(t, async () => await readTwiceAlike(small, sessions[0]!, now), 'kept again')
+  await writer.sessions.revoke(sessions[0]!)
+  const revokedAt = Date.now()
+  await eventually(t, async () => await small.sessions.get(sessions[0]!, now) === undefined, 'a session revoked by another instance is refused')
+  t.equal(small.sessions.cached(sessions[0]!, now), undefined, 'and no longer at hand')
+  t.ok(Date.now() - revokedAt < 100, `within ${Date.now() - revokedAt} ms`)
+
+  const contributorId = randomUUID()
+  const item = await writer.items.add({ id: randomUUID(), name: 'n', description: 'd'.repeat(200), status: 'active', contributorId, createdAt: '', updatedAt: '' })
+  const parsed = await small.items.get(item!.id)
+  t.equal(await small.items.get(item!.id), parsed, 'an unchanged item is not parsed again')
+  await writer.items.update(item!.id, (current) => ({ ...current, name: 'changed elsewhere' }))
+  t.equal((await small.items.get(item!.id))?.name, 'changed elsewhere', 'a changed one is')
+  const changed = await small.items.get(item!.id)
+  await writer.items.add({ id: randomUUID(), name: 'm', description: 'e'.repeat(300), status: 'active', contributorId, createdAt: '', updatedAt: '' })
+  await small.items.page(0, 10)
+  t.not(await small.items.get(item!.id), changed, 'past 500 characters the oldest is let go')
+})
+
+t.test('an item stored in another spelling of its JSON is sent as the contract\'s serializer writes it, both texts counted against the cache\'s bound', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const at = '2026-11-27T00:00:00.000Z'
+  const item = { id: randomUUID(), name: 'n', description: 'd'.repeat(100), status: 'active', contributorId: randomUUID(), createdAt: at, updatedAt: at }
+  // As a hand or another program might write it: its fields in another order, with spaces.
+  const spelt = JSON.stringify(Object.fromEntries(Object.entries(item).reverse()), null, 1)
+  await raw.hset(redisKeys(prefix).items, item.id, spelt)
+  const serialized = JSON.stringify(item)
+  for (const [itemCharacters, kept] of [[spelt.length + serialized.length, true], [spelt.length + serialized.length - 1, false]] as const) {
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, cache: { users: 1, sessions: 1, itemCharacters } })
+    t.teardown(async () => { await store.close() })
+    const read = await store.items.get(item.id)
+    t.same(read, item, 'read as stored')
+    t.equal(read?.[TEXT], serialized, 'its text the serializer\'s, in the contract\'s order, without spaces')
+    t.equal(await store.items.get(item.id) === read, kept, `${itemCharacters} characters ${kept ? 'hold' : 'do not hold'} both texts`)
+  }
+})

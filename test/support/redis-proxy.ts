@@ -1,0 +1,98 @@
+// A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
+// and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
+// text on the first EVAL): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
+// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`.
+import { createHash } from 'node:crypto'
+import { once } from 'node:events'
+import { connect, createServer, type Socket } from 'node:net'
+import { COMMAND_TIMEOUT_MS } from '../../src/store/redis/commands.js'
+import type { Script } from '../../src/store/redis/commands.js'
+
+export type RedisFault = 'drop-connection' | 'drop-reply' | 'delay-reply' | 'drop-reply-then-down'
+export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-reply', 'delay-reply', 'drop-reply-then-down']
+
+// Past the client's command timeout.
+const DELAY_MS = COMMAND_TIMEOUT_MS + 500
+
+export interface RedisProxy {
+  url: string
+  /** The next command of `script` meets `fault`. */
+  arm: (script: Script, fault: RedisFault) => void
+  /** Faults injected so far. */
+  readonly injected: RedisFault[]
+  /** Lets connections through again after `drop-reply-then-down`. */
+  up: () => void
+  close: () => Promise<void>
+}
+
+/** The markers ioredis sends a script by: its SHA-1 (EVALSHA) and, when Redis lacks it, its text (EVAL). */
+const markersOf = (script: Script): string[] => [createHash('sha1').update(script.lua).digest('hex'), script.lua]
+
+export async function redisProxy (target: string): Promise<RedisProxy> {
+  const { hostname, port } = new URL(target)
+  const injected: RedisFault[] = []
+  const sockets = new Set<Socket>()
+  let armed: { markers: string[], fault: RedisFault } | undefined
+  let down = false
+  const server = createServer((client) => {
+    if (down) {
+      client.destroy()
+      return
+    }
+    const redis = connect(Number(port), hostname)
+    for (const socket of [client, redis]) {
+      sockets.add(socket)
+      socket.on('close', () => { sockets.delete(socket) })
+      socket.on('error', () => {})
+    }
+    const cut = (): void => { client.destroy(); redis.destroy() }
+    client.on('close', cut)
+    redis.on('close', cut)
+    // What happens to the next reply: it is lost, or it (and every reply after it, in order) waits.
+    let nextReply: RedisFault | undefined
+    const held: Buffer[] = []
+    const release = (): void => { for (const chunk of held.splice(0)) client.write(chunk) }
+    client.on('data', (chunk: Buffer) => {
+      const text = chunk.toString('latin1')
+      const fault = armed?.markers.some((marker) => text.includes(marker)) === true ? armed.fault : undefined
+      if (fault === undefined) {
+        redis.write(chunk)
+        return
+      }
+      armed = undefined
+      injected.push(fault)
+      if (fault === 'drop-connection') {
+        cut()
+        return
+      }
+      nextReply = fault
+      redis.write(chunk)
+    })
+    redis.on('data', (chunk: Buffer) => {
+      const fault = nextReply
+      nextReply = undefined
+      if (fault === 'drop-reply' || fault === 'drop-reply-then-down') {
+        if (fault === 'drop-reply-then-down') down = true
+        cut()
+        return
+      }
+      if (fault === 'delay-reply') setTimeout(release, DELAY_MS)
+      if (fault === 'delay-reply' || held.length > 0) held.push(chunk)
+      else client.write(chunk)
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const address = server.address()
+  if (address === null || typeof address === 'string') throw new Error('the proxy has no port')
+  return {
+    url: `redis://127.0.0.1:${address.port}`,
+    arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
+    injected,
+    up: () => { down = false },
+    close: async () => {
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => server.close(resolve))
+    }
+  }
+}
