@@ -48,6 +48,7 @@ export function generatedValidators<Id extends string> (table: ReadonlyArray<{ m
 /** The public API's. */
 export const generatedValidator = generatedValidators(routes, operationValidators)
 
+/** A contract's steps, each by the name its routes list it under (`config.pipeline`), in the order they run. */
 export type Pipeline<Route extends ContractRoute> = ReadonlyArray<readonly [name: string, stepFor: StepFor<Route>]>
 
 /** The route's hooks, phase by phase, from the steps that apply to it, in the pipeline's order. */
