@@ -7,7 +7,7 @@ import { connectRedisStore, scripts } from '../../../src/store/redis/connection.
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/serialized.js'
-import { deleteKeys, REDIS_URL } from '../../../harness/redis-keys.js'
+import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { storeConformance } from '../conformance/index.js'
 
@@ -139,12 +139,11 @@ t.test('Redis forgets an ended session by itself, every key of it: there is noth
 })
 
 t.test('every key the store writes starts with its prefix', { skip }, async (t) => {
-  // A database of its own (no other test uses 15), so every key in it is this test's.
-  const url = new URL(REDIS_URL)
-  url.pathname = '/15'
-  const prefix = `items-service-test:${process.pid}:prefixed:`
-  t.teardown(async () => { await deleteKeys(prefix, url.href) })
-  const store = await connectRedisStore({ url: url.href, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  // A Redis server of its own, so that every key in it is this test's: a database number of the shared server
+  // would be shared with the same test of another run on the machine.
+  const { url } = await ownRedis(t)
+  const prefix = 'items-service-test:prefixed:'
+  const store = await connectRedisStore({ url, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
   t.teardown(async () => { await store.close() })
   const userId = randomUUID()
   const now = Date.now()
@@ -154,7 +153,7 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
   const added = await store.items.add({ id: randomUUID(), name: 'n', description: null, status: 'active', contributorId: userId, createdAt: '', updatedAt: '' })
   await store.items.update(added!.id, (current) => ({ ...current, name: 'm' }))
   await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
-  const redis = new Redis(url.href)
+  const redis = new Redis(url)
   t.teardown(() => { redis.disconnect() })
   const keys = await redis.keys('*')
   t.ok(keys.length >= 9, `${keys.length} keys`)
