@@ -145,7 +145,9 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
   const enforceResponseContract = config.strictResponses ? (await import('./response-contract.js')).enforceResponseContract : undefined
   return [
     ['deprecation', deprecationStep(app.metrics)],
-    ['load shedding', loadShedding({ readings: app, limits: config, metrics: app.metrics, log: app.log })],
+    // The readings taken once, as functions: looking them up on the app (an object of many properties, a context
+    // below the one that decorated it) would be paid on every request.
+    ['load shedding', loadShedding({ readings: { eventLoopDelayMs: app.eventLoopDelayMs, memoryUsage: app.memoryUsage }, limits: config, metrics: app.metrics, log: app.log })],
     ['limits by address', limits.byAddress],
     ['authentication', authentication({
       bearerAuth: bearerAuth({ jwt: app.jwt, store: app.store, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
