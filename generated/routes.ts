@@ -743,7 +743,8 @@ export const routes: readonly RouteDefinition[] = [
       "429",
       "500",
       "503",
-      "504"
+      "504",
+      "507"
     ],
     "requiredHeaders": {
       "200": [
@@ -792,6 +793,9 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "504": {
+          "$ref": "ErrorResponse"
+        },
+        "507": {
           "$ref": "ErrorResponse"
         }
       },

@@ -5,8 +5,12 @@ import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
 import { ConfigError, delays, origins, proxies, redisUrl, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
+import { heapUsedLimit } from './runtime/heap.js'
+import type { CapacityBounds } from './store/capacity.js'
 import type { Subscription } from './webhooks/subscriptions.js'
 import type { DeliverySettings } from './webhooks/worker.js'
+
+const MIB = 1024 * 1024
 
 export interface RateLimit {
   max: number
@@ -23,9 +27,8 @@ export interface StoreConfig {
   maxItemsPerUser: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys: { ttlMs: number, perUser: number }
-  /** Users and items the memory store holds at most (Redis is bounded by its own maxmemory). */
-  memoryMaxUsers: number
-  memoryMaxItems: number
+  /** The memory store's room for accounts (src/store/capacity.ts); Redis is bounded by its own maxmemory. */
+  capacity: CapacityBounds
 }
 
 export interface WebhooksConfig extends DeliverySettings {
@@ -186,6 +189,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (env.WEBHOOK_RECLAIM_AFTER_MS <= env.WEBHOOK_TIMEOUT_MS) {
     throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
   }
+  if (env.ACCOUNT_CEILING_MIB * MIB < env.ACCOUNT_FLOOR_KIB * 1024) {
+    throw new ConfigError('Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB')
+  }
+  const maxHeapUsedBytes = env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * MIB
   const warnings = [...deprecations, ...operationsWarnings(env, environment)]
   const rateLimit = (max: number, seconds = windowSeconds): RateLimit => ({ max, windowSeconds: seconds })
   return {
@@ -228,8 +235,11 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       redisKeyPrefix: env.REDIS_KEY_PREFIX,
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
       idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },
-      memoryMaxUsers: env.MEMORY_STORE_MAX_USERS,
-      memoryMaxItems: env.MEMORY_STORE_MAX_ITEMS
+      capacity: {
+        budgetBytes: env.STORE_CAPACITY_MIB === undefined ? Math.round(heapUsedLimit(maxHeapUsedBytes) * 2 / 3) : env.STORE_CAPACITY_MIB * MIB,
+        floorBytes: env.ACCOUNT_FLOOR_KIB * 1024,
+        ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB
+      }
     },
     webhooks: {
       subscriptions: env.WEBHOOKS !== undefined
@@ -245,7 +255,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     clientIpv6PrefixLength: env.CLIENT_IPV6_PREFIX_LENGTH,
     shutdownTimeoutMs: env.SHUTDOWN_TIMEOUT_MS,
     maxEventLoopDelayMs: env.MAX_EVENT_LOOP_DELAY_MS,
-    maxHeapUsedBytes: env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * 1024 * 1024,
+    maxHeapUsedBytes,
     strictResponses,
     warnings
   }

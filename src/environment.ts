@@ -154,14 +154,25 @@ export const variables = {
     type: 'integer',
     minimum: 1,
     default: IDEMPOTENCY_KEY_DEFAULTS.perUser,
-    description: 'Idempotency keys remembered per user; one more forgets their oldest. The memory store also keeps at most 256 Ki characters of keys and bodies a user, and 100 000 keys and 16 Mi characters in all (about 64 MB); past those, a create with a new key is 507 `STORE_FULL`.'
+    description: 'Idempotency keys remembered per user; one more forgets their oldest (and so does a new key the user\'s room cannot take: `STORE_CAPACITY_MIB`).'
   },
-  MEMORY_STORE_MAX_USERS: { type: 'integer', minimum: 1, default: 100000, description: 'Users the memory store holds at most; one more registration is 507 `STORE_FULL`.' },
-  MEMORY_STORE_MAX_ITEMS: {
+  STORE_CAPACITY_MIB: {
     type: 'integer',
     minimum: 1,
-    default: 1000000,
-    description: 'Items the memory store holds at most, whoever owns them (about 250 MB of heap at typical sizes; memory shedding guards larger ones first); one more create is 507 `STORE_FULL` until an item is deleted.'
+    defaultShown: 'two thirds of the heap in use that sheds writes (`MAX_HEAP_USED_MIB`)',
+    description: 'The memory store: heap it keeps for accounts (their users, items and idempotency keys, counted as V8 holds them): every account\'s floor (`ACCOUNT_FLOOR_KIB`), reserved when it registers, and the part they share past their floors. A registration no floor can be reserved for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). Redis is bounded by its own `maxmemory`.'
+  },
+  ACCOUNT_FLOOR_KIB: {
+    type: 'integer',
+    minimum: 4,
+    default: 96,
+    description: 'Room every account is guaranteed in the memory store: within it, no other account\'s use refuses its writes (about 80 ordinary items with their keys).'
+  },
+  ACCOUNT_CEILING_MIB: {
+    type: 'integer',
+    minimum: 1,
+    default: 8,
+    description: 'Room one account may take in the memory store at most; a write past it is 507 `STORE_FULL`.'
   },
   WEBHOOKS: {
     type: 'string',

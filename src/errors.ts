@@ -57,8 +57,10 @@ export const preconditionFailed = (): ApiError =>
 /** The only body a 500 ever has: nothing about what failed leaves the service. */
 export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }
 
-export const storeFull = (): ApiError =>
-  new ApiError(507, 'STORE_FULL', 'The service holds as many users or items as it may; nothing more can be added until some are removed.')
+/** A write refused for room: the service's, shared by every account, or the caller's own (src/store/capacity.ts). */
+export const storeFull = (limit: 'store' | 'account'): ApiError => new ApiError(507, 'STORE_FULL', limit === 'account'
+  ? 'Your account holds as much as the service keeps for one account; delete some items first.'
+  : 'The service holds as much as it may; nothing more can be added until some is removed.')
 
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })

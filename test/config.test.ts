@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
 import { loadConfig } from '../src/config.js'
+import { heapUsedLimit } from '../src/runtime/heap.js'
 import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from './support/app.js'
 
 t.test('defaults make a working development configuration', async (t) => {
@@ -53,12 +54,17 @@ t.test('a generated secret is announced with a warning at startup', async (t) =>
 })
 
 t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
-  const storeDefaults = { memoryMaxUsers: 100_000, memoryMaxItems: 1_000_000, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
+  const capacity = { budgetBytes: Math.round(heapUsedLimit(undefined) * 2 / 3), floorBytes: 96 * 1024, ceilingBytes: 8 * 1024 * 1024 }
+  const storeDefaults = { capacity, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
   t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
     { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000, ...storeDefaults })
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
+  t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '32', ACCOUNT_CEILING_MIB: '2' }).store.capacity,
+    { budgetBytes: 64 * 1024 * 1024, floorBytes: 32 * 1024, ceilingBytes: 2 * 1024 * 1024 })
+  t.equal(loadConfig({ MAX_HEAP_USED_MIB: '300' }).store.capacity.budgetBytes, 200 * 1024 * 1024, 'by default two thirds of the heap that sheds writes')
+  t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '2048', ACCOUNT_CEILING_MIB: '1' }), { message: 'Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB' })
   t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
   for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
     t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)

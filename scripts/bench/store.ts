@@ -85,7 +85,8 @@ const filters: Array<[string, ItemFilter]> = [
   ['contributorId & status=archived', { contributorId: CONTRIBUTORS[0], status: 'archived' }]
 ]
 console.log(`${ITEMS} items on ${ON_REDIS ? 'Redis' : 'the memory store'}, ${CONTRIBUTORS.length} contributors, every fourth archived; ` +
-  `filled in ${fillSeconds.toFixed(1)} s, ${Math.round(bytesPerItem)} bytes of ${ON_REDIS ? 'Redis memory' : 'heap'} per item (name "Item N", a ${DESCRIPTION.length}-character description)`)
+  `filled in ${fillSeconds.toFixed(1)} s, ${Math.round(bytesPerItem)} bytes of ${ON_REDIS ? 'Redis memory' : 'heap'} per item (name "Item N", a ${DESCRIPTION.length}-character description)` +
+  (ON_REDIS ? '' : `; ${Math.round((await store.capacity())!.heldBytes / ITEMS)} bytes charged to its contributor (src/store/memory/capacity.ts)`))
 console.log(`| filter | items kept | µs a page of ${PAGE_SIZE}: first | middle | last |`)
 console.log('|---|---:|---:|---:|---:|')
 for (const [name, filter] of filters) {

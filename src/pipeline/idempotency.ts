@@ -62,7 +62,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): StepFor {
       return
     }
     const body = String(stringify(request.body))
-    const claim = { userId: request.user.id, key, fingerprint: digestOf(body), token: randomUUID(), characters: key.length + body.length }
+    const claim = { userId: request.user.id, key, fingerprint: digestOf(body), token: randomUUID() }
     keys.claim(claim, CLAIM_LEASE_MS).then((outcome) => {
       switch (outcome.status) {
         case 'claimed':

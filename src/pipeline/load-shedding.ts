@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { Counter, type Registry } from 'prom-client'
 import type { AppConfig } from '../config.js'
 import { serviceUnavailable } from '../errors.js'
+import { heapUsedLimit } from '../runtime/heap.js'
 import type { RouteStep, StepFor } from './step.js'
 
 /** What the step reads of the process's load, sampled elsewhere (src/plugins/external/under-pressure.ts). */
@@ -24,9 +25,6 @@ interface Overload {
   readonly measured: Record<string, number>
 }
 
-// V8's heap limit counts the young generation too, which a small --max-old-space-size makes a large part of it
-// (docs/operations.md): set MAX_HEAP_USED_MIB for such a heap.
-const HEAP_SHARE_BEFORE_SHEDDING = 0.6
 // Response buffers and sockets live outside the heap, and code and the runtime take a fixed share: the resident
 // size may reach twice the heap limit and this much more.
 const RSS_ALLOWANCE_BYTES = 256 * 1024 * 1024
@@ -41,7 +39,7 @@ const RETRY_AFTER_SECONDS = 5
  */
 export function loadShedding ({ readings, limits, metrics, log }: LoadSheddingOptions): StepFor {
   const heapLimit = getHeapStatistics().heap_size_limit
-  const maxHeapUsedBytes = limits.maxHeapUsedBytes ?? Math.round(heapLimit * HEAP_SHARE_BEFORE_SHEDDING)
+  const maxHeapUsedBytes = heapUsedLimit(limits.maxHeapUsedBytes)
   const maxRssBytes = 2 * heapLimit + RSS_ALLOWANCE_BYTES
   const { maxEventLoopDelayMs } = limits
   const shedCount = new Counter<'reason'>({

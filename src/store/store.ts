@@ -1,5 +1,6 @@
 import type { Item, ItemStatus, Session, User } from '../domain.js'
 import type { StoredItem } from '../serialized.js'
+import type { CapacityReading } from './capacity.js'
 
 export type { StoredItem } from '../serialized.js'
 export type RefreshOutcome =
@@ -91,11 +92,6 @@ export interface IdempotencyClaim {
   readonly fingerprint: string
   /** Unique to the request that claims: only it records under the key. */
   readonly token: string
-  /**
-   * What recording it may hold, in characters: its key and its request body as JSON, which is at least as long as
-   * any text of the item the request makes. A store that bounds its keys by size reserves it when the key is claimed.
-   */
-  readonly characters: number
 }
 
 export type ClaimOutcome =
@@ -268,9 +264,17 @@ export class IdTakenError extends Error {
   override name = 'IdTakenError'
 }
 
-/** The store holds as many users, or items, as it may: nothing more is added until some are removed. */
+/**
+ * A write refused for room: the store's (it holds as many users or items as it may, or the shared part of its
+ * capacity is used up and the write would take the account past its floor), or the account's own (the write would
+ * take it past its ceiling). Nothing was changed.
+ */
 export class StoreFullError extends Error {
   override name = 'StoreFullError'
+
+  constructor (message: string, readonly limit: 'store' | 'account' = 'store') {
+    super(message)
+  }
 }
 
 /** The store cannot be reached or did not answer in time, and nothing was changed; the request may be retried. */
@@ -309,6 +313,11 @@ export interface Store {
    * store that instances share, the store's (Redis's, as this instance reckons it), the one clock they all read.
    */
   now (): number
+  /**
+   * The bytes accounts make the store keep, and the room set aside for them (src/store/capacity.ts); undefined
+   * where the store does not count them (Redis, bounded by its own maxmemory).
+   */
+  capacity (): Promise<CapacityReading | undefined>
   /** False while the store cannot serve requests (its server unreachable). */
   available (): boolean
   /** Releases what the store holds (connections); it serves nothing afterwards. */

@@ -423,20 +423,35 @@ t.test('item writes are bounded per user', async (t) => {
     t.same([listed.headers['ratelimit-policy'], listed.headers.ratelimit], [undefined, undefined], 'a read is not limited')
   })
 
-  t.test('the memory store holds at most MEMORY_STORE_MAX_ITEMS items and MEMORY_STORE_MAX_USERS users: 507 STORE_FULL past them', async (t) => {
-    const api = await build(t, { STORE: 'memory', MEMORY_STORE_MAX_ITEMS: '2', MEMORY_STORE_MAX_USERS: '2' })
+  t.test('the memory store keeps room for each account: 507 STORE_FULL, saying whose room, past an account\'s ceiling or once no floor is left; a delete makes room', async (t) => {
+    // Room for two floors of 512 KiB and nothing more: each account may use only its own.
+    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '1', ACCOUNT_FLOOR_KIB: '512', ACCOUNT_CEILING_MIB: '1' })
     const [first, second] = [await api.register(), await api.register()]
     const full = await api.call('registerUser', { body: newUser() })
     t.equal(full.statusCode, 507)
-    t.same(full.json(), { code: 'STORE_FULL', message: 'The service holds as many users or items as it may; nothing more can be added until some are removed.' })
-    const kept = await api.createItem(first!.accessToken)
-    await api.createItem(second!.accessToken)
-    const create = await api.call('createItem', { token: second!.accessToken, body: { name: 'one too many' } })
-    t.equal(create.statusCode, 507)
-    t.equal(create.json().code, 'STORE_FULL')
-    t.equal((await api.call('listItems', { token: first!.accessToken })).json().pagination.total, 2, 'nothing was added')
-    t.equal((await api.call('deleteItem', { token: first!.accessToken, params: { itemId: kept.id } })).statusCode, 204)
-    t.equal((await api.call('createItem', { token: second!.accessToken, body: { name: 'now there is room' } })).statusCode, 201, 'a delete makes room')
+    t.same(full.json(), { code: 'STORE_FULL', message: 'The service holds as much as it may; nothing more can be added until some is removed.' })
+    const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
+    const kept = await api.createItem(first!.accessToken, { name: 'light' })
+    let create = await api.call('createItem', { token: first!.accessToken, body: heavy })
+    const made: string[] = []
+    for (; create.statusCode === 201 && made.length < 100; create = await api.call('createItem', { token: first!.accessToken, body: heavy })) made.push(create.json().id)
+    t.same([create.statusCode, create.json().code], [507, 'STORE_FULL'], 'past the first account\'s room')
+    const light = await api.createItem(second!.accessToken, { name: 'light' })
+    const edit = await api.call('updateItem', { token: first!.accessToken, params: { itemId: kept.id }, body: heavy })
+    t.same([edit.statusCode, edit.json().code], [507, 'STORE_FULL'], 'an edit that grows past it too')
+    t.same((await api.call('getItem', { token: first!.accessToken, params: { itemId: kept.id } })).json(), kept, 'and nothing changed')
+    t.equal((await api.call('deleteItem', { token: first!.accessToken, params: { itemId: made[0]! } })).statusCode, 204)
+    t.equal((await api.call('createItem', { token: first!.accessToken, body: heavy })).statusCode, 201, 'a delete makes room')
+    t.equal((await api.call('updateItem', { token: second!.accessToken, params: { itemId: light.id }, body: heavy })).statusCode, 200, 'the other account still has its own')
+  })
+
+  t.test('an account\'s ceiling: a write past it is 507 STORE_FULL saying so, whatever room is left', async (t) => {
+    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '8', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_CEILING_MIB: '1' })
+    const { accessToken } = await api.register()
+    const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
+    let create = await api.call('createItem', { token: accessToken, body: heavy })
+    for (let made = 1; create.statusCode === 201 && made < 100; made += 1) create = await api.call('createItem', { token: accessToken, body: heavy })
+    t.same(create.json(), { code: 'STORE_FULL', message: 'Your account holds as much as the service keeps for one account; delete some items first.' })
   })
 
   t.test('a contributor owns at most MAX_ITEMS_PER_USER items; a delete makes room', async (t) => {

@@ -52,8 +52,8 @@ export function handleError (error: FastifyError | ApiError | InvalidRequestErro
   // Another request holds the key now: this one's retry will get that one's answer.
   if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
-    request.log.warn({ err: error }, 'store full')
-    return sendApiError(reply, storeFull())
+    request.log.warn({ err: error, limit: error.limit }, 'store full')
+    return sendApiError(reply, storeFull(error.limit))
   }
   if (error instanceof OutcomeUnknownError) {
     request.log.warn({ err: error }, 'a write\'s reply from the store was lost and its outcome could not be learnt in time')

@@ -27,8 +27,7 @@ async function openStore (app: FastifyInstance, config: StoreConfig, timeCommand
   if (config.kind === 'memory') {
     return createMemoryStore({
       maxItemsPerContributor: config.maxItemsPerUser,
-      maxUsers: config.memoryMaxUsers,
-      maxItems: config.memoryMaxItems,
+      capacity: config.capacity,
       idempotencyKeys: config.idempotencyKeys
     })
   }
@@ -53,7 +52,7 @@ function commandTimer (app: FastifyInstance): (command: string, seconds: number)
   return (command, seconds) => { duration.observe({ command }, seconds) }
 }
 
-function storeMetrics (app: FastifyInstance, store: Store): void {
+async function storeMetrics (app: FastifyInstance, store: Store): Promise<void> {
   // eslint-disable-next-line no-new -- registered in the registry, which reads it
   new Gauge({
     name: 'items_service_store_up',
@@ -72,6 +71,22 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
       if (count !== undefined) this.set(count)
     }
   })
+  if (await store.capacity() === undefined) return
+  // eslint-disable-next-line no-new -- registered in the registry, which reads it
+  new Gauge<'part'>({
+    name: 'items_service_store_capacity_bytes',
+    help: 'The memory store\'s room for accounts, in bytes as the heap holds them, by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors).',
+    labelNames: ['part'],
+    registers: [app.metrics],
+    async collect () {
+      // Read once it was there at start: a store that has it always has it.
+      const reading = (await store.capacity())!
+      this.set({ part: 'budget' }, reading.budgetBytes)
+      this.set({ part: 'held' }, reading.heldBytes)
+      this.set({ part: 'floors' }, reading.floorsBytes)
+      this.set({ part: 'shared_used' }, reading.sharedUsedBytes)
+    }
+  })
 }
 
 /**
@@ -81,7 +96,7 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
   const store = options.store ?? await openStore(app, options.config, options.timeCommands)
   app.decorate('store', store)
-  storeMetrics(app, store)
+  await storeMetrics(app, store)
   app.addHook('onClose', async () => { await store.close() })
 }
 

@@ -1,6 +1,7 @@
 import type { Item } from '../../domain.js'
 import { storedItem } from '../../serialized.js'
 import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, StoreFullError } from '../store.js'
+import { keyBytes, type MemoryCapacity } from './capacity.js'
 
 interface Held {
   readonly userId: string
@@ -8,20 +9,14 @@ interface Held {
   /** The claiming request's token while it runs; undefined once its item is recorded. */
   readonly token: string | undefined
   /**
-   * The recorded item's fields, without its text: what its claim reserved room for (the text is made again for a
-   * replay), so that an item edited or removed since leaves no text behind that no bound counts.
+   * The recorded item's fields, without its text (made again for a replay), so that an item edited or removed since
+   * leaves no text behind.
    */
   readonly item: Item | undefined
   /** Milliseconds since the epoch: the end of a claim's lease, or of a record's time to live. */
   readonly until: number
-  /** What it holds that varies in size, in characters, reserved when it is claimed (IdempotencyClaim.characters). */
-  readonly characters: number
-}
-
-interface UserKeys {
-  /** In the order they were claimed or recorded: the first is the oldest. */
-  readonly keys: Set<string>
-  characters: number
+  /** What it is charged to its user (keyBytes). */
+  readonly bytes: number
 }
 
 export interface MemoryIdempotencyKeyBounds {
@@ -29,11 +24,6 @@ export interface MemoryIdempotencyKeyBounds {
   ttlMs: number
   /** Keys one user holds at most; one more pushes out their oldest. */
   perUser: number
-  /** Characters of keys and items one user holds at most; past it, too, their oldest goes. */
-  perUserCharacters: number
-  /** Keys, and characters of keys and items, the store holds at most; past either, a new key is refused (507). */
-  total: number
-  characters: number
 }
 
 // One entry per user and key: the user id is a UUID, so it never contains the separator.
@@ -42,18 +32,21 @@ const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key
 /**
  * The idempotency keys of one process. Every key is one entry of one map, in the order it was claimed or recorded,
  * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and an expired entry at the
- * front goes with the next claim (any other when it is next looked up). A user's own bounds push out only that
- * user's oldest keys; once the store's bounds are reached, a new key is refused (StoreFullError) and no record is
- * forgotten before its time to live: however many accounts fill the store, no one's retry creates twice.
+ * front goes with the next claim (any other when it is next looked up). Each key is charged to its user, a claim
+ * when it is made and a record with its item's fields, until it is forgotten: past the user's count, or when the
+ * user's room (src/store/capacity.ts) cannot take a new key, the user's own oldest keys go; with none left, the new
+ * key is refused (StoreFullError). No other user's record is ever forgotten before its time to live.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #bounds: MemoryIdempotencyKeyBounds
   readonly #entries = new Map<string, Held>()
-  readonly #byUser = new Map<string, UserKeys>()
-  #characters = 0
+  // Each user's keys, in the order they were claimed or recorded: the first is the oldest.
+  readonly #byUser = new Map<string, Set<string>>()
+  readonly #capacity: MemoryCapacity
 
-  constructor (bounds: MemoryIdempotencyKeyBounds) {
+  constructor (bounds: MemoryIdempotencyKeyBounds, capacity: MemoryCapacity) {
     this.#bounds = bounds
+    this.#capacity = capacity
   }
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
@@ -61,8 +54,9 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     this.#forgetExpired(now)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
-      this.#makeRoom(claim)
-      this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, characters: claim.characters })
+      const bytes = keyBytes(entryKey(claim))
+      this.#makeRoom(claim, bytes)
+      this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, bytes })
       return { status: 'claimed' }
     }
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
@@ -80,21 +74,35 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     if (held !== undefined && held.token !== claim.token) throw new ClaimLostError(`idempotency key ${claim.key} is held by another request`)
   }
 
-  /** Records the item the claim's request made under its key, for the time to live, in the room its claim reserved. */
+  /**
+   * Records the item the claim's request made under its key, for the time to live, charging its user for the item's
+   * fields: a StoreFullError, and nothing changed, when the user's room cannot take them.
+   */
   record (claim: IdempotencyClaim, item: Item): void {
-    this.#forget(entryKey(claim), claim.userId)
+    const key = entryKey(claim)
+    const bytes = keyBytes(key, item)
+    // The claim's own bytes, charged when it was made, are part of the record's.
+    const claimed = this.#entries.get(key)?.bytes ?? 0
+    this.#capacity.charge(claim.userId, bytes - claimed)
+    this.#forget(key, claim.userId, false)
     const until = Date.now() + this.#bounds.ttlMs
-    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, characters: claim.characters })
+    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, bytes })
   }
 
-  // The user's own oldest keys make room for their new one; the store's bounds refuse it.
-  #makeRoom (claim: IdempotencyClaim): void {
-    for (let own = this.#byUser.get(claim.userId); own !== undefined && (own.keys.size >= this.#bounds.perUser ||
-      own.characters + claim.characters > this.#bounds.perUserCharacters); own = this.#byUser.get(claim.userId)) {
-      this.#forget(own.keys.values().next().value!, claim.userId)
+  // The user's own oldest keys make room for their new one: past their count, and while their room cannot take it.
+  #makeRoom (claim: IdempotencyClaim, bytes: number): void {
+    for (let own = this.#byUser.get(claim.userId); own !== undefined && own.size >= this.#bounds.perUser; own = this.#byUser.get(claim.userId)) {
+      this.#forget(own.values().next().value!, claim.userId)
     }
-    if (this.#entries.size >= this.#bounds.total || this.#characters + claim.characters > this.#bounds.characters) {
-      throw new StoreFullError(`the store holds ${this.#entries.size} idempotency keys and ${this.#characters} characters of them, as many as it may`)
+    for (;;) {
+      try {
+        this.#capacity.charge(claim.userId, bytes)
+        return
+      } catch (error) {
+        const oldest = this.#byUser.get(claim.userId)?.values().next().value
+        if (oldest === undefined || !(error instanceof StoreFullError)) throw error
+        this.#forget(oldest, claim.userId)
+      }
     }
   }
 
@@ -105,14 +113,12 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     return undefined
   }
 
+  // Its bytes are charged already.
   #hold (claim: IdempotencyClaim, held: Held): void {
     const key = entryKey(claim)
     this.#entries.set(key, held)
-    this.#characters += held.characters
-    const own = this.#byUser.get(claim.userId) ?? { keys: new Set<string>(), characters: 0 }
-    own.keys.add(key)
-    own.characters += held.characters
-    this.#byUser.set(claim.userId, own)
+    const own = this.#byUser.get(claim.userId) ?? new Set<string>()
+    this.#byUser.set(claim.userId, own.add(key))
   }
 
   #forgetExpired (now: number): void {
@@ -122,15 +128,15 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     }
   }
 
-  // A key is in the map exactly when it is in its user's set.
-  #forget (key: string, userId: string): void {
+  // A key is in the map exactly when it is in its user's set. Its bytes go back to its user, unless they pass to
+  // what replaces it.
+  #forget (key: string, userId: string, refund = true): void {
     const held = this.#entries.get(key)
     if (held === undefined) return
     this.#entries.delete(key)
-    this.#characters -= held.characters
+    if (refund) this.#capacity.refund(userId, held.bytes)
     const own = this.#byUser.get(userId)!
-    own.keys.delete(key)
-    own.characters -= held.characters
-    if (own.keys.size === 0) this.#byUser.delete(userId)
+    own.delete(key)
+    if (own.size === 0) this.#byUser.delete(userId)
   }
 }

@@ -1,5 +1,7 @@
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
+import { type CapacityBounds, UNBOUNDED } from '../capacity.js'
 import type { Store } from '../store.js'
+import { MemoryCapacity } from './capacity.js'
 import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
 import { MemoryItemStore } from './items.js'
 import { MemoryOutbox, type MemoryOutboxBounds } from './outbox.js'
@@ -10,15 +12,14 @@ import { MemoryUserStore } from './users.js'
 export interface MemoryStoreOptions {
   /** Items one contributor may own at once; unbounded when left out. */
   maxItemsPerContributor?: number
-  /** Users and items the store holds at most, whoever adds them; unbounded when left out. */
-  maxUsers?: number
-  maxItems?: number
   /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
   pendingDeliveries?: MemoryOutboxBounds
   /** Client keys each rate limit keeps under its limit, and as many again over it. */
   keysPerRateLimit?: number
-  /** How long a create made under an idempotency key is remembered, and how many keys are kept. */
+  /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
+  /** The bytes the store keeps for its accounts, and how they are shared (src/store/capacity.ts); unbounded when left out. */
+  capacity?: CapacityBounds
 }
 
 // Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
@@ -29,28 +30,23 @@ export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DE
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.
 const KEYS_PER_RATE_LIMIT = 50_000
 
-// Idempotency keys the store keeps, whoever holds them: 100 000 (each about 300 bytes beside its text), and 16 Mi
-// characters of their text (keys, and the names and descriptions of their items, which an edited item holds twice),
-// so at most about 64 MB.
-const IDEMPOTENCY_KEYS = { total: 100_000, characters: 16 * 1024 * 1024, perUserCharacters: 256 * 1024 }
-
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({
   maxItemsPerContributor = Infinity,
-  maxUsers = Infinity,
-  maxItems = Infinity,
   pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
   keysPerRateLimit = KEYS_PER_RATE_LIMIT,
-  idempotencyKeys = {}
+  idempotencyKeys = {},
+  capacity: bounds = UNBOUNDED
 }: MemoryStoreOptions = {}): Store {
+  const capacity = new MemoryCapacity(bounds)
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
-  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...IDEMPOTENCY_KEYS, ...idempotencyKeys })
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity)
   let open = true
   return {
-    users: new MemoryUserStore(maxUsers),
+    users: new MemoryUserStore(capacity),
     sessions: new MemorySessionStore(),
-    items: new MemoryItemStore({ maxItems, maxPerContributor: maxItemsPerContributor }, outbox, keys),
+    items: new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity),
     idempotencyKeys: keys,
     outbox,
     rateCounter: (name) => {
@@ -58,6 +54,7 @@ export function createMemoryStore ({
       rateCounters.set(name, counter)
       return counter
     },
+    capacity: async () => capacity.reading(),
     available: () => open,
     now: () => Date.now(),
     close: async () => { open = false }

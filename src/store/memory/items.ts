@@ -1,11 +1,14 @@
 import { storedItem } from '../../serialized.js'
 import type { Item } from '../../domain.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreFullError } from '../store.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem } from '../store.js'
+import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
 
 interface ItemEntry {
   item: StoredItem
+  /** What the item is charged to its contributor (itemBytes). */
+  bytes: number
   readonly sequence: number
 }
 
@@ -42,7 +45,7 @@ const remove = (list: ItemEntry[], entry: ItemEntry): void => { list.splice(posi
 export class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
   readonly #idempotencyKeys: MemoryIdempotencyKeys
-  readonly #maxItems: number
+  readonly #capacity: MemoryCapacity
   readonly #maxPerContributor: number
   readonly #byId = new Map<string, ItemEntry>()
   // A page is a slice of one list of the catalogue's or of a contributor's, so it costs O(pageSize) whatever its
@@ -51,11 +54,11 @@ export class MemoryItemStore implements ItemStore {
   readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
-  constructor ({ maxItems, maxPerContributor }: { maxItems: number, maxPerContributor: number }, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys) {
-    this.#maxItems = maxItems
+  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity) {
     this.#maxPerContributor = maxPerContributor
     this.#outbox = outbox
     this.#idempotencyKeys = idempotencyKeys
+    this.#capacity = capacity
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
@@ -63,8 +66,19 @@ export class MemoryItemStore implements ItemStore {
     if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
-    if (this.#byId.size >= this.#maxItems) throw new StoreFullError(`the store holds ${this.#maxItems} items, as many as it may`)
-    const entry = { item: storedItem(item), sequence: this.#nextSequence++ }
+    const stored = storedItem(item)
+    const bytes = itemBytes(stored)
+    // Charged before anything is kept: a refusal leaves the store as it was.
+    this.#capacity.charge(item.contributorId, bytes)
+    if (claim !== undefined) {
+      try {
+        this.#idempotencyKeys.record(claim, stored)
+      } catch (error) {
+        this.#capacity.refund(item.contributorId, bytes)
+        throw error
+      }
+    }
+    const entry = { item: stored, bytes, sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
     const contributorLists = owned ?? emptyLists()
     if (owned === undefined) this.#byContributor.set(item.contributorId, contributorLists)
@@ -72,7 +86,6 @@ export class MemoryItemStore implements ItemStore {
       lists.all.push(entry)
       lists[item.status].push(entry)
     }
-    if (claim !== undefined) this.#idempotencyKeys.record(claim, entry.item)
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
   }
@@ -95,7 +108,11 @@ export class MemoryItemStore implements ItemStore {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     const previous = entry.item
-    entry.item = storedItem(change(previous))
+    const next = storedItem(change(previous))
+    const bytes = itemBytes(next)
+    this.#capacity.charge(previous.contributorId, bytes - entry.bytes)
+    entry.item = next
+    entry.bytes = bytes
     if (entry.item.status !== previous.status) {
       // add listed the item under its contributor.
       for (const lists of [this.#catalogue, this.#byContributor.get(previous.contributorId)!]) {
@@ -112,6 +129,7 @@ export class MemoryItemStore implements ItemStore {
     if (entry === undefined) return undefined
     confirm(entry.item)
     this.#byId.delete(id)
+    this.#capacity.refund(entry.item.contributorId, entry.bytes)
     const { contributorId, status } = entry.item
     const contributorLists = this.#byContributor.get(contributorId)!
     for (const lists of [this.#catalogue, contributorLists]) {

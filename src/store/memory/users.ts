@@ -1,20 +1,21 @@
 import type { User } from '../../domain.js'
-import { IdTakenError, StoreFullError, type UserStore } from '../store.js'
+import { IdTakenError, type UserStore } from '../store.js'
+import { type MemoryCapacity, userBytes } from './capacity.js'
 
 export class MemoryUserStore implements UserStore {
-  readonly #maxUsers: number
+  readonly #capacity: MemoryCapacity
   readonly #byId = new Map<string, User>()
   readonly #byEmailKey = new Map<string, User>()
 
-  constructor (maxUsers: number) {
-    this.#maxUsers = maxUsers
+  constructor (capacity: MemoryCapacity) {
+    this.#capacity = capacity
   }
 
   async add (user: User): Promise<User | undefined> {
     if (this.#byEmailKey.has(user.emailKey)) return undefined
     if (this.#byId.has(user.id)) throw new IdTakenError(`user ${user.id} exists already`)
-    if (this.#byId.size >= this.#maxUsers) throw new StoreFullError(`the store holds ${this.#maxUsers} users, as many as it may`)
     const stored = Object.freeze({ ...user })
+    this.#capacity.admit(stored.id, userBytes(stored))
     this.#byId.set(stored.id, stored)
     this.#byEmailKey.set(stored.emailKey, stored)
     return stored

@@ -155,6 +155,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
+    // Bounded by Redis's own maxmemory: accounts' bytes are not counted yet.
+    capacity: async () => undefined,
     // The connection is 'ready' until QUIT's reply has closed it.
     available: () => !closed && redis.status === 'ready',
     now: () => clock.now(),

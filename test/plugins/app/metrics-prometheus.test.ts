@@ -20,9 +20,10 @@ const PROMTOOL = '/usr/bin/promtool'
 const missing = existsSync(PROMETHEUS) || process.env.CI === 'true' ? false : `no Prometheus at ${PROMETHEUS} (apt-get install prometheus)`
 const run = promisify(execFile)
 
-t.test('promtool accepts ops/alerts.yml', { skip: missing }, async (t) => {
+t.test('promtool accepts ops/alerts.yml, and its rules fire when their tests say', { skip: missing }, async (t) => {
   const { stdout } = await run(PROMTOOL, ['check', 'rules', 'ops/alerts.yml'])
   t.match(stdout, /SUCCESS: \d+ rules found/)
+  t.match((await run(PROMTOOL, ['test', 'rules', 'ops/alerts.test.yml'])).stdout, /SUCCESS/)
 })
 
 interface Vector { metric: Record<string, string>, value: [number, string] }

@@ -7,7 +7,7 @@ import { ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   const claim = (userId: string, overrides: Partial<IdempotencyClaim> = {}): IdempotencyClaim =>
-    ({ userId, key: 'k', fingerprint: 'f', token: randomUUID(), characters: 1, ...overrides })
+    ({ userId, key: 'k', fingerprint: 'f', token: randomUUID(), ...overrides })
 
   t.test('idempotency keys: a claim holds its key until released or recorded with its item; a record answers a claim with its fingerprint', async (t) => {
     const { items, idempotencyKeys } = await fresh(t)

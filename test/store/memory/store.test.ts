@@ -3,9 +3,10 @@ import { setImmediate as nextTurn } from 'node:timers/promises'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import t from 'tap'
-import { TEXT } from '../../../src/serialized.js'
+import { storedItem, TEXT } from '../../../src/serialized.js'
+import { itemBytes, keyBytes } from '../../../src/store/memory/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
-import { StoreFullError } from '../../../src/store/store.js'
+import { item } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
 storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
@@ -14,16 +15,57 @@ storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, i
   ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
 }))
 
-t.test('idempotency keys: past as many as the store may hold in all, a new key is refused and no one\'s is forgotten', async (t) => {
-  const { idempotencyKeys } = createMemoryStore({ idempotencyKeys: { total: 3 } })
-  const claim = (userId: string, key = 'k') => ({ userId, key, fingerprint: 'f', token: randomUUID(), characters: 1 })
-  const [ada, grace, alan] = [randomUUID(), randomUUID(), randomUUID()]
-  await idempotencyKeys.claim(claim(ada), 60_000)
-  for (const key of ['g1', 'g2']) await idempotencyKeys.claim(claim(grace, key), 60_000)
-  await t.rejects(idempotencyKeys.claim(claim(alan), 60_000), StoreFullError, 'a fourth key is refused')
-  t.same((await idempotencyKeys.claim(claim(ada), 60_000)).status, 'running', 'the first is held still')
-  t.same((await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)).status, 'running', 'and so is the heaviest holder\'s oldest')
-  await idempotencyKeys.release(claim(grace, 'g2'))
+t.test('idempotency keys are charged to their user: one out of room loses their own oldest key, one with none of their own is refused, and no one else\'s goes', async (t) => {
+  // Room for two claims in all, shared: none of these users was admitted, so none has a floor.
+  const { idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes: 1_000, floorBytes: 0, ceilingBytes: 1_000 } })
+  const claim = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID() })
+  const [ada, grace] = [randomUUID(), randomUUID()]
+  const second = claim(ada, 'a2')
+  await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)
+  await idempotencyKeys.claim(second, 60_000)
+  await t.rejects(idempotencyKeys.claim(claim(grace, 'g1'), 60_000), { name: 'StoreFullError', limit: 'store' }, 'a user holding nothing is refused')
+  t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'claimed', 'a user holding keys makes room from their own oldest')
+  t.same((await idempotencyKeys.claim(claim(ada, 'a2'), 60_000)).status, 'running', 'and only the oldest went')
+  const held = (await capacity())!.heldBytes
+  await idempotencyKeys.release(second)
+  t.ok((await capacity())!.heldBytes < held, 'a key let go gives its bytes back')
+})
+
+t.test('a create whose item fits but whose idempotency record does not keeps neither, and its claim stays charged until released', async (t) => {
+  const owner = randomUUID()
+  const made = item(owner)
+  const claimed = { userId: owner, key: 'k', fingerprint: 'f', token: randomUUID() }
+  const entry = `${owner} k`
+  // Room for the claim and the item, one byte short of the record's item fields beside them.
+  const budgetBytes = keyBytes(entry) + itemBytes(storedItem(made)) + keyBytes(entry, made) - keyBytes(entry) - 1
+  const { items, idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes, floorBytes: 0, ceilingBytes: 2 * budgetBytes } })
+  t.equal((await idempotencyKeys.claim(claimed, 60_000)).status, 'claimed')
+  await t.rejects(items.add(made, undefined, claimed), { name: 'StoreFullError', limit: 'store' })
+  t.equal(await items.get(made.id), undefined, 'no item')
+  t.equal((await capacity())!.heldBytes, keyBytes(entry), 'only the claim is charged')
+  await idempotencyKeys.release(claimed)
+  t.equal((await capacity())!.heldBytes, 0)
+})
+
+t.test('the ledger: admitted accounts keep their floors whatever others hold; past a floor, what is shared; past the ceiling, nothing', async (t) => {
+  const { users, items, capacity } = createMemoryStore({ capacity: { budgetBytes: 36_000, floorBytes: 10_000, ceilingBytes: 25_000 } })
+  const user = (email: string) => ({ id: randomUUID(), email, emailKey: email, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'contributor' as const, createdAt: '' })
+  const [light, heavy] = [user('light@b.co'), user('heavy@b.co')]
+  await users.add(light)
+  await users.add(heavy)
+  const add = async (owner: string, description: string) => await items.add({ ...item(owner), description })
+  // Each about 9 KB as the heap holds it: its description, its text, and the item's own.
+  await add(heavy.id, 'd'.repeat(4_000))
+  await add(heavy.id, 'd'.repeat(4_000))
+  await t.rejects(add(heavy.id, 'd'.repeat(4_000)), { name: 'StoreFullError', limit: 'account' }, 'past the ceiling')
+  t.match(await capacity(), { budgetBytes: 36_000, floorsBytes: 20_000, accounts: 2 }, 'two floors reserved')
+  t.ok((await capacity())!.sharedUsedBytes > 0, 'the heavy account draws on the shared part')
+  await t.rejects(users.add(user('third@b.co')), { name: 'StoreFullError', limit: 'store' }, 'no floor left for a third account')
+  const unadmitted = randomUUID()
+  await add(unadmitted, 'd'.repeat(2_000))
+  await t.rejects(add(unadmitted, 'd'.repeat(2_000)), { name: 'StoreFullError', limit: 'store' }, 'an account with no floor has only what is shared')
+  for (let index = 0; index < 3; index += 1) await add(light.id, 'd'.repeat(1_000))
+  t.pass('the light account writes within its floor, with nothing shared left')
 })
 
 t.test('every user and live session is at hand from the moment it is added, with no read first', async (t) => {
@@ -37,26 +79,13 @@ t.test('every user and live session is at hand from the moment it is added, with
   t.same(sessions.cached(session.id, now), session)
 })
 
-t.test('idempotency keys: a claim reserves its characters; a user past their own share loses their own oldest, the store past its bound refuses', async (t) => {
-  const { idempotencyKeys } = createMemoryStore({ idempotencyKeys: { characters: 30, perUserCharacters: 20 } })
-  const [ada, grace] = [randomUUID(), randomUUID()]
-  const claim = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID(), characters: 10 })
-  await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)
-  await idempotencyKeys.claim(claim(ada, 'a2'), 60_000)
-  await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)
-  t.same((await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)).status, 'claimed', 'past their 20, their oldest went, to make room for their newest')
-  await idempotencyKeys.claim(claim(grace, 'g1'), 60_000)
-  await t.rejects(idempotencyKeys.claim(claim(grace, 'g2'), 60_000), StoreFullError, 'past the store\'s 30, refused')
-  t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'running', 'and nobody\'s key was forgotten for it')
-})
-
 t.test('an idempotency record keeps its item\'s fields, which its claim counted, not its text: an item edited since is let go', async (t) => {
   // A full collection on demand, for the WeakRef below.
   setFlagsFromString('--expose-gc')
   const collectGarbage = runInNewContext('gc') as () => void
   const store = createMemoryStore()
   const contributorId = randomUUID()
-  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID(), characters: 100 }
+  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID() }
   t.equal((await store.idempotencyKeys.claim(claim, 60_000)).status, 'claimed')
   const at = '2026-11-27T00:00:00.000Z'
   // Only its id, its text and a weak reference outlive this call.

@@ -384,7 +384,7 @@ export interface components {
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.
          *     - `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.
-         *     - `STORE_FULL` (507): the service holds as many users, items or idempotency keys as it may; nothing more is added until some are removed or expire.
+         *     - `STORE_FULL` (507): no room for the change, the caller's own or the room accounts share; nothing was changed (see the `StoreFull` response).
          * @enum {string}
          */
         ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN" | "STORE_FULL" | (string & Record<never, never>);
@@ -804,8 +804,11 @@ export interface components {
             };
         };
         /**
-         * @description The service holds as many users, items or idempotency keys as it is configured to (`STORE_FULL`); nothing
-         *     more can be added until some are removed or expire. Retrying soon does not help.
+         * @description No room for the change (`STORE_FULL`); nothing was changed. Every account is guaranteed room for a few dozen
+         *     ordinary items and their idempotency keys, which no other account can take; past it, up to a ceiling, it
+         *     shares what is left. This answers a write that would take the caller past its ceiling, a write past the
+         *     caller's guaranteed room once the shared room is used up, or a registration for which no room can be
+         *     guaranteed. Deleting items makes room; retrying soon does not help.
          */
         StoreFull: {
             headers: {
@@ -817,7 +820,7 @@ export interface components {
                 /**
                  * @example {
                  *       "code": "STORE_FULL",
-                 *       "message": "The service holds as many users or items as it may; nothing more can be added until some are removed."
+                 *       "message": "Your account holds as much as the service keeps for one account; delete some items first."
                  *     }
                  */
                 "application/json": components["schemas"]["ErrorResponse"];
@@ -1433,6 +1436,7 @@ export interface operations {
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["OutcomeUnknown"];
+            507: components["responses"]["StoreFull"];
         };
     };
     itemAdded: {

@@ -1,0 +1,103 @@
+import type { Item, User } from '../../domain.js'
+import { type StoredItem, TEXT } from '../../serialized.js'
+import type { CapacityBounds, CapacityReading } from '../capacity.js'
+import { StoreFullError } from '../store.js'
+
+interface Account {
+  bytes: number
+  /** Its reserved floor; 0 for an account the store never admitted (a store used without its users). */
+  readonly floor: number
+}
+
+// What V8 keeps of a string beside its characters (a header, rounded up).
+const STRING_HEADER_BYTES = 16
+// A stored item's object, its entry, its id and timestamps, its places in the map and in its five lists: an upper
+// bound of what a store of a million items measures beside the strings of its fields and text (npm run bench:store).
+const ITEM_OVERHEAD_BYTES = 512
+// A user's object, id, role and time, its two map entries.
+const USER_OVERHEAD_BYTES = 384
+// An idempotency key's entry: its record's object and fields, its fingerprint and token, its places in two maps.
+const KEY_OVERHEAD_BYTES = 384
+
+const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- the Latin-1 range, which V8 keeps one byte a character
+
+/** Bytes a string takes on V8's heap: a character one byte while all are Latin-1, two otherwise; and a header. */
+export const stringBytes = (text: string): number => STRING_HEADER_BYTES + (TWO_BYTE.test(text) ? 2 * text.length : text.length)
+
+const fieldBytes = (item: Item): number => stringBytes(item.name) + (item.description === null ? 0 : stringBytes(item.description))
+
+/** What a stored item keeps on the heap: its fields and its text. */
+export const itemBytes = (item: StoredItem): number => ITEM_OVERHEAD_BYTES + fieldBytes(item) + stringBytes(item[TEXT])
+
+export const userBytes = (user: User): number =>
+  USER_OVERHEAD_BYTES + stringBytes(user.email) + stringBytes(user.emailKey) + stringBytes(user.passwordHash) + stringBytes(user.firstName) + stringBytes(user.lastName)
+
+/** What an idempotency key keeps: its name (with its user's), and the fields of the item recorded under it, if any. */
+export const keyBytes = (entryKey: string, item?: Item): number => KEY_OVERHEAD_BYTES + stringBytes(entryKey) + (item === undefined ? 0 : fieldBytes(item))
+
+/**
+ * The bytes each account makes the memory store keep, and the admission and refusals of src/store/capacity.ts. Every
+ * part of the store that keeps something an account caused charges it here before it keeps it, and refunds it when
+ * it lets it go, so that a refused charge leaves nothing changed.
+ */
+export class MemoryCapacity {
+  readonly #bounds: CapacityBounds
+  readonly #accounts = new Map<string, Account>()
+  #heldBytes = 0
+  #floorsBytes = 0
+  #sharedUsedBytes = 0
+  #admitted = 0
+
+  constructor (bounds: CapacityBounds) {
+    this.#bounds = bounds
+  }
+
+  /** Reserves a floor for a new account and charges it `bytes`; a StoreFullError when no floor can be guaranteed. */
+  admit (accountId: string, bytes: number): void {
+    const { budgetBytes, floorBytes } = this.#bounds
+    if (this.#floorsBytes + floorBytes + this.#sharedUsedBytes > budgetBytes) {
+      throw new StoreFullError(`no floor of ${floorBytes} bytes can be guaranteed: ${this.#admitted} accounts' floors and ${this.#sharedUsedBytes} bytes shared of ${budgetBytes}`)
+    }
+    this.#accounts.set(accountId, { bytes: 0, floor: floorBytes })
+    this.#floorsBytes += floorBytes
+    this.#admitted += 1
+    this.charge(accountId, bytes)
+  }
+
+  /**
+   * Charges the account `bytes` (a refund when negative, never refused); a StoreFullError, and nothing charged, when
+   * it would pass the account's ceiling, or need more of the shared part than is left.
+   */
+  charge (accountId: string, bytes: number): void {
+    const account = this.#accounts.get(accountId) ?? { bytes: 0, floor: 0 }
+    const next = account.bytes + bytes
+    const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - account.floor) - Math.max(0, account.bytes - account.floor)
+    if (bytes > 0) {
+      if (next > this.#bounds.ceilingBytes) {
+        throw new StoreFullError(`the account would keep ${next} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
+      }
+      if (sharedUsed > this.#sharedUsedBytes && this.#floorsBytes + sharedUsed > this.#bounds.budgetBytes) {
+        throw new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes past floors of ${this.#floorsBytes}, of ${this.#bounds.budgetBytes}`)
+      }
+    }
+    account.bytes = next
+    this.#heldBytes += bytes
+    this.#sharedUsedBytes = sharedUsed
+    if (account.floor === 0 && next === 0) this.#accounts.delete(accountId)
+    else this.#accounts.set(accountId, account)
+  }
+
+  refund (accountId: string, bytes: number): void {
+    this.charge(accountId, -bytes)
+  }
+
+  reading (): CapacityReading {
+    return {
+      budgetBytes: this.#bounds.budgetBytes,
+      heldBytes: this.#heldBytes,
+      floorsBytes: this.#floorsBytes,
+      sharedUsedBytes: this.#sharedUsedBytes,
+      accounts: this.#admitted
+    }
+  }
+}

@@ -1,0 +1,72 @@
+// The class of issue 53 on the memory store, scaled down: accounts that fill the store within every limit they are
+// given, in every way a request can make it keep bytes, cannot refuse a light account's writes.
+import t from 'tap'
+import { newUser } from '../../support/api.js'
+import { build } from '../../support/app.js'
+
+// Room for 32 floors of 64 KiB; an account may grow to 1 MiB, so a couple of heavy accounts use up what is shared.
+const SCALED = { STORE: 'memory', STORE_CAPACITY_MIB: '2', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_CEILING_MIB: '1' }
+// A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
+const HEAVY = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
+const MAX_ATTACKERS = 40
+const MAX_CREATES_PER_ATTACKER = 40
+
+t.test('accounts that fill the memory store with heavy items and keys that outlive them refuse no light account a write; a newcomer is refused only while no floor can be guaranteed', async (t) => {
+  const api = await build(t, SCALED)
+  const incumbent = await api.register()
+  const create = async (token: string, key: string, body: { name: string, description?: string } = { name: 'light' }) =>
+    await api.call('createItem', { token, body, headers: { 'idempotency-key': key } })
+  const kept = await create(incumbent.accessToken, 'incumbent-1')
+  t.equal(kept.statusCode, 201)
+
+  // Each attacker makes heavy creates under keys until refused; all but the first then delete their items, whose
+  // keys stay, charged to them.
+  const attackers: Array<{ accessToken: string, refusal: string, made: string[] }> = []
+  let registration = await api.call('registerUser', { body: newUser() })
+  while (registration.statusCode === 201 && attackers.length < MAX_ATTACKERS) {
+    const { accessToken } = registration.json()
+    const made: string[] = []
+    let refusal = ''
+    for (let index = 0; index < MAX_CREATES_PER_ATTACKER && refusal === ''; index += 1) {
+      const response = await create(accessToken, `attack-${attackers.length}-${index}`, HEAVY)
+      if (response.statusCode === 201) made.push(response.json().id)
+      else refusal = `${response.statusCode} ${response.json().code} ${response.json().message}`
+    }
+    if (attackers.length > 0) {
+      for (const itemId of made.splice(0)) t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId } })).statusCode, 204)
+    }
+    attackers.push({ accessToken, refusal, made })
+    registration = await api.call('registerUser', { body: newUser() })
+  }
+  t.equal(registration.statusCode, 507, 'the attack ends when no floor can be guaranteed a newcomer')
+  t.equal(registration.json().code, 'STORE_FULL')
+  t.ok(attackers.length >= 2 && attackers.length < MAX_ATTACKERS, `${attackers.length} attackers filled the store`)
+  t.match(attackers[0]!.refusal, /^507 STORE_FULL Your account holds as much/, 'the first attacker was stopped at its ceiling')
+  t.match(attackers.at(-1)!.refusal, /^507 STORE_FULL The service holds as much/, 'the last, when the shared part was used up')
+
+  // The light incumbent: a create with a key and its retry, an edit, a sign-in and a refresh.
+  const created = await create(incumbent.accessToken, 'incumbent-2')
+  t.equal(created.statusCode, 201, 'a create with a key')
+  const retry = await create(incumbent.accessToken, 'incumbent-2')
+  t.same([retry.statusCode, retry.headers['idempotent-replayed'], retry.json()], [201, 'true', created.json()], 'its retry is replayed')
+  const edited = await api.call('updateItem', { token: incumbent.accessToken, params: { itemId: created.json().id }, body: { description: 'd'.repeat(1_000) } })
+  t.equal(edited.statusCode, 200, 'an edit that grows the item')
+  const login = await api.call('loginUser', { body: { email: incumbent.user.email, password: 'correct horse battery staple' } })
+  t.equal(login.statusCode, 200, 'a sign-in')
+  t.equal((await api.call('refreshTokens', { body: { refreshToken: login.json().refreshToken } })).statusCode, 200, 'a refresh')
+
+  // An attacker cannot grow past its floor while too little is shared; an edit that would is refused too.
+  const attacker = attackers[0]!
+  const small = await create(attacker.accessToken, 'small', { name: 'small' })
+  const grown = small.statusCode === 201
+    ? await api.call('updateItem', { token: attacker.accessToken, params: { itemId: small.json().id }, body: HEAVY })
+    : small
+  t.equal(grown.statusCode, 507, 'an attacker past its floor is refused')
+  t.equal(grown.json().code, 'STORE_FULL')
+
+  // The first attacker deletes its heavy items: room is shared again.
+  for (const itemId of attacker.made) t.equal((await api.call('deleteItem', { token: attacker.accessToken, params: { itemId } })).statusCode, 204)
+  const newcomer = await api.call('registerUser', { body: newUser() })
+  t.equal(newcomer.statusCode, 201, 'a newcomer registers once a floor can be guaranteed again')
+  t.equal((await create(newcomer.json().accessToken, 'newcomer-1')).statusCode, 201, 'and creates')
+})
