@@ -6,7 +6,7 @@ import { type Environment, environmentSchema, invalidValue, type VariableName, t
 import { isPlainObject } from './plain-object.js'
 import { ConfigError, delays, origins, proxies, redisUrl, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
 import { heapUsedLimit } from './runtime/heap.js'
-import type { CapacityBounds } from './store/capacity.js'
+import type { RedisCapacityBounds } from './store/redis/capacity.js'
 import type { Subscription } from './webhooks/subscriptions.js'
 import type { DeliverySettings } from './webhooks/worker.js'
 
@@ -27,8 +27,8 @@ export interface StoreConfig {
   maxItemsPerUser: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys: { ttlMs: number, perUser: number }
-  /** The memory store's room for accounts (src/store/capacity.ts); Redis is bounded by its own maxmemory. */
-  capacity: CapacityBounds
+  /** The room for accounts (src/store/capacity.ts); on Redis without a budget, one derived from its maxmemory. */
+  capacity: RedisCapacityBounds
 }
 
 export interface WebhooksConfig extends DeliverySettings {
@@ -236,7 +236,9 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
       idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },
       capacity: {
-        budgetBytes: env.STORE_CAPACITY_MIB === undefined ? Math.round(heapUsedLimit(maxHeapUsedBytes) * 2 / 3) : env.STORE_CAPACITY_MIB * MIB,
+        budgetBytes: env.STORE_CAPACITY_MIB !== undefined
+          ? env.STORE_CAPACITY_MIB * MIB
+          : env.STORE === 'memory' ? Math.round(heapUsedLimit(maxHeapUsedBytes) * 2 / 3) : undefined,
         floorBytes: env.ACCOUNT_FLOOR_KIB * 1024,
         ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB
       }

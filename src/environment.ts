@@ -159,20 +159,20 @@ export const variables = {
   STORE_CAPACITY_MIB: {
     type: 'integer',
     minimum: 1,
-    defaultShown: 'two thirds of the heap in use that sheds writes (`MAX_HEAP_USED_MIB`)',
-    description: 'The memory store: heap it keeps for accounts (their users, items and idempotency keys, counted as V8 holds them): every account\'s floor (`ACCOUNT_FLOOR_KIB`), reserved when it registers, and the part they share past their floors. A registration no floor can be reserved for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). Redis is bounded by its own `maxmemory`.'
+    defaultShown: 'memory: two thirds of the heap in use that sheds writes (`MAX_HEAP_USED_MIB`); Redis: two thirds of its `maxmemory`',
+    description: 'What the store keeps for accounts (their users, items and idempotency keys, counted as the store holds them): every account\'s floor (`ACCOUNT_FLOOR_KIB`), reserved when it registers, and the part they share past their floors. A registration no floor can be reserved for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). On Redis every instance reads the last start\'s; with neither this nor a `maxmemory`, nothing is guaranteed (a warning at start).'
   },
   ACCOUNT_FLOOR_KIB: {
     type: 'integer',
     minimum: 4,
     default: 96,
-    description: 'Room every account is guaranteed in the memory store: within it, no other account\'s use refuses its writes (about 80 ordinary items with their keys).'
+    description: 'Room every account is guaranteed: within it, no other account\'s use refuses its writes (about 70 ordinary items with their keys in memory, 35 on Redis).'
   },
   ACCOUNT_CEILING_MIB: {
     type: 'integer',
     minimum: 1,
     default: 8,
-    description: 'Room one account may take in the memory store at most; a write past it is 507 `STORE_FULL`.'
+    description: 'Room one account may take at most; a write past it is 507 `STORE_FULL`.'
   },
   WEBHOOKS: {
     type: 'string',

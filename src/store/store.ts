@@ -313,11 +313,8 @@ export interface Store {
    * store that instances share, the store's (Redis's, as this instance reckons it), the one clock they all read.
    */
   now (): number
-  /**
-   * The bytes accounts make the store keep, and the room set aside for them (src/store/capacity.ts); undefined
-   * where the store does not count them (Redis, bounded by its own maxmemory).
-   */
-  capacity (): Promise<CapacityReading | undefined>
+  /** The bytes accounts make the store keep, and the room set aside for them (src/store/capacity.ts). */
+  capacity (): Promise<CapacityReading>
   /** False while the store cannot serve requests (its server unreachable). */
   available (): boolean
   /** Releases what the store holds (connections); it serves nothing afterwards. */

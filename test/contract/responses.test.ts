@@ -53,7 +53,7 @@ function failingStore (error: Error): Store {
     items: broken as Store['items'],
     idempotencyKeys: broken as Store['idempotencyKeys'],
     outbox: createMemoryStore().outbox,
-    capacity: async () => undefined,
+    capacity: async () => { throw error },
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
       peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },

@@ -69,7 +69,10 @@ export function redisKeyPrefix (t: Test): string {
   return prefix
 }
 
-/** A Redis server of the test's own, on a free port, keeping nothing on disk; `stop` and `start` it at will. */
+/**
+ * A Redis server of the test's own, on a free port, keeping nothing on disk, with `settings` of its own (as
+ * redis-server's arguments); `stop` and `start` it at will.
+ */
 export interface OwnRedis {
   url: string
   start: () => Promise<void>
@@ -78,13 +81,13 @@ export interface OwnRedis {
   stop: () => Promise<void>
 }
 
-export async function ownRedis (t: Test): Promise<OwnRedis> {
+export async function ownRedis (t: Test, settings: readonly string[] = []): Promise<OwnRedis> {
   const port = await freePort()
   let server: ChildProcess | undefined
   const own: OwnRedis = {
     url: `redis://127.0.0.1:${port}`,
     start: async () => {
-      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] })
+      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
       server = child
       let output = ''
       await new Promise<void>((resolve, reject) => {

@@ -27,7 +27,8 @@ async function openStore (app: FastifyInstance, config: StoreConfig, timeCommand
   if (config.kind === 'memory') {
     return createMemoryStore({
       maxItemsPerContributor: config.maxItemsPerUser,
-      capacity: config.capacity,
+      // The configuration always derives a budget for the memory store (from the heap); only Redis may lack one.
+      capacity: { ...config.capacity, budgetBytes: config.capacity.budgetBytes! },
       idempotencyKeys: config.idempotencyKeys
     })
   }
@@ -36,6 +37,7 @@ async function openStore (app: FastifyInstance, config: StoreConfig, timeCommand
     keyPrefix: config.redisKeyPrefix,
     maxItemsPerContributor: config.maxItemsPerUser,
     idempotencyKeys: config.idempotencyKeys,
+    capacity: config.capacity,
     logger: app.log.child({ store: 'redis' }),
     ...(timeCommands ? { observeCommand: commandTimer(app) } : {})
   })
@@ -52,7 +54,7 @@ function commandTimer (app: FastifyInstance): (command: string, seconds: number)
   return (command, seconds) => { duration.observe({ command }, seconds) }
 }
 
-async function storeMetrics (app: FastifyInstance, store: Store): Promise<void> {
+function storeMetrics (app: FastifyInstance, store: Store): void {
   // eslint-disable-next-line no-new -- registered in the registry, which reads it
   new Gauge({
     name: 'items_service_store_up',
@@ -71,16 +73,16 @@ async function storeMetrics (app: FastifyInstance, store: Store): Promise<void> 
       if (count !== undefined) this.set(count)
     }
   })
-  if (await store.capacity() === undefined) return
   // eslint-disable-next-line no-new -- registered in the registry, which reads it
   new Gauge<'part'>({
     name: 'items_service_store_capacity_bytes',
-    help: 'The memory store\'s room for accounts, in bytes as the heap holds them, by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors).',
+    help: 'The store\'s room for accounts, in bytes as it holds them (on Redis, a conservative estimate), by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors).',
     labelNames: ['part'],
     registers: [app.metrics],
     async collect () {
-      // Read once it was there at start: a store that has it always has it.
-      const reading = (await store.capacity())!
+      // While the store is unreachable, the last figures stay.
+      const reading = await store.capacity().catch(() => undefined)
+      if (reading === undefined) return
       this.set({ part: 'budget' }, reading.budgetBytes)
       this.set({ part: 'held' }, reading.heldBytes)
       this.set({ part: 'floors' }, reading.floorsBytes)
@@ -96,7 +98,7 @@ async function storeMetrics (app: FastifyInstance, store: Store): Promise<void> 
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
   const store = options.store ?? await openStore(app, options.config, options.timeCommands)
   app.decorate('store', store)
-  await storeMetrics(app, store)
+  storeMetrics(app, store)
   app.addHook('onClose', async () => { await store.close() })
 }
 

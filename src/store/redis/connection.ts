@@ -2,6 +2,8 @@ import { Redis } from 'ioredis'
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
+import { UNBOUNDED } from '../capacity.js'
+import { readCapacity, type RedisCapacityBounds, setCapacity } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
 import { indexItems, itemScripts, RedisItemStore } from './items.js'
@@ -35,6 +37,8 @@ export interface RedisStoreOptions {
   maxPendingDeliveries?: number
   /** What each instance keeps in its own memory: users, sessions, characters of item JSON (see the defaults below). */
   cache?: { users: number, sessions: number, itemCharacters: number }
+  /** The deployment's room for accounts (src/store/capacity.ts); unbounded but by Redis itself when left out. */
+  capacity?: RedisCapacityBounds
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
   observeCommand?: (command: string, seconds: number) => void
   /** How long a write whose reply was lost waits for Redis to tell what it did (default OUTCOME_WITHIN_MS). */
@@ -138,6 +142,9 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
   const keys = redisKeys(options.keyPrefix)
   await indexItems(redis, keys)
+  if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
+    options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
+  }
   const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const invalidations = await trackSessions(redis, keys.session, sessions)
@@ -155,8 +162,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
-    // Bounded by Redis's own maxmemory: accounts' bytes are not counted yet.
-    capacity: async () => undefined,
+    capacity: async () => await readCapacity(redis, keys),
     // The connection is 'ready' until QUIT's reply has closed it.
     available: () => !closed && redis.status === 'ready',
     now: () => clock.now(),

@@ -2,34 +2,54 @@ import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
+import { CAPACITY, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const idempotencyKeyScripts = {
-  // KEYS: the key (idempotencyKey). ARGV: the claim as JSON, its lease (ms). What holds the key already, or nil
-  // when the claim now does.
+  // KEYS: the key (idempotencyKey), the user's keys (idempotencyKeys), the capacity keys (CAPACITY). ARGV: the
+  // claim as JSON, its lease (ms), the user id. What holds the key already; nil when the claim now does; or
+  // 'account' or 'store' when the user's room cannot take it, even once their own recorded keys are gone (the
+  // oldest go first, as past their count).
   claimIdempotencyKey: {
-    numberOfKeys: 1,
-    lua: writeScript('', `
+    numberOfKeys: 7,
+    lua: writeScript(CAPACITY, `
+capacityAt(3)
+releaseExpired(now)
 local held = redis.call('GET', KEYS[1])
 if held then return held end
+local bytes, expiresAt = keyBytes(KEYS[1], ARGV[1]), now + tonumber(ARGV[2])
+local refused = chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt)
+while refused do
+  local oldest = redis.call('ZPOPMIN', KEYS[2])
+  if #oldest == 0 then return refused end
+  redis.call('DEL', oldest[1])
+  releaseCharge(oldest[1])
+  refused = chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt)
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false`)
   },
-  // KEYS: the key. ARGV: the claim as JSON. Frees the key if the claim still holds it.
+  // KEYS: the key, the capacity keys. ARGV: the claim as JSON. Frees the key, and its charge, if the claim still
+  // holds it.
   releaseIdempotencyKey: {
-    numberOfKeys: 1,
-    lua: `
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+    numberOfKeys: 6,
+    lua: `${CAPACITY}
+capacityAt(2)
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  releaseCharge(KEYS[1])
+end
 return 1`
   }
 } as const satisfies Record<string, Script>
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (key: string, deadline: number, outcomeKey: string, claim: string, leaseMs: number): Result<string | null, Context>
-    releaseIdempotencyKey (key: string, claim: string): Result<1, Context>
+    claimIdempotencyKey (key: string, userKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, claim: string, leaseMs: number,
+      userId: string]): Result<string | null, Context>
+    releaseIdempotencyKey (key: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
 }
 
@@ -37,14 +57,19 @@ declare module 'ioredis' {
  * Opens a script that records a create under an idempotency key, its claim given as KEYS[key] (the key) and
  * KEYS[key + 1] (the user's keys), ARGV[argument] (the claim as JSON), ARGV[argument + 1] (the record),
  * ARGV[argument + 2] (its time to live, ms) and ARGV[argument + 3] (keys per user); an empty KEYS[key] means no
- * claim. `holdsClaim` says whether the claim still holds its key (or none does); `recordClaim` replaces it with the
- * record, listed in the user's keys, of which the oldest beyond the bound go. Uses writeScript's `now`.
+ * claim. `holdsClaim` says whether the claim still holds its key (or none does); `chargeRecord` charges the record
+ * to `account` in place of its claim (false, or CAPACITY's refusal); `recordClaim` then replaces the claim with the
+ * record, listed in the user's keys, of which the oldest beyond the bound go. Uses writeScript's `now` and CAPACITY.
  */
 export const RECORD_CLAIM = `
 local function holdsClaim (key, argument)
   if KEYS[key] == '' then return true end
   local held = redis.call('GET', KEYS[key])
   return not held or held == ARGV[argument]
+end
+local function chargeRecord (key, argument, account)
+  if KEYS[key] == '' then return false end
+  return chargeUntil(KEYS[key], account, keyBytes(KEYS[key], ARGV[argument + 1]), now + tonumber(ARGV[argument + 2]))
 end
 local function recordClaim (key, argument)
   if KEYS[key] == '' then return end
@@ -55,7 +80,10 @@ local function recordClaim (key, argument)
   local over = redis.call('ZCARD', keys) - tonumber(ARGV[argument + 3])
   if over > 0 then
     local oldest = redis.call('ZPOPMIN', keys, over)
-    for index = 1, #oldest, 2 do redis.call('DEL', oldest[index]) end
+    for index = 1, #oldest, 2 do
+      redis.call('DEL', oldest[index])
+      releaseCharge(oldest[index])
+    end
   end
   redis.call('PEXPIRE', keys, ttl)
 end
@@ -99,15 +127,16 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   }
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
-    const json = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim), deadline, outcomeKey, claimJson(claim), leaseMs))
+    const json = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim),
+      `${this.#keys.idempotencyKeys}${claim.userId}`, ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
     if (json === null) return { status: 'claimed' }
+    if (json === 'account' || json === 'store') throw refusal(json)
     const held = JSON.parse(json) as Held
     if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
     return 'item' in held ? { status: 'recorded', item: storedItem(held.item) } : { status: 'running' }
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {
-    await call(this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), claimJson(claim)))
+    await call(this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), ...capacityKeys(this.#keys), claimJson(claim)))
   }
 }

@@ -2,6 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { storedItem, TEXT } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
+import { CAPACITY, type CapacityKeys, capacityKeys, type Refusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
@@ -10,15 +11,26 @@ import { type RedisWrites, writeScript } from './writes.js'
 
 export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
-  // both (itemListKeys), and the claim's keys (RECORD_CLAIM). ARGV: id, contributor id, item as JSON, items one
-  // contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2
-  // when the claim lost its key, 3 when another item has the id.
+  // both (itemListKeys), the claim's keys (RECORD_CLAIM), and the capacity keys (CAPACITY). ARGV: id, contributor
+  // id, item as JSON, items one contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when
+  // added, 0 over the quota, 2 when the claim lost its key, 3 when another item has the id, 'account' or 'store'
+  // when the contributor's room cannot take the item and its record.
   addItem: {
-    numberOfKeys: 10,
-    lua: writeScript(APPEND_EVENT + RECORD_CLAIM, `
+    numberOfKeys: 15,
+    lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
+capacityAt(11)
+releaseExpired(now)
 if not holdsClaim(9, 5) then return 2 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
+local bytes = itemBytes(ARGV[3])
+local refused = charge(ARGV[2], bytes)
+if refused then return refused end
+refused = chargeRecord(9, 5, ARGV[2])
+if refused then
+  charge(ARGV[2], -bytes)
+  return refused
+end
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 local sequence = redis.call('INCR', KEYS[3])
 for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
@@ -38,15 +50,19 @@ if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
   // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
-  // item to store (the same when its status stays). ARGV: id, the item as it was read, the item to store, and the
-  // event (APPEND_EVENT). 1 when stored, 0 when the item is gone, or the item as it is now when it changed since it
-  // was read.
+  // item to store (the same when its status stays), and the capacity keys (CAPACITY). ARGV: id, the item as it was
+  // read, the item to store, its contributor's id, and the event (APPEND_EVENT). 1 when stored, 0 when the item is
+  // gone, the item as it is now when it changed since it was read, or 'account' or 'store' when the contributor's
+  // room cannot take what the item grows by.
   replaceItem: {
-    numberOfKeys: 7,
-    lua: writeScript(APPEND_EVENT, `
+    numberOfKeys: 12,
+    lua: writeScript(APPEND_EVENT + CAPACITY, `
+capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
+local refused = charge(ARGV[4], itemBytes(ARGV[3]) - itemBytes(current))
+if refused then return refused end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if KEYS[4] ~= KEYS[6] then
   local sequence = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -55,23 +71,27 @@ if KEYS[4] ~= KEYS[6] then
   redis.call('ZADD', KEYS[6], sequence, ARGV[1])
   redis.call('ZADD', KEYS[7], sequence, ARGV[1])
 end
-appendEvent(KEYS[2], 4)
+appendEvent(KEYS[2], 5)
 return 1`)
   },
-  // KEYS: items, order, owned per contributor, outbox, and the item's sets by status, by contributor and by both.
-  // ARGV: id, the item as it was read, and the event (APPEND_EVENT). As replaceItem.
+  // KEYS: items, order, owned per contributor, outbox, the item's sets by status, by contributor and by both, and
+  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, its contributor's id (read by the service: no
+  // script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the item is gone, or the
+  // item as it is now when it changed since it was read.
   removeItem: {
-    numberOfKeys: 7,
-    lua: writeScript(APPEND_EVENT, `
+    numberOfKeys: 12,
+    lua: writeScript(APPEND_EVENT + CAPACITY, `
+capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
-local contributorId = cjson.decode(current).contributorId
+local contributorId = ARGV[3]
+charge(contributorId, -itemBytes(current))
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
-appendEvent(KEYS[4], 3)
+appendEvent(KEYS[4], 4)
 return 1`)
   },
   // Puts the items a scan of the items hash finds into their sets by status and contributor: for a catalogue
@@ -102,13 +122,15 @@ return scanned[1]`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, deadline: number, outcomeKey: string, id: string, contributorId: string, item: string,
-      maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments): Result<0 | 1 | 2 | 3, Context>
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
+        contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments]
+    ): Result<0 | 1 | 2 | 3 | Refusal, Context>
     pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, deadline: number, outcomeKey: string, id: string, expected: string, next: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+      nextByContributorStatus: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
+        contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      deadline: number, outcomeKey: string, id: string, expected: string, ...event: EventArguments): Result<0 | 1 | string, Context>
+      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
     indexItems (items: string, order: string, indexed: string, cursor: string, count: number, byStatus: string, byContributor: string,
       byContributorStatus: string): Result<string, Context>
   }
@@ -217,8 +239,9 @@ export class RedisItemStore implements ItemStore {
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
-      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, deadline, outcomeKey, item.id, item.contributorId, json,
-      this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
+      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, ...capacityKeys(keys), deadline, outcomeKey, item.id, item.contributorId,
+      json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
+    if (added === 'account' || added === 'store') throw refusal(added)
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
     if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
@@ -261,7 +284,9 @@ export class RedisItemStore implements ItemStore {
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
-        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, deadline, outcomeKey, id, json, next, ...eventArguments(event)))
+        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, ...capacityKeys(keys), deadline, outcomeKey, id, json, next, current.contributorId,
+        ...eventArguments(event)))
+      if (outcome === 'account' || outcome === 'store') throw refusal(outcome)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored
@@ -274,7 +299,7 @@ export class RedisItemStore implements ItemStore {
       confirm(current)
       const event = announce?.(current)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned,
-        keys.outbox, ...itemListKeys(keys, current), deadline, outcomeKey, id, json, ...eventArguments(event)))
+        keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, id, json, current.contributorId, ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

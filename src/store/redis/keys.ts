@@ -51,6 +51,19 @@ export interface RedisKeys {
    * for an instance that lost the reply to ask for it (RedisWrites).
    */
   readonly writeOutcome: string
+  /**
+   * Hash: the deployment's room for accounts (src/store/capacity.ts): budget, floor, ceiling (set by each start),
+   * and what is used: held, floors, shared (bytes), accounts (admitted).
+   */
+  readonly capacity: string
+  /** Hash: account (user id) → bytes charged to it. */
+  readonly accountBytes: string
+  /** Hash: account (user id) → the floor reserved for it when it registered. */
+  readonly accountFloors: string
+  /** Hash: idempotencyKey name → "<user id> <bytes>", what the key is charged to its user while it lasts. */
+  readonly capacityCharges: string
+  /** Sorted set: the idempotencyKey names of capacityCharges, scored by when Redis expires each (ms). */
+  readonly capacityExpiries: string
 }
 
 export const redisKeys = (prefix: string): RedisKeys => ({
@@ -72,7 +85,12 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   rateLimit: `${prefix}rate-limit:`,
   idempotencyKey: `${prefix}idempotency-key:`,
   idempotencyKeys: `${prefix}idempotency-keys:`,
-  writeOutcome: `${prefix}write-outcome:`
+  writeOutcome: `${prefix}write-outcome:`,
+  capacity: `${prefix}capacity`,
+  accountBytes: `${prefix}account-bytes`,
+  accountFloors: `${prefix}account-floors`,
+  capacityCharges: `${prefix}capacity-charges`,
+  capacityExpiries: `${prefix}capacity-expiries`
 })
 
 /** The sorted set a filter's pages are cut from: itemOrder itself when it keeps every item. */

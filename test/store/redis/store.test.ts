@@ -4,6 +4,7 @@ import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:t
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
+import { capacityKeys, type RedisCapacityBounds, type Refusal } from '../../../src/store/redis/capacity.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/serialized.js'
@@ -72,12 +73,13 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
     deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
-    keys.outbox, ...lists, '', '', deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+  const capacity = capacityKeys(keys)
+  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
+    keys.outbox, ...lists, '', '', ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
-  await t.rejects(redis.addUser(keys.users, keys.userEmails, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
+  await t.rejects(redis.addUser(keys.users, keys.userEmails, ...capacity, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
   await t.rejects(openSession(past), late)
-  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, past, outcome('claim'), '{}', 60_000), late)
+  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), '{}', 60_000, 'u1'), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
@@ -87,8 +89,9 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
   t.equal(await addItem(future), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], past, outcome('replace'), 'i1', item, '{}'), late)
-  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, past, outcome('remove'), 'i1', item), late)
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], ...capacity, past, outcome('replace'), 'i1', item,
+    '{}', 'u1'), late)
+  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1'), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
   t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
     ['[1]', JSON.stringify([['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
@@ -294,5 +297,34 @@ t.test('an item stored in another spelling of its JSON is sent as the contract\'
     t.same(read, item, 'read as stored')
     t.equal(read?.[TEXT], serialized, 'its text the serializer\'s, in the contract\'s order, without spaces')
     t.equal(await store.items.get(item.id) === read, kept, `${itemCharacters} characters ${kept ? 'hold' : 'do not hold'} both texts`)
+  }
+})
+
+t.test('the room for accounts: every instance reads the bounds the last start set; the budget comes from the configuration, else from maxmemory, else nothing is guaranteed, said once', { skip }, async (t) => {
+  const bounds = { floorBytes: 64 * 1024, ceilingBytes: 1024 * 1024 }
+  const started = async (url: string, capacity: RedisCapacityBounds = bounds): Promise<{ store: Store, warnings: string[] }> => {
+    const warnings: string[] = []
+    const logger = { warn: (_details: object, message: string) => { warnings.push(message) }, info: () => {} }
+    const store = await connectRedisStore({ url, keyPrefix: 'capacity:', logger, maxItemsPerContributor: 10, capacity })
+    t.teardown(async () => { await store.close() })
+    return { store, warnings }
+  }
+  const limited = await ownRedis(t, ['--maxmemory', '96mb'])
+  const fromMaxmemory = await started(limited.url)
+  t.match(await fromMaxmemory.store.capacity(), { budgetBytes: Math.floor(96 * 1024 * 1024 * 2 / 3), floorsBytes: 0, heldBytes: 0, accounts: 0 }, 'two thirds of maxmemory')
+  t.same(fromMaxmemory.warnings, [])
+  const configured = await started(limited.url, { ...bounds, budgetBytes: 8 * 1024 * 1024 })
+  t.equal((await fromMaxmemory.store.capacity()).budgetBytes, 8 * 1024 * 1024, 'the last start\'s budget, for every instance')
+  await configured.store.users.add({ id: randomUUID(), email: 'a@b.co', emailKey: 'a@b.co', passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
+  t.match(await fromMaxmemory.store.capacity(), { floorsBytes: 64 * 1024, accounts: 1 }, 'an account admitted on one instance is seen on another')
+  for (const [limit, capacity] of [['account', { floorBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['store', { floorBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
+    const { store } = await started(limited.url, capacity)
+    const claim = { userId: randomUUID(), key: 'k', fingerprint: 'f', token: randomUUID() }
+    await t.rejects(store.idempotencyKeys.claim(claim, 60_000), { name: 'StoreFullError', limit }, `a key past the ${limit}'s room`)
+  }
+  for (const settings of [[], ['--rename-command', 'CONFIG', '']]) {
+    const unlimited = await started((await ownRedis(t, settings)).url)
+    t.equal((await unlimited.store.capacity()).budgetBytes, Infinity, `${settings.join(' ') || 'no maxmemory'}: unbounded`)
+    t.same(unlimited.warnings, ['Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound'])
   }
 })

@@ -1,18 +1,19 @@
-// The class of issue 53 on the memory store, scaled down: accounts that fill the store within every limit they are
+// The class of issue 53, scaled down, on each store: accounts that fill the store within every limit they are
 // given, in every way a request can make it keep bytes, cannot refuse a light account's writes.
-import t from 'tap'
-import { newUser } from '../../support/api.js'
-import { build } from '../../support/app.js'
+import t, { type Test } from 'tap'
+import { newUser } from '../support/api.js'
+import { build } from '../support/app.js'
+import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 // Room for 32 floors of 64 KiB; an account may grow to 1 MiB, so a couple of heavy accounts use up what is shared.
-const SCALED = { STORE: 'memory', STORE_CAPACITY_MIB: '2', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_CEILING_MIB: '1' }
+const SCALED = { STORE_CAPACITY_MIB: '2', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_CEILING_MIB: '1' }
 // A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
 const HEAVY = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
 const MAX_ATTACKERS = 40
 const MAX_CREATES_PER_ATTACKER = 40
 
-t.test('accounts that fill the memory store with heavy items and keys that outlive them refuse no light account a write; a newcomer is refused only while no floor can be guaranteed', async (t) => {
-  const api = await build(t, SCALED)
+async function attack (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const api = await build(t, { ...SCALED, ...store })
   const incumbent = await api.register()
   const create = async (token: string, key: string, body: { name: string, description?: string } = { name: 'light' }) =>
     await api.call('createItem', { token, body, headers: { 'idempotency-key': key } })
@@ -69,4 +70,10 @@ t.test('accounts that fill the memory store with heavy items and keys that outli
   const newcomer = await api.call('registerUser', { body: newUser() })
   t.equal(newcomer.statusCode, 201, 'a newcomer registers once a floor can be guaranteed again')
   t.equal((await create(newcomer.json().accessToken, 'newcomer-1')).statusCode, 201, 'and creates')
-})
+}
+
+const WHAT = 'accounts that fill the store with heavy items and keys that outlive them refuse no light account a write; a newcomer is refused only while no floor can be guaranteed'
+
+t.test(`memory: ${WHAT}`, async (t) => { await attack(t, { STORE: 'memory' }) })
+
+t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await attack(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
