@@ -59,8 +59,14 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
   t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
-    { kind: 'redis', redisUrl: 'rediss://user:pw@redis.internal:6380/2', redisKeyPrefix: 'catalogue:', maxItemsPerUser: 1000, ...storeDefaults,
-      capacity: { ...capacity, budgetBytes: undefined } }, 'on Redis, the budget is left to its maxmemory')
+    {
+      kind: 'redis',
+      redisUrl: 'rediss://user:pw@redis.internal:6380/2',
+      redisKeyPrefix: 'catalogue:',
+      maxItemsPerUser: 1000,
+      ...storeDefaults,
+      capacity: { ...capacity, budgetBytes: undefined }
+    }, 'on Redis, the budget is left to its maxmemory')
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
   t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '32', ACCOUNT_CEILING_MIB: '2' }).store.capacity,
     { budgetBytes: 64 * 1024 * 1024, floorBytes: 32 * 1024, ceilingBytes: 2 * 1024 * 1024 })

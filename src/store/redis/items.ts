@@ -94,28 +94,23 @@ if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL'
 appendEvent(KEYS[4], 4)
 return 1`)
   },
-  // Puts the items a scan of the items hash finds into their sets by status and contributor: for a catalogue
-  // stored before those sets were kept (1.0.0), once. KEYS: items, order, the indexed flag. ARGV: the scan's cursor,
-  // how many items to scan, and the families of the sets by status, by contributor and by both (keys.ts), which
-  // the script completes with each item's status and contributor as itemListKey does. The cursor to go on from;
-  // at "0" every item is in its sets, and the flag says so.
+  // Puts items into their sets by status and contributor, for a catalogue stored before those sets were kept
+  // (1.0.0). KEYS: order. ARGV: the families of the sets by status, by contributor and by both (keys.ts), which the
+  // script completes as itemListKey does, then each item's id, status and contributor id, as the service read them
+  // (no script parses what a user wrote). 1.
   indexItems: {
-    numberOfKeys: 3,
+    numberOfKeys: 1,
     lua: `
-local scanned = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
-local fields = scanned[2]
-for index = 1, #fields, 2 do
-  local id = fields[index]
-  local item = cjson.decode(fields[index + 1])
-  local sequence = redis.call('ZSCORE', KEYS[2], id)
+for index = 4, #ARGV, 3 do
+  local id, status, contributorId = ARGV[index], ARGV[index + 1], ARGV[index + 2]
+  local sequence = redis.call('ZSCORE', KEYS[1], id)
   if sequence then
-    redis.call('ZADD', ARGV[3] .. item.status, sequence, id)
-    redis.call('ZADD', ARGV[4] .. item.contributorId, sequence, id)
-    redis.call('ZADD', ARGV[5] .. item.contributorId .. ':' .. item.status, sequence, id)
+    redis.call('ZADD', ARGV[1] .. status, sequence, id)
+    redis.call('ZADD', ARGV[2] .. contributorId, sequence, id)
+    redis.call('ZADD', ARGV[3] .. contributorId .. ':' .. status, sequence, id)
   end
 end
-if scanned[1] == '0' then redis.call('SET', KEYS[3], '1') end
-return scanned[1]`
+return 1`
   }
 } as const satisfies Record<string, Script>
 
@@ -131,8 +126,7 @@ declare module 'ioredis' {
         contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
       ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
-    indexItems (items: string, order: string, indexed: string, cursor: string, count: number, byStatus: string, byContributor: string,
-      byContributorStatus: string): Result<string, Context>
+    indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
 
@@ -182,20 +176,28 @@ class ParsedItems {
   }
 }
 
-// Items each indexItems call scans: a catalogue of a million items is indexed in a thousand short scripts.
+// Items each scan reads, and each indexItems call indexes: a catalogue of a million items in a thousand of each.
 const ITEMS_INDEXED_PER_CALL = 1000
 
 /**
  * Makes sure every item is in its sets by status and contributor, which pages with a filter are cut from: a
  * catalogue stored by 1.0.0, which kept none, is indexed once, at the first start (every write keeps them since).
+ * The service reads the items and parses them; a script adds each batch to its sets.
  */
 export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> {
   if (await call(redis.get(keys.itemsIndexed)) !== null) return
   let cursor = '0'
   do {
-    cursor = await call(redis.indexItems(keys.items, keys.itemOrder, keys.itemsIndexed, cursor, ITEMS_INDEXED_PER_CALL, keys.itemsByStatus,
-      keys.itemsByContributor, keys.itemsByContributorStatus))
+    const [next, fields] = await call(redis.hscan(keys.items, cursor, 'COUNT', ITEMS_INDEXED_PER_CALL))
+    const items: string[] = []
+    for (let index = 0; index < fields.length; index += 2) {
+      const { status, contributorId } = JSON.parse(fields[index + 1]!) as Item
+      items.push(fields[index]!, status, contributorId)
+    }
+    if (items.length > 0) await call(redis.indexItems(keys.itemOrder, keys.itemsByStatus, keys.itemsByContributor, keys.itemsByContributorStatus, ...items))
+    cursor = next
   } while (cursor !== '0')
+  await call(redis.set(keys.itemsIndexed, '1'))
 }
 
 export interface RedisItemStoreOptions {

@@ -105,7 +105,8 @@ t.test('a closed app leaves no timer running: the process that closed it can end
   await api.createItem(owner.accessToken)
   await target.waitFor(1)
   await api.app.close()
-  t.equal(runningTimers(), before, 'no timer of the app outlives its close')
+  // At most as many: a timer running before the app was built (an earlier test's) may have ended since.
+  t.ok(runningTimers() <= before, 'no timer of the app outlives its close')
 })
 
 t.test('a receiver that answers 500 once gets the event on the next attempt, with the same webhook-id', async (t) => {

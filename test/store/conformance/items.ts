@@ -24,6 +24,22 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     t.equal(await items.count(), 4, 'a removed item is no longer counted')
   })
 
+  t.test('items: whatever text the contract accepts is stored, read, edited and removed: lone surrogates, every control character, U+2028 and U+2029', async (t) => {
+    const { items } = await fresh(t)
+    const contributorId = randomUUID()
+    const texts = ['\ud800', 'a\udfffb', '\udc00\ud800', Array.from({ length: 32 }, (_, code) => String.fromCharCode(code)).join(''), '\u2028\u2029\u007f', '"\\/']
+    for (const [index, text] of texts.entries()) {
+      const added = (await items.add(item(contributorId, { name: text, description: text })))!
+      // Named by its place: a U+2028 in a test's name would end its line of TAP.
+      t.same(await items.get(added.id), added, `text ${index}: read as written`)
+      const edited = await items.update(added.id, (current) => ({ ...current, name: `${text}${text}`, status: 'archived' }))
+      t.equal(edited?.name, `${text}${text}`, 'edited')
+      t.same((await items.page(0, 1, { contributorId, status: 'archived' })).items, [edited], 'listed by contributor and status')
+      t.same(await items.remove(added.id, () => {}), edited, 'removed')
+    }
+    t.equal(await items.count(), 0)
+  })
+
   t.test('items: pages of one status, one contributor or both, in creation order, each with its own total; a status change moves an item to its place', async (t) => {
     const { items } = await fresh(t)
     const [ada, grace] = [randomUUID(), randomUUID()]
