@@ -85,8 +85,12 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   await once(server, 'listening')
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('the proxy has no port')
+  // The target's URL but for where it points: its user, password and database are the proxied client's too.
+  const url = new URL(target)
+  url.hostname = '127.0.0.1'
+  url.port = String(address.port)
   return {
-    url: `redis://127.0.0.1:${address.port}`,
+    url: url.href,
     arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
     injected,
     up: () => { down = false },

@@ -14,7 +14,7 @@ import { type Api, newUser } from '../../support/api.js'
 import { build } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
-import { redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
 
 const skip = await redisSkip()
@@ -30,8 +30,8 @@ interface Faulty {
   up: () => Promise<void>
 }
 
-async function faulty (t: Test, env: NodeJS.ProcessEnv = {}): Promise<Faulty> {
-  const proxy = await redisProxy(REDIS_URL)
+async function faulty (t: Test, env: NodeJS.ProcessEnv = {}, url = REDIS_URL): Promise<Faulty> {
+  const proxy = await redisProxy(url)
   t.teardown(proxy.close)
   const keyPrefix = redisKeyPrefix(t)
   const logger = { warn: () => {}, info: () => {} }
@@ -40,7 +40,7 @@ async function faulty (t: Test, env: NodeJS.ProcessEnv = {}): Promise<Faulty> {
   // consumes: its length counts the events made.
   const ignore = (): void => {}
   const api = await build(t, env, { store, subscribers: { 'items.item.added': [ignore], 'items.item.edited': [ignore], 'items.item.removed': [ignore] } })
-  const raw = new Redis(REDIS_URL)
+  const raw = new Redis(url)
   t.teardown(() => { raw.disconnect() })
   const up = async (): Promise<void> => {
     proxy.up()
@@ -178,38 +178,54 @@ const cases: Readonly<Record<string, WriteCase>> = {
   }
 }
 
-for (const [name, write] of Object.entries(cases)) {
-  t.test(name, { skip }, async (t) => {
-    for (const fault of REDIS_FAULTS) {
-      t.test(`${fault}: ${OUTCOMES[fault]}`, async (t) => {
-        const f = await faulty(t)
-        const send = await write.prepare(f)
-        const eventsBefore = await f.raw.xlen(f.keys.outbox)
-        f.arm(write.script, fault)
-        const response = await send()
-        const outcome = OUTCOMES[fault]
-        t.equal(response.statusCode, STATUS_OF[outcome] ?? write.status, `answered ${response.body}`)
-        if (outcome === 'unknown') {
-          t.equal(response.json().code, 'OUTCOME_UNKNOWN')
-          await f.up()
-        }
-        if (outcome === 'not made') t.equal(response.headers['retry-after'], '2', 'and when to try again')
-        t.equal(await write.count(f), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'nothing was made' : 'made once')
-        const itemWrite = name.startsWith('createItem') || name === 'updateItem' || name === 'deleteItem'
-        // A claim whose outcome is unknown made the key's claim, and so no item.
-        const itemMade = outcome === 'made' || (outcome === 'unknown' && write.script !== scripts.claimIdempotencyKey)
-        if (itemWrite) t.equal(await f.raw.xlen(f.keys.outbox) - eventsBefore, itemMade ? 1 : 0, 'an event with each item write made, and none without')
-        // The client's next step: a retry of what was not made makes it once; of what was (or may have been), the
-        // documented answer, and nothing made twice.
-        const retry = await send()
-        const retriedStatus = outcome === 'not made' ? write.status : outcome === 'unknown' ? write.retriedAfterUnknown ?? write.retried : write.retried
-        t.equal(retry.statusCode, retriedStatus, `the retry: ${retry.body}`)
-        if (name !== 'loginUser') t.equal(await write.count(f), 1, 'made once in all')
-        if (name === 'createItem' && outcome !== 'not made') t.equal(retry.headers['idempotent-replayed'], 'true', 'the retry is answered from the record')
-      })
-    }
-  })
+/** Each of the cases `names`, through each fault, on the Redis at `url`. */
+async function faultMatrix (t: Test, names: readonly string[], url?: string): Promise<void> {
+  for (const name of names) {
+    const write = cases[name]!
+    await t.test(name, async (t) => {
+      for (const fault of REDIS_FAULTS) await t.test(`${fault}: ${OUTCOMES[fault]}`, async (t) => { await faultCase(t, name, write, fault, url) })
+    })
+  }
 }
+
+async function faultCase (t: Test, name: string, write: WriteCase, fault: RedisFault, url?: string): Promise<void> {
+  const f = await faulty(t, {}, url)
+  const send = await write.prepare(f)
+  const eventsBefore = await f.raw.xlen(f.keys.outbox)
+  f.arm(write.script, fault)
+  const response = await send()
+  const outcome = OUTCOMES[fault]
+  t.equal(response.statusCode, STATUS_OF[outcome] ?? write.status, `answered ${response.body}`)
+  if (outcome === 'unknown') {
+    t.equal(response.json().code, 'OUTCOME_UNKNOWN')
+    await f.up()
+  }
+  if (outcome === 'not made') t.equal(response.headers['retry-after'], '2', 'and when to try again')
+  t.equal(await write.count(f), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'nothing was made' : 'made once')
+  const itemWrite = name.startsWith('createItem') || name === 'updateItem' || name === 'deleteItem'
+  // A claim whose outcome is unknown made the key's claim, and so no item.
+  const itemMade = outcome === 'made' || (outcome === 'unknown' && write.script !== scripts.claimIdempotencyKey)
+  if (itemWrite) t.equal(await f.raw.xlen(f.keys.outbox) - eventsBefore, itemMade ? 1 : 0, 'an event with each item write made, and none without')
+  // The client's next step: a retry of what was not made makes it once; of what was (or may have been), the
+  // documented answer, and nothing made twice.
+  const retry = await send()
+  const retriedStatus = outcome === 'not made' ? write.status : outcome === 'unknown' ? write.retriedAfterUnknown ?? write.retried : write.retried
+  t.equal(retry.statusCode, retriedStatus, `the retry: ${retry.body}`)
+  if (name !== 'loginUser') t.equal(await write.count(f), 1, 'made once in all')
+  if (name === 'createItem' && outcome !== 'not made') t.equal(retry.headers['idempotent-replayed'], 'true', 'the retry is answered from the record')
+}
+
+t.test('every write, through every fault', { skip }, async (t) => { await faultMatrix(t, Object.keys(cases)) })
+
+t.test('on a Redis that asks for a password, in a database other than 0: the same answers, and every key in that database', { skip }, async (t) => {
+  const password = 'a-test-password'
+  const own = await ownRedis(t, ['--requirepass', password])
+  await faultMatrix(t, ['registerUser', 'createItem', 'deleteItem'], `${own.url.replace('//', `//:${password}@`)}/8`)
+  const raw = new Redis(own.url, { password })
+  t.teardown(() => { raw.disconnect() })
+  t.equal(await raw.dbsize(), 0, 'nothing in database 0')
+  t.ok(await raw.select(8).then(async () => await raw.dbsize()) > 0, 'the writes are in database 8')
+})
 
 t.test('a write while Redis is known to be out of reach is 503 at once: nothing was sent', { skip }, async (t) => {
   const f = await faulty(t)
