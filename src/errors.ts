@@ -1,4 +1,5 @@
 import type { components } from '../generated/openapi.js'
+import type { RateLimitName } from '../generated/routes.js'
 import type { schemas } from '../generated/schemas.js'
 
 /**
@@ -68,8 +69,18 @@ export const serviceUnavailable = (message: string, retryAfterSeconds?: number):
 export const outcomeUnknown = (): ApiError =>
   new ApiError(504, 'OUTCOME_UNKNOWN', 'The change may or may not have been made: the data store\'s answer was lost. Retry it with the same Idempotency-Key, or read before you retry.')
 
-export const rateLimited = (retryAfterSeconds: number): ApiError =>
-  new ApiError(429, 'RATE_LIMITED', 'Too many attempts; try again later.', { 'retry-after': String(retryAfterSeconds) })
+// What each limit the contract names counts, as a refusal says it.
+const LIMITED: Readonly<Record<RateLimitName, string>> = {
+  register: 'Too many registrations from this address',
+  'login-address': 'Too many sign-ins from this address',
+  login: 'Too many sign-ins to this account from this address',
+  'login-failures': 'Too many failed sign-ins to this account',
+  refresh: 'Too many token refreshes from this address',
+  'item-writes': 'Too many item writes (creates, edits and deletes together)'
+}
+
+export const rateLimited = (limit: RateLimitName, retryAfterSeconds: number): ApiError =>
+  new ApiError(429, 'RATE_LIMITED', `${LIMITED[limit]}; try again later.`, { 'retry-after': String(retryAfterSeconds) })
 
 export const idempotencyKeyInUse = (): ApiError =>
   new ApiError(409, 'IDEMPOTENCY_KEY_IN_USE', 'A request with this Idempotency-Key is still running; retry after a moment.')

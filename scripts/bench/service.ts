@@ -19,7 +19,9 @@ export const serviceEnv = {
   RATE_LIMIT_WRITES: UNREACHABLE,
   PASSWORD_QUEUE_LIMIT: '1000',
   MAX_ITEMS_PER_USER: UNREACHABLE,
-  MAX_SESSIONS_PER_USER: UNREACHABLE
+  MAX_SESSIONS_PER_USER: UNREACHABLE,
+  // One account makes every item of a run: its room is the store's (the ledger's charges are paid all the same).
+  ACCOUNT_CEILING_MIB: UNREACHABLE
 }
 
 /** A JSON request to the service; throws on any status but 2xx. */

@@ -1,4 +1,5 @@
 import { serviceUnavailable } from '../errors.js'
+import { StoreUnavailableError } from '../store/store.js'
 import type { Handler } from './handler.js'
 
 export const checkLiveness: Handler<'checkLiveness'> = async (_request, reply) =>
@@ -6,6 +7,7 @@ export const checkLiveness: Handler<'checkLiveness'> = async (_request, reply) =
 
 export const checkReadiness: Handler<'checkReadiness'> = async (request, reply) => {
   if (request.server.lifecycle.draining) throw serviceUnavailable('The service is shutting down.')
-  if (!request.server.store.available()) throw serviceUnavailable('The data store is unreachable.')
+  // Answered as every request the store cannot serve is: with when to ask again.
+  if (!request.server.store.available()) throw new StoreUnavailableError('the store is unreachable')
   return reply.code(200).send({ status: 'ok' })
 }

@@ -39,13 +39,14 @@ export interface RateLimitSteps {
 
 type Hook = onRequestHookHandler
 
-const signInEmail = (request: FastifyRequest): string => emailKey((request.body as { email: string }).email)
+// Percent-encoded, so that every key is one line of printable ASCII, which an operator's `redis-cli --scan` lists.
+const signInEmail = (request: FastifyRequest): string => encodeURIComponent(emailKey((request.body as { email: string }).email))
 
 // A store that cannot count fails the request (503 when it is unreachable): a limit that no longer holds would let
 // guessing run free.
-function verdict (outcome: Counted | Error, max: number): Error | undefined {
+function verdict (name: RateLimitName, outcome: Counted | Error, max: number): Error | undefined {
   if (outcome instanceof Error) return outcome
-  return outcome.current > max ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined
+  return outcome.current > max ? rateLimited(name, Math.ceil(outcome.ttl / 1000)) : undefined
 }
 
 const isRateLimited = (error: Error | undefined): boolean => error instanceof ApiError && error.statusCode === 429
@@ -86,7 +87,7 @@ interface Counting {
 const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
   register: { keyOf: byAddress, beforeAuthentication: true, refundable: true },
   'login-address': { keyOf: byAddress, beforeAuthentication: true, refundable: true },
-  login: { keyOf: (request) => `${request.clientAddress}\n${signInEmail(request)}`, beforeAuthentication: false, refundable: true },
+  login: { keyOf: (request) => `${request.clientAddress}|${signInEmail(request)}`, beforeAuthentication: false, refundable: true },
   refresh: { keyOf: byAddress, beforeAuthentication: true, refundable: false },
   // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
   'item-writes': { keyOf: (request) => request.user.id, beforeAuthentication: false, refundable: false }
@@ -127,7 +128,7 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
     return (request, reply, done) => {
       const key = keyOf(request)
       counter.incr(key, windowMs, max, (outcome) => {
-        const refused = verdict(outcome, max)
+        const refused = verdict(name, outcome, max)
         if (!(outcome instanceof Error)) {
           recordStatus(request, reply, { policy: name, max, counted: outcome, refundKey: refused === undefined && refundable ? key : undefined })
         }
@@ -155,7 +156,7 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
       if (outcome instanceof Error) return done(outcome)
       const locked = outcome !== undefined && outcome.current >= loginFailures.max
       if (locked) refusals.inc({ limit: 'login-failures' })
-      done(locked ? rateLimited(Math.ceil(outcome.ttl / 1000)) : undefined)
+      done(locked ? rateLimited('login-failures', Math.ceil(outcome.ttl / 1000)) : undefined)
     })
   }
   // A failed sign-in counts against its account; one that succeeds clears the account's failures.

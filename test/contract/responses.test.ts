@@ -86,7 +86,8 @@ t.test('an unavailable store is a 503 SERVICE_UNAVAILABLE with Retry-After on ev
       t.equal(response.headers['retry-after'], '2')
       t.same(response.json(), { code: 'SERVICE_UNAVAILABLE', message: 'The data store is unavailable; try again shortly.' })
     }
-    t.equal((await api.call('checkReadiness')).statusCode, 503, 'not ready')
+    const ready = await api.call('checkReadiness')
+    t.same([ready.statusCode, ready.headers['retry-after']], [503, '2'], 'not ready, and says when to ask again, as its contract says')
   }
 })
 

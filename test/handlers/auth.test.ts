@@ -560,7 +560,7 @@ t.test('rate limits', async (t) => {
     t.same(guesses, [...Array<number>(10).fill(401), 429], 'ten failures from ten networks, then refused')
     const right = await api.call('loginUser', { remoteAddress: '2001:db8:99::1', body: { email, password } })
     t.equal(right.statusCode, 429)
-    t.same(right.json(), { code: 'RATE_LIMITED', message: 'Too many attempts; try again later.' })
+    t.same(right.json(), { code: 'RATE_LIMITED', message: 'Too many failed sign-ins to this account; try again later.' })
     t.ok(Number(right.headers['retry-after']) > 590, `Retry-After ${right.headers['retry-after']}: until the window ends`)
     t.equal((await api.call('loginUser', { body: { email: 'someone-else@example.com', password: 'wrong-password' } })).statusCode, 401,
       'other accounts are not locked')

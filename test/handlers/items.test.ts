@@ -396,7 +396,7 @@ t.test('item writes are bounded per user', async (t) => {
     ] as const) {
       const limited = await api.call(operationId, { token: accessToken, ...options })
       t.equal(limited.statusCode, 429, operationId)
-      t.equal(limited.json().code, 'RATE_LIMITED')
+      t.same(limited.json(), { code: 'RATE_LIMITED', message: 'Too many item writes (creates, edits and deletes together); try again later.' })
       t.match(limited.headers['retry-after'], /^\d+$/)
     }
     const other = await api.register()
