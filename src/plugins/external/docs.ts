@@ -10,6 +10,9 @@ import { parse } from 'yaml'
 // from an installed package alike.
 const CONTRACT_PATH = fileURLToPath(import.meta.resolve('@items-service/server/openapi.yaml'))
 
+// Helmet's own default.
+const STRICT_TRANSPORT_SECURITY = 'max-age=31536000; includeSubDomains'
+
 type ContractDocument = StaticDocumentSpec['document']
 let parsedContract: ContractDocument | undefined
 
@@ -22,8 +25,14 @@ function contractDocument (): ContractDocument {
 /** Serves the contract file itself (static mode: nothing is derived from the routes), and Swagger UI over it. */
 export default async function docsPlugin (app: FastifyInstance): Promise<void> {
   // Browser-facing pages get helmet's headers (a Content Security Policy, no framing, no sniffing, no referrer);
-  // registered inside this plugin, they cost the API's JSON responses nothing.
-  await app.register(fastifyHelmet)
+  // registered inside this plugin, they cost the API's JSON responses nothing. But not its two that assume TLS: over
+  // plain HTTP, upgrade-insecure-requests has a browser that reached the service by a name other than loopback fetch
+  // the page's own scripts and styles over HTTPS, which the service does not serve (a blank page), and HSTS is
+  // meaningless; HSTS is sent when the request came over TLS (by the socket, or a trusted proxy's X-Forwarded-Proto).
+  await app.register(fastifyHelmet, { contentSecurityPolicy: { directives: { upgradeInsecureRequests: null } }, hsts: false })
+  app.addHook('onRequest', async (request, reply) => {
+    if (request.protocol === 'https') reply.header('strict-transport-security', STRICT_TRANSPORT_SECURITY)
+  })
   // The contract's server is the address SDKs default to; the copy served here names this instance (whatever its
   // host, port or proxy path), so that Swagger UI's "Try it out" calls the instance that served the page.
   await app.register(fastifySwagger, {

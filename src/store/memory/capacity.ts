@@ -26,7 +26,11 @@ export const stringBytes = (text: string): number => STRING_HEADER_BYTES + (TWO_
 
 const fieldBytes = (item: Item): number => stringBytes(item.name) + (item.description === null ? 0 : stringBytes(item.description))
 
-/** What a stored item keeps on the heap: its fields and its text. */
+/**
+ * What a stored item keeps on the heap: its fields and its text. Scanning the text also flattens it: the serializer
+ * makes it as a tree of concatenated pieces, which V8 otherwise keeps as they are, at nearly twice the bytes of a
+ * typical item (docs/performance.md).
+ */
 export const itemBytes = (item: StoredItem): number => ITEM_OVERHEAD_BYTES + fieldBytes(item) + stringBytes(item[TEXT])
 
 export const userBytes = (user: User): number =>
@@ -69,7 +73,8 @@ export class MemoryCapacity {
    * it would pass the account's ceiling, or need more of the shared part than is left.
    */
   charge (accountId: string, bytes: number): void {
-    const account = this.#accounts.get(accountId) ?? { bytes: 0, floor: 0 }
+    const known = this.#accounts.get(accountId)
+    const account = known ?? { bytes: 0, floor: 0 }
     const next = account.bytes + bytes
     const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - account.floor) - Math.max(0, account.bytes - account.floor)
     if (bytes > 0) {
@@ -83,8 +88,8 @@ export class MemoryCapacity {
     account.bytes = next
     this.#heldBytes += bytes
     this.#sharedUsedBytes = sharedUsed
-    if (account.floor === 0 && next === 0) this.#accounts.delete(accountId)
-    else this.#accounts.set(accountId, account)
+    if (known === undefined) this.#accounts.set(accountId, account)
+    else if (account.floor === 0 && next === 0) this.#accounts.delete(accountId)
   }
 
   refund (accountId: string, bytes: number): void {

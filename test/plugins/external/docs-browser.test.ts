@@ -98,3 +98,37 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   await page.screenshot({ path: SCREENSHOT, fullPage: true })
   t.comment(`screenshot saved to ${SCREENSHOT}`)
 })
+
+t.test('Swagger UI renders every operation for a browser that reaches the service by a name that is not loopback, over plain HTTP', { skip }, async (t) => {
+  const app = await buildTestApp(t)
+  const { port } = new URL(await app.listen({ host: '127.0.0.1', port: 0 }))
+  // docs.test is 127.0.0.1 to this browser, and, unlike localhost, not a secure context: what a page served by a
+  // container on 0.0.0.0 meets when reached by its host's name.
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--host-resolver-rules=MAP docs.test 127.0.0.1']
+  })
+  t.teardown(async () => { await browser.close() })
+  const page = await browser.newPage()
+  const failed: string[] = []
+  page.on('requestfailed', (request) => { failed.push(request.url()) })
+  await page.goto(`http://docs.test:${port}/docs/`)
+  for (const route of routes) await page.locator(`[id$="-${route.operationId}"]`).first().waitFor({ timeout: 30_000 })
+  t.pass(`all ${routes.length} operations rendered`)
+  t.same(failed, [], 'no request of the page failed (none was upgraded to HTTPS, which the service does not serve)')
+})
+
+t.test('/docs over plain HTTP carries neither HSTS nor upgrade-insecure-requests; over TLS, by a trusted proxy\'s X-Forwarded-Proto, HSTS', async (t) => {
+  const app = await buildTestApp(t, { TRUST_PROXY: '127.0.0.1' })
+  for (const url of ['/docs/', '/openapi.json']) {
+    const plain = await app.inject({ method: 'GET', url })
+    t.equal(plain.headers['strict-transport-security'], undefined, `${url}: no HSTS over HTTP`)
+    t.notMatch(String(plain.headers['content-security-policy']), /upgrade-insecure-requests/, `${url}: no upgrade of the page's requests`)
+    const overTls = await app.inject({ method: 'GET', url, headers: { 'x-forwarded-proto': 'https' } })
+    t.equal(overTls.headers['strict-transport-security'], 'max-age=31536000; includeSubDomains', `${url}: HSTS over TLS`)
+  }
+  const untrusted = await buildTestApp(t)
+  const claimed = await untrusted.inject({ method: 'GET', url: '/docs/', headers: { 'x-forwarded-proto': 'https' } })
+  t.equal(claimed.headers['strict-transport-security'], undefined, 'not on the word of a client no proxy setting trusts')
+})
