@@ -76,6 +76,16 @@ export function releasedChangelog (text: string, version: string, previous: stri
     .replace(/^\[Unreleased\]: (.*)\/compare\/v\S+\.\.\.HEAD$/m, `[Unreleased]: $1/compare/v${version}...HEAD\n[${version}]: $1/compare/v${previous}...v${version}`)
 }
 
+/** The entries of the changelog's Unreleased section: empty when nothing is said to have changed since the last release. */
+export function unreleasedEntries (text: string): string {
+  const [, section = ''] = /^## \[Unreleased\]\n([\s\S]*?)(?=^## \[|^\[Unreleased\]:|(?![\s\S]))/m.exec(text) ?? []
+  return section.trim()
+}
+
+/** Whether two contracts are the same but for the version each says it is. */
+const sameButVersion = (base: Document, head: Document): boolean =>
+  JSON.stringify({ ...base, info: { ...base.info, version: '' } }) === JSON.stringify({ ...head, info: { ...head.info, version: '' } })
+
 function git (...args: string[]): string {
   return execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
 }
@@ -85,7 +95,11 @@ function release (kind: ReleaseKind): string {
   const previous = lastRelease()
   if (previous === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
   const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
-  const needed = neededKind(parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document, head)
+  const base = parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document
+  if (sameButVersion(base, head) && unreleasedEntries(readFileSync('CHANGELOG.md', 'utf8')) === '') {
+    throw new ReleaseRefused(`nothing to release: openapi.yaml is contracts/${previous}.yaml but for its version, and CHANGELOG.md's Unreleased section is empty`)
+  }
+  const needed = neededKind(base, head)
   if (RELEASE_KINDS.indexOf(kind) < RELEASE_KINDS.indexOf(needed)) {
     throw new ReleaseRefused(`openapi.yaml needs a ${needed} release over ${previous} (npm run contract:breaking -- contracts/${previous}.yaml), not a ${kind} one`)
   }

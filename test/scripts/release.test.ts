@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
-import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog } from '../../scripts/release.js'
+import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries } from '../../scripts/release.js'
 import type { Document } from '../../scripts/contract-breaking.js'
 
 const run = promisify(execFile)
@@ -84,4 +84,16 @@ t.test('in a copy of the repository with an additive change: a patch release is 
   t.equal(await git('status', '--porcelain'), '', 'all committed')
   t.equal((await git('tag', '--points-at', 'HEAD')).trim(), `v${version}`, 'and tagged')
   t.match(await git('log', '-1', '--format=%s'), `Release ${version}`)
+
+  const again = await release('minor')
+  t.equal(again.code, 1, 'a release right after a release')
+  t.match(again.stderr, `release refused: nothing to release: openapi.yaml is contracts/${version}.yaml but for its version, and CHANGELOG.md's Unreleased section is empty`)
+  t.equal((await git('tag', '--points-at', 'HEAD')).trim(), `v${version}`, 'nothing was released')
+})
+
+t.test('the changelog\'s Unreleased entries: what it says changed since the last release', async (t) => {
+  t.equal(unreleasedEntries('# Changelog\n\n## [Unreleased]\n\n## [1.2.0] - 2026-11-27\n\n### Added\n- x\n'), '')
+  t.equal(unreleasedEntries('# Changelog\n\n## [Unreleased]\n\n### Fixed\n- y\n\n## [1.2.0] - 2026-11-27\n'), '### Fixed\n- y')
+  t.equal(unreleasedEntries('# Changelog\n\n## [Unreleased]\n\n[Unreleased]: https://h/r/compare/v1.2.0...HEAD\n'), '')
+  t.equal(unreleasedEntries('# Changelog\n\n## [Unreleased]\n- z'), '- z')
 })

@@ -27,11 +27,20 @@ export const stringBytes = (text: string): number => STRING_HEADER_BYTES + (TWO_
 const fieldBytes = (item: Item): number => stringBytes(item.name) + (item.description === null ? 0 : stringBytes(item.description))
 
 /**
- * What a stored item keeps on the heap: its fields and its text. Scanning the text also flattens it: the serializer
- * makes it as a tree of concatenated pieces, which V8 otherwise keeps as they are, at nearly twice the bytes of a
- * typical item (docs/performance.md).
+ * What a stored item keeps on the heap: its fields and its text. The text is one byte a character when both fields
+ * are (the rest of it is ASCII, and JSON keeps Latin-1 as it is), so only the fields are scanned; when either is
+ * not, all three are reckoned at two bytes a character, an upper bound. Reading a character of the text flattens
+ * it: the serializer makes it as a tree of concatenated pieces, which V8 otherwise keeps as they are, at nearly
+ * twice the bytes of a typical item (docs/performance.md).
  */
-export const itemBytes = (item: StoredItem): number => ITEM_OVERHEAD_BYTES + fieldBytes(item) + stringBytes(item[TEXT])
+export function itemBytes (item: StoredItem): number {
+  const { name, description } = item
+  const text = item[TEXT]
+  // Read for its effect, above.
+  text.charCodeAt(0)
+  const perCharacter = TWO_BYTE.test(name) || (description !== null && TWO_BYTE.test(description)) ? 2 : 1
+  return ITEM_OVERHEAD_BYTES + 3 * STRING_HEADER_BYTES + perCharacter * (name.length + (description?.length ?? 0) + text.length)
+}
 
 export const userBytes = (user: User): number =>
   USER_OVERHEAD_BYTES + stringBytes(user.email) + stringBytes(user.emailKey) + stringBytes(user.passwordHash) + stringBytes(user.firstName) + stringBytes(user.lastName)
