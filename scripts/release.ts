@@ -68,12 +68,15 @@ const setPackageVersion = (file: string, version: string): void => {
   rewrite(file, (text) => text.replace(/^( {2}"version": )"[^"]+"/m, `$1"${version}"`).replace(/^( {6}"version": )"[^"]+"/m, `$1"${version}"`))
 }
 
-/** The changelog with its Unreleased section released as `version` on `date`, and its compare links following. */
-export function releasedChangelog (text: string, version: string, previous: string, date: string): string {
+/**
+ * The changelog with its Unreleased section released as `version` on `date`, its heading linked to the contract
+ * the release keeps (a file of the repository, which every copy has, where a tag's page is on one host only).
+ */
+export function releasedChangelog (text: string, version: string, date: string): string {
   if (!text.includes('## [Unreleased]\n')) throw new Error('CHANGELOG.md has no "## [Unreleased]" section')
   return text
     .replace('## [Unreleased]\n', `## [Unreleased]\n\n## [${version}] - ${date}\n`)
-    .replace(/^\[Unreleased\]: (.*)\/compare\/v\S+\.\.\.HEAD$/m, `[Unreleased]: $1/compare/v${version}...HEAD\n[${version}]: $1/compare/v${previous}...v${version}`)
+    .replace(/^\[Unreleased\]: openapi\.yaml$/m, `[Unreleased]: openapi.yaml\n[${version}]: contracts/${version}.yaml`)
 }
 
 /** The entries of the changelog's Unreleased section: empty when nothing is said to have changed since the last release. */
@@ -112,7 +115,7 @@ function release (kind: ReleaseKind): string {
   for (const file of DOCS_SAYING_THE_VERSION) {
     rewrite(file, (text) => CURRENT_VERSION_SAID.reduce((said, [pattern, replacement]) => said.replace(pattern, replacement(version)), text))
   }
-  rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, previous, new Date().toISOString().slice(0, 10)))
+  rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, new Date().toISOString().slice(0, 10)))
   copyFileSync('openapi.yaml', `contracts/${version}.yaml`)
   execFileSync(process.execPath, ['--import', 'tsx', 'scripts/generate.ts'], { stdio: 'ignore' })
   git('add', '--all')

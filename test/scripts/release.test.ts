@@ -33,9 +33,9 @@ t.test('the kind a change needs: breaking is major, anything a client sees minor
   t.equal(neededKind(base, changed((c) => { c.info.description = 'Reworded.'; c.paths['/things'].get.summary = 'Reworded.' })), 'patch')
 })
 
-t.test('the changelog\'s Unreleased section becomes the release, and its links follow', async (t) => {
-  const released = releasedChangelog('# Changelog\n\n## [Unreleased]\n\n### Added\n- x\n\n[Unreleased]: https://h/r/compare/v1.1.0...HEAD\n', '1.2.0', '1.1.0', '2026-11-27')
-  t.equal(released, '# Changelog\n\n## [Unreleased]\n\n## [1.2.0] - 2026-11-27\n\n### Added\n- x\n\n[Unreleased]: https://h/r/compare/v1.2.0...HEAD\n[1.2.0]: https://h/r/compare/v1.1.0...v1.2.0\n')
+t.test('the changelog\'s Unreleased section becomes the release, its heading linked to the contract it keeps', async (t) => {
+  const released = releasedChangelog('# Changelog\n\n## [Unreleased]\n\n### Added\n- x\n\n[Unreleased]: openapi.yaml\n[1.1.0]: contracts/1.1.0.yaml\n', '1.2.0', '2026-11-27')
+  t.equal(released, '# Changelog\n\n## [Unreleased]\n\n## [1.2.0] - 2026-11-27\n\n### Added\n- x\n\n[Unreleased]: openapi.yaml\n[1.2.0]: contracts/1.2.0.yaml\n[1.1.0]: contracts/1.1.0.yaml\n')
 })
 
 t.test('in a copy of the repository with an additive change: a patch release is refused, a minor one is coherent and tagged', async (t) => {
