@@ -4,6 +4,9 @@ import { StoreFullError } from '../store.js'
 import { call } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
+// A budget for the deployment that no store reaches: Lua reads it as a number, which Infinity is not.
+const UNBOUNDED_BYTES = 2 ** 53
+
 /**
  * The ledger of src/store/capacity.ts in Lua, for the write scripts that keep what an account causes: each passes
  * the five keys of `capacityKeys` from KEYS[index] on and calls `capacityAt(index)` first. Bytes are reckoned as
@@ -18,13 +21,10 @@ import type { RedisKeys } from './keys.js'
  * - `releaseExpired(now)`: gives back, a few at a time, the charges of keys Redis has expired.
  * - `itemBytes`, `userBytes`, `keyBytes`: what each thing kept is charged.
  */
-// A budget for the deployment that no store reaches: Lua reads it as a number, which Infinity is not.
-const UNBOUNDED_BYTES = 2 ** 53
-
 export const CAPACITY = `
 local capacity
 -- Bounds no deployment reaches: what a store whose bounds were never set (or were flushed) keeps to.
-local UNBOUNDED = '${2 ** 53}'
+local UNBOUNDED = '${UNBOUNDED_BYTES}'
 local function capacityAt (index)
   capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4]}
 end
