@@ -192,6 +192,9 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (env.ACCOUNT_CEILING_MIB * MIB < env.ACCOUNT_FLOOR_KIB * 1024) {
     throw new ConfigError('Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB')
   }
+  if (env.ACCOUNT_FLOOR_KIB < env.ACCOUNT_SESSIONS_KIB + 4) {
+    throw new ConfigError('Invalid configuration: ACCOUNT_FLOOR_KIB must be at least ACCOUNT_SESSIONS_KIB + 4 (the floor holds the sessions\' part and a user)')
+  }
   const maxHeapUsedBytes = env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * MIB
   const warnings = [...deprecations, ...operationsWarnings(env, environment)]
   const rateLimit = (max: number, seconds = windowSeconds): RateLimit => ({ max, windowSeconds: seconds })
@@ -240,6 +243,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           ? env.STORE_CAPACITY_MIB * MIB
           : env.STORE === 'memory' ? Math.round(heapUsedLimit(maxHeapUsedBytes) * 2 / 3) : undefined,
         floorBytes: env.ACCOUNT_FLOOR_KIB * 1024,
+        sessionsBytes: env.ACCOUNT_SESSIONS_KIB * 1024,
         ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB
       }
     },

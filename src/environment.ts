@@ -164,9 +164,15 @@ export const variables = {
   },
   ACCOUNT_FLOOR_KIB: {
     type: 'integer',
-    minimum: 4,
-    default: 96,
-    description: 'Room every account is guaranteed: within it, no other account\'s use refuses its writes (about 70 ordinary items with their keys in memory, 35 on Redis).'
+    minimum: 36,
+    default: 100,
+    description: 'Room every account is guaranteed, its sessions\' part (`ACCOUNT_SESSIONS_KIB`) included: within it, no other account\'s use refuses its writes (beside its sessions, about 40 ordinary items with their keys in memory, 20 on Redis). 10 485 accounts a GiB of `STORE_CAPACITY_MIB`.'
+  },
+  ACCOUNT_SESSIONS_KIB: {
+    type: 'integer',
+    minimum: 32,
+    default: 40,
+    description: 'The part of each account\'s floor kept for its sessions and refresh tokens (20 sessions just signed in; fewer that have refreshed often): a sign-in or refresh past it ends the account\'s own oldest session. At least the largest session (80 token hashes remembered).'
   },
   ACCOUNT_CEILING_MIB: {
     type: 'integer',

@@ -54,7 +54,7 @@ t.test('a generated secret is announced with a warning at startup', async (t) =>
 })
 
 t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
-  const capacity = { budgetBytes: Math.round(heapUsedLimit(undefined) * 2 / 3), floorBytes: 96 * 1024, ceilingBytes: 8 * 1024 * 1024 }
+  const capacity = { budgetBytes: Math.round(heapUsedLimit(undefined) * 2 / 3), floorBytes: 100 * 1024, sessionsBytes: 40 * 1024, ceilingBytes: 8 * 1024 * 1024 }
   const storeDefaults = { capacity, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
   t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
@@ -68,10 +68,12 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
       capacity: { ...capacity, budgetBytes: undefined }
     }, 'on Redis, the budget is left to its maxmemory')
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
-  t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '32', ACCOUNT_CEILING_MIB: '2' }).store.capacity,
-    { budgetBytes: 64 * 1024 * 1024, floorBytes: 32 * 1024, ceilingBytes: 2 * 1024 * 1024 })
+  t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '48', ACCOUNT_CEILING_MIB: '2' }).store.capacity,
+    { budgetBytes: 64 * 1024 * 1024, floorBytes: 64 * 1024, sessionsBytes: 48 * 1024, ceilingBytes: 2 * 1024 * 1024 })
   t.equal(loadConfig({ MAX_HEAP_USED_MIB: '300' }).store.capacity.budgetBytes, 200 * 1024 * 1024, 'by default two thirds of the heap that sheds writes')
   t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '2048', ACCOUNT_CEILING_MIB: '1' }), { message: 'Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB' })
+  t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '61' }),
+    { message: 'Invalid configuration: ACCOUNT_FLOOR_KIB must be at least ACCOUNT_SESSIONS_KIB + 4 (the floor holds the sessions\' part and a user)' })
   t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
   for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
     t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)

@@ -4,12 +4,14 @@ import stringify from 'safe-stable-stringify'
 import type { RouteDefinition } from '../../generated/routes.js'
 import type { Item } from '../domain.js'
 import { idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
-import type { IdempotencyClaim, IdempotencyKeyStore } from '../store/store.js'
+import type { HeldKey, IdempotencyClaim, IdempotencyKeyStore } from '../store/store.js'
 import type { StepFor } from './step.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The request's claim on its Idempotency-Key, which the handler records with what it makes; null without one. */
+    /** The claim the request makes on its Idempotency-Key once its limits have counted it; null without a key. */
+    idempotencyKey: IdempotencyClaim | null
+    /** The request's claim on its Idempotency-Key, which the handler records with what it makes; null until made. */
     idempotencyClaim: IdempotencyClaim | null
   }
 }
@@ -47,38 +49,62 @@ function replayOf (route: RouteDefinition, fields: IdempotencyOptions['fields'])
   }
 }
 
+/** The two steps of the IETF draft's Idempotency-Key, one before the limits by caller and one after. */
+export interface IdempotencySteps {
+  /** The replay of a create recorded under the request's key, or its refusal (409, 422), from a read only. */
+  readonly replay: StepFor
+  /** The claim on the key, once the limits have counted the request: nothing is kept for a request they refuse. */
+  readonly claim: StepFor
+}
+
 /**
- * The IETF draft's Idempotency-Key on the operations that declare it: the first request with a key claims it (after
- * authentication and validation, before any rate limit counts it) and the store records what it made with it; a
- * retry with the same key and body gets that response again, with `Idempotent-Replayed: true`, and runs nothing
- * else: no limit counts it, no handler runs, no event is emitted. The same key with another body is 422; while its
- * first request runs, 409. A request that fails frees its key, so a retry runs again.
+ * The IETF draft's Idempotency-Key on the operations that declare it. A retry with the key and body of a recorded
+ * create gets that response again, with `Idempotent-Replayed: true`, and runs nothing else: no limit counts it, no
+ * handler runs, no event is emitted. The same key with another body is 422; while its first request runs, 409.
+ * Otherwise the request claims the key once its limits have counted it, and the store records what it made with
+ * it; a request that fails frees its key, so a retry runs again.
  */
-export function idempotency ({ keys, fields }: IdempotencyOptions): StepFor {
-  const claimKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
+export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencySteps {
+  const answer = (replay: Replay, reply: FastifyReply, held: HeldKey, done: (error?: Error) => void): void => {
+    switch (held.status) {
+      case 'recorded':
+        // Answered here: the hooks after this one, and the handler, do not run.
+        replay(reply.header('idempotent-replayed', 'true'), held.item)
+        break
+      case 'running':
+        done(idempotencyKeyInUse())
+        break
+      case 'mismatch':
+        done(idempotencyKeyReused())
+    }
+  }
+  const findKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
     const key = request.headers['idempotency-key']
     if (typeof key !== 'string') {
       done()
       return
     }
-    const body = String(stringify(request.body))
-    const claim = { userId: request.user.id, key, fingerprint: digestOf(body), token: randomUUID() }
+    const claim = { userId: request.user.id, key, fingerprint: digestOf(String(stringify(request.body))), token: randomUUID() }
+    request.idempotencyKey = claim
+    keys.find(claim).then((held) => {
+      if (held === undefined) done()
+      else answer(replay, reply, held, done)
+    }, done)
+  }
+  // Another request may have claimed or recorded the key since it was read.
+  const claimKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
+    const claim = request.idempotencyKey
+    if (claim === null) {
+      done()
+      return
+    }
     keys.claim(claim, CLAIM_LEASE_MS).then((outcome) => {
-      switch (outcome.status) {
-        case 'claimed':
-          request.idempotencyClaim = claim
-          done()
-          break
-        case 'recorded':
-          // Answered here: the hooks after this one, and the handler, do not run.
-          replay(reply.header('idempotent-replayed', 'true'), outcome.item)
-          break
-        case 'running':
-          done(idempotencyKeyInUse())
-          break
-        case 'mismatch':
-          done(idempotencyKeyReused())
+      if (outcome.status !== 'claimed') {
+        answer(replay, reply, outcome, done)
+        return
       }
+      request.idempotencyClaim = claim
+      done()
     }, done)
   }
   // Awaited before the error is answered, so that a retry sent on the answer finds the key free.
@@ -93,5 +119,8 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): StepFor {
       done()
     })
   }
-  return (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined
+  return {
+    replay: (route) => route.idempotent ? { preHandler: [findKey(replayOf(route, fields))] } : undefined,
+    claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined
+  }
 }

@@ -129,11 +129,12 @@ interface RoutesPluginOptions {
  *  3. authentication         onRequest   the operation's security scheme (401)
  *  4. role                   onRequest   `x-roles` (403)
  *     (Fastify)                          body parsing (400, 413, 415), the generated validators (400)
- *  5. idempotency            preHandler  the `Idempotency-Key` claim, or the replay (409, 422); onError frees it
+ *  5. idempotency            preHandler  the replay of the `Idempotency-Key`'s create (409, 422), from a read
  *  6. limits by caller       preHandler  the `x-rate-limits` keyed by email or user (429); onSend counts a failed sign-in
+ *  7. idempotency claim      preHandler  the key claimed, once the limits counted the request; onError frees it
  *     (handler)                          then serialization with the contract's response schema
- *  7. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
- *  8. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
+ *  8. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
+ *  9. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
  *
  * A capability adds hooks to no route itself; a route that a capability does not apply to runs none of its code.
  * Each step is made here from what it needs: the app's store, metrics and token signer, the configuration.
@@ -141,6 +142,7 @@ interface RoutesPluginOptions {
 async function publicPipeline (app: FastifyInstance, options: RoutesPluginOptions): Promise<Pipeline<typeof routes[number]>> {
   const { config } = options
   const limits = rateLimits({ limits: config.rateLimits, store: app.store, metrics: app.metrics })
+  const keys = idempotency({ keys: app.store.idempotencyKeys, fields: ITEM_FIELDS })
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = config.strictResponses ? (await import('./response-contract.js')).enforceResponseContract : undefined
   return [
@@ -153,8 +155,9 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
       bearerAuth: bearerAuth({ jwt: app.jwt, store: app.store, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
     })],
     ['role', roleGuard],
-    ['idempotency', idempotency({ keys: app.store.idempotencyKeys, fields: ITEM_FIELDS })],
+    ['idempotency', keys.replay],
     ['limits by caller', limits.byCaller],
+    ['idempotency claim', keys.claim],
     ['response contract', (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }],
     ['metrics', requestMetrics(app.metrics, options.metricsExposed)]
   ]
@@ -164,6 +167,7 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
 async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The request state the steps keep, declared for Fastify's request shape: what each limit left, the key's claim.
   app.decorateRequest('rateLimitStatus', null)
+  app.decorateRequest('idempotencyKey', null)
   app.decorateRequest('idempotencyClaim', null)
   await registerContractRoutes(app, { routes, validators: generatedValidator, serializer: contractSerializer, handlers: options.handlers, pipeline: await publicPipeline(app, options) })
 }

@@ -104,6 +104,9 @@ export type ClaimOutcome =
   /** The key was claimed or recorded with another fingerprint. */
   | { readonly status: 'mismatch' }
 
+/** What holds a key, as ClaimOutcome says it. */
+export type HeldKey = Exclude<ClaimOutcome, { readonly status: 'claimed' }>
+
 /**
  * Idempotency keys: each create made under one is remembered with its item for the store's time to live, at most
  * the store's number of keys per user (the oldest out first).
@@ -114,6 +117,8 @@ export interface IdempotencyKeyStore {
    * unless it is held: see ClaimOutcome.
    */
   claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome>
+  /** What holds the claim's key, read only (it keeps nothing): undefined while it is free. */
+  find (claim: IdempotencyClaim): Promise<HeldKey | undefined>
   /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
   release (claim: IdempotencyClaim): Promise<void>
 }

@@ -35,6 +35,7 @@ function heldStore (leasesMs: number[] = [], keys: Partial<IdempotencyKeyStore> 
   })
   const idempotencyKeys: IdempotencyKeyStore = {
     claim: async (claim, leaseMs) => await store.idempotencyKeys.claim(claim, leasesMs.shift() ?? leaseMs),
+    find: async (claim) => await store.idempotencyKeys.find(claim),
     release: async (claim) => { await store.idempotencyKeys.release(claim) },
     ...keys
   }
@@ -104,6 +105,25 @@ t.test('the same key while its first request runs is 409 IDEMPOTENCY_KEY_IN_USE;
   const retried = await create()
   t.same([retried.statusCode, retried.headers['idempotent-replayed'], retried.json()], [201, 'true', created.json()])
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 1, 'four requests, one item')
+})
+
+t.test('a key claimed or recorded between the read that found it free and the claim is answered as the read would have: 409 while it runs, its answer after', async (t) => {
+  // The read always finds the key free: each request meets the key only at its claim, as when another request
+  // claims or records it between the two.
+  const { store, held, release } = heldStore([], { find: async () => undefined })
+  const api = await build(t, {}, { store })
+  const { accessToken } = await api.register()
+  const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'once' }, headers: { 'idempotency-key': 'k' } })
+  const first = create()
+  await held(1)
+  const meanwhile = await create()
+  t.same([meanwhile.statusCode, meanwhile.json().code], [409, 'IDEMPOTENCY_KEY_IN_USE'])
+  release(0)
+  const created = await first
+  const retried = await create()
+  t.same([retried.statusCode, retried.headers['idempotent-replayed'], retried.json()], [201, 'true', created.json()])
+  const other = await api.call('createItem', { token: accessToken, body: { name: 'another' }, headers: { 'idempotency-key': 'k' } })
+  t.same([other.statusCode, other.json().code], [422, 'IDEMPOTENCY_KEY_REUSED'])
 })
 
 t.test('twenty parallel creates with one key make one item: every 201 names it, the others are told it runs', async (t) => {
@@ -227,7 +247,7 @@ t.test('a key is forgotten IDEMPOTENCY_KEY_TTL_SECONDS after its create', async 
 t.test('accounts that fill the store with keys push out no one else\'s: a victim\'s retry is replayed, and its next create with a key is 201', async (t) => {
   // The attack, scaled down: 24 floors of 16 KiB, and what they leave shared, which a few accounts with the longest
   // keys and long bodies use up while the victim's create waits for its retry.
-  const store = createMemoryStore({ capacity: { budgetBytes: 512 * 1024, floorBytes: 16 * 1024, ceilingBytes: 128 * 1024 } })
+  const store = createMemoryStore({ capacity: { budgetBytes: 512 * 1024, floorBytes: 16 * 1024, sessionsBytes: 4 * 1024, ceilingBytes: 128 * 1024 } })
   const api = await build(t, {}, { store })
   const victim = await api.register()
   const create = async (token: string, key: string, description: string | null = null) =>
@@ -252,10 +272,13 @@ t.test('a replay is made from the contract\'s success response: an operation who
   const createItem = routes.find((route) => route.operationId === 'createItem')!
   const checkLiveness = routes.find((route) => route.operationId === 'checkLiveness')!
   const keys = createMemoryStore().idempotencyKeys
-  t.ok(idempotency({ keys, fields: ITEM_FIELDS })(createItem), 'the create\'s 201: its Location and ETag are made from the item')
-  t.equal(idempotency({ keys, fields: ITEM_FIELDS })({ ...createItem, idempotent: false }), undefined, 'an operation without the header runs none of it')
-  t.throws(() => idempotency({ keys, fields: { etag: ITEM_FIELDS.etag! } })(createItem),
-    { message: 'createItem: a replay needs a success status with a body (201) whose required fields are each made from the item (none makes: location)' })
-  t.throws(() => idempotency({ keys, fields: ITEM_FIELDS })({ ...createItem, statuses: ['400', '409'] }), { message: /\(none\)/ }, 'no success status')
-  t.ok(idempotency({ keys, fields: {} })({ ...checkLiveness, idempotent: true }), 'a success that requires no field needs none made')
+  for (const step of ['replay', 'claim'] as const) {
+    const stepOf = (fields: Parameters<typeof idempotency>[0]['fields']) => idempotency({ keys, fields })[step]
+    t.ok(stepOf(ITEM_FIELDS)(createItem), `${step}: the create's 201: its Location and ETag are made from the item`)
+    t.equal(stepOf(ITEM_FIELDS)({ ...createItem, idempotent: false }), undefined, `${step}: an operation without the header runs none of it`)
+    t.throws(() => stepOf({ etag: ITEM_FIELDS.etag! })(createItem),
+      { message: 'createItem: a replay needs a success status with a body (201) whose required fields are each made from the item (none makes: location)' })
+    t.throws(() => stepOf(ITEM_FIELDS)({ ...createItem, statuses: ['400', '409'] }), { message: /\(none\)/ }, `${step}: no success status`)
+    t.ok(stepOf({})({ ...checkLiveness, idempotent: true }), `${step}: a success that requires no field needs none made`)
+  }
 })

@@ -4,8 +4,11 @@ import type { CapacityBounds, CapacityReading } from '../capacity.js'
 import { StoreFullError } from '../store.js'
 
 interface Account {
+  /** Bytes kept beside its sessions. */
   bytes: number
-  /** Its reserved floor; 0 for an account the store never admitted (a store used without its users). */
+  /** Its sessions' bytes: within the part of its floor kept for them. */
+  sessions: number
+  /** Its reserved floor beside its sessions' part; 0 for an account the store never admitted (a store used without its users). */
   readonly floor: number
 }
 
@@ -18,6 +21,11 @@ const ITEM_OVERHEAD_BYTES = 512
 const USER_OVERHEAD_BYTES = 384
 // An idempotency key's entry: its record's object and fields, its fingerprint and token, its places in two maps.
 const KEY_OVERHEAD_BYTES = 384
+// A session's entry, its object, its two sets and list, its places in two maps and in its user's sessions (the
+// user's own set counted whole in each, an upper bound of one user's single session).
+const SESSION_OVERHEAD_BYTES = 1792
+// A refresh token's hash: its string, its place in a session's set or list, and in the map of hashes.
+const TOKEN_HASH_BYTES = 192
 
 const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- the Latin-1 range, which V8 keeps one byte a character
 
@@ -48,6 +56,9 @@ export const userBytes = (user: User): number =>
 /** What an idempotency key keeps: its name (with its user's), and the fields of the item recorded under it, if any. */
 export const keyBytes = (entryKey: string, item?: Item): number => KEY_OVERHEAD_BYTES + stringBytes(entryKey) + (item === undefined ? 0 : fieldBytes(item))
 
+/** What a session keeps with `tokenHashes` refresh-token hashes remembered. */
+export const sessionBytes = (tokenHashes: number): number => SESSION_OVERHEAD_BYTES + tokenHashes * TOKEN_HASH_BYTES
+
 /**
  * The bytes each account makes the memory store keep, and the admission and refusals of src/store/capacity.ts. Every
  * part of the store that keeps something an account caused charges it here before it keeps it, and refunds it when
@@ -71,7 +82,7 @@ export class MemoryCapacity {
     if (this.#floorsBytes + floorBytes + this.#sharedUsedBytes > budgetBytes) {
       throw new StoreFullError(`no floor of ${floorBytes} bytes can be guaranteed: ${this.#admitted} accounts' floors and ${this.#sharedUsedBytes} bytes shared of ${budgetBytes}`)
     }
-    this.#accounts.set(accountId, { bytes: 0, floor: floorBytes })
+    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floor: Math.max(0, floorBytes - this.#bounds.sessionsBytes) })
     this.#floorsBytes += floorBytes
     this.#admitted += 1
     this.charge(accountId, bytes)
@@ -83,7 +94,7 @@ export class MemoryCapacity {
    */
   charge (accountId: string, bytes: number): void {
     const known = this.#accounts.get(accountId)
-    const account = known ?? { bytes: 0, floor: 0 }
+    const account = known ?? { bytes: 0, sessions: 0, floor: 0 }
     const next = account.bytes + bytes
     const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - account.floor) - Math.max(0, account.bytes - account.floor)
     if (bytes > 0) {
@@ -97,12 +108,34 @@ export class MemoryCapacity {
     account.bytes = next
     this.#heldBytes += bytes
     this.#sharedUsedBytes = sharedUsed
-    if (known === undefined) this.#accounts.set(accountId, account)
-    else if (account.floor === 0 && next === 0) this.#accounts.delete(accountId)
+    this.#keep(accountId, account, known !== undefined)
   }
 
   refund (accountId: string, bytes: number): void {
     this.charge(accountId, -bytes)
+  }
+
+  /** What the account's sessions may still take of the part of its floor kept for them. */
+  sessionsRoom (accountId: string): number {
+    return this.#bounds.sessionsBytes - (this.#accounts.get(accountId)?.sessions ?? 0)
+  }
+
+  /**
+   * Charges the account's sessions `bytes` (a refund when negative): never refused, since the session store first
+   * ends the account's oldest sessions to keep them within `sessionsRoom`.
+   */
+  chargeSessions (accountId: string, bytes: number): void {
+    const known = this.#accounts.get(accountId)
+    const account = known ?? { bytes: 0, sessions: 0, floor: 0 }
+    account.sessions += bytes
+    this.#heldBytes += bytes
+    this.#keep(accountId, account, known !== undefined)
+  }
+
+  // An account the store never admitted is kept only while it holds something.
+  #keep (accountId: string, account: Account, known: boolean): void {
+    if (!known) this.#accounts.set(accountId, account)
+    else if (account.floor === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
   }
 
   reading (): CapacityReading {

@@ -1,6 +1,6 @@
 import type { Item } from '../../domain.js'
 import { storedItem } from '../../serialized.js'
-import { ClaimLostError, type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore, StoreFullError } from '../store.js'
+import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, StoreFullError } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
 
 interface Held {
@@ -24,6 +24,11 @@ export interface MemoryIdempotencyKeyBounds {
   ttlMs: number
   /** Keys one user holds at most; one more pushes out their oldest. */
   perUser: number
+}
+
+function heldKey (held: Held, claim: IdempotencyClaim): HeldKey {
+  if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
+  return held.item === undefined ? { status: 'running' } : { status: 'recorded', item: storedItem(held.item) }
 }
 
 // One entry per user and key: the user id is a UUID, so it never contains the separator.
@@ -59,8 +64,12 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
       this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, bytes })
       return { status: 'claimed' }
     }
-    if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
-    return held.item === undefined ? { status: 'running' } : { status: 'recorded', item: storedItem(held.item) }
+    return heldKey(held, claim)
+  }
+
+  async find (claim: IdempotencyClaim): Promise<HeldKey | undefined> {
+    const held = this.#entries.get(entryKey(claim))
+    return held === undefined || held.until <= Date.now() ? undefined : heldKey(held, claim)
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

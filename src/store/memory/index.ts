@@ -45,7 +45,7 @@ export function createMemoryStore ({
   let open = true
   return {
     users: new MemoryUserStore(capacity),
-    sessions: new MemorySessionStore(),
+    sessions: new MemorySessionStore(capacity),
     items: new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity),
     idempotencyKeys: keys,
     outbox,

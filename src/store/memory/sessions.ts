@@ -1,6 +1,7 @@
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
 import type { Session } from '../../domain.js'
 import type { RefreshOutcome, SessionStore } from '../store.js'
+import { type MemoryCapacity, sessionBytes } from './capacity.js'
 
 interface SessionEntry {
   readonly session: Session
@@ -11,7 +12,11 @@ interface SessionEntry {
   rotatedAt: number
   /** Hashes replaced before that, newest last: presenting one is a replay. */
   replaced: string[]
+  /** What it is charged to its user's sessions. */
+  bytes: number
 }
+
+const bytesOf = (entry: SessionEntry): number => sessionBytes(entry.current.size + entry.previous.size + entry.replaced.length)
 
 export class MemorySessionStore implements SessionStore {
   // In opening order; every session of a process has the same lifetime, so that is also the order they end in.
@@ -20,17 +25,21 @@ export class MemorySessionStore implements SessionStore {
   readonly #byTokenHash = new Map<string, SessionEntry>()
   // Session ids by user, oldest first.
   readonly #byUser = new Map<string, Set<string>>()
+  readonly #capacity: MemoryCapacity
+
+  constructor (capacity: MemoryCapacity) {
+    this.#capacity = capacity
+  }
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
-    const entry: SessionEntry = { session: Object.freeze({ ...session }), current: new Set([refreshTokenHash]), previous: new Set(), rotatedAt: 0, replaced: [] }
+    const entry: SessionEntry = { session: Object.freeze({ ...session }), current: new Set([refreshTokenHash]), previous: new Set(), rotatedAt: 0, replaced: [], bytes: 0 }
+    entry.bytes = bytesOf(entry)
+    const ofUser = this.#byUser.get(session.userId) ?? new Set()
+    this.#endOldest(session.userId, entry.bytes, ofUser.size + 1 - maxPerUser)
     this.#byId.set(session.id, entry)
     this.#byTokenHash.set(refreshTokenHash, entry)
-    const ofUser = this.#byUser.get(session.userId) ?? new Set()
     this.#byUser.set(session.userId, ofUser.add(session.id))
-    for (const oldest of ofUser) {
-      if (ofUser.size <= maxPerUser) break
-      await this.revoke(oldest)
-    }
+    this.#capacity.chargeSessions(session.userId, entry.bytes)
   }
 
   async get (id: string, now: number): Promise<Session | undefined> {
@@ -67,6 +76,7 @@ export class MemorySessionStore implements SessionStore {
       return { status: 'reused' }
     }
     this.#byTokenHash.set(nextHash, entry)
+    this.#recharge(entry)
     return { status: 'rotated', session: entry.session }
   }
 
@@ -85,8 +95,30 @@ export class MemorySessionStore implements SessionStore {
     return forgotten
   }
 
+  // Ends the user's oldest sessions but `keep`: at least `count`, and as many as it takes for `bytes` more to fit
+  // their room.
+  #endOldest (userId: string, bytes: number, count: number, keep?: string): void {
+    for (const oldest of this.#byUser.get(userId) ?? []) {
+      if (count <= 0 && this.#capacity.sessionsRoom(userId) >= bytes) return
+      const entry = oldest === keep ? undefined : this.#byId.get(oldest)
+      if (entry !== undefined) this.#forget(entry)
+      count -= 1
+    }
+  }
+
+  // A rotation that grows a session past its user's room ends the user's oldest other sessions: one session alone
+  // always fits (the configuration holds the room to at least the largest).
+  #recharge (entry: SessionEntry): void {
+    const { id, userId } = entry.session
+    const grown = bytesOf(entry) - entry.bytes
+    if (grown > 0) this.#endOldest(userId, grown, 0, id)
+    entry.bytes += grown
+    this.#capacity.chargeSessions(userId, grown)
+  }
+
   #forget (entry: SessionEntry): void {
     const { id, userId } = entry.session
+    this.#capacity.chargeSessions(userId, -entry.bytes)
     this.#byId.delete(id)
     for (const hash of [...entry.current, ...entry.previous, ...entry.replaced]) this.#byTokenHash.delete(hash)
     const ofUser = this.#byUser.get(userId)

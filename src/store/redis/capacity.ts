@@ -1,7 +1,7 @@
-import type { Redis } from 'ioredis'
+import type { Redis, Result } from 'ioredis'
 import type { CapacityBounds, CapacityReading } from '../capacity.js'
 import { StoreFullError } from '../store.js'
-import { call } from './commands.js'
+import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
 // A budget for the deployment that no store reaches: Lua reads it as a number, which Infinity is not.
@@ -18,15 +18,18 @@ const UNBOUNDED_BYTES = 2 ** 53
  * - `admit(account, bytes)`: reserves the account's floor and charges it, or 'store' when no floor is left.
  * - `chargeUntil(name, account, bytes, expiresAt)`: a charge that lasts as long as the key `name` (an idempotency
  *   key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
+ * - `chargeSessionUntil(name, account, bytes, expiresAt)`: the same for a session (`name` its key), charged to the
+ *   part of the account's floor kept for its sessions, never refused; `sessionsRoom(account)`, what is left of it.
  * - `releaseExpired(now)`: gives back, a few at a time, the charges of keys Redis has expired.
- * - `itemBytes`, `userBytes`, `keyBytes`: what each thing kept is charged.
+ * - `itemBytes`, `userBytes`, `keyBytes`, `sessionBytes`: what each thing kept is charged.
  */
 export const CAPACITY = `
 local capacity
 -- Bounds no deployment reaches: what a store whose bounds were never set (or were flushed) keeps to.
 local UNBOUNDED = '${UNBOUNDED_BYTES}'
 local function capacityAt (index)
-  capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4]}
+  capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4],
+    sessions = KEYS[index + 5]}
 end
 local function stored (length) return math.ceil(length * 1.25) end
 -- An item: its JSON in the items hash, and its id in itemOrder and its three sets (keys.ts).
@@ -35,6 +38,9 @@ local function itemBytes (json) return stored(#json) + 1024 end
 local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
 -- An idempotency key: its name and value, the name again in its user's keys and in capacity-charges and -expiries.
 local function keyBytes (name, value) return stored(4 * #name + #value) + 512 end
+-- A session: its hash (its user, times and token hashes), its id in its user's sessions, its name in capacity-charges
+-- and -expiries; and for each token hash remembered, the refresh token's key and value and the hash in the session's.
+local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 64 + hashes * (2 * #tokenKey + 64)) + 512 + 64 * hashes end
 local function charge (account, bytes)
   local totals = redis.call('HMGET', capacity.totals, 'budget', 'ceiling', 'floors', 'shared')
   local budget, ceiling = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or UNBOUNDED)
@@ -55,26 +61,43 @@ local function charge (account, bytes)
   return false
 end
 local function admit (account, bytes)
-  local totals = redis.call('HMGET', capacity.totals, 'budget', 'floor', 'floors', 'shared')
+  local totals = redis.call('HMGET', capacity.totals, 'budget', 'floor', 'floors', 'shared', 'sessions')
   local budget, floor = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or '0')
   if tonumber(totals[3] or '0') + floor + tonumber(totals[4] or '0') > budget then return 'store' end
-  redis.call('HSET', capacity.floors, account, floor)
+  -- What the account's sessions may keep is reserved apart: charge() reckons with the rest of the floor.
+  redis.call('HSET', capacity.floors, account, math.max(0, floor - tonumber(totals[5] or UNBOUNDED)))
   redis.call('HINCRBY', capacity.totals, 'floors', floor)
   redis.call('HINCRBY', capacity.totals, 'accounts', 1)
   return charge(account, bytes)
 end
+local function chargeSessions (account, bytes)
+  local held = tonumber(redis.call('HGET', capacity.sessions, account) or '0')
+  if held + bytes < 0 then bytes = -held end
+  if held + bytes == 0 then redis.call('HDEL', capacity.sessions, account) else redis.call('HSET', capacity.sessions, account, held + bytes) end
+  redis.call('HINCRBY', capacity.totals, 'held', bytes)
+end
+local function sessionsRoom (account)
+  return tonumber(redis.call('HGET', capacity.totals, 'sessions') or UNBOUNDED) - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
+end
+-- A charge's entry: its account, its bytes, and 'session' for a session's.
 local function chargeOf (name)
   local held = redis.call('HGET', capacity.charges, name)
   if not held then return nil, 0 end
-  local account, bytes = string.match(held, '^(%S+) (%d+)$')
-  return account, tonumber(bytes)
+  local account, bytes, kind = string.match(held, '^(%S+) (%d+) ?(%l*)$')
+  return account, tonumber(bytes), kind
 end
 local function releaseCharge (name)
-  local account, bytes = chargeOf(name)
+  local account, bytes, kind = chargeOf(name)
   if not account then return end
   redis.call('HDEL', capacity.charges, name)
   redis.call('ZREM', capacity.expiries, name)
-  charge(account, -bytes)
+  if kind == 'session' then chargeSessions(account, -bytes) else charge(account, -bytes) end
+end
+local function chargeSessionUntil (name, account, bytes, expiresAt)
+  local _, previous = chargeOf(name)
+  chargeSessions(account, bytes - previous)
+  redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes .. ' session')
+  redis.call('ZADD', capacity.expiries, expiresAt, name)
 end
 local function chargeUntil (name, account, bytes, expiresAt)
   local previousAccount, previous = chargeOf(name)
@@ -93,11 +116,60 @@ local function releaseExpired (now)
 end
 `
 
-/** The five keys CAPACITY's `capacityAt` takes, in order. */
-export type CapacityKeys = [totals: string, bytes: string, floors: string, charges: string, expiries: string]
+/** The keys CAPACITY's `capacityAt` takes, in order. */
+export type CapacityKeys = [totals: string, bytes: string, floors: string, charges: string, expiries: string, sessions: string]
 
 export const capacityKeys = (keys: RedisKeys): CapacityKeys =>
-  [keys.capacity, keys.accountBytes, keys.accountFloors, keys.capacityCharges, keys.capacityExpiries]
+  [keys.capacity, keys.accountBytes, keys.accountFloors, keys.capacityCharges, keys.capacityExpiries, keys.accountSessionBytes]
+
+/** How many keys `capacityKeys` gives a script. */
+export const CAPACITY_KEYS: CapacityKeys['length'] = 6
+
+// Users a script admits at a time, at a start that finds accounts without floors.
+const ACCOUNTS_ADMITTED_PER_CALL = 100
+
+export const capacityScripts = {
+  // KEYS: users, the capacity keys. ARGV: user ids. Admits each that has no floor (an account of 1.1.0, registered
+  // before floors were kept), its record charged as if its email key were as long as the record (it is part of
+  // it): the script reads no user's text. How many could not be admitted, no floor being left.
+  admitAccounts: {
+    numberOfKeys: 1 + CAPACITY_KEYS,
+    lua: `${CAPACITY}
+capacityAt(2)
+local refused = 0
+for _, id in ipairs(ARGV) do
+  local json = redis.call('HGET', KEYS[1], id)
+  if json and redis.call('HEXISTS', capacity.floors, id) == 0 then
+    if admit(id, userBytes(id, json, json)) then refused = refused + 1 end
+  end
+end
+return refused`
+  }
+} as const satisfies Record<string, Script>
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    admitAccounts (users: string, ...args: [...CapacityKeys, ...ids: string[]]): Result<number, Context>
+  }
+}
+
+/**
+ * Admits every account that has no floor: those a catalogue of 1.1.0 holds, at the first start after it. Checked at
+ * every start, and done only while the store holds more users than accounts admitted. How many could not be.
+ */
+export async function admitAccounts (redis: Redis, keys: RedisKeys): Promise<number> {
+  const [users, admitted] = await Promise.all([call(redis.hlen(keys.users)), call(redis.hget(keys.capacity, 'accounts'))])
+  if (users <= Number(admitted ?? 0)) return 0
+  let refused = 0
+  let cursor = '0'
+  do {
+    const [next, fields] = await call(redis.hscan(keys.users, cursor, 'COUNT', ACCOUNTS_ADMITTED_PER_CALL))
+    const ids = fields.filter((_field, index) => index % 2 === 0)
+    if (ids.length > 0) refused += await call(redis.admitAccounts(keys.users, ...capacityKeys(keys), ...ids))
+    cursor = next
+  } while (cursor !== '0')
+  return refused
+}
 
 /** The bounds of src/store/capacity.ts, the budget left out for one derived from Redis's maxmemory. */
 export type RedisCapacityBounds = Omit<CapacityBounds, 'budgetBytes'> & { readonly budgetBytes?: number | undefined }
@@ -123,7 +195,8 @@ export async function setCapacity (redis: Redis, keys: RedisKeys, bounds: RedisC
     const [, maxmemory = '0'] = await redis.config('GET', 'maxmemory').catch(() => []) as string[]
     budgetBytes = Number(maxmemory) > 0 ? Math.floor(Number(maxmemory) * 2 / 3) : undefined
   }
-  await call(redis.hset(keys.capacity, 'budget', budgetBytes ?? UNBOUNDED_BYTES, 'floor', bounds.floorBytes, 'ceiling', bounds.ceilingBytes))
+  await call(redis.hset(keys.capacity, 'budget', budgetBytes ?? UNBOUNDED_BYTES, 'floor', bounds.floorBytes, 'ceiling', bounds.ceilingBytes,
+    'sessions', Math.min(bounds.sessionsBytes, UNBOUNDED_BYTES)))
   return budgetBytes
 }
 

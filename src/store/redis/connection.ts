@@ -3,7 +3,7 @@ import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { UNBOUNDED } from '../capacity.js'
-import { readCapacity, type RedisCapacityBounds, setCapacity } from './capacity.js'
+import { admitAccounts, capacityScripts, readCapacity, type RedisCapacityBounds, setCapacity } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
 import { indexItems, itemScripts, RedisItemStore } from './items.js'
@@ -16,7 +16,7 @@ import { RedisUserStore, userScripts } from './users.js'
 import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
+export const scripts = { ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {
@@ -144,6 +144,10 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   await indexItems(redis, keys)
   if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
     options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
+  }
+  const unadmitted = await admitAccounts(redis, keys)
+  if (unadmitted > 0) {
+    options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
   }
   const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)

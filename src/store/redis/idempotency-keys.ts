@@ -1,8 +1,8 @@
 import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../serialized.js'
 import type { Item } from '../../domain.js'
-import { type ClaimOutcome, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
-import { CAPACITY, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
+import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
@@ -13,7 +13,7 @@ export const idempotencyKeyScripts = {
   // 'account' or 'store' when the user's room cannot take it, even once their own recorded keys are gone (the
   // oldest go first, as past their count).
   claimIdempotencyKey: {
-    numberOfKeys: 7,
+    numberOfKeys: 2 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
 capacityAt(3)
 releaseExpired(now)
@@ -34,7 +34,7 @@ return false`)
   // KEYS: the key, the capacity keys. ARGV: the claim as JSON. Frees the key, and its charge, if the claim still
   // holds it.
   releaseIdempotencyKey: {
-    numberOfKeys: 6,
+    numberOfKeys: 1 + CAPACITY_KEYS,
     lua: `${CAPACITY}
 capacityAt(2)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -114,6 +114,12 @@ export function claimArguments (keys: RedisKeys, bounds: IdempotencyKeyBounds, c
 
 type Held = { readonly fingerprint: string, readonly token: string } | { readonly fingerprint: string, readonly item: Item }
 
+function heldKey (json: string, claim: IdempotencyClaim): HeldKey {
+  const held = JSON.parse(json) as Held
+  if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
+  return 'item' in held ? { status: 'recorded', item: storedItem(held.item) } : { status: 'running' }
+}
+
 /** Idempotency keys on Redis, shared by every instance; a create is recorded by the item script that adds it (items.ts). */
 export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   readonly #redis: Redis
@@ -131,9 +137,12 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
       `${this.#keys.idempotencyKeys}${claim.userId}`, ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
     if (json === null) return { status: 'claimed' }
     if (json === 'account' || json === 'store') throw refusal(json)
-    const held = JSON.parse(json) as Held
-    if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
-    return 'item' in held ? { status: 'recorded', item: storedItem(held.item) } : { status: 'running' }
+    return heldKey(json, claim)
+  }
+
+  async find (claim: IdempotencyClaim): Promise<HeldKey | undefined> {
+    const json = await call(this.#redis.get(keyOf(this.#keys, claim)))
+    return json === null ? undefined : heldKey(json, claim)
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { storedItem, TEXT } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
-import { CAPACITY, type CapacityKeys, capacityKeys, type Refusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
@@ -16,7 +16,7 @@ export const itemScripts = {
   // added, 0 over the quota, 2 when the claim lost its key, 3 when another item has the id, 'account' or 'store'
   // when the contributor's room cannot take the item and its record.
   addItem: {
-    numberOfKeys: 15,
+    numberOfKeys: 10 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
 capacityAt(11)
 releaseExpired(now)
@@ -55,7 +55,7 @@ return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   // gone, the item as it is now when it changed since it was read, or 'account' or 'store' when the contributor's
   // room cannot take what the item grows by.
   replaceItem: {
-    numberOfKeys: 12,
+    numberOfKeys: 7 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
@@ -79,7 +79,7 @@ return 1`)
   // script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the item is gone, or the
   // item as it is now when it changed since it was read.
   removeItem: {
-    numberOfKeys: 12,
+    numberOfKeys: 7 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])

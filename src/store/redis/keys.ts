@@ -52,17 +52,22 @@ export interface RedisKeys {
    */
   readonly writeOutcome: string
   /**
-   * Hash: the deployment's room for accounts (src/store/capacity.ts): budget, floor, ceiling (set by each start),
-   * and what is used: held, floors, shared (bytes), accounts (admitted).
+   * Hash: the deployment's room for accounts (src/store/capacity.ts): budget, floor, sessions (each floor's part for
+   * sessions), ceiling (set by each start), and what is used: held, floors, shared (bytes), accounts (admitted).
    */
   readonly capacity: string
-  /** Hash: account (user id) → bytes charged to it. */
+  /** Hash: account (user id) → bytes charged to it beside its sessions. */
   readonly accountBytes: string
-  /** Hash: account (user id) → the floor reserved for it when it registered. */
+  /** Hash: account (user id) → the floor reserved for it when it registered, beside its sessions' part. */
   readonly accountFloors: string
-  /** Hash: idempotencyKey name → "<user id> <bytes>", what the key is charged to its user while it lasts. */
+  /** Hash: account (user id) → bytes its sessions are charged. */
+  readonly accountSessionBytes: string
+  /**
+   * Hash: idempotencyKey or session name → "<user id> <bytes>" ("<user id> <bytes> session" for a session), what the
+   * key is charged to its user while it lasts.
+   */
   readonly capacityCharges: string
-  /** Sorted set: the idempotencyKey names of capacityCharges, scored by when Redis expires each (ms). */
+  /** Sorted set: the names of capacityCharges, scored by when Redis expires each (ms). */
   readonly capacityExpiries: string
 }
 
@@ -89,6 +94,7 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   capacity: `${prefix}capacity`,
   accountBytes: `${prefix}account-bytes`,
   accountFloors: `${prefix}account-floors`,
+  accountSessionBytes: `${prefix}account-session-bytes`,
   capacityCharges: `${prefix}capacity-charges`,
   capacityExpiries: `${prefix}capacity-expiries`
 })

@@ -2,19 +2,23 @@ import type { Redis, Result } from 'ioredis'
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
 import type { Session } from '../../domain.js'
 import type { RefreshOutcome, SessionStore } from '../store.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
-// Defined in the session scripts (writeScript): ARGV[1..3] are the prefixes of the session, refresh-token and
-// user-sessions keys (keys.ts), for the keys a script finds in what it reads; `forget` forgets a session: its
-// refresh tokens, its record, its place among its user's sessions.
+// Defined in the session scripts (writeScript), after CAPACITY: ARGV[1..3] are the prefixes of the session,
+// refresh-token and user-sessions keys (keys.ts), for the keys a script finds in what it reads. `forget` forgets a
+// session: its refresh tokens, its record, its place among its user's sessions, its charge. `endOldest` ends the
+// user's oldest sessions but `keep`, at least `count` of them, and as many as it takes for `bytes` more to fit the
+// part of the user's floor kept for sessions.
 const FORGET_SESSION = `
 local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
 local function forget (sessionId)
   local sessionKey = families.session .. sessionId
   local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
+  releaseCharge(sessionKey)
   if not fields[1] then return end
   for i = 2, 4 do
     for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
@@ -22,34 +26,44 @@ local function forget (sessionId)
   redis.call('DEL', sessionKey)
   redis.call('ZREM', families.userSessions .. fields[1], sessionId)
 end
+local function endOldest (userId, bytes, count, keep)
+  for _, oldest in ipairs(redis.call('ZRANGE', families.userSessions .. userId, 0, -1)) do
+    if count <= 0 and sessionsRoom(userId) >= bytes then return end
+    if oldest ~= keep then forget(oldest) end
+    count = count - 1
+  end
+end
 `
 
 export const sessionScripts = {
-  // KEYS: session, its first refresh token, its user's sessions. ARGV: (FORGET_SESSION), session id, user id, end
-  // (ms), token hash, sessions a user may have.
+  // KEYS: session, its first refresh token, its user's sessions, the capacity keys (CAPACITY). ARGV:
+  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have.
   openSession: {
-    numberOfKeys: 3,
-    lua: writeScript(FORGET_SESSION, `
+    numberOfKeys: 3 + CAPACITY_KEYS,
+    lua: writeScript(CAPACITY + FORGET_SESSION, `
+capacityAt(4)
+releaseExpired(now)
 local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+for _, ended in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do releaseCharge(families.session .. ended) end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local bytes = sessionBytes(KEYS[1], KEYS[2], 1)
+endOldest(userId, bytes, redis.call('ZCARD', KEYS[3]) + 1 - tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
 redis.call('PEXPIREAT', KEYS[1], expiresAt)
 redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt)
 -- Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
 redis.call('ZADD', KEYS[3], expiresAt, sessionId)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local excess = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[8])
-if excess > 0 then
-  for _, oldest in ipairs(redis.call('ZRANGE', KEYS[3], 0, excess - 1)) do forget(oldest) end
-end
 redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
+chargeSessionUntil(KEYS[1], userId, bytes, expiresAt)
 return 1`)
   },
-  // KEYS: the presented token. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's clock as the
-  // instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per rotation.
-  // {status, session id, user id, end}.
+  // KEYS: the presented token, the capacity keys. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's
+  // clock as the instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per
+  // rotation. {status, session id, user id, end}.
   rotateRefreshToken: {
-    numberOfKeys: 1,
-    lua: writeScript(FORGET_SESSION, `
+    numberOfKeys: 1 + CAPACITY_KEYS,
+    lua: writeScript(CAPACITY + FORGET_SESSION, `
+capacityAt(2)
 local presented, nextHash, now, leeway = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local sessionId = redis.call('GET', KEYS[1])
 if not sessionId then return {'unknown'} end
@@ -84,12 +98,19 @@ end
 redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
   'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
 redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2])
+-- A session that grows past its user's room ends the user's oldest others: one alone always fits (the
+-- configuration holds the room to at least the largest).
+local bytes = sessionBytes(sessionKey, KEYS[1], #current + #previous + #replaced)
+local _, charged = chargeOf(sessionKey)
+if bytes > charged then endOldest(session[1], bytes - charged, 0, sessionId) end
+chargeSessionUntil(sessionKey, session[1], bytes, session[2])
 return {'rotated', sessionId, session[1], session[2]}`)
   },
-  // KEYS: none. ARGV: (FORGET_SESSION), session id.
+  // KEYS: the capacity keys. ARGV: (FORGET_SESSION), session id.
   revokeSession: {
-    numberOfKeys: 0,
-    lua: writeScript(FORGET_SESSION, `
+    numberOfKeys: CAPACITY_KEYS,
+    lua: writeScript(CAPACITY + FORGET_SESSION, `
+capacityAt(1)
 forget(ARGV[4])
 return 1`)
   }
@@ -100,11 +121,11 @@ type SessionFamilies = [session: string, refreshToken: string, userSessions: str
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    openSession (session: string, token: string, userSessions: string, deadline: number, outcomeKey: string, ...args: [...SessionFamilies, id: string, userId: string,
-      expiresAt: number, tokenHash: string, maxPerUser: number]): Result<1, Context>
-    rotateRefreshToken (token: string, deadline: number, outcomeKey: string, ...args: [...SessionFamilies, presentedHash: string, nextHash: string, now: number,
-      reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string?, string?, string?], Context>
-    revokeSession (deadline: number, outcomeKey: string, ...args: [...SessionFamilies, id: string]): Result<1, Context>
+    openSession (session: string, token: string, userSessions: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string,
+      userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<1, Context>
+    rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
+      now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string?, string?, string?], Context>
+    revokeSession (...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string]): Result<1, Context>
   }
 }
 
@@ -126,7 +147,8 @@ export class RedisSessionStore implements SessionStore {
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     const keys = this.#keys
     await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
-      keys.userSessions + session.userId, deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt, refreshTokenHash, maxPerUser))
+      keys.userSessions + session.userId, ...capacityKeys(keys), deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt,
+      refreshTokenHash, maxPerUser))
   }
 
   cached (id: string, now: number): Session | undefined {
@@ -147,7 +169,7 @@ export class RedisSessionStore implements SessionStore {
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
     const [status, id, userId, expires] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.rotateRefreshToken(
-      this.#keys.refreshToken + presentedHash, deadline, outcomeKey, ...this.#families, presentedHash, nextHash, now, reuseLeewayMs,
+      this.#keys.refreshToken + presentedHash, ...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, presentedHash, nextHash, now, reuseLeewayMs,
       REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
     if (status === 'rotated' && id !== undefined && userId !== undefined) {
       return { status, session: { id, userId, expiresAt: Number(expires) } }
@@ -156,7 +178,7 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async revoke (id: string): Promise<void> {
-    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.revokeSession(deadline, outcomeKey, ...this.#families, id))
+    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.revokeSession(...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, id))
     this.#cache.invalidate([id])
   }
 

@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain.js'
 import { IdTakenError, type UserStore } from '../store.js'
-import { CAPACITY, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
@@ -11,7 +11,7 @@ export const userScripts = {
   // KEYS: users, user emails, the capacity keys (CAPACITY). ARGV: id, email key, user as JSON. 1 when added, 0 when
   // the email key is taken, 2 when another user has the id, 4 when no floor can be reserved for the account.
   addUser: {
-    numberOfKeys: 7,
+    numberOfKeys: 2 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
 capacityAt(3)
 releaseExpired(now)

@@ -83,18 +83,22 @@ t.test('GET /metrics on OPS_PORT times every request by its contract operation, 
 })
 
 async function capacityMetrics (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
-  const { api, scrape } = await instance(t, { ...store, STORE_CAPACITY_MIB: '4', ACCOUNT_FLOOR_KIB: '64' })
+  const { api, scrape } = await instance(t, { ...store, STORE_CAPACITY_MIB: '4', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '32' })
   const part = async (name: string): Promise<number | undefined> => valueOf(await scrape(), 'items_service_store_capacity_bytes', { part: name })
   t.equal(await part('budget'), 4 * 1024 * 1024)
   t.same([await part('held'), await part('floors'), await part('shared_used')], [0, 0, 0])
-  const { accessToken } = await api.register()
+  const { accessToken, user: registered } = await api.register()
   const user = await part('held')
-  t.ok(user! > 0 && user! < 64 * 1024, 'a user is held, within its floor')
+  t.ok(user! > 0 && user! < 64 * 1024, 'a user and its session are held, within its floor')
   t.equal(await part('floors'), 64 * 1024)
+  t.equal((await api.call('loginUser', { body: { email: registered.email, password: 'correct horse battery staple' } })).statusCode, 200)
+  const session = (await part('held'))! - user!
+  t.ok(session > 0, 'a sign-in\'s session is held too')
   await api.createItem(accessToken, { name: 'heavy', description: '\u0001'.repeat(10_000) })
   const held = await part('held')
-  t.ok(held! > user! + 70_000, 'an item counts its fields and its text, as the heap holds them')
-  t.equal(await part('shared_used'), held! - 64 * 1024, 'past the floor, the shared part')
+  t.ok(held! > user! + session + 70_000, 'an item counts its fields and its text, as the heap holds them')
+  // The floor beside its sessions' part is 32 KiB: what the account holds past it, and beside its two sessions.
+  t.equal(await part('shared_used'), held! - 2 * session - 32 * 1024, 'past the floor, the shared part; sessions never draw on it')
 }
 
 const ROOM = 'the store\'s room for accounts: its budget, what accounts hold, the floors reserved and the shared part used'

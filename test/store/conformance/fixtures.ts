@@ -1,4 +1,5 @@
 // What the conformance suite's tests build: users, items, events, counts.
+import type { CapacityBounds } from '../../../src/store/capacity.js'
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item, User } from '../../../src/domain.js'
@@ -8,6 +9,7 @@ export interface OpenStoreOptions {
   maxItemsPerContributor: number
   maxPendingDeliveries?: number
   idempotencyKeys?: { ttlMs?: number, perUser?: number }
+  capacity?: CapacityBounds
 }
 
 export type OpenStore = (t: Test, options: OpenStoreOptions) => Promise<Store>

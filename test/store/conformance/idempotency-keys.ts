@@ -30,6 +30,28 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.equal((await items.page(0, 10)).total, 1)
   })
 
+  t.test('idempotency keys: find reads what holds a key, as a claim would answer, and keeps nothing', async (t) => {
+    const { items, idempotencyKeys, capacity } = await fresh(t)
+    const ada = randomUUID()
+    t.equal(await idempotencyKeys.find(claim(ada)), undefined, 'free')
+    const held = (await capacity()).heldBytes
+    await idempotencyKeys.claim(claim(ada), HOUR)
+    t.equal(await idempotencyKeys.find(claim(ada, { key: 'never' })), undefined)
+    t.ok((await capacity()).heldBytes > held, 'the claim is charged')
+    const charged = (await capacity()).heldBytes
+    t.same(await idempotencyKeys.find(claim(ada)), { status: 'running' }, 'held while it runs')
+    t.same(await idempotencyKeys.find(claim(ada, { fingerprint: 'other' })), { status: 'mismatch' })
+    t.equal((await capacity()).heldBytes, charged, 'a find charges nothing')
+    const recorded = claim(ada, { key: 'recorded' })
+    await idempotencyKeys.claim(recorded, HOUR)
+    const added = await items.add(item(ada), undefined, recorded)
+    t.same(await idempotencyKeys.find(claim(ada, { key: 'recorded' })), { status: 'recorded', item: added })
+    const lapsed = claim(ada, { key: 'lapsed' })
+    await idempotencyKeys.claim(lapsed, 1)
+    await sleep(5)
+    t.equal(await idempotencyKeys.find(lapsed), undefined, 'a lapsed claim holds nothing')
+  })
+
   t.test('idempotency keys: an add whose claim lapsed and was taken by another adds nothing; one that lapsed untaken still adds and records', async (t) => {
     const { items, idempotencyKeys } = await fresh(t)
     const ada = randomUUID()

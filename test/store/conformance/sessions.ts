@@ -21,6 +21,40 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
     await sessions.revoke(session.id)
   })
 
+  t.test('sessions are charged to their user\'s part of the floor: a sign-in past it ends the user\'s oldest, a session that grows past it the user\'s oldest others, never itself', async (t) => {
+    // Room for one session grown to the most it remembers, and for a few dozen just opened.
+    const capacity = { budgetBytes: 1024 * 1024, floorBytes: 64 * 1024, sessionsBytes: 40 * 1024, ceilingBytes: 1024 * 1024 }
+    const { users, sessions } = await open(t, { maxItemsPerContributor: 10, capacity })
+    const ada = user()
+    await users.add(ada)
+    const now = Date.now()
+    const opened: string[] = []
+    const live = async (): Promise<string[]> => (await Promise.all(opened.map(async (id) => await sessions.get(id, now)))).flatMap((session) => session?.id ?? [])
+    while (opened.length < 100 && (opened.length === 0 || await sessions.get(opened[0]!, now) !== undefined)) {
+      const id = randomUUID()
+      // Every session of a deployment lives as long: the later opened, the later it ends.
+      await sessions.open({ id, userId: ada.id, expiresAt: now + HOUR + opened.length }, `hash-${id}`, 1000)
+      opened.push(id)
+    }
+    t.ok(opened.length > 10 && opened.length < 100, `the sign-in past the room ended the oldest, after ${opened.length - 1}`)
+    t.same(await live(), opened.slice(1), 'and only the oldest')
+    // The oldest live session refreshes, fanning out as many pairs as a rotation may from each of its last tokens.
+    const growing = opened[1]!
+    let presented = `hash-${growing}`
+    for (let rotation = 0; rotation < 18; rotation += 1) {
+      const next = `${growing}-${rotation}`
+      t.match(await sessions.rotateRefreshToken(presented, next, now, HOUR), { status: 'rotated' })
+      const pairs = rotation >= 16 ? 32 : 1
+      for (let pair = 1; pair < pairs; pair += 1) {
+        t.match(await sessions.rotateRefreshToken(presented, `${next}-${pair}`, now, HOUR), { status: 'rotated' })
+      }
+      presented = next
+    }
+    const left = await live()
+    t.ok(left.length < opened.length - 1 && left.includes(growing), `it grew, and the others made room for it: ${left.length} sessions left`)
+    t.same(left, [growing, ...opened.slice(opened.length - left.length + 1)], 'the oldest others ended first')
+  })
+
   t.test('cached hands over at most what get returns: never an unknown user or session, an ended or a revoked one', async (t) => {
     const { users, sessions } = await fresh(t)
     const ada = user()

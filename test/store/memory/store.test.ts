@@ -4,20 +4,21 @@ import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { storedItem, TEXT } from '../../../src/serialized.js'
-import { itemBytes, keyBytes } from '../../../src/store/memory/capacity.js'
+import { itemBytes, keyBytes, MemoryCapacity, sessionBytes } from '../../../src/store/memory/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { item } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
-storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {} }) => createMemoryStore({
+storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {}, capacity }) => createMemoryStore({
   maxItemsPerContributor,
   idempotencyKeys,
+  ...(capacity === undefined ? {} : { capacity }),
   ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
 }))
 
 t.test('idempotency keys are charged to their user: one out of room loses their own oldest key, one with none of their own is refused, and no one else\'s goes', async (t) => {
   // Room for two claims in all, shared: none of these users was admitted, so none has a floor.
-  const { idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes: 1_000, floorBytes: 0, ceilingBytes: 1_000 } })
+  const { idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes: 1_000, floorBytes: 0, sessionsBytes: 0, ceilingBytes: 1_000 } })
   const claim = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID() })
   const [ada, grace] = [randomUUID(), randomUUID()]
   const second = claim(ada, 'a2')
@@ -38,7 +39,7 @@ t.test('a create whose item fits but whose idempotency record does not keeps nei
   const entry = `${owner} k`
   // Room for the claim and the item, one byte short of the record's item fields beside them.
   const budgetBytes = keyBytes(entry) + itemBytes(storedItem(made)) + keyBytes(entry, made) - keyBytes(entry) - 1
-  const { items, idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes, floorBytes: 0, ceilingBytes: 2 * budgetBytes } })
+  const { items, idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: 2 * budgetBytes } })
   t.equal((await idempotencyKeys.claim(claimed, 60_000)).status, 'claimed')
   await t.rejects(items.add(made, undefined, claimed), { name: 'StoreFullError', limit: 'store' })
   t.equal(await items.get(made.id), undefined, 'no item')
@@ -48,7 +49,7 @@ t.test('a create whose item fits but whose idempotency record does not keeps nei
 })
 
 t.test('the ledger: admitted accounts keep their floors whatever others hold; past a floor, what is shared; past the ceiling, nothing', async (t) => {
-  const { users, items, capacity } = createMemoryStore({ capacity: { budgetBytes: 36_000, floorBytes: 10_000, ceilingBytes: 25_000 } })
+  const { users, items, capacity } = createMemoryStore({ capacity: { budgetBytes: 36_000, floorBytes: 10_000, sessionsBytes: 0, ceilingBytes: 25_000 } })
   const user = (email: string) => ({ id: randomUUID(), email, emailKey: email, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'contributor' as const, createdAt: '' })
   const [light, heavy] = [user('light@b.co'), user('heavy@b.co')]
   await users.add(light)
@@ -66,6 +67,21 @@ t.test('the ledger: admitted accounts keep their floors whatever others hold; pa
   await t.rejects(add(unadmitted, 'd'.repeat(2_000)), { name: 'StoreFullError', limit: 'store' }, 'an account with no floor has only what is shared')
   for (let index = 0; index < 3; index += 1) await add(light.id, 'd'.repeat(1_000))
   t.pass('the light account writes within its floor, with nothing shared left')
+})
+
+t.test('the ledger: sessions are charged to their part of the floor alone, never refused, never drawing on what is shared', async (t) => {
+  const ledger = new MemoryCapacity({ budgetBytes: 40_000, floorBytes: 20_000, sessionsBytes: 8_000, ceilingBytes: 20_000 })
+  const account = randomUUID()
+  t.equal(ledger.sessionsRoom(account), 8_000, 'an account with no session has its whole part')
+  ledger.admit(account, 1_000)
+  ledger.chargeSessions(account, sessionBytes(1))
+  t.equal(ledger.sessionsRoom(account), 8_000 - sessionBytes(1))
+  ledger.charge(account, 11_000)
+  t.match(ledger.reading(), { heldBytes: 12_000 + sessionBytes(1), floorsBytes: 20_000, sharedUsedBytes: 0 }, 'the floor beside the sessions\' part holds 12 000')
+  ledger.charge(account, 1_000)
+  t.match(ledger.reading(), { sharedUsedBytes: 1_000 }, 'past it, the shared part')
+  ledger.chargeSessions(account, -sessionBytes(1))
+  t.match(ledger.reading(), { heldBytes: 13_000, sharedUsedBytes: 1_000 })
 })
 
 t.test('every user and live session is at hand from the moment it is added, with no read first', async (t) => {

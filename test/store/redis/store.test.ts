@@ -11,6 +11,7 @@ import { TEXT } from '../../../src/serialized.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { storeConformance } from '../conformance/index.js'
+import { item } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
 const silent = { warn: () => {}, info: () => {} }
@@ -69,11 +70,11 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
-  const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
-    deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
-  const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
-    await redis.rotateRefreshToken(keys.refreshToken + 'h1', deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
   const capacity = capacityKeys(keys)
+  const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
+    ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
+  const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
+    await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
   const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
     keys.outbox, ...lists, '', '', ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
@@ -85,7 +86,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
 
   t.equal(await openSession(future), 1)
   await t.rejects(rotate(past), late)
-  await t.rejects(redis.revokeSession(past, outcome('revoke'), ...families, 's1'), late)
+  await t.rejects(redis.revokeSession(...capacity, past, outcome('revoke'), ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
   t.equal(await addItem(future), 1)
@@ -302,7 +303,7 @@ t.test('an item stored in another spelling of its JSON is sent as the contract\'
 })
 
 t.test('the room for accounts: every instance reads the bounds the last start set; the budget comes from the configuration, else from maxmemory, else nothing is guaranteed, said once', { skip }, async (t) => {
-  const bounds = { floorBytes: 64 * 1024, ceilingBytes: 1024 * 1024 }
+  const bounds = { floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024 }
   const started = async (url: string, capacity: RedisCapacityBounds = bounds): Promise<{ store: Store, warnings: string[] }> => {
     const warnings: string[] = []
     const logger = { warn: (_details: object, message: string) => { warnings.push(message) }, info: () => {} }
@@ -318,14 +319,53 @@ t.test('the room for accounts: every instance reads the bounds the last start se
   t.equal((await fromMaxmemory.store.capacity()).budgetBytes, 8 * 1024 * 1024, 'the last start\'s budget, for every instance')
   await configured.store.users.add({ id: randomUUID(), email: 'a@b.co', emailKey: 'a@b.co', passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
   t.match(await fromMaxmemory.store.capacity(), { floorsBytes: 64 * 1024, accounts: 1 }, 'an account admitted on one instance is seen on another')
-  for (const [limit, capacity] of [['account', { floorBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['store', { floorBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
+  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['store', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
     const { store } = await started(limited.url, capacity)
     const claim = { userId: randomUUID(), key: 'k', fingerprint: 'f', token: randomUUID() }
     await t.rejects(store.idempotencyKeys.claim(claim, 60_000), { name: 'StoreFullError', limit }, `a key past the ${limit}'s room`)
+  }
+  // Room for a small item, not for it grown.
+  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 3_000, budgetBytes: 100_000 }], ['store', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 100_000, budgetBytes: 3_000 }]] as const) {
+    const { store } = await started((await ownRedis(t)).url, capacity)
+    const added = item(randomUUID())
+    await store.items.add(added)
+    await t.rejects(store.items.update(added.id, (current) => ({ ...current, description: 'd'.repeat(2_000) })), { name: 'StoreFullError', limit }, `an edit past the ${limit}'s room`)
+    t.equal((await store.items.get(added.id))?.description, added.description, 'and the item is as it was')
   }
   for (const settings of [[], ['--rename-command', 'CONFIG', '']]) {
     const unlimited = await started((await ownRedis(t, settings)).url)
     t.equal((await unlimited.store.capacity()).budgetBytes, Infinity, `${settings.join(' ') || 'no maxmemory'}: unbounded`)
     t.same(unlimited.warnings, ['Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound'])
   }
+})
+
+t.test('accounts kept from before floors (1.1.0) are admitted at the first start, as far as floors are left; the rest are said once', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const keys = redisKeys(prefix)
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  // Three users as 1.1.0 wrote them: a record and an email key each, no floor.
+  const ids = [randomUUID(), randomUUID(), randomUUID()]
+  for (const [index, id] of ids.entries()) {
+    const email = `user${index}@example.com`
+    await redis.hset(keys.users, id, JSON.stringify({ id, email, emailKey: email, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' }))
+    await redis.hset(keys.userEmails, email, id)
+  }
+  const start = async (budgetBytes: number): Promise<{ store: Store, warnings: object[] }> => {
+    const warnings: object[] = []
+    const logger = { warn: (details: object, message: string) => { warnings.push({ ...details, message }) }, info: () => {} }
+    const capacity = { budgetBytes, floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024 }
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger, maxItemsPerContributor: 10, capacity })
+    t.teardown(async () => { await store.close() })
+    return { store, warnings }
+  }
+  const short = await start(2 * 64 * 1024)
+  t.match(await short.store.capacity(), { accounts: 2, floorsBytes: 2 * 64 * 1024 }, 'as many floors as the budget holds')
+  t.match(short.warnings, [{ accounts: 1, message: 'accounts kept from before floors could not all be given one: they draw on the shared part alone' }])
+  const roomy = await start(8 * 64 * 1024)
+  t.match(await roomy.store.capacity(), { accounts: 3, floorsBytes: 3 * 64 * 1024 }, 'the next start with room admits the rest')
+  t.same(roomy.warnings, [])
+  const again = await start(8 * 64 * 1024)
+  t.match(await again.store.capacity(), { accounts: 3 }, 'and none twice')
+  t.ok((await again.store.capacity()).heldBytes > 0, 'each record is charged to its account')
 })
