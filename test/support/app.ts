@@ -82,6 +82,16 @@ export async function buildTestApp (t: Test, env: NodeJS.ProcessEnv = {}, option
   return app
 }
 
+/**
+ * An app, ready, that the test closes itself: one of many a property builds and drops, run after run, which
+ * closing only when the test ends would keep open all at once.
+ */
+export async function openApi (env: NodeJS.ProcessEnv = {}): Promise<{ api: Api, close: () => Promise<void> }> {
+  const app = await buildApp(loadConfig({ ...testEnvironment(), ...env }), { hashingProcess: hashingProcessOfTheFile() })
+  await app.ready()
+  return { api: new Api(app), close: async () => { await app.close() } }
+}
+
 /** The app for one test, ready, with a client that checks every response against the contract. */
 export async function build (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<Api> {
   const app = await buildTestApp(t, env, options)

@@ -1,7 +1,8 @@
 // A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
 // text on the first EVAL): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
-// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`.
+// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`. Or it
+// black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`.
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
@@ -10,6 +11,10 @@ import type { Script } from '../../src/store/redis/commands.js'
 
 export type RedisFault = 'drop-connection' | 'drop-reply' | 'delay-reply' | 'drop-reply-then-down'
 export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-reply', 'delay-reply', 'drop-reply-then-down']
+
+/** An instance's connections: the one its commands go on, and the one it hears invalidations on (tracking.ts). */
+export type RedisConnection = 'main' | 'invalidations'
+export const REDIS_CONNECTIONS: readonly RedisConnection[] = ['main', 'invalidations']
 
 // Past the client's command timeout.
 const DELAY_MS = COMMAND_TIMEOUT_MS + 500
@@ -22,6 +27,10 @@ export interface RedisProxy {
   readonly injected: RedisFault[]
   /** Lets connections through again after `drop-reply-then-down`. */
   up: () => void
+  /** Black-holes the connections of that kind open now, without closing them. */
+  stall: (connection: RedisConnection) => void
+  /** Lets the stalled connections go on, what they held delivered in order. */
+  resume: () => void
   close: () => Promise<void>
 }
 
@@ -34,6 +43,8 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   const sockets = new Set<Socket>()
   let armed: { markers: string[], fault: RedisFault } | undefined
   let down = false
+  interface Pair { kind: RedisConnection, stalled: boolean, resume: () => void }
+  const pairs = new Set<Pair>()
   const server = createServer((client) => {
     if (down) {
       client.destroy()
@@ -45,7 +56,20 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
       socket.on('close', () => { sockets.delete(socket) })
       socket.on('error', () => {})
     }
-    const cut = (): void => { client.destroy(); redis.destroy() }
+    // While stalled, what each side sends is held, to go on in order once the stall ends.
+    const toRedis: Buffer[] = []
+    const toClient: Buffer[] = []
+    const pair: Pair = {
+      kind: 'main',
+      stalled: false,
+      resume: () => {
+        pair.stalled = false
+        for (const chunk of toRedis.splice(0)) redis.write(chunk)
+        for (const chunk of toClient.splice(0)) client.write(chunk)
+      }
+    }
+    pairs.add(pair)
+    const cut = (): void => { pairs.delete(pair); client.destroy(); redis.destroy() }
     client.on('close', cut)
     redis.on('close', cut)
     // What happens to the next reply: it is lost, or it (and every reply after it, in order) waits.
@@ -54,6 +78,11 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     const release = (): void => { for (const chunk of held.splice(0)) client.write(chunk) }
     client.on('data', (chunk: Buffer) => {
       const text = chunk.toString('latin1')
+      if (text.includes('__redis__:invalidate')) pair.kind = 'invalidations'
+      if (pair.stalled) {
+        toRedis.push(chunk)
+        return
+      }
       const fault = armed?.markers.some((marker) => text.includes(marker)) === true ? armed.fault : undefined
       if (fault === undefined) {
         redis.write(chunk)
@@ -69,6 +98,10 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
       redis.write(chunk)
     })
     redis.on('data', (chunk: Buffer) => {
+      if (pair.stalled) {
+        toClient.push(chunk)
+        return
+      }
       const fault = nextReply
       nextReply = undefined
       if (fault === 'drop-reply' || fault === 'drop-reply-then-down') {
@@ -94,6 +127,8 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
     injected,
     up: () => { down = false },
+    stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },
+    resume: () => { for (const pair of pairs) pair.resume() },
     close: async () => {
       for (const socket of sockets) socket.destroy()
       await new Promise((resolve) => server.close(resolve))

@@ -11,7 +11,7 @@ import { redisKeys } from './keys.js'
 import { outboxScripts, RedisOutbox } from './outbox.js'
 import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
 import { RedisSessionStore, sessionScripts } from './sessions.js'
-import { TrackedSessions, trackSessions } from './tracking.js'
+import { HEARTBEAT, type Heartbeat, TrackedSessions, trackSessions } from './tracking.js'
 import { RedisUserStore, userScripts } from './users.js'
 import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
@@ -43,6 +43,8 @@ export interface RedisStoreOptions {
   observeCommand?: (command: string, seconds: number) => void
   /** How long a write whose reply was lost waits for Redis to tell what it did (default OUTCOME_WITHIN_MS). */
   outcomeWithinMs?: number
+  /** How often the connections are proven alive, and how long they are trusted without (default HEARTBEAT). */
+  heartbeat?: Heartbeat
 }
 
 // Users each instance keeps (the oldest out first); a user is at most about 2 KB, so at most about 20 MB.
@@ -54,6 +56,8 @@ const CACHED_ITEM_CHARACTERS = 8 * 1024 * 1024
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
+// TCP keep-alive's first probe after this long idle (ioredis's default is 30 s).
+const KEEP_ALIVE_MS = 10_000
 // Redis's clock is reckoned again this often, and at each (re)connection, in case either clock was stepped.
 const CLOCK_CHECK_INTERVAL_MS = 30_000
 
@@ -101,6 +105,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     maxRetriesPerRequest: 0,
     commandTimeout: COMMAND_TIMEOUT_MS,
     connectTimeout: CONNECT_TIMEOUT_MS,
+    // The kernel's own check of an idle connection, beside the heartbeat (tracking.ts), which bounds a silence.
+    keepAlive: KEEP_ALIVE_MS,
     // Not auto-pipelining: it holds each command for a turn of the event loop, and each request waits for its
     // commands one after another (docs/performance.md).
     retryStrategy: (attempt) => Math.min(attempt * 100, MAX_RECONNECT_DELAY_MS)
@@ -151,7 +157,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   }
   const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
-  const invalidations = await trackSessions(redis, keys.session, sessions)
+  const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat: options.heartbeat ?? HEARTBEAT, logger: options.logger })
   let closed = false
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, options.outcomeWithinMs)
   return {
@@ -173,7 +179,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     close: async () => {
       closed = true
       clearInterval(clockChecks)
-      invalidations.disconnect()
+      tracking.stop()
+      tracking.invalidations.disconnect()
       if (redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
       else redis.disconnect()
     }

@@ -13,6 +13,11 @@ export interface RedisKeys {
   readonly userEmails: string
   /** Family, + session id. Hash: user, expires, rotated, current, previous, replaced (token hashes). */
   readonly session: string
+  /**
+   * Family, + an instance's id (a UUID each start). String: its heartbeat, written every interval through its main
+   * connection under the session family, so that the invalidation Redis sends it proves both connections alive.
+   */
+  readonly sessionHeartbeat: string
   /** Family, + refresh token hash. String: the session id, expiring with the session. */
   readonly refreshToken: string
   /** Family, + user id. Sorted set: the user's session ids, scored by their end. */
@@ -75,6 +80,7 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   users: `${prefix}users`,
   userEmails: `${prefix}user-emails`,
   session: `${prefix}session:`,
+  sessionHeartbeat: `${prefix}session:heartbeat:`,
   refreshToken: `${prefix}refresh-token:`,
   userSessions: `${prefix}user-sessions:`,
   items: `${prefix}items`,

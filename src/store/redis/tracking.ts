@@ -1,14 +1,26 @@
+import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { Session } from '../../domain.js'
+
+/** How often an instance proves both its connections alive, and how long it trusts them without a proof. */
+export interface Heartbeat {
+  readonly intervalMs: number
+  readonly deadlineMs: number
+}
+
+// A session ended anywhere is refused everywhere within the deadline and an interval (docs/redis.md), whatever
+// the network does; the deadline is past the command timeout, so that a slow reply is not taken for silence.
+export const HEARTBEAT: Heartbeat = { intervalMs: 250, deadlineMs: 1500 }
+const HEARTBEAT_KEPT_MS = 60_000
 
 /**
  * Sessions this instance has read, kept only while Redis tells it of every change to them: client-side caching,
  * with CLIENT TRACKING in broadcast mode over the session keys, the invalidations arriving on a connection of
  * their own. Authentication reads the caller's session on every request, and a hit spares it a round trip. A
- * logout, a revocation or an expiry anywhere reaches every instance's cache as Redis makes the change (within a
- * fraction of a millisecond on one host, before a client can send its next request). While either connection is
- * down the cache is empty and off, and a read that an invalidation overtook is not kept.
+ * logout, a revocation or an expiry anywhere reaches every instance's cache as Redis makes the change. While either
+ * connection is down, or has not been proven alive within the heartbeat's deadline, the cache is empty and off,
+ * and a read that an invalidation overtook is not kept.
  */
 export class TrackedSessions {
   // The oldest out first.
@@ -52,29 +64,55 @@ export class TrackedSessions {
     this.#trackedSince = lossesBefore
   }
 
-  /** A connection dropped: Redis tracks nothing for this instance until tracking is turned on again. */
+  /** A connection dropped, or went silent: nothing is trusted until tracking is turned on again. */
   lost (): void {
     this.#losses += 1
     this.#byId.clear()
   }
 }
 
+export interface TrackingOptions {
+  /** The prefix of the session keys, which Redis tracks for the instance. */
+  readonly keyPrefix: string
+  /** The family of the heartbeat keys, under `keyPrefix`. */
+  readonly heartbeatPrefix: string
+  readonly heartbeat: Heartbeat
+  readonly logger: { warn: (details: object, message: string) => void }
+}
+
 /**
- * Keeps `sessions` told of every change Redis makes to a key under `keyPrefix`. Invalidations arrive on a second
- * connection, in RESP2, where Redis sends them as messages on `__redis__:invalidate`; each time either connection
- * is (re)established, tracking is turned on again on the first with the second as its target. Redis 6 or later.
- * Resolves to the second connection, for the store to close.
+ * Keeps `sessions` told of every change Redis makes to a key under the prefix, and proves it: invalidations arrive
+ * on a second connection, in RESP2, where Redis sends them as messages on `__redis__:invalidate`; each time either
+ * connection is (re)established, tracking is turned on again on the first with the second as its target. Redis 6
+ * or later.
+ *
+ * A connection that goes silent without closing (a balancer's or a NAT's idle timeout, a cable pulled) is not
+ * taken for alive: every interval the instance writes a key of its own under the prefix, through the main
+ * connection, and hears of it on the second. Both connections, and tracking between them, are proven when its
+ * invalidation arrives, and the main one when its reply does. Past the deadline without either proof, the
+ * instance forgets every session it kept and makes the silent connection again; meanwhile it reads from Redis.
+ * Resolves to the second connection, for the store to close; `stop` ends the heartbeat.
  */
-export async function trackSessions (redis: Redis, keyPrefix: string, sessions: TrackedSessions): Promise<Redis> {
+export async function trackSessions (redis: Redis, sessions: TrackedSessions, options: TrackingOptions): Promise<{ invalidations: Redis, stop: () => void }> {
+  const { keyPrefix, heartbeatPrefix, heartbeat, logger } = options
   const invalidations = redis.duplicate({ protocol: 2, autoResubscribe: false, lazyConnect: true })
+  const heartbeatKey = heartbeatPrefix + randomUUID()
   // The client id of the invalidation connection once it listens; until then Redis refuses to track for it.
   let target = 'none'
+  // When each was last proven (performance.now()): the sending of the latest heartbeat heard of, the reply.
+  let heardAt = -Infinity
+  let answeredAt = -Infinity
+  // The heartbeats sent and not yet heard of, oldest first: each invalidation is the oldest's.
+  const unheard: number[] = []
+  const maxUnheard = Math.ceil(heartbeat.deadlineMs / heartbeat.intervalMs) + 1
   // Tracking belongs to a connection: one made again starts without it, and to change its target it is turned
   // off first. Failures need nothing: the connection that failed is made again, and its 'ready' comes back here.
   const track = async (): Promise<void> => {
     const lossesBefore = sessions.losses
     await redis.client('TRACKING', 'OFF')
     await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix)
+    unheard.length = 0
+    heardAt = answeredAt = performance.now()
     sessions.tracked(lossesBefore)
   }
   const ignore = (): void => {}
@@ -88,7 +126,18 @@ export async function trackSessions (redis: Redis, keyPrefix: string, sessions: 
     })().catch(ignore)
   })
   invalidations.on('messageBuffer', (_channel: Buffer, keys: unknown) => {
-    sessions.invalidate(Array.isArray(keys) ? keys.map((key) => String(key).slice(keyPrefix.length)) : undefined)
+    if (!Array.isArray(keys)) {
+      sessions.invalidate(undefined)
+      return
+    }
+    const ids: string[] = []
+    for (const key of keys) {
+      const name = String(key)
+      // One the instance did not send (or sent before tracking was turned on again) proves nothing.
+      if (name === heartbeatKey) heardAt = Math.max(heardAt, ...unheard.splice(0, 1))
+      else if (!name.startsWith(heartbeatPrefix)) ids.push(name.slice(keyPrefix.length))
+    }
+    if (ids.length > 0) sessions.invalidate(ids)
   })
   invalidations.on('close', () => {
     target = 'none'
@@ -98,8 +147,31 @@ export async function trackSessions (redis: Redis, keyPrefix: string, sessions: 
   invalidations.on('error', ignore)
   redis.on('ready', () => { track().catch(ignore) })
   redis.on('close', () => { sessions.lost() })
+
+  const silent = (connection: Redis, since: number, which: string, now: number): boolean => {
+    if (connection.status !== 'ready' || now - since <= heartbeat.deadlineMs) return false
+    logger.warn({ connection: which, silentMs: Math.round(now - since) }, `the Redis ${which} connection has not been heard of within the deadline; connecting again, and reading sessions from Redis meanwhile`)
+    sessions.lost()
+    connection.disconnect(true)
+    return true
+  }
+  const beat = (): void => {
+    const now = performance.now()
+    if (silent(redis, answeredAt, 'main', now) || silent(invalidations, heardAt, 'invalidation', now)) {
+      heardAt = answeredAt = now
+      return
+    }
+    if (redis.status !== 'ready') return
+    unheard.push(now)
+    // Bounded while the second connection cannot be made again: nothing older than the deadline can matter.
+    unheard.splice(0, unheard.length - maxUnheard)
+    // Kept past any silence the instance lives through without making its connections again: its expiry, which
+    // Redis also tells of, is never taken for a heartbeat heard.
+    redis.set(heartbeatKey, '', 'PX', HEARTBEAT_KEPT_MS).then(() => { answeredAt = Math.max(answeredAt, now) }, ignore)
+  }
+  const beats = setInterval(beat, heartbeat.intervalMs).unref()
   // Serving starts with tracking on, unless its connection fails; then it starts when that connection is made.
   await invalidations.connect().catch(ignore)
   await established
-  return invalidations
+  return { invalidations, stop: () => { clearInterval(beats) } }
 }

@@ -2,6 +2,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
+import { HEARTBEAT } from '../../../src/store/redis/tracking.js'
 import { newUser } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { until } from '../../support/wait.js'
@@ -124,6 +125,8 @@ t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeo
   t.equal(response.statusCode, 503)
   t.ok(took >= 900 && took < 2000, `answered after ${took} ms`)
   redis.signal('SIGCONT')
+  // A freeze past the heartbeat's deadline has the instance make its connection again first.
+  while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(20)
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again once it thaws')
 })
 
@@ -147,6 +150,9 @@ t.test('a write sent to a frozen Redis that thaws after the write\'s deadline is
   redis.signal('SIGCONT')
   const [create, refresh] = await answers
   t.same([create.statusCode, refresh.statusCode], [503, 503], 'not done, and the service knows it')
+  // The freeze was a silence past the heartbeat's deadline: the instance may make its connection again once more.
+  while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(20)
+  await sleep(HEARTBEAT.deadlineMs + HEARTBEAT.intervalMs)
   while ((await api.call('checkReadiness')).statusCode !== 200) await sleep(20)
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 0, 'the create answered 503 was not stored')
   const retried = await api.call('refreshTokens', { body: { refreshToken } })

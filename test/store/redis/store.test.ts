@@ -28,8 +28,18 @@ async function eventually (t: Test, condition: () => Promise<boolean>, what: str
 // Another instance's write, made while the store is between its read and its write: synchronous (redis-cli, run to
 // its end), so Redis has applied it before the store sends anything more. A write on a connection of this process
 // could reach Redis after the store's own, and the store would not have been beaten.
+// REDIS_URL as redis-cli's options: its `-u` sends an empty user name as one, which Redis refuses.
+function redisCliArguments (url: string): string[] {
+  const { hostname, port, username, password, pathname } = new URL(url)
+  return [
+    '-h', hostname, '-p', port || '6379', '-n', pathname.slice(1) || '0', '--no-auth-warning',
+    ...(username === '' ? [] : ['--user', decodeURIComponent(username)]),
+    ...(password === '' ? [] : ['-a', decodeURIComponent(password)])
+  ]
+}
+
 function writeElsewhere (key: string, field: string, value: string): void {
-  execFileSync('redis-cli', ['-u', REDIS_URL, 'HSET', key, field, value], { stdio: 'ignore' })
+  execFileSync('redis-cli', [...redisCliArguments(REDIS_URL), 'HSET', key, field, value], { stdio: 'ignore' })
 }
 
 // True when a session read twice is the same object: the second read came from this instance's cache.
