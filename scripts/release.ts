@@ -3,6 +3,10 @@
 // only: patch), then sets the version everywhere it is said (openapi.yaml, the server's and the client's packages,
 // the docs' "now X"), moves CHANGELOG.md's Unreleased section under the version and today's date, keeps the
 // contract as contracts/<version>.yaml, regenerates, commits, and tags the commit v<version>.
+//
+// npm run release -- dev: between releases, sets the version openapi.yaml serves to what it is (`workingVersion`):
+// the last release's while it is that contract, a pre-release of the next one (`1.2.0-dev`) once it is not, so
+// that no served contract claims a released version it is not.
 import { execFileSync } from 'node:child_process'
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -13,21 +17,26 @@ export const RELEASE_KINDS = ['patch', 'minor', 'major'] as const
 export type ReleaseKind = typeof RELEASE_KINDS[number]
 const isReleaseKind = (value: string | undefined): value is ReleaseKind => RELEASE_KINDS.some((kind) => kind === value)
 
-const VERSION = /^(\d+)\.(\d+)\.(\d+)$/
-const partsOf = (version: string): [number, number, number] => {
-  const [, major = 'NaN', minor = 'NaN', patch = 'NaN'] = VERSION.exec(version) ?? []
-  return [Number(major), Number(minor), Number(patch)]
+// A released version, and one with a pre-release after it (SemVer's `-` part); as the docs say one, a single
+// pre-release identifier, so that a file name's extension after it is not taken for part of it.
+const RELEASED = /^(\d+)\.(\d+)\.(\d+)$/
+const VERSION = /^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$/
+const SAID_VERSION = '\\d+\\.\\d+\\.\\d+(?:-[0-9A-Za-z]+)?'
+const partsOf = (version: string): [number, number, number, string] => {
+  const [, major = 'NaN', minor = 'NaN', patch = 'NaN', preRelease = ''] = VERSION.exec(version) ?? []
+  return [Number(major), Number(minor), Number(patch), preRelease]
 }
 
-/** Negative, zero or positive as version `a` comes before, with or after `b` (major.minor.patch). */
+/** Negative, zero or positive as version `a` comes before, with or after `b` (a pre-release before its release). */
 export function compareVersions (a: string, b: string): number {
   const [left, right] = [partsOf(a), partsOf(b)]
-  return left.reduce((order, part, index) => order !== 0 ? order : part - right[index]!, 0)
+  const order = left.slice(0, 3).reduce<number>((order, part, index) => order !== 0 ? order : Number(part) - Number(right[index]), 0)
+  return order !== 0 || left[3] === right[3] ? order : left[3] === '' ? 1 : right[3] === '' ? -1 : left[3] < right[3] ? -1 : 1
 }
 
 /** The newest version kept in `contracts/`. */
 export function lastRelease (directory = 'contracts'): string | undefined {
-  return readdirSync(directory).map((name) => name.replace(/\.yaml$/, '')).filter((name) => VERSION.test(name))
+  return readdirSync(directory).map((name) => name.replace(/\.yaml$/, '')).filter((name) => RELEASED.test(name))
     .sort(compareVersions).at(-1)
 }
 
@@ -52,10 +61,10 @@ export function neededKind (base: Document, head: Document): ReleaseKind {
 }
 
 /** Where the docs say which version is current, each with what it reads at `version`. */
-const CURRENT_VERSION_SAID: ReadonlyArray<[RegExp, (version: string) => string]> = [
-  [/\bnow \d+\.\d+\.\d+/g, (version) => `now ${version}`],
-  [/\b\d+\.\d+\.\d+ now\b/g, (version) => `${version} now`],
-  [/items-service-(client|server)-\d+\.\d+\.\d+/g, (version) => `items-service-$1-${version}`],
+export const CURRENT_VERSION_SAID: ReadonlyArray<[RegExp, (version: string) => string]> = [
+  [new RegExp(`\\bnow ${SAID_VERSION}`, 'g'), (version) => `now ${version}`],
+  [new RegExp(`\\b${SAID_VERSION} now\\b`, 'g'), (version) => `${version} now`],
+  [new RegExp(`items-service-(client|server)-${SAID_VERSION}`, 'g'), (version) => `items-service-$1-${version}`],
   [/a client of \d+\.x works against every \d+\.x service/g, (version) => `a client of ${partsOf(version)[0]}.x works against every ${partsOf(version)[0]}.x service`]
 ]
 export const DOCS_SAYING_THE_VERSION = ['README.md', 'docs/clients.md', 'docs/contract.md'] as const
@@ -89,16 +98,43 @@ export function unreleasedEntries (text: string): string {
 const sameButVersion = (base: Document, head: Document): boolean =>
   JSON.stringify({ ...base, info: { ...base.info, version: '' } }) === JSON.stringify({ ...head, info: { ...head.info, version: '' } })
 
+/**
+ * The version `head` is, `base` being the contract released as `last`: `last` while it is that contract, a
+ * pre-release of the next version its change needs once it is not (a client pinning a released version never
+ * gets another contract under that name).
+ */
+export function workingVersion (last: string, base: Document, head: Document): string {
+  return sameButVersion(base, head) ? last : `${nextVersion(last, neededKind(base, head))}-dev`
+}
+
+/** Sets `version` everywhere it is said: the contract, both packages, the docs' current version. */
+function setVersion (version: string): void {
+  rewrite('openapi.yaml', (text) => text.replace(/^( {2}version: ).+$/m, `$1${version}`))
+  setPackageVersion('package.json', version)
+  setPackageVersion('package-lock.json', version)
+  setPackageVersion('clients/typescript/package.json', version)
+  rewrite('clients/typescript/package.json', (text) => text.replace(new RegExp(`openapi\\.yaml ${SAID_VERSION}`), `openapi.yaml ${version}`))
+  for (const file of DOCS_SAYING_THE_VERSION) {
+    rewrite(file, (text) => CURRENT_VERSION_SAID.reduce((said, [pattern, replacement]) => said.replace(pattern, replacement(version)), text))
+  }
+}
+
+/** The last release, and it and the working tree's contract. */
+function contracts (): { previous: string, base: Document, head: Document } {
+  const previous = lastRelease()
+  if (previous === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
+  const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
+  const base = parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document
+  return { previous, base, head }
+}
+
 function git (...args: string[]): string {
   return execFileSync('git', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] })
 }
 
 function release (kind: ReleaseKind): string {
   if (git('status', '--porcelain') !== '') throw new ReleaseRefused('the working tree has changes: commit them (the release is a commit of its own)')
-  const previous = lastRelease()
-  if (previous === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
-  const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
-  const base = parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document
+  const { previous, base, head } = contracts()
   if (sameButVersion(base, head) && unreleasedEntries(readFileSync('CHANGELOG.md', 'utf8')) === '') {
     throw new ReleaseRefused(`nothing to release: openapi.yaml is contracts/${previous}.yaml but for its version, and CHANGELOG.md's Unreleased section is empty`)
   }
@@ -107,14 +143,7 @@ function release (kind: ReleaseKind): string {
     throw new ReleaseRefused(`openapi.yaml needs a ${needed} release over ${previous} (npm run contract:breaking -- contracts/${previous}.yaml), not a ${kind} one`)
   }
   const version = nextVersion(previous, kind)
-  rewrite('openapi.yaml', (text) => text.replace(/^( {2}version: ).+$/m, `$1${version}`))
-  setPackageVersion('package.json', version)
-  setPackageVersion('package-lock.json', version)
-  setPackageVersion('clients/typescript/package.json', version)
-  rewrite('clients/typescript/package.json', (text) => text.replace(/openapi\.yaml \d+\.\d+\.\d+/, `openapi.yaml ${version}`))
-  for (const file of DOCS_SAYING_THE_VERSION) {
-    rewrite(file, (text) => CURRENT_VERSION_SAID.reduce((said, [pattern, replacement]) => said.replace(pattern, replacement(version)), text))
-  }
+  setVersion(version)
   rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, new Date().toISOString().slice(0, 10)))
   copyFileSync('openapi.yaml', `contracts/${version}.yaml`)
   execFileSync(process.execPath, ['--import', 'tsx', 'scripts/generate.ts'], { stdio: 'ignore' })
@@ -131,8 +160,16 @@ export class ReleaseRefused extends Error {
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const kind = process.argv[2]
+  if (kind === 'dev') {
+    const { previous, base, head } = contracts()
+    const version = workingVersion(previous, base, head)
+    setVersion(version)
+    execFileSync(process.execPath, ['--import', 'tsx', 'scripts/generate.ts'], { stdio: 'ignore' })
+    console.log(`openapi.yaml is ${version} until the next release`)
+    process.exit(0)
+  }
   if (!isReleaseKind(kind)) {
-    console.error('usage: npm run release -- <major|minor|patch>')
+    console.error('usage: npm run release -- <major|minor|patch|dev>')
     process.exit(2)
   }
   try {

@@ -69,6 +69,13 @@ export interface CallOptions {
   readonly retry?: false
   readonly signal?: AbortSignal
   readonly headers?: Readonly<Record<string, string>>
+  /** Made only if the resource is still as read: the item the client gave (or its ETag) as \`If-Match\`; 412 otherwise. */
+  readonly ifMatch?: object | string
+  /**
+   * The copy the caller holds (or its ETag) as \`If-None-Match\`: the service sends the resource only if it changed,
+   * and the client answers with that copy when it did not.
+   */
+  readonly ifNoneMatch?: object | string
 }
 
 /** Turns a method's options into openapi-fetch's request options. */

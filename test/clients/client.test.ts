@@ -3,12 +3,14 @@
 // on each store through a proxy that loses an answer and injects a 429 and a 503.
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import t, { type Test } from 'tap'
 import ts from 'typescript'
-import { createItemsClient, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type Session } from '../../clients/typescript/src/index.js'
+import { createItemsClient, etagOf, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type Session } from '../../clients/typescript/src/index.js'
 import { type Fault, faultyProxy } from '../support/faulty-proxy.js'
 import { Api, newUser } from '../support/api.js'
 import { buildTestApp } from '../support/app.js'
@@ -194,4 +196,82 @@ t.test('each item operation is a method, generated from the contract; retry: fal
   proxy.inject({ matches: { method: 'GET', url: '/v1/items' }, fault: 503 })
   t.equal((await client.items.list()).pagination.total, 0, 'retried by default')
   t.ok(proxy.forwarded.every(({ headers }) => !Object.keys(headers).some((name) => name.startsWith('x-items-client'))), 'the marker never leaves the client')
+})
+
+t.test('no request follows a redirect: what a 307 names receives nothing, and the caller gets the 307 as an ItemsApiError', async (t) => {
+  // A second origin that records whatever reaches it.
+  const received: string[] = []
+  const elsewhere = createServer((request, response) => {
+    let body = ''
+    request.on('data', (chunk: Buffer) => { body += chunk.toString() })
+    request.on('end', () => { received.push(`${String(request.method)} ${String(request.url)} ${body}`); response.end('{}') })
+  })
+  elsewhere.listen(0, '127.0.0.1')
+  await once(elsewhere, 'listening')
+  t.teardown(() => { elsewhere.close() })
+  const location = `http://127.0.0.1:${(elsewhere.address() as AddressInfo).port}`
+  const { client, proxy } = await behindProxy(t, [])
+  const user = newUser()
+  await client.register(user)
+  for (const url of ['/v1/auth/login', '/v1/auth/refresh', '/v1/items']) proxy.inject({ matches: { method: url === '/v1/items' ? 'GET' : 'POST', url }, fault: 307, location })
+  const signIn = await client.signIn(user.email, user.password).catch((error: unknown) => error)
+  t.match(signIn, { name: 'ItemsApiError', status: 307, message: `The service answered 307, a redirect to ${location}/v1/auth/login, which this client does not follow.` })
+  t.match(await client.refresh().catch((error: unknown) => error), { name: 'ItemsApiError', status: 307 }, 'a refresh too')
+  t.match(await client.items.list().catch((error: unknown) => error), { name: 'ItemsApiError', status: 307 }, 'and a read')
+  t.same(received, [], 'the password and the refresh token went nowhere else')
+  t.same(proxy.injected.length, 3)
+})
+
+t.test('a create answered 504 OUTCOME_UNKNOWN is sent again with its key and made once; every error a create throws carries its key', async (t) => {
+  const { client, proxy } = await behindProxy(t, [{ matches: { method: 'POST', url: '/v1/items' }, fault: 504 }])
+  const created = await client.items.create({ name: 'once' })
+  const creates = proxy.forwarded.filter(({ method, url }) => method === 'POST' && url === '/v1/items')
+  t.same(creates.map(({ status, replayed, answered }) => [status, replayed, answered]), [[201, null, false], [201, 'true', true]], 'made, then replayed')
+  t.equal(creates[0]?.idempotencyKey, creates[1]?.idempotencyKey, 'with one key')
+  t.equal((await client.items.list()).pagination.total, 1)
+  t.equal(created.id, (await client.items.list()).data[0]?.id)
+
+  for (let attempt = 0; attempt < 5; attempt += 1) proxy.inject({ matches: { method: 'POST', url: '/v1/items' }, fault: 'drop' })
+  const lost = await client.items.create({ name: 'lost' }).catch((error: unknown) => error)
+  t.ok(lost instanceof ItemsNetworkError && typeof lost.idempotencyKey === 'string', 'a lost answer, every attempt: the error carries the key')
+  const key = (lost as ItemsNetworkError).idempotencyKey!
+  const resolved = await client.items.create({ name: 'lost' }, { headers: { 'idempotency-key': key } })
+  t.equal(resolved.name, 'lost', 'the caller resolves it with the key')
+  t.equal((await client.items.list()).pagination.total, 2, 'made once')
+  for (let attempt = 0; attempt < 5; attempt += 1) proxy.inject({ matches: { method: 'POST', url: '/v1/items' }, fault: 503 })
+  const refused = await client.items.create({ name: 'refused' }).catch((error: unknown) => error)
+  t.match(refused, { name: 'ItemsApiError', status: 503, idempotencyKey: /^[0-9a-f-]{36}$/ }, 'an answer as well')
+  t.equal((await client.items.list()).pagination.total, 2)
+})
+
+t.test('refresh() renews the session now and keeps client.session the new one', async (t) => {
+  const { client, sessions } = await behindProxy(t, [])
+  const before = client.session!
+  const renewed = await client.refresh()
+  t.not(renewed.refreshToken, before.refreshToken)
+  t.equal(client.session, renewed, 'client.session is the new one')
+  t.equal(sessions.at(-1), renewed, 'and onSession was told')
+  t.equal((await client.items.list()).pagination.total, 0, 'it serves')
+  t.equal((await client.refresh()).user.id, before.user.id, 'and refreshes again')
+  await client.signOut()
+  t.match(await client.refresh().catch((error: unknown) => error), { name: 'TypeError' }, 'no session, nothing to refresh')
+})
+
+t.test('the item methods give the ETag and take ifMatch and ifNoneMatch: a 304 is the caller\'s copy, a stale If-Match a 412', async (t) => {
+  const { client, proxy } = await behindProxy(t, [])
+  const created = await client.items.create({ name: 'tagged' })
+  t.match(etagOf(created), /^"/, 'a create gives its ETag')
+  const unchanged = await client.items.get(created.id, { ifNoneMatch: created })
+  t.same(unchanged, created, 'unchanged: the copy')
+  t.equal(proxy.forwarded.at(-1)?.status, 304, 'which the service did not send again')
+  const edited = await client.items.update(created.id, { name: 'edited' }, { ifMatch: created })
+  t.equal(edited.name, 'edited', 'an edit of the item as read')
+  t.not(etagOf(edited), etagOf(created))
+  const stale = await client.items.update(created.id, { name: 'again' }, { ifMatch: created }).catch((error: unknown) => error)
+  t.match(stale, { name: 'ItemsApiError', status: 412 }, 'an edit of a copy since changed')
+  t.same(await client.items.get(created.id, { ifNoneMatch: created }), edited, 'a changed item is sent')
+  t.same(await client.items.get(created.id, { ifNoneMatch: etagOf(created)! }), edited, 'an ETag alone works too')
+  t.match(await client.items.get(created.id, { ifNoneMatch: etagOf(edited)! }).catch((error: unknown) => error), { name: 'ItemsApiError', status: 304 },
+    'with which a 304 has no copy to give: the raw call with okOrUnchanged says so')
+  await t.rejects(client.items.get(created.id, { ifNoneMatch: {} }), { name: 'TypeError' }, 'an object the client did not give has no ETag')
 })

@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
-import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries } from '../../scripts/release.js'
+import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries, workingVersion } from '../../scripts/release.js'
 import type { Document } from '../../scripts/contract-breaking.js'
 
 const run = promisify(execFile)
@@ -18,7 +18,24 @@ t.test('versions: compared, and the next of each kind', async (t) => {
   t.ok(compareVersions('1.10.0', '1.9.9') > 0)
   t.equal(compareVersions('1.2.3', '1.2.3'), 0)
   t.same(['major', 'minor', 'patch'].map((kind) => nextVersion('1.2.3', kind as 'major')), ['2.0.0', '1.3.0', '1.2.4'])
-  t.equal(lastRelease(), (parse(readFileSync('openapi.yaml', 'utf8')) as Document).info.version, 'openapi.yaml is at the last release\'s version until the next one')
+  t.ok(compareVersions('1.2.0-dev', '1.1.0') > 0 && compareVersions('1.2.0-dev', '1.2.0') < 0, 'a pre-release comes after the last release, before its own')
+})
+
+t.test('openapi.yaml never claims a released version it is not: the last release\'s while it is that contract, a pre-release of the next one once it is not', async (t) => {
+  const last = lastRelease()!
+  const released = parse(readFileSync(`contracts/${last}.yaml`, 'utf8')) as Document
+  const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
+  t.equal(head.info.version, workingVersion(last, released, head), `contracts/${last}.yaml and openapi.yaml (npm run release -- dev sets the version)`)
+  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
+  const changed = (change: (contract: Record<string, any>) => void): Document => {
+    const contract = structuredClone(base) as Record<string, any>
+    change(contract)
+    return contract as Document
+  }
+  t.equal(workingVersion('1.1.0', base, changed((c) => { c.info.version = '1.1.0' })), '1.1.0', 'the released contract')
+  t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.Thing.properties.colour = { type: 'string' } })), '1.2.0-dev', 'an addition')
+  t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.NewThing.properties.name.maxLength = 1 })), '2.0.0-dev', 'a break')
+  t.equal(workingVersion('1.1.0', base, changed((c) => { c.info.description = 'Reworded.' })), '1.1.1-dev', 'prose')
 })
 
 t.test('the kind a change needs: breaking is major, anything a client sees minor, prose patch', async (t) => {

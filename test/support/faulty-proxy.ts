@@ -1,6 +1,7 @@
 // A proxy in front of a real service, as a client meets one over a bad network: it records what it forwards, and
 // injects the faults it is told to, each once: an answer lost after the service made it, a 429 or 503 in the
-// service's shape that never reaches the service, or a 502 in another proxy's HTML.
+// service's shape that never reaches the service, a 502 in another proxy's HTML, a 504 `OUTCOME_UNKNOWN` for a
+// request the service did make, or a 307 to another origin.
 import { once } from 'node:events'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -13,17 +14,22 @@ export interface Forwarded {
   replayed: string | null
   /** The request's end-to-end header fields, as they reached the service. */
   headers: Readonly<Record<string, string>>
-  /** Whether the client got this answer (false: the connection was cut instead). */
+  /** Whether the client got this answer (false: the connection was cut, or a 504 sent, instead). */
   answered: boolean
 }
 
 /** A fault for the first request that `matches` (method and URL, query included). */
 export interface Fault {
   matches: { method: string, url: string }
-  /** `drop`: forwarded, and the connection cut instead of answering; a status: answered so, not forwarded. */
-  fault: 'drop' | 429 | 502 | 503
+  /**
+   * `drop`: forwarded, and the connection cut instead of answering; 504: forwarded, and answered `OUTCOME_UNKNOWN`;
+   * another status: answered so, not forwarded.
+   */
+  fault: 'drop' | 307 | 429 | 502 | 503 | 504
   /** The Retry-After of a 429 or 503: 1 when left out. */
   retryAfter?: number
+  /** The origin a 307 sends the request on to, its path kept. */
+  location?: string
 }
 
 export interface FaultyProxy {
@@ -57,6 +63,11 @@ export async function faultyProxy (target: string, faults: readonly Fault[]): Pr
       response.end(JSON.stringify({ code, message: 'Injected by the proxy.' }))
       return
     }
+    if (fault === 307) {
+      response.writeHead(307, { location: `${injecting?.location ?? ''}${url}` })
+      response.end()
+      return
+    }
     if (fault === 502) {
       response.writeHead(502, { 'content-type': 'text/html' })
       response.end('<html><body><h1>502 Bad Gateway</h1></body></html>')
@@ -67,8 +78,13 @@ export async function faultyProxy (target: string, faults: readonly Fault[]): Pr
       typeof entry[1] === 'string' && !HOP_BY_HOP.has(entry[0])))
     const answer = await fetch(`${target}${url}`, { method, headers, ...(chunks.length === 0 ? {} : { body: Buffer.concat(chunks) }) })
     const body = Buffer.from(await answer.arrayBuffer())
-    const answered = fault !== 'drop'
+    const answered = fault !== 'drop' && fault !== 504
     forwarded.push({ method, url, status: answer.status, idempotencyKey: headers['idempotency-key'], replayed: answer.headers.get('idempotent-replayed'), headers, answered })
+    if (fault === 504) {
+      response.writeHead(504, { 'content-type': 'application/json' })
+      response.end(JSON.stringify({ code: 'OUTCOME_UNKNOWN', message: 'Injected by the proxy.' }))
+      return
+    }
     if (!answered) {
       request.socket.destroy()
       return

@@ -2,7 +2,9 @@
 // contract by `npm run generate` (`src/generated/openapi.ts`, beside generated/openapi.ts); its calls are openapi-fetch's, with one middleware that does what
 // every client of this service needs: it signs requests in and refreshes an expired session once however many
 // requests meet it, waits when `RateLimit` says a limit is spent, sends 429 and 503 again after `Retry-After`, gives
-// each create its `Idempotency-Key`, and sends a request whose answer was lost again only when that is safe.
+// each create its `Idempotency-Key`, and sends a request whose answer was lost (or whose outcome the service could
+// not learn, 504) again only when that is safe. It follows no redirect: the contract declares none, and one
+// followed would carry the request's body (a password, a refresh token) wherever it points.
 import createClient, { type Client, type Middleware } from 'openapi-fetch'
 import type { components, paths } from './generated/openapi.js'
 import { type RequestInit, resources } from './generated/resources.js'
@@ -29,14 +31,20 @@ export class ItemsApiError extends Error {
   readonly status: number
   readonly code: ErrorCode | undefined
   readonly details: Schemas['ValidationErrorResponse']['details'] | undefined
+  /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
+  readonly idempotencyKey: string | undefined
 
-  constructor (status: number, body: unknown) {
+  constructor (status: number, body: unknown, response?: Response) {
     const contractError = isObject(body) && typeof body.code === 'string' && typeof body.message === 'string'
-    super(contractError ? String(body.message) : `The service answered ${status}.`)
+    const location = status >= 300 && status < 400 ? response?.headers.get('location') : undefined
+    super(contractError
+      ? String(body.message)
+      : `The service answered ${status}${location === undefined || location === null ? '' : `, a redirect to ${location}, which this client does not follow`}.`)
     this.name = 'ItemsApiError'
     this.status = status
     this.code = contractError ? String(body.code) : undefined
     this.details = contractError && Array.isArray(body.details) ? body.details as Schemas['ValidationErrorResponse']['details'] : undefined
+    this.idempotencyKey = response === undefined ? undefined : keysOf.get(response)
   }
 }
 
@@ -45,10 +53,27 @@ export class ItemsApiError extends Error {
  * already sent again what was safe to send again; `cause` is fetch's own error.
  */
 export class ItemsNetworkError extends Error {
-  constructor (cause: unknown) {
+  /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
+  readonly idempotencyKey: string | undefined
+
+  constructor (cause: unknown, idempotencyKey?: string) {
     super(`No answer from the service: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
     this.name = 'ItemsNetworkError'
+    this.idempotencyKey = idempotencyKey
   }
+}
+
+// The Idempotency-Key each final answer of a create was sent with, for its error.
+const keysOf = new WeakMap<Response, string>()
+// The ETag each resource the client gave came with.
+const etags = new WeakMap<object, string>()
+
+/** The ETag the service sent with `resource` (an item the client gave), for `ifMatch` and `ifNoneMatch`. */
+export const etagOf = (resource: object): string | undefined => etags.get(resource)
+
+const keepEtag = (data: unknown, response: Response): void => {
+  const etag = response.headers.get('etag')
+  if (etag !== null && isObject(data)) etags.set(data, etag)
 }
 
 type Answer<Data> = Promise<{ data?: Data, error?: unknown, response: Response }>
@@ -56,7 +81,8 @@ type Answer<Data> = Promise<{ data?: Data, error?: unknown, response: Response }
 /** The data of a successful answer; an ItemsApiError otherwise, a 304 included (see `okOrUnchanged`). */
 export async function ok<Data> (pending: Answer<Data>): Promise<Data> {
   const { data, error, response } = await pending
-  if (!response.ok) throw new ItemsApiError(response.status, error)
+  if (!response.ok) throw new ItemsApiError(response.status, error, response)
+  keepEtag(data, response)
   return data as Data
 }
 
@@ -67,7 +93,8 @@ export async function ok<Data> (pending: Answer<Data>): Promise<Data> {
 export async function okOrUnchanged<Data> (pending: Answer<Data>): Promise<Data | undefined> {
   const { data, error, response } = await pending
   if (response.status === 304) return undefined
-  if (!response.ok) throw new ItemsApiError(response.status, error)
+  if (!response.ok) throw new ItemsApiError(response.status, error, response)
+  keepEtag(data, response)
   return data
 }
 
@@ -97,13 +124,45 @@ export interface ItemsClientOptions {
 /** The filters of a list (its `page` is the walk's own). */
 export type ItemFilter = Omit<NonNullable<paths['/v1/items']['get']['parameters']['query']>, 'page'>
 
-// Marks a request the caller sent with `retry: false`; the client takes it off before the request leaves.
+// Marks a request the caller sent with `retry: false`, and one with a copy to answer a 304 with; the client takes
+// them off before the request leaves.
 const SENT_ONCE = 'x-items-client-sent-once'
+const COPY = 'x-items-client-copy'
+// The copies `ifNoneMatch` gave, by the marker of their request, until it is answered.
+const copies = new Map<string, object>()
 
-const requestInit: RequestInit = ({ retry, signal, headers }) => ({
-  headers: { ...headers, ...(retry === false ? { [SENT_ONCE]: 'true' } : {}) },
-  ...(signal === undefined ? {} : { signal })
-})
+function etagFor (condition: object | string): string {
+  const etag = typeof condition === 'string' ? condition : etagOf(condition)
+  if (etag === undefined) throw new TypeError('ifMatch and ifNoneMatch take an ETag, or a resource the client gave with one')
+  return etag
+}
+
+const requestInit: RequestInit = ({ retry, signal, headers, ifMatch, ifNoneMatch }) => {
+  const copy = typeof ifNoneMatch === 'object' ? crypto.randomUUID() : undefined
+  if (copy !== undefined) copies.set(copy, ifNoneMatch as object)
+  return {
+    headers: {
+      ...headers,
+      ...(retry === false ? { [SENT_ONCE]: 'true' } : {}),
+      ...(ifMatch === undefined ? {} : { 'if-match': etagFor(ifMatch) }),
+      ...(ifNoneMatch === undefined ? {} : { 'if-none-match': etagFor(ifNoneMatch) }),
+      ...(copy === undefined ? {} : { [COPY]: copy })
+    },
+    ...(signal === undefined ? {} : { signal })
+  }
+}
+
+// The caller's copy, as the service would have sent it, for a 304 that says it is current.
+function answeredWithCopy (response: Response, copy: object | undefined): Response {
+  if (response.status !== 304 || copy === undefined) return response
+  const headers = new Headers(response.headers)
+  headers.set('content-type', 'application/json')
+  return new Response(JSON.stringify(copy), { status: 200, headers })
+}
+
+// The contract declares no redirect: a 3xx is answered to the caller as it is, never followed.
+const withoutRedirects = (fetch: typeof globalThis.fetch): typeof globalThis.fetch =>
+  async (input, init) => await fetch(new Request(input, { ...init, redirect: 'manual' }))
 
 type Resources = ReturnType<typeof resources>
 
@@ -127,6 +186,8 @@ export interface ItemsClient {
   signOut: () => Promise<void>
   /** Resumes a session kept from an earlier `onSession` (its access token is refreshed when it has expired). */
   resume: (session: Session) => void
+  /** Renews the session now, and gives the new one (`session` and `onSession` have it too). */
+  refresh: () => Promise<Session>
   readonly session: Session | undefined
 }
 
@@ -135,6 +196,11 @@ const safeToResend = (request: Request): boolean =>
   ['GET', 'HEAD', 'OPTIONS', 'DELETE'].includes(request.method) || request.headers.has('idempotency-key') ||
   // An edit made only if the item is still as read: sent twice, the second finds it changed and is refused.
   ((request.method === 'PATCH' || request.method === 'PUT') && request.headers.has('if-match'))
+
+// An answer sent again after its wait: a limit or an outage, and a 504 (the service could not learn whether it was
+// done) for a request that is safe to send again.
+const retried = (response: Response, request: Request): boolean =>
+  response.status === 429 || response.status === 503 || (response.status === 504 && safeToResend(request))
 
 // Seconds until the limits a RateLimit field names have room again: the longest `t` of those with `r=0`.
 function spentSeconds (field: string | null): number {
@@ -174,7 +240,8 @@ async function isExpiredToken (response: Response): Promise<boolean> {
   return typeof body === 'object' && body !== null && 'code' in body && body.code === EXPIRED
 }
 
-export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
+export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
+  const fetch = withoutRedirects(given)
   let session: Session | undefined
   // When the access token ends, by this process's clock, less the margin.
   let renewAt = 0
@@ -184,6 +251,8 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
   const sent = new Map<string, Request>()
   // The requests to send once, whatever answers.
   const sentOnce = new Set<string>()
+  // The copy to answer each conditional read's 304 with.
+  const copied = new Map<string, object>()
 
   const start = (next: Session | undefined): void => {
     session = next
@@ -217,7 +286,7 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
           }
           // The session has ended (revoked, expired, or its refresh token reused): sign in again.
           start(undefined)
-          throw new ItemsApiError(response.status, error)
+          throw new ItemsApiError(response.status, error, response)
         }
       } finally {
         refreshing = undefined
@@ -236,11 +305,20 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
   const settle = async (id: string, send: typeof globalThis.fetch, first: unknown): Promise<Response> => {
     const original = sent.get(id)
     sent.delete(id)
+    const copy = copied.get(id)
+    copied.delete(id)
+    const answered = (response: Response): Response => {
+      const key = original?.headers.get('idempotency-key')
+      if (key !== null && key !== undefined) keysOf.set(response, key)
+      return answeredWithCopy(response, copy)
+    }
+    const lost = (error: unknown): unknown =>
+      original?.signal.aborted === true ? original.signal.reason : new ItemsNetworkError(error, original?.headers.get('idempotency-key') ?? undefined)
     let outcome = first
     if (original === undefined) return outcome instanceof Response ? outcome : Promise.reject(outcome)
     if (sentOnce.delete(id)) {
-      if (outcome instanceof Response) return outcome
-      throw original.signal.aborted ? original.signal.reason : new ItemsNetworkError(outcome)
+      if (outcome instanceof Response) return answered(outcome)
+      throw lost(outcome)
     }
     let refreshed = false
     // Whether a request sent earlier may have been done though its answer was lost.
@@ -251,7 +329,7 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
       if (outcome instanceof Response && original.headers.has('authorization') && current !== undefined && !refreshed && await isExpiredToken(outcome)) {
         refreshed = true
         await refresh(current)
-      } else if (outcome instanceof Response ? outcome.status === 429 || outcome.status === 503 : safeToResend(original)) {
+      } else if (outcome instanceof Response ? retried(outcome, original) : safeToResend(original)) {
         const retryAfter = outcome instanceof Response ? outcome.headers.get('retry-after') : null
         lostBefore ||= !(outcome instanceof Response)
         await sleep(retryAfter === null ? backoffMs(attempt) : Number(retryAfter) * 1000, original.signal)
@@ -260,12 +338,12 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
       }
       outcome = await send(authorized(original.clone())).catch((error: unknown) => error)
     }
-    if (!(outcome instanceof Response)) throw original.signal.aborted ? original.signal.reason : new ItemsNetworkError(outcome)
+    if (!(outcome instanceof Response)) throw lost(outcome)
     // A delete sent again after its first answer was lost finds the item gone: that one did it.
     if (lostBefore && original.method === 'DELETE' && outcome.status === 404) return new Response(null, { status: 204 })
     const spent = spentSeconds(outcome.headers.get('ratelimit'))
     if (spent > 0) resumeAt = Math.max(resumeAt, Date.now() + spent * 1000)
-    return outcome
+    return answered(outcome)
   }
 
   const resilience: Middleware = {
@@ -276,6 +354,12 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
       if (headers.has(SENT_ONCE)) {
         sentOnce.add(id)
         headers.delete(SENT_ONCE)
+      }
+      const copy = headers.get(COPY)
+      if (copy !== null) {
+        copied.set(id, copies.get(copy)!)
+        copies.delete(copy)
+        headers.delete(COPY)
       }
       // One key per create, made here once: every retry sends the same request, and so the same key.
       if (request.method === 'POST' && createsIdempotently(schemaPath) && !headers.has('idempotency-key')) headers.set('idempotency-key', crypto.randomUUID())
@@ -324,6 +408,11 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch = globalThi
       session = kept
       // Its age is unknown: renewed before its first use.
       renewAt = 0
+    },
+    refresh: async () => {
+      if (session === undefined) throw new TypeError('refresh() needs a session: sign in, register or resume first')
+      await refresh(session)
+      return session
     }
   }
 }
