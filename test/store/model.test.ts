@@ -96,6 +96,17 @@ const expectStatus = (answers: Answers, status: number, what: string): void => {
 
 const session = (user: ModelUser, index: number): ModelSession | undefined => user.sessions[index % Math.max(1, user.sessions.length)]
 
+// The user a command acts as (by its index, wrapped), and the session it acts in (its first live one).
+function callerOf (model: Model, index: number): { caller: number, user: ModelUser, open: ModelSession | undefined } {
+  const caller = index % model.users.length
+  const user = model.users[caller]!
+  return { caller, user, open: session(user, 0) }
+}
+
+// What an edit or a delete answers: a viewer is refused, an item gone is not found, another's item is refused.
+const changeAnswer = (user: ModelUser, caller: number, item: ModelItem, done: number): number =>
+  user.role === 'viewer' ? 403 : !item.alive ? 404 : item.owner !== caller ? 403 : done
+
 // The item the model knows as `index`, as the contract shows it.
 const shownItem = (model: Model, index: number) => {
   const { owner, name, description, status } = model.items[index]!
@@ -157,9 +168,7 @@ class Create implements fc.AsyncCommand<Model, Real> {
   constructor (readonly user: number, readonly name: string, readonly description: string | null, readonly key: string | undefined) {}
   check = (model: Readonly<Model>): boolean => model.users.length > 0
   async run (model: Model, real: Real): Promise<void> {
-    const owner = this.user % model.users.length
-    const user = model.users[owner]!
-    const open = session(user, 0)
+    const { caller: owner, user, open } = callerOf(model, this.user)
     if (open === undefined) return
     const body = { name: this.name, description: this.description }
     const headers: Record<string, string> = this.key === undefined ? {} : { 'idempotency-key': this.key }
@@ -186,7 +195,7 @@ class Get implements fc.AsyncCommand<Model, Real> {
   constructor (readonly user: number, readonly item: number) {}
   check = (model: Readonly<Model>): boolean => model.users.length > 0 && model.items.length > 0
   async run (model: Model, real: Real): Promise<void> {
-    const open = session(model.users[this.user % model.users.length]!, 0)
+    const { open } = callerOf(model, this.user)
     if (open === undefined) return
     const index = this.item % model.items.length
     const item = model.items[index]!
@@ -202,7 +211,7 @@ class List implements fc.AsyncCommand<Model, Real> {
   constructor (readonly user: number, readonly status: 'active' | 'archived' | undefined, readonly contributor: number | undefined, readonly page: number, readonly pageSize: number) {}
   check = (model: Readonly<Model>): boolean => model.users.length > 0
   async run (model: Model, real: Real): Promise<void> {
-    const open = session(model.users[this.user % model.users.length]!, 0)
+    const { open } = callerOf(model, this.user)
     if (open === undefined) return
     const contributor = this.contributor === undefined ? undefined : this.contributor % model.users.length
     const query = (store: StoreName) => ({
@@ -226,17 +235,13 @@ class Edit implements fc.AsyncCommand<Model, Real> {
   constructor (readonly user: number, readonly item: number, readonly change: { name?: string, description?: string | null, status?: 'active' | 'archived' }) {}
   check = (model: Readonly<Model>): boolean => model.users.length > 0 && model.items.length > 0
   async run (model: Model, real: Real): Promise<void> {
-    const caller = this.user % model.users.length
-    const user = model.users[caller]!
-    const open = session(user, 0)
+    const { caller, user, open } = callerOf(model, this.user)
     if (open === undefined) return
     const index = this.item % model.items.length
     const item = model.items[index]!
     const answers = await both(real, model, (store) => ['updateItem', { token: open.tokens[store].accessToken, params: { itemId: item.ids[store] }, body: this.change }])
-    if (user.role === 'viewer') return expectStatus(answers, 403, 'a viewer\'s edit')
-    if (!item.alive) return expectStatus(answers, 404, 'an edit of an item gone')
-    if (item.owner !== caller) return expectStatus(answers, 403, 'an edit of another\'s item')
-    expectStatus(answers, 200, 'edit')
+    expectStatus(answers, changeAnswer(user, caller, item, 200), 'edit')
+    if (answers.status !== 200) return
     Object.assign(item, this.change)
     deepStrictEqual(normalized(answers.memory.json(), model, 'memory'), shownItem(model, index), 'edited as sent')
   }
@@ -248,17 +253,12 @@ class Delete implements fc.AsyncCommand<Model, Real> {
   constructor (readonly user: number, readonly item: number) {}
   check = (model: Readonly<Model>): boolean => model.users.length > 0 && model.items.length > 0
   async run (model: Model, real: Real): Promise<void> {
-    const caller = this.user % model.users.length
-    const user = model.users[caller]!
-    const open = session(user, 0)
+    const { caller, user, open } = callerOf(model, this.user)
     if (open === undefined) return
     const item = model.items[this.item % model.items.length]!
     const answers = await both(real, model, (store) => ['deleteItem', { token: open.tokens[store].accessToken, params: { itemId: item.ids[store] } }])
-    if (user.role === 'viewer') return expectStatus(answers, 403, 'a viewer\'s delete')
-    if (!item.alive) return expectStatus(answers, 404, 'a delete of an item gone')
-    if (item.owner !== caller) return expectStatus(answers, 403, 'a delete of another\'s item')
-    expectStatus(answers, 204, 'delete')
-    item.alive = false
+    expectStatus(answers, changeAnswer(user, caller, item, 204), 'delete')
+    item.alive &&= answers.status !== 204
   }
 
   toString = (): string => `delete(${this.user}, ${this.item})`

@@ -138,16 +138,14 @@ function etagFor (condition: object | string): string {
 }
 
 const requestInit: RequestInit = ({ retry, signal, headers, ifMatch, ifNoneMatch }) => {
-  const copy = typeof ifNoneMatch === 'object' ? crypto.randomUUID() : undefined
-  if (copy !== undefined) copies.set(copy, ifNoneMatch as object)
+  const conditions = {
+    ...(ifMatch === undefined ? {} : { 'if-match': etagFor(ifMatch) }),
+    ...(ifNoneMatch === undefined ? {} : { 'if-none-match': etagFor(ifNoneMatch) })
+  }
+  const copy = typeof ifNoneMatch === 'object' ? { marker: crypto.randomUUID(), of: ifNoneMatch } : undefined
+  if (copy !== undefined) copies.set(copy.marker, copy.of)
   return {
-    headers: {
-      ...headers,
-      ...(retry === false ? { [SENT_ONCE]: 'true' } : {}),
-      ...(ifMatch === undefined ? {} : { 'if-match': etagFor(ifMatch) }),
-      ...(ifNoneMatch === undefined ? {} : { 'if-none-match': etagFor(ifNoneMatch) }),
-      ...(copy === undefined ? {} : { [COPY]: copy })
-    },
+    headers: { ...headers, ...conditions, ...(retry === false ? { [SENT_ONCE]: 'true' } : {}), ...(copy === undefined ? {} : { [COPY]: copy.marker }) },
     ...(signal === undefined ? {} : { signal })
   }
 }

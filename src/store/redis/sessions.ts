@@ -10,16 +10,19 @@ import { type RedisWrites, writeScript } from './writes.js'
 
 // Defined in the session scripts (writeScript), after CAPACITY: ARGV[1..3] are the prefixes of the session,
 // refresh-token and user-sessions keys (keys.ts), for the keys a script finds in what it reads. `forget` forgets a
-// session: its refresh tokens, its record, its place among its user's sessions, its charge. `endOldest` ends the
-// user's oldest sessions but `keep`, at least `count` of them, and as many as it takes for `bytes` more to fit the
-// part of the user's floor kept for sessions.
+// session: its refresh tokens, its record, its place among its user's sessions, its charge; and lists it in
+// `ended`, which the script answers (space-separated) for the instance to drop its copies at once, before Redis's
+// invalidation reaches it. `endOldest` ends the user's oldest sessions but `keep`, at least `count` of them, and as
+// many as it takes for `bytes` more to fit the part of the user's floor kept for sessions.
 const FORGET_SESSION = `
 local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
+local ended = {}
 local function forget (sessionId)
   local sessionKey = families.session .. sessionId
   local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
   releaseCharge(sessionKey)
   if not fields[1] then return end
+  ended[#ended + 1] = sessionId
   for i = 2, 4 do
     for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
   end
@@ -37,7 +40,7 @@ end
 
 export const sessionScripts = {
   // KEYS: session, its first refresh token, its user's sessions, the capacity keys (CAPACITY). ARGV:
-  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have.
+  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have. The sessions it ended.
   openSession: {
     numberOfKeys: 3 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY + FORGET_SESSION, `
@@ -55,24 +58,24 @@ redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt)
 redis.call('ZADD', KEYS[3], expiresAt, sessionId)
 redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
 chargeSessionUntil(KEYS[1], userId, bytes, expiresAt)
-return 1`)
+return table.concat(ended, ' ')`)
   },
   // KEYS: the presented token, the capacity keys. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's
   // clock as the instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per
-  // rotation. {status, session id, user id, end}.
+  // rotation. {status, the sessions it ended, session id, user id, end}.
   rotateRefreshToken: {
     numberOfKeys: 1 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY + FORGET_SESSION, `
 capacityAt(2)
 local presented, nextHash, now, leeway = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local sessionId = redis.call('GET', KEYS[1])
-if not sessionId then return {'unknown'} end
+if not sessionId then return {'unknown', ''} end
 local sessionKey = families.session .. sessionId
 local session = redis.call('HMGET', sessionKey, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced')
 if not session[1] or tonumber(session[2]) <= now then
   forget(sessionId)
   redis.call('DEL', KEYS[1])
-  return {'unknown'}
+  return {'unknown', table.concat(ended, ' ')}
 end
 local function split (text)
   local list = {}
@@ -89,11 +92,11 @@ if contains(current, presented) then
   while #replaced > tonumber(ARGV[8]) do redis.call('DEL', families.refreshToken .. table.remove(replaced, 1)) end
   previous, current, rotatedAt = current, {nextHash}, now
 elseif contains(previous, presented) and now - rotatedAt < leeway then
-  if #current >= tonumber(ARGV[9]) then return {'unknown'} end
+  if #current >= tonumber(ARGV[9]) then return {'unknown', ''} end
   current[#current + 1] = nextHash
 else
   forget(sessionId)
-  return {'reused'}
+  return {'reused', table.concat(ended, ' ')}
 end
 redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
   'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
@@ -104,7 +107,7 @@ local bytes = sessionBytes(sessionKey, KEYS[1], #current + #previous + #replaced
 local _, charged = chargeOf(sessionKey)
 if bytes > charged then endOldest(session[1], bytes - charged, 0, sessionId) end
 chargeSessionUntil(sessionKey, session[1], bytes, session[2])
-return {'rotated', sessionId, session[1], session[2]}`)
+return {'rotated', table.concat(ended, ' '), sessionId, session[1], session[2]}`)
   },
   // KEYS: the capacity keys. ARGV: (FORGET_SESSION), session id.
   revokeSession: {
@@ -122,9 +125,9 @@ type SessionFamilies = [session: string, refreshToken: string, userSessions: str
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     openSession (session: string, token: string, userSessions: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string,
-      userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<1, Context>
+      userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<string, Context>
     rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
-      now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string?, string?, string?], Context>
+      now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string, string?, string?, string?], Context>
     revokeSession (...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string]): Result<1, Context>
   }
 }
@@ -146,9 +149,10 @@ export class RedisSessionStore implements SessionStore {
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     const keys = this.#keys
-    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
+    const ended = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
       keys.userSessions + session.userId, ...capacityKeys(keys), deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt,
       refreshTokenHash, maxPerUser))
+    this.#forgetEnded(ended)
   }
 
   cached (id: string, now: number): Session | undefined {
@@ -168,9 +172,10 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
-    const [status, id, userId, expires] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.rotateRefreshToken(
+    const [status, ended, id, userId, expires] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.rotateRefreshToken(
       this.#keys.refreshToken + presentedHash, ...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, presentedHash, nextHash, now, reuseLeewayMs,
       REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
+    this.#forgetEnded(ended)
     if (status === 'rotated' && id !== undefined && userId !== undefined) {
       return { status, session: { id, userId, expiresAt: Number(expires) } }
     }
@@ -180,6 +185,11 @@ export class RedisSessionStore implements SessionStore {
   async revoke (id: string): Promise<void> {
     await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.revokeSession(...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, id))
     this.#cache.invalidate([id])
+  }
+
+  // The sessions a script ended, dropped from this instance's copies before Redis's invalidation reaches it.
+  #forgetEnded (ended: string): void {
+    if (ended !== '') this.#cache.invalidate(ended.split(' '))
   }
 
   /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */

@@ -10,6 +10,7 @@ import type { Store } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/serialized.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { redisProxy } from '../../support/redis-proxy.js'
 import { storeConformance } from '../conformance/index.js'
 import { item } from '../conformance/fixtures.js'
 
@@ -81,9 +82,9 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const capacity = capacityKeys(keys)
-  const openSession = async (deadline: number): Promise<1> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
+  const openSession = async (deadline: number): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
     ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
-  const rotate = async (deadline: number): Promise<[string, string?, string?, string?]> =>
+  const rotate = async (deadline: number): Promise<[string, string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
   const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
     keys.outbox, ...lists, '', '', ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
@@ -94,10 +95,10 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
-  t.equal(await openSession(future), 1)
+  t.equal(await openSession(future), '', 'it ended no session')
   await t.rejects(rotate(past), late)
   await t.rejects(redis.revokeSession(...capacity, past, outcome('revoke'), ...families, 's1'), late)
-  t.same(await rotate(future), ['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
+  t.same(await rotate(future), ['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
   t.equal(await addItem(future), 1)
   await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], ...capacity, past, outcome('replace'), 'i1', item,
@@ -105,7 +106,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1'), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
   t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
-    ['[1]', JSON.stringify([['rotated', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
+    ['[""]', JSON.stringify([['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
     'each write that ran recorded its reply; none that did not')
   t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
 })
@@ -378,4 +379,28 @@ t.test('accounts kept from before floors (1.1.0) are admitted at the first start
   const again = await start(8 * 64 * 1024)
   t.match(await again.store.capacity(), { accounts: 3 }, 'and none twice')
   t.ok((await again.store.capacity()).heldBytes > 0, 'each record is charged to its account')
+})
+
+t.test('a session ended by this instance\'s own write (a sign-in past the bound, a replayed refresh token) is refused by it at once, before Redis\'s invalidation comes', { skip }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10 })
+  t.teardown(async () => { await store.close() })
+  const now = Date.now()
+  const userId = randomUUID()
+  const open = async (index: number): Promise<string> => {
+    const id = randomUUID()
+    await store.sessions.open({ id, userId, expiresAt: now + 60_000 + index }, `hash-${id}`, 1)
+    return id
+  }
+  const first = await open(0)
+  t.ok(await readTwiceAlike(store, first, now), 'kept at hand')
+  // Invalidations held: only the instance's own knowledge can refuse the session now.
+  proxy.stall('invalidations')
+  const second = await open(1)
+  t.equal(await store.sessions.get(first, now), undefined, 'the sign-in past the bound ended the first: refused at once')
+  t.ok(await readTwiceAlike(store, second, now), 'the second kept at hand')
+  t.match(await store.sessions.rotateRefreshToken(`hash-${second}`, 'next', now, 0), { status: 'rotated' })
+  t.same(await store.sessions.rotateRefreshToken(`hash-${second}`, 'again', now, 0), { status: 'reused' }, 'a replay out of the leeway')
+  t.equal(await store.sessions.get(second, now), undefined, 'which ended it: refused at once')
 })
