@@ -6,97 +6,16 @@
 // not learn, 504) again only when that is safe. It follows no redirect: the contract declares none, and one
 // followed would carry the request's body (a password, a refresh token) wherever it points.
 import createClient, { type Client, type Middleware } from 'openapi-fetch'
+import { answeredUnder, etagOf, ItemsApiError, ItemsNetworkError, ok, type Session } from './answers.js'
 import type { components, paths } from './generated/openapi.js'
 import { type RequestInit, resources } from './generated/resources.js'
+import { backoffMs, isExpiredToken, retried, safeToResend, sleep, spentSeconds } from './retries.js'
 
 export type { components, operations, paths, webhooks } from './generated/openapi.js'
 export type { CallOptions } from './generated/resources.js'
+export { etagOf, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type ErrorCode, type Session } from './answers.js'
 
 type Schemas = components['schemas']
-/**
- * The contract's error codes, kept open: a service of a later minor version may answer a code this client does not
- * know yet (docs/contract.md asks clients to tolerate one), and it still type-checks as a string.
- */
-export type ErrorCode = Schemas['ErrorCode']
-/** What registering or signing in answers, and what a refresh renews. */
-export type Session = Schemas['AuthResponse']
-
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null
-
-/**
- * An HTTP answer outside 2xx, whatever its body: the contract's `code` and `message` (and, for a 400, the fields at
- * fault) when the body is the contract's error; `code` undefined when it is not (a proxy's HTML 502).
- */
-export class ItemsApiError extends Error {
-  readonly status: number
-  readonly code: ErrorCode | undefined
-  readonly details: Schemas['ValidationErrorResponse']['details'] | undefined
-  /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
-  readonly idempotencyKey: string | undefined
-
-  constructor (status: number, body: unknown, response?: Response) {
-    const contractError = isObject(body) && typeof body.code === 'string' && typeof body.message === 'string'
-    const location = status >= 300 && status < 400 ? response?.headers.get('location') : undefined
-    super(contractError
-      ? String(body.message)
-      : `The service answered ${status}${location === undefined || location === null ? '' : `, a redirect to ${location}, which this client does not follow`}.`)
-    this.name = 'ItemsApiError'
-    this.status = status
-    this.code = contractError ? String(body.code) : undefined
-    this.details = contractError && Array.isArray(body.details) ? body.details as Schemas['ValidationErrorResponse']['details'] : undefined
-    this.idempotencyKey = response === undefined ? undefined : keysOf.get(response)
-  }
-}
-
-/**
- * No answer came (the connection failed or was cut): the request may or may not have been done. The client has
- * already sent again what was safe to send again; `cause` is fetch's own error.
- */
-export class ItemsNetworkError extends Error {
-  /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
-  readonly idempotencyKey: string | undefined
-
-  constructor (cause: unknown, idempotencyKey?: string) {
-    super(`No answer from the service: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
-    this.name = 'ItemsNetworkError'
-    this.idempotencyKey = idempotencyKey
-  }
-}
-
-// The Idempotency-Key each final answer of a create was sent with, for its error.
-const keysOf = new WeakMap<Response, string>()
-// The ETag each resource the client gave came with.
-const etags = new WeakMap<object, string>()
-
-/** The ETag the service sent with `resource` (an item the client gave), for `ifMatch` and `ifNoneMatch`. */
-export const etagOf = (resource: object): string | undefined => etags.get(resource)
-
-const keepEtag = (data: unknown, response: Response): void => {
-  const etag = response.headers.get('etag')
-  if (etag !== null && isObject(data)) etags.set(data, etag)
-}
-
-type Answer<Data> = Promise<{ data?: Data, error?: unknown, response: Response }>
-
-/** The data of a successful answer; an ItemsApiError otherwise, a 304 included (see `okOrUnchanged`). */
-export async function ok<Data> (pending: Answer<Data>): Promise<Data> {
-  const { data, error, response } = await pending
-  if (!response.ok) throw new ItemsApiError(response.status, error, response)
-  keepEtag(data, response)
-  return data as Data
-}
-
-/**
- * For a conditional read (`If-None-Match`): the data of a 200, or undefined for a 304, when the copy the caller
- * holds is current; an ItemsApiError otherwise.
- */
-export async function okOrUnchanged<Data> (pending: Answer<Data>): Promise<Data | undefined> {
-  const { data, error, response } = await pending
-  if (response.status === 304) return undefined
-  if (!response.ok) throw new ItemsApiError(response.status, error, response)
-  keepEtag(data, response)
-  return data
-}
 
 // The paths whose POST takes an Idempotency-Key in the contract: the compiler refuses a path missing here or one
 // listed that takes none.
@@ -189,55 +108,6 @@ export interface ItemsClient {
   readonly session: Session | undefined
 }
 
-// A lost answer may hide a request that was done: only these are sent again after one.
-const safeToResend = (request: Request): boolean =>
-  ['GET', 'HEAD', 'OPTIONS', 'DELETE'].includes(request.method) || request.headers.has('idempotency-key') ||
-  // An edit made only if the item is still as read: sent twice, the second finds it changed and is refused.
-  ((request.method === 'PATCH' || request.method === 'PUT') && request.headers.has('if-match'))
-
-// An answer sent again after its wait: a limit or an outage, and a 504 (the service could not learn whether it was
-// done) for a request that is safe to send again.
-const retried = (response: Response, request: Request): boolean =>
-  response.status === 429 || response.status === 503 || (response.status === 504 && safeToResend(request))
-
-// Seconds until the limits a RateLimit field names have room again: the longest `t` of those with `r=0`.
-function spentSeconds (field: string | null): number {
-  let seconds = 0
-  for (const limit of field?.split(',') ?? []) {
-    if (/;\s*r=0(;|$)/.test(limit)) seconds = Math.max(seconds, Number(/;\s*t=(\d+)/.exec(limit)?.[1] ?? 0))
-  }
-  return seconds
-}
-
-/** Waits `ms`, or rejects with the signal's reason the moment it aborts. */
-async function sleep (ms: number, signal?: AbortSignal): Promise<void> {
-  signal?.throwIfAborted()
-  await new Promise<void>((resolve, reject) => {
-    const aborted = (): void => {
-      clearTimeout(timer)
-      reject(signal?.reason)
-    }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', aborted)
-      resolve()
-    }, ms)
-    signal?.addEventListener('abort', aborted, { once: true })
-  })
-}
-
-// Exponential backoff with full jitter (AWS's "Exponential Backoff and Jitter"): many clients that failed together
-// do not all come back together.
-const backoffMs = (attempt: number): number => Math.random() * 100 * 2 ** attempt
-
-// The code a refresh answers; typed, so that the compiler notices when the contract renames it.
-const EXPIRED: ErrorCode = 'TOKEN_EXPIRED'
-
-async function isExpiredToken (response: Response): Promise<boolean> {
-  if (response.status !== 401) return false
-  const body: unknown = await response.clone().json().catch(() => undefined)
-  return typeof body === 'object' && body !== null && 'code' in body && body.code === EXPIRED
-}
-
 export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
   const fetch = withoutRedirects(given)
   let session: Session | undefined
@@ -307,7 +177,7 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = gl
     copied.delete(id)
     const answered = (response: Response): Response => {
       const key = original?.headers.get('idempotency-key')
-      if (key !== null && key !== undefined) keysOf.set(response, key)
+      if (key !== null && key !== undefined) answeredUnder(response, key)
       return answeredWithCopy(response, copy)
     }
     const lost = (error: unknown): unknown =>
