@@ -118,6 +118,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   const ignore = (): void => {}
   let established = Promise.resolve()
   invalidations.on('ready', () => {
+    heardAt = performance.now()
     established = (async () => {
       const id = await invalidations.client('ID')
       await invalidations.subscribe('__redis__:invalidate')
@@ -145,7 +146,12 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   })
   // The main connection reports outages.
   invalidations.on('error', ignore)
-  redis.on('ready', () => { track().catch(ignore) })
+  // A connection just made has answered: its silence is counted from now, not from before the outage (else a
+  // recovered instance would make it again at once); tracking, made again below, is proven by the heartbeats.
+  redis.on('ready', () => {
+    heardAt = answeredAt = performance.now()
+    track().catch(ignore)
+  })
   redis.on('close', () => { sessions.lost() })
 
   const silent = (connection: Redis, since: number, which: string, now: number): boolean => {
