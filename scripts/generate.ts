@@ -19,11 +19,14 @@ export interface Target {
   readonly dir: string
   /** Only these of its modules, when not all. */
   readonly only?: readonly string[]
+  /** Modules it has no use for, besides the official client's. */
+  readonly without?: readonly string[]
 }
 
 export const targets: readonly Target[] = [
   { contract: 'openapi.yaml', dir: 'generated/' },
-  { contract: 'ops/openapi.yaml', dir: 'generated/operations/' },
+  // The operations API does not serve its contract.
+  { contract: 'ops/openapi.yaml', dir: 'generated/operations/', without: ['document.ts'] },
   // The official client is packed from its own folder: the contract's types go with it.
   { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts', 'resources.ts'] }
 ]
@@ -49,7 +52,7 @@ const generated = new Map<string, Promise<GeneratedFile[]>>()
 export async function generate (target: Target): Promise<GeneratedFile[]> {
   const files = generated.get(target.contract) ?? generateAll(target)
   generated.set(target.contract, files)
-  return (await files).filter((file) => target.only?.includes(file.path) ?? !CLIENT_ONLY.has(file.path))
+  return (await files).filter((file) => target.only?.includes(file.path) ?? (!CLIENT_ONLY.has(file.path) && target.without?.includes(file.path) !== true))
 }
 
 async function generateAll (target: Target): Promise<GeneratedFile[]> {
@@ -62,6 +65,7 @@ async function generateAll (target: Target): Promise<GeneratedFile[]> {
   const types = astToString(await openapiTS(document as unknown as OpenAPI3, { exportType: false, transform: openEnum }))
   return [
     { path: 'openapi.ts', contents: banner + types },
+    { path: 'document.ts', contents: documentModule(banner, document) },
     { path: 'resources.ts', contents: resourcesModule(banner, resourceOperations(document, resolve)) },
     { path: 'schemas.ts', contents: schemasModule(banner, components) },
     { path: 'routes.ts', contents: routeTableModule(banner, routes, Object.keys(isObject(document.webhooks) ? document.webhooks : {}), 'Role' in components) },
@@ -69,6 +73,14 @@ async function generateAll (target: Target): Promise<GeneratedFile[]> {
     { path: 'validators.ts', contents: requestValidatorLookupModule(banner, routes) },
     { path: 'response-validator-lookup.ts', contents: responseValidatorLookupModule(banner, routes) }
   ]
+}
+
+/**
+ * The contract as the service serves it (/openapi.json, /openapi.yaml, /docs), as JSON text: parsing it at start
+ * takes a small part of what parsing the YAML file did (docs/performance.md).
+ */
+function documentModule (banner: string, document: JsonObject): string {
+  return `${banner}\nexport const contractDocument: unknown = JSON.parse(${JSON.stringify(JSON.stringify(document))})\n`
 }
 
 /** The generated files that differ from, are missing from or are extra to what the contracts produce now. */

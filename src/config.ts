@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto'
 import { Ajv, type ErrorObject } from 'ajv'
-import envSchema from 'env-schema'
 import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
@@ -98,8 +97,10 @@ export interface AppConfig {
 }
 
 // Validates with the schema's types and defaults, no coercion: readEnvironment turns whole numbers into numbers,
-// so that anything else given for an integer ("1e3", " ", "0x10") is refused, not read as some number.
-const ajv = new Ajv({ allErrors: false, useDefaults: true, coerceTypes: false, removeAdditional: true })
+// so that anything else given for an integer ("1e3", " ", "0x10") is refused, not read as some number. Ajv itself
+// rather than env-schema, which with `env: false` did only this, and built an Ajv instance of its own as it loaded.
+const validateEnvironment = new Ajv({ allErrors: false, useDefaults: true, coerceTypes: false, removeAdditional: true })
+  .compile<Environment>(environmentSchema)
 
 /**
  * The variables of the schema that `source` sets, validated, with their defaults. A variable set under the name it
@@ -118,15 +119,13 @@ function readEnvironment (source: NodeJS.ProcessEnv): { environment: Environment
     setAs.set(name, usedName)
     given[name] = variable.type === 'integer' && /^-?\d{1,15}$/.test(raw) ? Number(raw) : raw
   }
-  try {
-    return { environment: envSchema<Environment>({ schema: environmentSchema, data: given, env: false, ajv }), deprecations }
-  } catch (error) {
-    // env-schema throws with Ajv's errors; the schema's properties are the variables, so the first error's path
-    // (`/PORT`) names one of them, and one that was set.
-    const [first] = (error as { errors: [ErrorObject] }).errors
-    const failed = first.instancePath.slice(1) as VariableName
-    throw new ConfigError(`Invalid configuration: ${invalidValue(failed, setAs.get(failed)!, String(given[failed]))}`)
-  }
+  const environment: unknown = { ...given }
+  if (validateEnvironment(environment)) return { environment, deprecations }
+  // The schema's properties are the variables, so the first error's path (`/PORT`) names one of them, and one that
+  // was set.
+  const [first] = validateEnvironment.errors as [ErrorObject]
+  const failed = first.instancePath.slice(1) as VariableName
+  throw new ConfigError(`Invalid configuration: ${invalidValue(failed, setAs.get(failed)!, String(given[failed]))}`)
 }
 
 const isLoopback = (host: string): boolean => host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host)

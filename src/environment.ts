@@ -1,5 +1,5 @@
 // Every environment variable the service reads, said once: its type, default, bounds and meaning. loadConfig
-// validates the environment against this schema (env-schema), the Environment type is derived from it, and the
+// validates the environment against this schema (with Ajv), the Environment type is derived from it, and the
 // README's configuration table is written from it (npm run docs:config; a test checks the README is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
 import { OWASP_HASH_COST } from './auth/hash-cost.js'
@@ -247,7 +247,7 @@ export type Environment = {
     : ValueOf<(typeof variables)[Name]> | undefined
 }
 
-/** The JSON Schema env-schema validates with: each variable's type, bounds and default. */
+/** The JSON Schema the environment is validated with: each variable's type, bounds and default. */
 export const environmentSchema = {
   type: 'object',
   properties: Object.fromEntries(Object.entries<VariableSchema>(variables).map(([name, variable]) => {

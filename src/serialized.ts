@@ -9,18 +9,24 @@ export type ContractSerializer = (schema: AnySchema) => Serializer
 
 /**
  * Fastify's own serializer (fast-json-stringify, with the contract's component schemas to resolve `$ref`s), compiling
- * each schema once per process rather than once per app: the route schemas are the generated module's objects,
- * shared by every app a process builds (a host that registers the service more than once, the tests).
+ * each schema once per process rather than once per app (the route schemas are the generated module's objects,
+ * shared by every app a process builds: a host that registers the service more than once, the tests), and only
+ * when it first serializes: compiling every route's every status was most of what building the app cost at start,
+ * for statuses a process may never send.
  */
 export function contractSerializers (componentSchemas: Readonly<Record<string, { readonly $id: string }>>): ContractSerializer {
   // The generated schemas are `as const` (read-only arrays), which fast-json-stringify's types do not admit.
   const external = Object.fromEntries(Object.values(componentSchemas).map((schema) => [schema.$id, schema as Schema]))
-  const compiled = new WeakMap<AnySchema, Serializer>()
+  const serializers = new WeakMap<AnySchema, Serializer>()
   return (schema) => {
-    let serializer = compiled.get(schema)
+    let serializer = serializers.get(schema)
     if (serializer === undefined) {
-      serializer = fastJson(schema, { schema: external })
-      compiled.set(schema, serializer)
+      let compiled: Serializer | undefined
+      serializer = (value) => {
+        compiled ??= fastJson(schema, { schema: external })
+        return compiled(value)
+      }
+      serializers.set(schema, serializer)
     }
     return serializer
   }

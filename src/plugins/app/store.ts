@@ -3,7 +3,6 @@ import fp from 'fastify-plugin'
 import { Gauge, Histogram } from 'prom-client'
 import type { StoreConfig } from '../../config.js'
 import { createMemoryStore } from '../../store/memory/index.js'
-import { connectRedisStore } from '../../store/redis/connection.js'
 import type { Store } from '../../store/store.js'
 
 declare module 'fastify' {
@@ -32,6 +31,8 @@ async function openStore (app: FastifyInstance, config: StoreConfig, timeCommand
       idempotencyKeys: config.idempotencyKeys
     })
   }
+  // Loaded only for the store it is: ioredis and the Redis store's modules are a good part of a start's imports.
+  const { connectRedisStore } = await import('../../store/redis/connection.js')
   return await connectRedisStore({
     url: config.redisUrl,
     keyPrefix: config.redisKeyPrefix,

@@ -4,7 +4,7 @@ import fp from 'fastify-plugin'
 import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../../config.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../store/rules.js'
-import { type DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
+import type { DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
 
 // How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
 // records, an attempt that ends): how soon another instance's events and retries are picked up.
@@ -29,6 +29,8 @@ interface WebhooksPluginOptions {
 async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOptions): Promise<void> {
   const { subscriptions } = options.config
   if (subscriptions.length === 0) return
+  // Loaded only when there is a subscriber: the HTTP client and the signer are a good part of a start's imports.
+  const { SubscriberWorker } = await import('../../webhooks/worker.js')
   const { outbox } = app.store
   const metrics: DeliveryMetrics = {
     outcomes: new Counter({

@@ -1,26 +1,14 @@
 import fastifyHelmet from '@fastify/helmet'
 import fastifySwagger, { type StaticDocumentSpec } from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
-import { readFileSync } from 'node:fs'
-import { fileURLToPath } from 'node:url'
 import type { FastifyInstance } from 'fastify'
-import { parse } from 'yaml'
-
-// openapi.yaml by the package's own name (its `exports`), so that it is found from the sources, from dist/ and
-// from an installed package alike.
-const CONTRACT_PATH = fileURLToPath(import.meta.resolve('@items-service/server/openapi.yaml'))
+import { contractDocument } from '../../../generated/document.js'
 
 // Helmet's own default.
 const STRICT_TRANSPORT_SECURITY = 'max-age=31536000; includeSubDomains'
 
-type ContractDocument = StaticDocumentSpec['document']
-let parsedContract: ContractDocument | undefined
-
-/** The contract file, read and parsed once per process: every app a process builds serves the same one. */
-function contractDocument (): ContractDocument {
-  parsedContract ??= parse(readFileSync(CONTRACT_PATH, 'utf8')) as ContractDocument
-  return parsedContract
-}
+// openapi.yaml, as `npm run generate` wrote it (its drift check holds the two equal).
+const CONTRACT = contractDocument as StaticDocumentSpec['document']
 
 /** Serves the contract file itself (static mode: nothing is derived from the routes), and Swagger UI over it. */
 export default async function docsPlugin (app: FastifyInstance): Promise<void> {
@@ -38,7 +26,7 @@ export default async function docsPlugin (app: FastifyInstance): Promise<void> {
   await app.register(fastifySwagger, {
     mode: 'static',
     specification: {
-      document: { ...contractDocument(), servers: [{ url: '/', description: 'The instance serving this document.' }] }
+      document: { ...CONTRACT, servers: [{ url: '/', description: 'The instance serving this document.' }] }
     }
   })
   // The page is the contract's, by its title; the standalone top bar (Swagger's logo and a box that loads any other
