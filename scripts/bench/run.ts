@@ -251,3 +251,9 @@ await mkdir('bench-results', { recursive: true })
 await writeFile('bench-results/bench.json', `${JSON.stringify(report, null, 2)}\n`)
 await writeFile('bench-results/bench.md', `${table}\n`)
 console.log(table)
+// Every scenario's requests are ones the service serves: a refusal or an error measures something else.
+const refused = rows.filter((row) => row.non2xx > 0 || row.errors > 0).map((row) => row.name)
+if (refused.length > 0) {
+  console.error(`Not measured: answers other than 2xx, or errors, in ${refused.join('; ')}`)
+  process.exitCode = 1
+}

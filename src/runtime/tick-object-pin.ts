@@ -2,7 +2,7 @@
 // Node's tick objects (what `process.nextTick` queues) alive for the life of the process, which keeps a Node/V8
 // behaviour from slowing every request down for good. Seen on Node 20.20 and 22; no Node release fixes it, so it
 // applies on every version. Not yet reported upstream (this project's machines reach no issue tracker): the report
-// to file at github.com/nodejs/node is written out in docs/performance.md, "Performance notes".
+// to file at github.com/nodejs/node is written out in docs/performance.md, "Decisions, measured".
 //
 // `process.nextTick` builds each tick object with one literal, `{ [async_id_symbol], [trigger_async_id_symbol],
 // callback, args }`, whose property stores remember the hidden classes they add. Those hidden classes are held
