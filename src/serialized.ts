@@ -100,6 +100,64 @@ class StoredItemRecord implements StoredItem {
 /** The item to store, with its text. */
 export const storedItem = (item: ItemFields): StoredItem => Object.freeze(new StoredItemRecord(item))
 
+/** An item as a read sends it: its text, that text's length in bytes, and the version its entity tag names. */
+export interface ItemText {
+  readonly [TEXT]: Serialized<ItemFields>
+  readonly [TEXT_BYTES]: number
+  readonly updatedAt: string
+}
+
+// The serializer writes an item's fields in the contract's order, id first and updatedAt last, without spaces, and
+// a quote inside a string always escaped: the last "updatedAt":" in an item's text begins its updatedAt, whose
+// value (a timestamp) runs to the closing quote before the object's brace.
+const ITEM_HEAD = Buffer.from('{"id":"')
+const UPDATED_AT = Buffer.from('"updatedAt":"')
+const QUOTE = 0x22
+const CLOSING_BRACE = 0x7d
+
+/**
+ * An item's text as a store kept its bytes, sent as they are, its updatedAt cut from its end: no decoding, no
+ * parse. The service keeps each item as the contract's serializer wrote it (as release 1.0.0 did, by
+ * JSON.stringify of the same fields in the same order).
+ */
+class KeptItemText implements ItemText {
+  readonly #bytes: Buffer
+  readonly #updatedAtFrom: number
+
+  constructor (bytes: Buffer, updatedAtFrom: number) {
+    this.#bytes = bytes
+    this.#updatedAtFrom = updatedAtFrom
+  }
+
+  get [TEXT] (): Serialized<ItemFields> {
+    return this.#bytes as Serialized<ItemFields>
+  }
+
+  get [TEXT_BYTES] (): number {
+    return this.#bytes.length
+  }
+
+  get updatedAt (): string {
+    return this.#bytes.toString('latin1', this.#updatedAtFrom, this.#bytes.length - 2)
+  }
+}
+
+/**
+ * The item whose text a store kept, as a read sends it: the bytes themselves when they are framed as the
+ * serializer frames an item; otherwise (a text some other program wrote) parsed, and written as the serializer
+ * writes it.
+ */
+export function keptItemText (bytes: Buffer): ItemText {
+  const updatedAtFrom = bytes.lastIndexOf(UPDATED_AT) + UPDATED_AT.length
+  const framed = updatedAtFrom > UPDATED_AT.length && bytes.length > ITEM_HEAD.length &&
+    bytes.compare(ITEM_HEAD, 0, ITEM_HEAD.length, 0, ITEM_HEAD.length) === 0 &&
+    bytes.indexOf(QUOTE, updatedAtFrom) === bytes.length - 2 && bytes[bytes.length - 1] === CLOSING_BRACE
+  return framed ? Object.freeze(new KeptItemText(bytes, updatedAtFrom)) : storedItem(JSON.parse(bytes.toString()) as ItemFields)
+}
+
+/** The fields of an item read as its text. */
+export const itemFields = (item: ItemText): ItemFields => JSON.parse(item[TEXT].toString()) as ItemFields
+
 // The list's text is the contract's ItemList with an empty page, its items written between these two halves.
 const EMPTY_PAGE = '"data":[]'
 
@@ -107,7 +165,7 @@ const EMPTY_PAGE = '"data":[]'
  * A page of items as the contract's ItemList, in one buffer: the items' texts as they were kept, between the halves
  * of the contract's own serialization of an empty page, its length the sum of theirs.
  */
-export function serializedItemList (items: readonly StoredItem[], pagination: Schemas['Pagination']): Buffer & Serialized<Schemas['ItemList']> {
+export function serializedItemList (items: readonly ItemText[], pagination: Schemas['Pagination']): Buffer & Serialized<Schemas['ItemList']> {
   const frame = itemListSerializer({ data: [], pagination })
   const cut = frame.indexOf(EMPTY_PAGE) + EMPTY_PAGE.length - 1
   // The frame holds numbers and punctuation only: as many bytes as characters.
@@ -118,8 +176,9 @@ export function serializedItemList (items: readonly StoredItem[], pagination: Sc
   for (let index = 0; index < items.length; index += 1) {
     if (index > 0) buffer[offset++] = 0x2c
     const { [TEXT]: text, [TEXT_BYTES]: bytes } = items[index]!
+    if (typeof text !== 'string') offset += text.copy(buffer, offset)
     // A text of as many bytes as characters is ASCII, which latin1 copies as it is.
-    offset += buffer.write(text, offset, bytes, bytes === text.length ? 'latin1' : 'utf8')
+    else offset += buffer.write(text, offset, bytes, bytes === text.length ? 'latin1' : 'utf8')
   }
   buffer.write(frame.slice(cut), offset, 'latin1')
   return buffer as Buffer & Serialized<Schemas['ItemList']>

@@ -57,6 +57,7 @@ async function everyAnswer (t: Test, api: Api, again: Api): Promise<void> {
       const got = await instance.call('getItem', { token, params: { itemId: id } })
       sentAsSerialized(t, got, 'getItem', `get ${index} from ${reader}`)
       t.equal(got.body, created.body, `get ${index} from ${reader}: as created`)
+      t.equal(got.headers.etag, `"${got.json<Schemas['Item']>().updatedAt}"`, `get ${index} from ${reader}: tagged with its updatedAt`)
     }
     const edited = await api.call('updateItem', { token, params: { itemId: id }, body: { name: CREATIONS.at(-1 - index)!.name, status: 'archived' } })
     sentAsSerialized(t, edited, 'updateItem', `edit ${index}`)

@@ -4,7 +4,8 @@
 // compared with; each figure is the median of the rounds, each ratio the median of the ratios within each round.
 // BENCH_DURATION (seconds, default 5) sets one measurement's length, BENCH_ROUNDS (default 3) the rounds. The list
 // and the get also run against a second instance of the service with STORE=redis (the Redis at REDIS_URL, under
-// a key prefix of the run's own, deleted afterwards), compared with the memory store's; and the bytes Redis
+// a key prefix of the run's own, deleted afterwards), compared with bare Fastify and ioredis serving the same keys
+// (the store's texts as they are, and, as the usual setup, parsed and serialized again); and the bytes Redis
 // takes per item are measured at 100 000 items. The create also runs against an instance with one webhook
 // subscriber (a receiver in this process), compared with the create with none, with the events it delivers a second.
 import { mkdir, writeFile } from 'node:fs/promises'
@@ -59,7 +60,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 19
+const SCENARIOS = 23
 // The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
 // default headers, serving the same routes as the bare baseline.
 const USUAL = {
@@ -67,6 +68,16 @@ const USUAL = {
   get: 'baseline: usual setup (jwt + rate-limit), GET /v1/items/{id}',
   create: 'baseline: usual setup (jwt + rate-limit), POST /v1/items',
   edit: 'baseline: usual setup (jwt + rate-limit), PATCH /v1/items/{id}'
+}
+// Bare Fastify with ioredis on the Redis instance's keys: the page script's texts sent as they are, and (what a
+// Fastify user usually writes) parsed and serialized again by the route's response schema.
+const REDIS = {
+  list: 'baseline: bare Fastify + ioredis, GET /v1/items',
+  get: 'baseline: bare Fastify + ioredis, GET /v1/items/{id}'
+}
+const REDIS_PARSED = {
+  list: 'baseline: bare Fastify + ioredis, parsed and serialized, GET /v1/items',
+  get: 'baseline: bare Fastify + ioredis, parsed and serialized, GET /v1/items/{id}'
 }
 const FLOOD_SECONDS = 2 * (2 * DURATION + 10)
 const expectedSeconds = ROUNDS * (SCENARIOS + 1) * (DURATION + 1) + FLOOD_SECONDS + 15
@@ -96,8 +107,11 @@ const seededWithWebhook = await seed(withWebhook.url)
 
 const startBaseline = async (kind: string): Promise<Server> =>
   await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET })
-const baselines = await Promise.all([startBaseline('bare'), startBaseline('logger'), startBaseline('jwt'), startBaseline('usual')])
-const [bare, withLogger, usualJwt, usualSetup] = baselines
+const redisAnchor = { REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix }
+const baselines = await Promise.all([startBaseline('bare'), startBaseline('logger'), startBaseline('jwt'), startBaseline('usual'),
+  start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis', ...redisAnchor }),
+  start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis-parsed', ...redisAnchor })])
+const [bare, withLogger, usualJwt, usualSetup, bareRedis, parsedRedis] = baselines as [Server, Server, Server, Server, Server, Server]
 const pageOf = (server: Server): Load => ({ url: `${server.url}/v1/items?pageSize=20`, token })
 
 const list: Load = { url: `${v1}/items?pageSize=20`, token }
@@ -119,13 +133,18 @@ async function measureWithDeliveries (load: Load): Promise<Measurement> {
 }
 const onBare = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, bare.url) })
 const onUsual = (load: Load): Load => ({ ...load, url: load.url.replace(service.url, usualSetup.url) })
+const onRedisAnchor = (load: Load, anchor: Server): Load => ({ ...load, url: load.url.replace(onRedis.url, anchor.url) })
 const scenarios: Record<string, () => Promise<Measurement>> = {
   'baseline: bare Fastify, GET /v1/items': async () => await measure(pageOf(bare)),
   'GET /v1/items?pageSize=20': async () => await measure(list),
+  [REDIS.list]: async () => await measure(onRedisAnchor(listOnRedis, bareRedis)),
   'GET /v1/items?pageSize=20 with STORE=redis': async () => await measure(listOnRedis),
+  [REDIS_PARSED.list]: async () => await measure(onRedisAnchor(listOnRedis, parsedRedis)),
   'baseline: bare Fastify, GET /v1/items/{id}': async () => await measure(onBare(getOne)),
   'GET /v1/items/{id}': async () => await measure(getOne),
+  [REDIS.get]: async () => await measure(onRedisAnchor(getOnRedis, bareRedis)),
   'GET /v1/items/{id} with STORE=redis': async () => await measure(getOnRedis),
+  [REDIS_PARSED.get]: async () => await measure(onRedisAnchor(getOnRedis, parsedRedis)),
   'baseline: bare Fastify, POST /v1/items': async () => await measure(onBare(create)),
   'POST /v1/items': async () => await measure(create),
   'POST /v1/items with one webhook subscriber': async () => await measureWithDeliveries(createWithWebhook),
@@ -141,18 +160,24 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'GET /v1/items during a login storm': async () => (await Promise.all([measure(list), measure({ ...login, connections: 8 })]))[0]
 }
 // Each scenario's ratios are to the bare-Fastify route that answers the same request, the list's by default; on
-// Redis, to the same request with the memory store.
+// Redis, to bare Fastify and ioredis sending the texts, whose own are to bare Fastify's.
 const baselineOf: Record<string, string> = {
-  'GET /v1/items?pageSize=20 with STORE=redis': 'GET /v1/items?pageSize=20',
-  'GET /v1/items/{id} with STORE=redis': 'GET /v1/items/{id}',
+  'GET /v1/items?pageSize=20 with STORE=redis': REDIS.list,
+  'GET /v1/items/{id} with STORE=redis': REDIS.get,
+  [REDIS.get]: 'baseline: bare Fastify, GET /v1/items/{id}',
+  [REDIS_PARSED.list]: REDIS.list,
+  [REDIS_PARSED.get]: REDIS.get,
   'GET /v1/items/{id}': 'baseline: bare Fastify, GET /v1/items/{id}',
   'POST /v1/items': 'baseline: bare Fastify, POST /v1/items',
   'POST /v1/items with one webhook subscriber': 'POST /v1/items',
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
 }
 const baselineNameOf = (name: string): string => baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items'
-// Each of the four main scenarios is also compared with the same route served the usual way.
+// Each of the four main scenarios is also compared with the same route served the usual way; on Redis, parsed and
+// serialized again.
 const usualOf: Record<string, string> = {
+  'GET /v1/items?pageSize=20 with STORE=redis': REDIS_PARSED.list,
+  'GET /v1/items/{id} with STORE=redis': REDIS_PARSED.get,
   'GET /v1/items?pageSize=20': USUAL.list,
   'GET /v1/items/{id}': USUAL.get,
   'POST /v1/items': USUAL.create,
@@ -244,7 +269,7 @@ const table = [
   `List p99 during a login storm / alone: ${report.loginStormP99Ratio}×`,
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
   `Webhook deliveries while creating with one subscriber: median ${report.webhookDeliveriesPerSecond} events/s (rounds: ${deliveryRates.join(', ')}); that row is compared with the create with none`,
-  `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with the memory store's`,
+  `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with bare Fastify + ioredis on the same keys, and their last column with it parsing and serializing`,
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })

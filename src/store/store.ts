@@ -1,8 +1,8 @@
 import type { Item, ItemStatus, Session, User } from '../domain.js'
-import type { StoredItem } from '../serialized.js'
+import type { ItemText, StoredItem } from '../serialized.js'
 import type { CapacityReading } from './capacity.js'
 
-export type { StoredItem } from '../serialized.js'
+export type { ItemText, StoredItem } from '../serialized.js'
 export type RefreshOutcome =
   | { readonly status: 'rotated', readonly session: Session }
   /** The token was replaced before and is presented again out of the leeway: its session has been revoked. */
@@ -55,7 +55,7 @@ export interface ItemFilter {
 }
 
 export interface ItemPage {
-  readonly items: StoredItem[]
+  readonly items: ItemText[]
   readonly total: number
 }
 
@@ -135,7 +135,8 @@ export interface ItemStore {
    * longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
    */
   add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined>
-  get (id: string): Promise<StoredItem | undefined>
+  /** The item as a read sends it: its text (a store may keep no parsed item at hand). */
+  get (id: string): Promise<ItemText | undefined>
   /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */
   page (offset: number, limit: number, filter?: ItemFilter): Promise<ItemPage>
   /** How many items the catalogue holds. */

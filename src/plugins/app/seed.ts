@@ -8,6 +8,7 @@ import { emailKey } from '../../auth/email.js'
 import { parseJson } from '../../json-text.js'
 import { isPlainObject } from '../../plain-object.js'
 import { newItem, newUser } from '../../records.js'
+import { itemFields } from '../../serialized.js'
 import { IdTakenError } from '../../store/store.js'
 
 type Schemas = components['schemas']
@@ -123,7 +124,7 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
     if (seededBefore.has(contributor.emailKey)) {
       // Seeded with its owner by an earlier start, unless its id is another's item.
       const existing = itemId === undefined ? undefined : await store.items.get(itemId)
-      if (existing !== undefined && existing.contributorId !== contributor.id) throw new SeedError(`${where}.id: belongs to another item already`)
+      if (existing !== undefined && itemFields(existing).contributorId !== contributor.id) throw new SeedError(`${where}.id: belongs to another item already`)
       itemsSkipped += 1
       continue
     }

@@ -35,8 +35,8 @@ export interface RedisStoreOptions {
   logger: RedisStoreLogger
   /** Deliveries each webhook subscriber keeps at most (default PENDING_DELIVERIES); past that, new events are dropped for it. */
   maxPendingDeliveries?: number
-  /** What each instance keeps in its own memory: users, sessions, characters of item JSON (see the defaults below). */
-  cache?: { users: number, sessions: number, itemCharacters: number }
+  /** What each instance keeps in its own memory: users, sessions (see the defaults below). */
+  cache?: { users: number, sessions: number }
   /** The deployment's room for accounts (src/store/capacity.ts); unbounded but by Redis itself when left out. */
   capacity?: RedisCapacityBounds
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
@@ -51,8 +51,6 @@ export interface RedisStoreOptions {
 const CACHED_USERS = 10_000
 // Sessions each instance keeps while Redis tracks them (the oldest out first): about 200 bytes each, 20 MB.
 const CACHED_SESSIONS = 100_000
-// Characters of item JSON each instance keeps parsed (the oldest out first): with the parsed items, about 32 MB.
-const CACHED_ITEM_CHARACTERS = 8 * 1024 * 1024
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
@@ -166,7 +164,6 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
-      maxCachedCharacters: options.cache?.itemCharacters ?? CACHED_ITEM_CHARACTERS,
       logger: options.logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),

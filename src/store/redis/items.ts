@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import { storedItem, TEXT } from '../../serialized.js'
+import { type ItemText, keptItemText, storedItem, TEXT } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, refusal } from './capacity.js'
@@ -120,7 +120,7 @@ declare module 'ioredis' {
       byContributorStatus: string, claimKey: string, claimUserKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
         contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments]
     ): Result<0 | 1 | 2 | 3 | Refusal, Context>
-    pageItems (items: string, list: string, first: number, last: number): Result<[number, ...Array<string | null>], Context>
+    pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
       nextByContributorStatus: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
         contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
@@ -137,44 +137,9 @@ const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
 const MAX_CHANGE_ATTEMPTS = 16
 
 // The stored value is the item's text as the contract's serializer wrote it (release 1.0.0 stored the same text,
-// by JSON.stringify of the fields in the same order), so the text read back compares equal to the text written.
+// by JSON.stringify of the fields in the same order), so the text read back compares equal to the text written,
+// and a read sends it as Redis answered it (keptItemText).
 const parseItem = (json: string): StoredItem => storedItem(JSON.parse(json) as Item)
-
-// What a cached item holds in characters: the text it was read from, and its own text when that is another.
-const heldCharacters = (json: string, item: StoredItem): number => json === item[TEXT] ? json.length : json.length + item[TEXT].length
-
-/**
- * Items parsed before, by the text they were parsed from: an item read again unchanged (a page every client reads)
- * costs a lookup instead of a parse and a serialization. A changed item has another text, so it is parsed afresh.
- * Hand-written: toad-cache bounds a cache by entries, and this one is bounded by characters (items vary 100-fold).
- */
-class ParsedItems {
-  readonly #byJson = new Map<string, StoredItem>()
-  readonly #maxCharacters: number
-  #characters = 0
-
-  constructor (maxCharacters: number) {
-    this.#maxCharacters = maxCharacters
-  }
-
-  parse (json: string): StoredItem {
-    const cached = this.#byJson.get(json)
-    if (cached !== undefined) return cached
-    const item = parseItem(json)
-    const text = item[TEXT]
-    // Kept by its own text when that is what was read (the service wrote it), so that one copy of it is held.
-    const key = text === json ? text : json
-    this.#byJson.set(key, item)
-    this.#characters += heldCharacters(key, item)
-    // No iterator is made while there is room.
-    while (this.#characters > this.#maxCharacters) {
-      const [oldest, oldestItem] = this.#byJson.entries().next().value!
-      this.#byJson.delete(oldest)
-      this.#characters -= heldCharacters(oldest, oldestItem)
-    }
-    return item
-  }
-}
 
 // Items each scan reads, and each indexItems call indexes: a catalogue of a million items in a thousand of each.
 const ITEMS_INDEXED_PER_CALL = 1000
@@ -203,7 +168,6 @@ export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> 
 export interface RedisItemStoreOptions {
   maxPerContributor: number
   idempotencyKeys: IdempotencyKeyBounds
-  maxCachedCharacters: number
   logger: { warn: (details: object, message: string) => void }
 }
 
@@ -214,7 +178,6 @@ export class RedisItemStore implements ItemStore {
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
   readonly #idempotencyKeys: IdempotencyKeyBounds
-  readonly #parsed: ParsedItems
   // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
   readonly #inProgress = new Map<string, Promise<void>>()
   readonly #logger: RedisItemStoreOptions['logger']
@@ -229,7 +192,6 @@ export class RedisItemStore implements ItemStore {
     this.#keys = keys
     this.#outbox = outbox
     this.#logger = options.logger
-    this.#parsed = new ParsedItems(options.maxCachedCharacters)
     this.#maxPerContributor = options.maxPerContributor
     this.#idempotencyKeys = options.idempotencyKeys
   }
@@ -251,15 +213,15 @@ export class RedisItemStore implements ItemStore {
     return stored
   }
 
-  async get (id: string): Promise<StoredItem | undefined> {
-    const json = await call(this.#redis.hget(this.#keys.items, id))
-    return json === null ? undefined : this.#parsed.parse(json)
+  async get (id: string): Promise<ItemText | undefined> {
+    const text = await call(this.#redis.hgetBuffer(this.#keys.items, id))
+    return text === null ? undefined : keptItemText(text)
   }
 
   async page (offset: number, limit: number, filter: ItemFilter = {}): Promise<ItemPage> {
-    const [total, ...found] = await call(this.#redis.pageItems(this.#keys.items, itemListKey(this.#keys, filter), offset, offset + limit - 1))
-    const items: StoredItem[] = []
-    for (const json of found) if (json !== null) items.push(this.#parsed.parse(json))
+    const [total, ...found] = await call(this.#redis.pageItemsBuffer(this.#keys.items, itemListKey(this.#keys, filter), offset, offset + limit - 1))
+    const items: ItemText[] = []
+    for (const text of found) if (text !== null) items.push(keptItemText(text))
     if (items.length < found.length) this.#skipMissing(found.length - items.length)
     return { items, total }
   }
@@ -334,7 +296,7 @@ export class RedisItemStore implements ItemStore {
     let outcome: StoredItem | 0 | string = json ?? 0
     for (let attempts = 0; typeof outcome === 'string'; attempts += 1) {
       if (attempts === MAX_CHANGE_ATTEMPTS) throw new StoreUnavailableError(`item ${id} changed ${attempts} times while being changed`)
-      outcome = await attempt(this.#parsed.parse(outcome), outcome)
+      outcome = await attempt(parseItem(outcome), outcome)
     }
     return outcome === 0 ? undefined : outcome
   }

@@ -3,7 +3,8 @@ import type { CapacityBounds } from '../../../src/store/capacity.js'
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item, User } from '../../../src/domain.js'
-import type { Announcement, Counted, OutboxEvent, Store } from '../../../src/store/store.js'
+import { type ItemText, itemFields } from '../../../src/serialized.js'
+import type { Announcement, Counted, ItemPage, OutboxEvent, Store } from '../../../src/store/store.js'
 
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
@@ -39,6 +40,10 @@ export const item = (contributorId: string, overrides: Partial<Item> = {}): Item
   updatedAt: '2026-11-23T00:00:00.000Z',
   ...overrides
 })
+
+/** The fields of an item as a read hands it out: its text. */
+export const read = (text: ItemText | undefined): Item | undefined => text === undefined ? undefined : itemFields(text)
+export const readPage = ({ items, total }: ItemPage): { items: Item[], total: number } => ({ items: items.map(itemFields), total })
 
 export const count = async (store: Store, name: string, key: string, windowMs: number): Promise<Counted> =>
   await new Promise((resolve, reject) => {

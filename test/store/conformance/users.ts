@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import { IdTakenError } from '../../../src/store/store.js'
-import { type FreshStore, item, type OpenStore, user } from './fixtures.js'
+import { type FreshStore, item, type OpenStore, read, readPage, user } from './fixtures.js'
 
 export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('users: added once per email key, found by id and by email key, as added', async (t) => {
@@ -29,9 +29,9 @@ export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     const grace = user()
     await users.add(grace)
     await t.rejects(items.add(item(grace.id, { id: first.id, name: 'Renamed' })), IdTakenError, 'another owner, an id that is taken')
-    t.same(await items.get(first.id), first, 'the item is as added')
-    t.same(await items.page(0, 10, { contributorId: grace.id }), { items: [], total: 0 }, 'and counted for nobody else')
-    t.same(await items.page(0, 10, { contributorId: ada.id }), { items: [first], total: 1 })
+    t.same(read(await items.get(first.id)), first, 'the item is as added')
+    t.same(readPage(await items.page(0, 10, { contributorId: grace.id })), { items: [], total: 0 }, 'and counted for nobody else')
+    t.same(readPage(await items.page(0, 10, { contributorId: ada.id })), { items: [first], total: 1 })
   })
 
   t.test('users: of concurrent additions with one email key, exactly one succeeds', async (t) => {
