@@ -6,6 +6,7 @@ import t from 'tap'
 import { newUser } from './support/api.js'
 import { until } from './support/wait.js'
 import { failedStart, start } from './support/processes.js'
+import { redisKeyPrefix, redisSkip } from './support/redis.js'
 
 t.test('SIGTERM during load: every in-flight request completes, then the process exits 0', async (t) => {
   // Room in the hashing queue for twelve sign-ups from one address. The shutdown bound is far beyond what they
@@ -171,4 +172,25 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
   t.ok(deletes.length > 0 && deletes.every((status) => status === 204 || status === 403), `deletes while shedding: ${deletes.join(' ')}`)
   t.ok(deletes.includes(204), 'the owner\'s own deletes were served')
   t.equal(server.process.exitCode, null, 'the process is alive')
+})
+
+t.test('a start loads only what its configuration uses: no Redis client, HTTP client or metrics library it was not asked for', { skip: await redisSkip() }, async (t) => {
+  const OPTIONAL = ['ioredis', 'undici', 'standardwebhooks', 'prom-client']
+  const loadedBy = async (env: NodeJS.ProcessEnv): Promise<string[]> => {
+    const server = await start(env, { nodeOptions: ['--import', './test/fixtures/loaded-packages.mjs'] })
+    t.equal((await fetch(`${server.url}/health/ready`)).status, 200)
+    server.process.kill('SIGTERM')
+    await once(server.process, 'exit')
+    const packages = JSON.parse(/loaded packages: (.*)/.exec(server.output())?.[1] ?? 'null') as string[]
+    return OPTIONAL.filter((name) => packages.includes(name))
+  }
+  t.same(await loadedBy({ STORE: 'memory' }), [], 'the memory store, no subscriber, no OPS_PORT')
+  const everything = {
+    STORE: 'redis',
+    REDIS_KEY_PREFIX: redisKeyPrefix(t),
+    OPS_PORT: '0',
+    OPS_TOKEN: 'an-operations-token-of-at-least-32-characters',
+    WEBHOOKS: JSON.stringify([{ url: 'http://127.0.0.1:9/hook', secret: `whsec_${Buffer.alloc(32, 1).toString('base64')}` }])
+  }
+  t.same(await loadedBy(everything), OPTIONAL, 'Redis, a subscriber and the operations API')
 })

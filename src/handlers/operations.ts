@@ -12,8 +12,8 @@ export type OperationsHandlers = { [Id in RouteOperationId]: OperationsHandler<I
 type DeadLetterBody = operations['listDeadLetters']['responses'][200]['content']['application/json']['subscribers'][number]['deadLetters'][number]
 
 export const getMetrics: OperationsHandler<'getMetrics'> = async (request, reply) => {
-  const { metrics } = request.server
-  return await reply.type(metrics.contentType).code(200).send(await metrics.metrics())
+  const { contentType, text } = await request.server.metrics.exposition()
+  return await reply.type(contentType).code(200).send(text)
 }
 
 /** The configured subscribers the request names: the one of `subscriber`, or all when it is left out. */

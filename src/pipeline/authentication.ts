@@ -1,7 +1,6 @@
 import { timingSafeEqual } from 'node:crypto'
 import type { JWT } from '@fastify/jwt'
 import type { FastifyRequest, onRequestHookHandler } from 'fastify'
-import { Gauge, type Registry } from 'prom-client'
 import type { Principal } from '../auth/principal.js'
 import type { AccessTokenClaims } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
@@ -10,6 +9,7 @@ import { type ApiError, unauthorized } from '../errors.js'
 import { randomUuid } from '../runtime/uuid.js'
 import type { Store } from '../store/store.js'
 import type { ContractRoute, StepFor } from './step.js'
+import type { Metrics } from '../metrics.js'
 
 const BEARER = /^Bearer[ ]+(\S*)$/i
 
@@ -88,7 +88,7 @@ interface BearerAuthOptions {
   /** @fastify/jwt's signer and verifier, set up with the service's secret, algorithm, issuer and audience. */
   readonly jwt: Pick<JWT, 'sign' | 'verify'>
   readonly store: Store
-  readonly metrics: Registry
+  readonly metrics: Metrics
   readonly accessTokenTtlSeconds: number
 }
 
@@ -102,11 +102,9 @@ export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: Bear
   // issued by it, and is refused before it is verified or kept.
   const maxTokenLength = jwt.sign({ sub: randomUuid(), sid: randomUuid(), jti: randomUuid(), typ: 'access' }).length
   const verifiedTokens = new VerifiedTokens<VerifiedClaims>({ maxBytes: VERIFIED_TOKEN_BYTES, maxTokenLength })
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge({
+  metrics.gauge({
     name: 'items_service_verified_tokens',
     help: `Access tokens whose verification is kept (at most ${verifiedTokens.capacity}, of at most ${maxTokenLength} bytes each).`,
-    registers: [metrics],
     collect () { this.set(verifiedTokens.size) }
   })
   // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would

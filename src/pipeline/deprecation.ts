@@ -1,7 +1,7 @@
 import type { onSendHookHandler } from 'fastify'
-import { Counter, type Registry } from 'prom-client'
 import type { RouteDefinition } from '../../generated/routes.js'
 import type { RouteStep } from './step.js'
+import type { CounterMetric, Metrics } from '../metrics.js'
 
 /** What the step reads of a route: any contract's (the public one's, the operations API's, a fixture's). */
 type DeprecatedRoute = Pick<RouteDefinition, 'deprecation'> & { readonly operationId: string }
@@ -13,15 +13,14 @@ type DeprecatedRoute = Pick<RouteDefinition, 'deprecation'> & { readonly operati
  * by operation (`items_service_deprecated_calls_total`), so an operator sees who still calls it. The fields'
  * values were made by the generator; an operation that is not deprecated runs none of this.
  */
-export function deprecationStep (registry: Registry): (route: DeprecatedRoute) => RouteStep | undefined {
-  let calls: Counter<'operation'> | undefined
+export function deprecationStep (metrics: Metrics): (route: DeprecatedRoute) => RouteStep | undefined {
+  let calls: CounterMetric<'operation'> | undefined
   return ({ deprecation, operationId }) => {
     if (deprecation === undefined) return undefined
-    calls ??= new Counter({
+    calls ??= metrics.counter({
       name: 'items_service_deprecated_calls_total',
       help: 'Calls to operations the contract marks deprecated, by operation: who still calls what will go.',
-      labelNames: ['operation'],
-      registers: [registry]
+      labelNames: ['operation']
     })
     const counted = calls.labels({ operation: operationId })
     const announce: onSendHookHandler = (_request, reply, payload, done) => {

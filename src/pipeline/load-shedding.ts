@@ -1,10 +1,10 @@
 import { getHeapStatistics } from 'node:v8'
 import type { FastifyBaseLogger } from 'fastify'
-import { Counter, type Registry } from 'prom-client'
 import type { AppConfig } from '../config.js'
 import { serviceUnavailable } from '../errors.js'
 import { heapUsedLimit } from '../runtime/heap.js'
 import type { RouteStep, StepFor } from './step.js'
+import type { Metrics } from '../metrics.js'
 
 /** What the step reads of the process's load, sampled elsewhere (src/plugins/external/under-pressure.ts). */
 export interface LoadReadings {
@@ -15,7 +15,7 @@ export interface LoadReadings {
 interface LoadSheddingOptions {
   readonly readings: LoadReadings
   readonly limits: Pick<AppConfig, 'maxEventLoopDelayMs' | 'maxHeapUsedBytes'>
-  readonly metrics: Registry
+  readonly metrics: Metrics
   readonly log: FastifyBaseLogger
 }
 
@@ -42,11 +42,10 @@ export function loadShedding ({ readings, limits, metrics, log }: LoadSheddingOp
   const maxHeapUsedBytes = heapUsedLimit(limits.maxHeapUsedBytes)
   const maxRssBytes = 2 * heapLimit + RSS_ALLOWANCE_BYTES
   const { maxEventLoopDelayMs } = limits
-  const shedCount = new Counter<'reason'>({
+  const shedCount = metrics.counter<'reason'>({
     name: 'items_service_shed_total',
     help: 'Requests refused with 503 under overload, by the limit passed: event_loop_delay, heap_used or rss.',
-    labelNames: ['reason'],
-    registers: [metrics]
+    labelNames: ['reason']
   })
   const overload = (): Overload | undefined => {
     const { heapUsed, rssBytes } = readings.memoryUsage()

@@ -1,11 +1,11 @@
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
-import { Counter, type Registry } from 'prom-client'
 import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config.js'
 import { ApiError, rateLimited } from '../errors.js'
 import type { Counted, Store } from '../store/store.js'
 import type { StepFor } from './step.js'
+import type { Metrics } from '../metrics.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -26,7 +26,7 @@ interface RateLimitsOptions {
   /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
   readonly limits: AppConfig['rateLimits']
   readonly store: Store
-  readonly metrics: Registry
+  readonly metrics: Metrics
 }
 
 /** The limits each operation declares in the contract (`x-rate-limits`), as two steps of its pipeline. */
@@ -114,11 +114,10 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
   const limitsByName: Record<RateLimitName, RateLimit> = {
     register, 'login-address': loginAddress, login, 'login-failures': loginFailures, refresh, 'item-writes': writes
   }
-  const refusals = new Counter<'limit'>({
+  const refusals = metrics.counter<'limit'>({
     name: 'items_service_rate_limited_total',
     help: 'Requests refused with 429, by the limit they passed (its counter\'s name).',
-    labelNames: ['limit'],
-    registers: [metrics]
+    labelNames: ['limit']
   })
   const hookFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]

@@ -1,9 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
-import type { Counter, Histogram } from 'prom-client'
 import type { Delivery, Outbox } from '../store/store.js'
 import type { TraceContext } from '../trace-context.js'
 import { type AttemptOutcome, WebhookSender } from './sender.js'
 import { subscriberName, type Subscription } from './subscriptions.js'
+import type { CounterMetric, HistogramMetric } from '../metrics.js'
 
 // Attempts in progress per subscriber at most, and connections in its pool.
 const CONCURRENT_PER_SUBSCRIBER = 32
@@ -30,9 +30,9 @@ export interface DeliverySettings {
 }
 
 export interface DeliveryMetrics {
-  readonly outcomes: Counter<'subscriber' | 'outcome'>
-  readonly duration: Histogram<'subscriber'>
-  readonly deadLettersPushedOut: Counter<'subscriber'>
+  readonly outcomes: CounterMetric<'subscriber' | 'outcome'>
+  readonly duration: HistogramMetric<'subscriber'>
+  readonly deadLettersPushedOut: CounterMetric<'subscriber'>
 }
 
 const jittered = (delayMs: number): number => Math.round(delayMs * (1 + JITTER * (2 * Math.random() - 1)))

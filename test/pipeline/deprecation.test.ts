@@ -3,12 +3,12 @@
 // it with Deprecation, Sunset and Link, counting each call; an operation that is not deprecated carries none.
 import { readFileSync } from 'node:fs'
 import Fastify from 'fastify'
-import { Registry } from 'prom-client'
 import t from 'tap'
 import { parse } from 'yaml'
 import { routes } from '../../generated/routes.js'
 import { routeTableOf } from '../../scripts/generate/route-table.js'
 import { deprecationStep } from '../../src/pipeline/deprecation.js'
+import { prometheusMetrics } from '../../src/prometheus.js'
 
 const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as { paths: Record<string, Record<string, Record<string, unknown>>> }
 
@@ -33,8 +33,8 @@ t.test('every response of a deprecated operation, errors included, says so; each
   const contract = structuredClone(base)
   Object.assign(contract.paths['/things/{thingId}']!.get!, { deprecated: true, 'x-deprecated-at': '2026-11-01', 'x-sunset': '2027-06-30' })
   const table = await routeTableOf(contract)
-  const registry = new Registry()
-  const step = deprecationStep(registry)
+  const metrics = prometheusMetrics()
+  const step = deprecationStep(metrics)
   const app = Fastify()
   t.teardown(async () => { await app.close() })
   for (const route of table.filter(({ method }) => method === 'GET')) {
@@ -56,5 +56,5 @@ t.test('every response of a deprecated operation, errors included, says so; each
   }
   const listed = await app.inject({ method: 'GET', url: '/things' })
   t.same([listed.headers.deprecation, listed.headers.sunset, listed.headers.link], [undefined, undefined, undefined], 'an operation not deprecated carries none')
-  t.match(await registry.getSingleMetricAsString('items_service_deprecated_calls_total'), 'items_service_deprecated_calls_total{operation="getThing"} 3')
+  t.match((await metrics.exposition()).text, 'items_service_deprecated_calls_total{operation="getThing"} 3')
 })

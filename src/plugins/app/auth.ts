@@ -1,7 +1,6 @@
 import fastifyJwt from '@fastify/jwt'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { Counter, Gauge } from 'prom-client'
 import type { HashingProcess } from '../../auth/hashing-process.js'
 import { createPasswords, type Passwords, type QueueObserver } from '../../auth/passwords.js'
 import { PerKeyQueue } from '../../auth/per-key-queue.js'
@@ -36,8 +35,8 @@ const SESSIONS_PER_SWEEP = 10_000
 
 /** The sign-in queue's metrics, and one warning when it fills (one line, however many it then refuses) and one line when it empties. */
 function signInQueueObserver (app: FastifyInstance, maxWaiting: number): QueueObserver {
-  const waiting = new Gauge({ name: 'items_service_signin_queue_waiting', help: 'Sign-ins and registrations waiting for a password hash.', registers: [app.metrics] })
-  const refused = new Counter({ name: 'items_service_signin_refused_total', help: 'Sign-ins and registrations refused with 503: the queue was full.', registers: [app.metrics] })
+  const waiting = app.metrics.gauge({ name: 'items_service_signin_queue_waiting', help: 'Sign-ins and registrations waiting for a password hash.' })
+  const refused = app.metrics.counter({ name: 'items_service_signin_refused_total', help: 'Sign-ins and registrations refused with 503: the queue was full.' })
   let full = false
   return {
     waiting: (count) => {

@@ -1,6 +1,5 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { Gauge, Histogram } from 'prom-client'
 import type { StoreConfig } from '../../config.js'
 import { createMemoryStore } from '../../store/memory/index.js'
 import type { Store } from '../../store/store.js'
@@ -45,41 +44,34 @@ async function openStore (app: FastifyInstance, config: StoreConfig, timeCommand
 }
 
 function commandTimer (app: FastifyInstance): (command: string, seconds: number) => void {
-  const duration = new Histogram<'command'>({
+  const duration = app.metrics.histogram<'command'>({
     name: 'items_service_redis_command_duration_seconds',
     help: 'Time from sending a Redis command to its reply or failure, by command (a script as eval, then evalsha).',
     labelNames: ['command'],
-    buckets: COMMAND_BUCKETS,
-    registers: [app.metrics]
+    buckets: COMMAND_BUCKETS
   })
   return (command, seconds) => { duration.observe({ command }, seconds) }
 }
 
 function storeMetrics (app: FastifyInstance, store: Store): void {
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge({
+  app.metrics.gauge({
     name: 'items_service_store_up',
     help: 'Whether the store answers (1) or not (0); always 1 with the memory store.',
-    registers: [app.metrics],
     collect () { this.set(store.available() ? 1 : 0) }
   })
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge({
+  app.metrics.gauge({
     name: 'items_service_items',
     help: 'Items in the catalogue (on Redis, the shared catalogue\'s).',
-    registers: [app.metrics],
     async collect () {
       // While the store is unreachable (items_service_store_up says so), the last figure stays.
       const count = await store.items.count().catch(() => undefined)
       if (count !== undefined) this.set(count)
     }
   })
-  // eslint-disable-next-line no-new -- registered in the registry, which reads it
-  new Gauge<'part'>({
+  app.metrics.gauge<'part'>({
     name: 'items_service_store_capacity_bytes',
     help: 'The store\'s room for accounts, in bytes as it holds them (on Redis, a conservative estimate), by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors).',
     labelNames: ['part'],
-    registers: [app.metrics],
     async collect () {
       // While the store is unreachable, the last figures stay.
       const reading = await store.capacity().catch(() => undefined)

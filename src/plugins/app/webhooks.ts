@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { Counter, Gauge, Histogram } from 'prom-client'
 import type { WebhooksConfig } from '../../config.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../store/rules.js'
 import type { DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
@@ -33,35 +32,30 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
   const { SubscriberWorker } = await import('../../webhooks/worker.js')
   const { outbox } = app.store
   const metrics: DeliveryMetrics = {
-    outcomes: new Counter({
+    outcomes: app.metrics.counter({
       name: 'items_service_webhook_deliveries_total',
       help: 'Webhook delivery attempts by outcome: delivered, retried, dead_lettered (the last attempt failed), dropped (the subscriber had as many pending as the outbox keeps).',
       labelNames: ['subscriber', 'outcome'],
-      registers: [app.metrics]
     }),
-    duration: new Histogram({
+    duration: app.metrics.histogram({
       name: 'items_service_webhook_delivery_duration_seconds',
       help: 'Time of one delivery attempt, from sending to the receiver\'s status or the attempt\'s failure.',
       labelNames: ['subscriber'],
-      buckets: ATTEMPT_BUCKETS,
-      registers: [app.metrics]
+      buckets: ATTEMPT_BUCKETS
     }),
-    deadLettersPushedOut: new Counter({
+    deadLettersPushedOut: app.metrics.counter({
       name: 'items_service_webhook_dead_letters_pushed_out_total',
       help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS} and ${DEAD_LETTER_BYTES} bytes of events.`,
       labelNames: ['subscriber'],
-      registers: [app.metrics]
     })
   }
   const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics, app.tracing))
   // A gauge per subscriber read from the store at each scrape; one the store cannot tell now keeps its last figure.
   const storeGauge = (name: string, help: string, read: (worker: SubscriberWorker) => Promise<number>): void => {
-    // eslint-disable-next-line no-new -- registered in the registry, which reads it
-    new Gauge({
+    app.metrics.gauge({
       name,
       help,
       labelNames: ['subscriber'],
-      registers: [app.metrics],
       async collect () {
         await Promise.all(workers.map(async (worker) => {
           const figure = await read(worker).catch(() => undefined)
