@@ -4,8 +4,7 @@ import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
 import { ConfigError, delays, origins, proxies, redisUrl, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
-import { heapUsedLimit } from './runtime/heap.js'
-import type { RedisCapacityBounds } from './store/redis/capacity.js'
+import type { CapacitySettings } from './store/capacity.js'
 import type { Subscription } from './webhooks/subscriptions.js'
 import type { DeliverySettings } from './webhooks/worker.js'
 
@@ -26,8 +25,11 @@ export interface StoreConfig {
   maxItemsPerUser: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys: { ttlMs: number, perUser: number }
-  /** The room for accounts (src/store/capacity.ts); on Redis without a budget, one derived from its maxmemory. */
-  capacity: RedisCapacityBounds
+  /**
+   * The room for accounts (src/store/capacity.ts). Without a budget, the store derives one when it opens: in memory
+   * from the heap (MAX_HEAP_USED_MIB), on Redis from its maxmemory.
+   */
+  capacity: CapacitySettings
 }
 
 export interface WebhooksConfig extends DeliverySettings {
@@ -238,12 +240,12 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
       idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },
       capacity: {
-        budgetBytes: env.STORE_CAPACITY_MIB !== undefined
-          ? env.STORE_CAPACITY_MIB * MIB
-          : env.STORE === 'memory' ? Math.round(heapUsedLimit(maxHeapUsedBytes) * 2 / 3) : undefined,
+        budgetBytes: env.STORE_CAPACITY_MIB === undefined ? undefined : env.STORE_CAPACITY_MIB * MIB,
         floorBytes: env.ACCOUNT_FLOOR_KIB * 1024,
         sessionsBytes: env.ACCOUNT_SESSIONS_KIB * 1024,
-        ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB
+        ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB,
+        floorsShare: env.ACCOUNT_FLOORS_PERCENT / 100,
+        registrationRoomMs: env.REGISTRATION_ROOM_SECONDS * 1000
       }
     },
     webhooks: {
@@ -282,10 +284,23 @@ function merged<T> (defaults: T, settings: Settings<T> | undefined): T {
 
 /**
  * The defaults (what `loadConfig({})` gives: development, a random JWT secret) with `settings` laid over them, part
- * by part; lists and other values are replaced whole.
+ * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing,
+ * rate limits off) and that the settings turn on keeps the defaults it has when on for what they leave out. Nothing
+ * is derived here from one setting for another: a default that depends on others (the store's budget) is derived
+ * where they are all known, after this.
  */
 export function withDefaults (settings: AppSettings = {}): AppConfig {
-  const config = merged<AppConfig>(loadConfig({}), settings)
+  const defaults = loadConfig({})
+  const turnedOn = (part: 'operations' | 'tracing' | 'rateLimits'): boolean => defaults[part] == null && settings[part] != null
+  const on = turnedOn('operations') || turnedOn('tracing') || turnedOn('rateLimits')
+    ? loadConfig({ OPS_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1', RATE_LIMIT: 'on' })
+    : defaults
+  const config = merged<AppConfig>({
+    ...defaults,
+    operations: turnedOn('operations') ? on.operations : defaults.operations,
+    tracing: turnedOn('tracing') ? on.tracing : defaults.tracing,
+    rateLimits: turnedOn('rateLimits') ? on.rateLimits : defaults.rateLimits
+  }, settings)
   // A secret that was given was not generated, unless the settings say so (a whole configuration from loadConfig).
   const secretGenerated = settings.jwt?.secretGenerated ?? settings.jwt?.secret === undefined
   return { ...config, jwt: { ...config.jwt, secretGenerated } }

@@ -160,7 +160,20 @@ export const variables = {
     type: 'integer',
     minimum: 1,
     defaultShown: 'memory: two thirds of the heap in use that sheds writes (`MAX_HEAP_USED_MIB`); Redis: two thirds of its `maxmemory`',
-    description: 'What the store keeps for accounts (their users, items and idempotency keys, counted as the store holds them): every account\'s floor (`ACCOUNT_FLOOR_KIB`), reserved when it registers, and the part they share past their floors. A registration no floor can be reserved for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). On Redis every instance reads the last start\'s; with neither this nor a `maxmemory`, nothing is guaranteed (a warning at start).'
+    description: 'What the store keeps for accounts (their users, items and idempotency keys, counted as the store holds them): the part kept for floors (`ACCOUNT_FLOORS_PERCENT`), one reserved for each account when it registers, and the part accounts share past their floors. A registration no floor is left for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). On Redis every instance reads the last start\'s; with neither this nor a `maxmemory`, nothing is guaranteed (a warning at start). The budget in effect is logged at start.'
+  },
+  ACCOUNT_FLOORS_PERCENT: {
+    type: 'integer',
+    minimum: 1,
+    maximum: 99,
+    default: 50,
+    description: 'The part of `STORE_CAPACITY_MIB` kept for accounts\' floors, those admitted and those yet to come; the rest is shared past the floors. Neither part can take from the other: heavy accounts never close registration, and registrations never shrink the shared part.'
+  },
+  REGISTRATION_ROOM_SECONDS: {
+    type: 'integer',
+    minimum: 0,
+    default: 86400,
+    description: 'The least time a flood of registrations, from any number of addresses, takes to reserve every floor left (a day): registrations for the whole service are paced at the floors left over this time, an hour of it at once; one past the pace is 429 `RATE_LIMITED` with `Retry-After`. `0` paces nothing.'
   },
   ACCOUNT_FLOOR_KIB: {
     type: 'integer',

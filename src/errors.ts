@@ -1,6 +1,7 @@
 import type { components } from '../generated/openapi.js'
 import type { RateLimitName } from '../generated/routes.js'
 import type { schemas } from '../generated/schemas.js'
+import type { RoomLimit } from './store/store.js'
 
 /**
  * The codes this service sends: the contract's list, closed (the contract's type is open to the codes a later
@@ -58,10 +59,18 @@ export const preconditionFailed = (): ApiError =>
 /** The only body a 500 ever has: nothing about what failed leaves the service. */
 export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }
 
-/** A write refused for room: the service's, shared by every account, or the caller's own (src/store/capacity.ts). */
-export const storeFull = (limit: 'store' | 'account'): ApiError => new ApiError(507, 'STORE_FULL', limit === 'account'
-  ? 'Your account holds as much as the service keeps for one account; delete some items first.'
-  : 'The service holds as much as it may; nothing more can be added until some is removed.')
+const ROOM_REFUSED: Readonly<Record<RoomLimit, string>> = {
+  account: 'Your account holds as much as the service keeps for one account; delete some items first.',
+  shared: 'The service holds as much as it may; nothing more can be added until some is removed.',
+  registration: 'The service has no room left for another account.'
+}
+
+/** A write refused for room: the caller's own, the part every account shares, or the room kept for new accounts. */
+export const storeFull = (limit: RoomLimit): ApiError => new ApiError(507, 'STORE_FULL', ROOM_REFUSED[limit])
+
+/** A registration held back by the service-wide pace on registrations (src/store/capacity.ts). */
+export const registrationPaced = (retryAfterSeconds: number): ApiError =>
+  new ApiError(429, 'RATE_LIMITED', 'Too many registrations to the service at once; try again later.', { 'retry-after': String(retryAfterSeconds) })
 
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })

@@ -57,7 +57,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(metricsPlugin, { exposed: config.operations !== undefined })
   await app.register(shutdownPlugin, config)
   await app.register(underPressurePlugin)
-  await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, ...(options.store === undefined ? {} : { store: options.store }) })
+  await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, maxHeapUsedBytes: config.maxHeapUsedBytes, ...(options.store === undefined ? {} : { store: options.store }) })
   await app.register(eventsPlugin, {
     subscribers: options.subscribers,
     webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))

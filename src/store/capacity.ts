@@ -1,12 +1,17 @@
 // How a store's capacity is shared among accounts: requests and limits, as cgroup v2's memory.min and memory.max.
-// Every account admitted is guaranteed its floor, which no other account can take; past it, up to its ceiling, it
-// draws on the shared part (what the floors leave of the budget), first come. The store admits an account only
-// while it can reserve its floor, so within its floor an account's writes are never refused for lack of room.
+// The budget is cut in two parts. The floors' part is kept for the floors of accounts, those admitted and those yet
+// to come: every account admitted is guaranteed its floor, which no other account can take. The shared part is what
+// accounts draw on past their floors, up to each one's ceiling, first come. Neither part can take from the other:
+// heavy accounts never leave a newcomer without a floor, and registrations never shrink what is shared.
 // Part of each floor is kept for the account's sessions and refresh tokens, which are never refused: a sign-in or a
 // refresh that would pass that part ends the account's own oldest sessions instead.
+// Registrations are paced for the whole service, so that no flood reserves the floors left in less than
+// `registrationRoomMs`: a token bucket whose rate is the floors left over that time and whose size is a 24th of
+// them (an hour's worth when the time is a day), so that each floor reserved slows the next ones: under any flood
+// the floors left shrink no faster than (23/24)·e^(−t/room) of what was left, never to none within it.
 
 export interface CapacityBounds {
-  /** Bytes the store keeps at most for all accounts: the floors reserved, and the shared part. */
+  /** Bytes the store keeps at most for all accounts: the floors' part and the shared part. */
   readonly budgetBytes: number
   /** Bytes reserved for each account when it is admitted, its sessions' part included. */
   readonly floorBytes: number
@@ -14,19 +19,67 @@ export interface CapacityBounds {
   readonly sessionsBytes: number
   /** Bytes one account may make the store keep at most beside its sessions. */
   readonly ceilingBytes: number
+  /** The share of the budget kept for floors (0 to 1; FLOORS_SHARE when left out, none without floors). */
+  readonly floorsShare?: number
+  /** The least time a flood of registrations takes to reserve every floor left; unpaced when 0 or left out. */
+  readonly registrationRoomMs?: number
 }
+
+/** The bounds as the configuration gives them: on Redis without a budget, one derived from its maxmemory. */
+export type CapacitySettings = Omit<CapacityBounds, 'budgetBytes'> & { readonly budgetBytes?: number | undefined }
 
 /** What a store has set aside and what is used, in bytes as the store holds them. */
 export interface CapacityReading {
   readonly budgetBytes: number
   /** Everything accounts make the store keep, their sessions included. */
   readonly heldBytes: number
-  /** The floors of the accounts admitted. */
+  /** The part of the budget kept for floors, those reserved and those yet to come; the rest is the shared part. */
+  readonly floorsKeptBytes: number
+  /** The floors of the accounts admitted, out of `floorsKeptBytes`. */
   readonly floorsBytes: number
-  /** Held past their floors, out of the shared part (`budgetBytes - floorsBytes`); sessions never are. */
+  /** Held past their floors, out of the shared part (`budgetBytes - floorsKeptBytes`); sessions never are. */
   readonly sharedUsedBytes: number
   readonly accounts: number
 }
 
 /** No bound at all: a store built without bounds (embedding, the conformance suite) refuses nothing for size. */
 export const UNBOUNDED: CapacityBounds = { budgetBytes: Infinity, floorBytes: 0, sessionsBytes: Infinity, ceilingBytes: Infinity }
+
+/** The budget's share kept for floors unless the bounds say otherwise (ACCOUNT_FLOORS_PERCENT). */
+export const FLOORS_SHARE = 0.5
+
+/** Bytes of the budget kept for floors: none when accounts have no floor, all when nothing bounds them. */
+export function floorsKept (bounds: CapacityBounds): number {
+  if (bounds.floorBytes === 0) return 0
+  return bounds.budgetBytes === Infinity ? Infinity : Math.floor(bounds.budgetBytes * (bounds.floorsShare ?? FLOORS_SHARE))
+}
+
+/** Bytes of the budget accounts share past their floors. */
+export const sharedPart = (bounds: CapacityBounds): number =>
+  bounds.budgetBytes === Infinity ? Infinity : bounds.budgetBytes - floorsKept(bounds)
+
+/** How many accounts the floors' part admits in all. */
+export const floorsAllowed = (bounds: CapacityBounds): number =>
+  bounds.floorBytes === 0 ? Infinity : Math.floor(floorsKept(bounds) / bounds.floorBytes)
+
+/** The bucket of the registration pace: its tokens (registrations it lets through now) when last counted, and when. */
+export interface RegistrationPace {
+  tokens: number
+  at: number
+}
+
+// The bucket holds this share of the floors left: a burst of newcomers is let through at once.
+export const PACE_BURST_SHARE = 1 / 24
+
+/**
+ * Takes one registration from the pace's bucket: the bucket as it is after, or how long (ms) until one is let
+ * through. `floorsLeft` (at least 1) spread over `roomMs` is the bucket's rate; PACE_BURST_SHARE of them its size.
+ * Said again in Lua, in the Redis store's admission (src/store/redis/capacity.ts).
+ */
+export function takeRegistration (pace: RegistrationPace | undefined, floorsLeft: number, roomMs: number, now: number): RegistrationPace | number {
+  const perMs = floorsLeft / roomMs
+  const size = Math.max(1, floorsLeft * PACE_BURST_SHARE)
+  const tokens = pace === undefined ? size : Math.min(size, pace.tokens + Math.max(0, now - pace.at) * perMs)
+  if (tokens < 1) return Math.ceil((1 - tokens) / perMs)
+  return { tokens: tokens - 1, at: now }
+}

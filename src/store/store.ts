@@ -271,21 +271,41 @@ export class IdTakenError extends Error {
 }
 
 /**
- * A write refused for room: the store's (it holds as many users or items as it may, or the shared part of its
- * capacity is used up and the write would take the account past its floor), or the account's own (the write would
- * take it past its ceiling). Nothing was changed.
+ * Whose room refused a write (src/store/capacity.ts): the account's own (the write would take it past its ceiling),
+ * the shared part's (used up, and the write would take the account past its floor), or the floors' part's (a
+ * registration for which no floor is left).
  */
+export type RoomLimit = 'account' | 'shared' | 'registration'
+
+/** A write refused for room (RoomLimit says whose). Nothing was changed. */
 export class StoreFullError extends Error {
   override name = 'StoreFullError'
 
-  constructor (message: string, readonly limit: 'store' | 'account' = 'store') {
+  constructor (message: string, readonly limit: RoomLimit) {
     super(message)
+  }
+}
+
+/**
+ * A registration the service-wide pace holds back (src/store/capacity.ts): floors are left, but one more now would
+ * let a flood reserve them faster than the pace allows. Nothing was changed; it may be retried after `retryAfterMs`.
+ */
+export class RegistrationPacedError extends Error {
+  override name = 'RegistrationPacedError'
+
+  constructor (readonly retryAfterMs: number) {
+    super(`registrations are paced: the next in ${retryAfterMs} ms`)
   }
 }
 
 /** The store cannot be reached or did not answer in time, and nothing was changed; the request may be retried. */
 export class StoreUnavailableError extends Error {
   override name = 'StoreUnavailableError'
+}
+
+/** Redis refused a write at its maxmemory: nothing was changed, and nothing will be until it has room. */
+export class StoreOutOfMemoryError extends StoreUnavailableError {
+  override name = 'StoreOutOfMemoryError'
 }
 
 /**

@@ -424,12 +424,12 @@ t.test('item writes are bounded per user', async (t) => {
   })
 
   t.test('the memory store keeps room for each account: 507 STORE_FULL, saying whose room, past an account\'s ceiling or once no floor is left; a delete makes room', async (t) => {
-    // Room for two floors of 512 KiB and nothing more: each account may use only its own.
-    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '1', ACCOUNT_FLOOR_KIB: '512', ACCOUNT_CEILING_MIB: '1' })
-    const [first, second] = [await api.register(), await api.register()]
+    // Room for three floors of 256 KiB and next to nothing shared: each account may use only its own. Unpaced.
+    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '1', ACCOUNT_FLOOR_KIB: '256', ACCOUNT_CEILING_MIB: '1', ACCOUNT_FLOORS_PERCENT: '99', REGISTRATION_ROOM_SECONDS: '0' })
+    const [first, second] = [await api.register(), await api.register(), await api.register()]
     const full = await api.call('registerUser', { body: newUser() })
     t.equal(full.statusCode, 507)
-    t.same(full.json(), { code: 'STORE_FULL', message: 'The service holds as much as it may; nothing more can be added until some is removed.' })
+    t.same(full.json(), { code: 'STORE_FULL', message: 'The service has no room left for another account.' })
     const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
     const kept = await api.createItem(first!.accessToken, { name: 'light' })
     let create = await api.call('createItem', { token: first!.accessToken, body: heavy })

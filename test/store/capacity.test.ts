@@ -1,28 +1,36 @@
-// The class of issue 53, scaled down, on each store: accounts that fill the store within every limit they are
-// given, in every way a request can make it keep bytes, cannot refuse a light account's writes.
+// The classes of issues 53 and 62, scaled down, on each store, started from an environment as an operator starts
+// it: accounts that fill the store within every limit they are given, in every way a request can make it keep bytes,
+// and floods of registrations from many addresses, refuse no light account a write and close registration to no
+// newcomer.
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { REDIS_URL } from '../../harness/redis-keys.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
-import { newUser } from '../support/api.js'
+import { type Api, newUser, type Schemas } from '../support/api.js'
 import { build } from '../support/app.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 // A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
 const HEAVY = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
-const MAX_ATTACKERS = 40
+const MAX_ATTACKERS = 12
 const MAX_CREATES_PER_ATTACKER = 40
 // An attacker's creates and deletes stay under it; what it sends past it is refused.
 const WRITES_PER_WINDOW = 2 * MAX_CREATES_PER_ATTACKER + 10
 const PASSWORD = 'correct horse battery staple'
+// The pace on registrations: the floors left spread over this time, a 24th of them at once.
+const ROOM_SECONDS = 24
+const FLOOD = { registrations: 150, addresses: 50 }
 
-// Room for 32 floors of 64 KiB (half of each for sessions); an account may grow to 1 MiB, so a couple of heavy
-// accounts use up what is shared. Every limit is on, the write limit low enough for attackers to pass it.
+// Half of 4 MiB kept for 32 floors of 64 KiB (half of each for sessions), half shared; an account may grow to
+// 1 MiB, so a couple of heavy accounts use up what is shared. Every limit is on, the write limit low enough for
+// attackers to pass it; the per-address registration limit does not stop a flood from many addresses.
 const SCALED = {
-  STORE_CAPACITY_MIB: '2',
+  STORE_CAPACITY_MIB: '4',
   ACCOUNT_FLOOR_KIB: '64',
   ACCOUNT_SESSIONS_KIB: '32',
   ACCOUNT_CEILING_MIB: '1',
+  REGISTRATION_ROOM_SECONDS: String(ROOM_SECONDS),
   RATE_LIMIT: 'on',
   RATE_LIMIT_REGISTER: '1000',
   RATE_LIMIT_LOGIN: '1000',
@@ -33,24 +41,36 @@ const SCALED = {
   REFRESH_REUSE_LEEWAY_SECONDS: '60'
 }
 
+/** Registers as a client does: a 429 is waited out for its Retry-After, which the pace keeps within its room. */
+async function registerPatiently (t: Test, api: Api, body = newUser({ password: PASSWORD })): Promise<Schemas['AuthResponse'] & { email: string }> {
+  for (let attempt = 0; ; attempt += 1) {
+    const response = await api.call('registerUser', { body })
+    if (response.statusCode === 201) return { ...response.json(), email: body.email }
+    const retryAfter = Number(response.headers['retry-after'])
+    if (response.statusCode !== 429 || !(retryAfter >= 1 && retryAfter <= ROOM_SECONDS) || attempt === 3 * ROOM_SECONDS) {
+      t.fail(`a registration answered ${response.statusCode} ${response.body} (Retry-After ${String(response.headers['retry-after'])})`)
+      throw new Error('registration refused')
+    }
+    await sleep(retryAfter * 1000)
+  }
+}
+
 // What a store keeps beside the ledger that a refused request could leave: on Redis, the writes' replies.
 type Leftovers = () => Promise<number>
 
 async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers = async () => 0): Promise<void> {
   const api = await build(t, { ...SCALED, ...store })
-  const incumbent = await api.register()
+  const incumbent = await registerPatiently(t, api)
   const create = async (token: string, key: string, body: { name: string, description?: string } = { name: 'light' }) =>
     await api.call('createItem', { token, body, headers: { 'idempotency-key': key } })
   const kept = await create(incumbent.accessToken, 'incumbent-1')
   t.equal(kept.statusCode, 201)
 
-  // Each attacker makes heavy creates under keys until refused; all but the first then delete their items, whose
-  // keys stay, charged to them.
+  // Heavy accounts: each makes heavy creates under keys until refused; all but the first then delete their items,
+  // whose keys stay, charged to them. They stop once the shared part is used up.
   const attackers: Array<{ email: string, accessToken: string, refusal: string, made: string[] }> = []
-  let attackerUser = newUser({ password: PASSWORD })
-  let registration = await api.call('registerUser', { body: attackerUser })
-  while (registration.statusCode === 201 && attackers.length < MAX_ATTACKERS) {
-    const { accessToken } = registration.json()
+  while (attackers.length < MAX_ATTACKERS && !/The service holds as much/.test(attackers.at(-1)?.refusal ?? '')) {
+    const { email, accessToken } = await registerPatiently(t, api)
     const made: string[] = []
     let refusal = ''
     for (let index = 0; index < MAX_CREATES_PER_ATTACKER && refusal === ''; index += 1) {
@@ -61,15 +81,32 @@ async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers =
     if (attackers.length > 0) {
       for (const itemId of made.splice(0)) t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId } })).statusCode, 204)
     }
-    attackers.push({ email: attackerUser.email, accessToken, refusal, made })
-    attackerUser = newUser({ password: PASSWORD })
-    registration = await api.call('registerUser', { body: attackerUser })
+    attackers.push({ email, accessToken, refusal, made })
   }
-  t.equal(registration.statusCode, 507, 'the attack ends when no floor can be guaranteed a newcomer')
-  t.equal(registration.json().code, 'STORE_FULL')
-  t.ok(attackers.length >= 2 && attackers.length < MAX_ATTACKERS, `${attackers.length} attackers filled the store`)
-  t.match(attackers[0]!.refusal, /^507 STORE_FULL Your account holds as much/, 'the first attacker was stopped at its ceiling')
+  t.ok(attackers.length >= 2 && attackers.length < MAX_ATTACKERS, `${attackers.length} heavy accounts used up the shared part`)
+  t.match(attackers[0]!.refusal, /^507 STORE_FULL Your account holds as much/, 'the first was stopped at its ceiling')
   t.match(attackers.at(-1)!.refusal, /^507 STORE_FULL The service holds as much/, 'the last, when the shared part was used up')
+  const full = await api.app.store.capacity()
+  t.ok(full.floorsBytes < full.floorsKeptBytes, 'and left the floors kept for newcomers alone')
+
+  // A flood of registrations from many addresses at once: the pace lets through a 24th of the floors left and one
+  // more each time the rate allows; every other is asked to retry, none refused for room.
+  const floodBegins = performance.now()
+  const beforeFlood = await api.app.store.capacity()
+  const flood: Awaited<ReturnType<Api['call']>>[] = []
+  for (let wave = 0; wave < FLOOD.registrations / FLOOD.addresses; wave += 1) {
+    flood.push(...await Promise.all(Array.from({ length: FLOOD.addresses }, async (_, index) =>
+      await api.call('registerUser', { body: newUser(), remoteAddress: `198.51.100.${1 + index}` }))))
+  }
+  const floodSeconds = (performance.now() - floodBegins) / 1000
+  const answered = flood.map((response) => response.statusCode)
+  t.same(answered.filter((status) => status !== 201 && status !== 429), [], 'a flood is answered 201 or 429, never 507')
+  t.ok(flood.every((response) => response.statusCode !== 429 || (Number(response.headers['retry-after']) >= 1 && response.json().code === 'RATE_LIMITED')), 'each 429 with its Retry-After')
+  const floorsLeft = (beforeFlood.floorsKeptBytes - beforeFlood.floorsBytes) / (64 * 1024)
+  const admitted = answered.filter((status) => status === 201).length
+  t.ok(admitted <= Math.max(1, floorsLeft / 24) + floodSeconds * floorsLeft / ROOM_SECONDS + 1, `${admitted} of ${FLOOD.registrations} registered in ${floodSeconds.toFixed(1)} s, within the pace`)
+  const after = await api.app.store.capacity()
+  t.ok(after.floorsBytes < after.floorsKeptBytes, 'floors are left for newcomers')
 
   // Sessions: three attackers sign in more often than they may keep sessions, and grow their newest to the most
   // a session remembers (32 pairs fanned out from each of its last rotations, 16 tokens replaced before); the
@@ -98,7 +135,7 @@ async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers =
   t.ok(held.heldBytes <= held.budgetBytes, `the store holds ${held.heldBytes} bytes of its ${held.budgetBytes}`)
 
   // Creates with keys sent past the write limit leave nothing charged.
-  const { accessToken: limited } = (await api.call('loginUser', { body: { email: attackers[1]!.email, password: PASSWORD } })).json()
+  const { accessToken: limited } = (await api.call('loginUser', { body: { email: attackers[0]!.email, password: PASSWORD } })).json()
   let answer = 0
   for (let index = 0; index < WRITES_PER_WINDOW && answer !== 429; index += 1) {
     answer = (await create(limited, `limited-${index}`, { name: 'l' })).statusCode
@@ -118,28 +155,17 @@ async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers =
   t.same([retry.statusCode, retry.headers['idempotent-replayed'], retry.json()], [201, 'true', created.json()], 'its retry is replayed')
   const edited = await api.call('updateItem', { token: incumbent.accessToken, params: { itemId: created.json().id }, body: { description: 'd'.repeat(1_000) } })
   t.equal(edited.statusCode, 200, 'an edit that grows the item')
-  const login = await api.call('loginUser', { body: { email: incumbent.user.email, password: PASSWORD } })
+  const login = await api.call('loginUser', { body: { email: incumbent.email, password: PASSWORD } })
   t.equal(login.statusCode, 200, 'a sign-in')
   t.equal((await api.call('listItems', { token: incumbent.accessToken })).statusCode, 200, 'and its first session goes on')
   t.equal((await api.call('refreshTokens', { body: { refreshToken: login.json().refreshToken } })).statusCode, 200, 'a refresh')
 
-  // An attacker cannot grow past its floor while too little is shared; an edit that would is refused too.
-  const attacker = attackers[0]!
-  const small = await create(attacker.accessToken, 'small', { name: 'small' })
-  const grown = small.statusCode === 201
-    ? await api.call('updateItem', { token: attacker.accessToken, params: { itemId: small.json().id }, body: HEAVY })
-    : small
-  t.equal(grown.statusCode, 507, 'an attacker past its floor is refused')
-  t.equal(grown.json().code, 'STORE_FULL')
-
-  // The first attacker deletes its heavy items: room is shared again.
-  for (const itemId of attacker.made) t.equal((await api.call('deleteItem', { token: attacker.accessToken, params: { itemId } })).statusCode, 204)
-  const newcomer = await api.call('registerUser', { body: newUser() })
-  t.equal(newcomer.statusCode, 201, 'a newcomer registers once a floor can be guaranteed again')
-  t.equal((await create(newcomer.json().accessToken, 'newcomer-1')).statusCode, 201, 'and creates')
+  // A newcomer, after the flood: registers (once the pace lets it) and creates.
+  const newcomer = await registerPatiently(t, api)
+  t.equal((await create(newcomer.accessToken, 'newcomer-1')).statusCode, 201, 'a newcomer registers and creates')
 }
 
-const WHAT = 'accounts that fill the store with heavy items, keys that outlive them, sessions and claims past their limit refuse no light account a write; a newcomer is refused only while no floor can be guaranteed'
+const WHAT = 'heavy accounts that use up the shared part, keys that outlive their items, sessions and claims past their limit and a flood of registrations from many addresses refuse no light account a write and no newcomer its registration'
 
 t.test(`memory: ${WHAT}`, async (t) => { await attack(t, { STORE: 'memory' }) })
 

@@ -1,8 +1,10 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { StoreConfig } from '../../config.js'
+import { heapUsedLimit } from '../../runtime/heap.js'
+import { floorsAllowed, sharedPart } from '../../store/capacity.js'
 import { createMemoryStore } from '../../store/memory/index.js'
-import type { Store } from '../../store/store.js'
+import { type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -16,17 +18,22 @@ interface StorePluginOptions {
   store?: Store
   /** Time every Redis command (the metrics are exposed). */
   timeCommands: boolean
+  /** MAX_HEAP_USED_MIB, of which the memory store's budget is derived when none is set. */
+  maxHeapUsedBytes: number | undefined
 }
+
+// Of the heap in use that sheds writes, the memory store's budget when none is set: accounts are refused by their
+// room before any write is shed.
+const MEMORY_BUDGET_SHARE = 2 / 3
 
 // Redis commands take well under a millisecond on a healthy server; COMMAND_TIMEOUT_MS (1 s) ends the slowest.
 const COMMAND_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
 
-async function openStore (app: FastifyInstance, config: StoreConfig, timeCommands: boolean): Promise<Store> {
+async function openStore (app: FastifyInstance, { config, timeCommands, maxHeapUsedBytes }: StorePluginOptions): Promise<Store> {
   if (config.kind === 'memory') {
     return createMemoryStore({
       maxItemsPerContributor: config.maxItemsPerUser,
-      // The configuration always derives a budget for the memory store (from the heap); only Redis may lack one.
-      capacity: { ...config.capacity, budgetBytes: config.capacity.budgetBytes! },
+      capacity: { ...config.capacity, budgetBytes: config.capacity.budgetBytes ?? Math.round(heapUsedLimit(maxHeapUsedBytes) * MEMORY_BUDGET_SHARE) },
       idempotencyKeys: config.idempotencyKeys
     })
   }
@@ -78,10 +85,43 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
       if (reading === undefined) return
       this.set({ part: 'budget' }, reading.budgetBytes)
       this.set({ part: 'held' }, reading.heldBytes)
+      this.set({ part: 'floors_kept' }, reading.floorsKeptBytes)
       this.set({ part: 'floors' }, reading.floorsBytes)
       this.set({ part: 'shared_used' }, reading.sharedUsedBytes)
     }
   })
+  const refusals = app.metrics.counter<'reason'>({
+    name: 'items_service_store_full_total',
+    help: 'Writes answered 507 STORE_FULL, by whose room refused them: account (its ceiling), shared (the shared part used up), registration (no floor left).',
+    labelNames: ['reason']
+  })
+  const outOfMemory = app.metrics.counter({
+    name: 'items_service_redis_out_of_memory_total',
+    help: 'Writes Redis refused at its maxmemory (answered 503): what the room for accounts does not charge has filled it.'
+  })
+  app.addHook('onError', (request, _reply, error, done) => {
+    if (error instanceof StoreFullError) refusals.labels(error.limit).inc()
+    else if (error instanceof StoreOutOfMemoryError) {
+      outOfMemory.inc()
+      request.log.error({ err: error }, 'Redis is at its maxmemory: writes are refused until it has room (docs/operations.md, "Capacity")')
+    }
+    done()
+  })
+}
+
+/** The room for accounts as the store keeps it, said once at start: what an operator sizes the store by. */
+async function logRoom (app: FastifyInstance, store: Store, config: StoreConfig): Promise<void> {
+  const reading = await store.capacity()
+  const bounds = { ...config.capacity, budgetBytes: reading.budgetBytes }
+  app.log.info({
+    budgetBytes: reading.budgetBytes,
+    floorBytes: bounds.floorBytes,
+    ceilingBytes: bounds.ceilingBytes,
+    floorsKeptBytes: reading.floorsKeptBytes,
+    sharedBytes: sharedPart(bounds),
+    floors: floorsAllowed(bounds),
+    accounts: reading.accounts
+  }, 'room for accounts')
 }
 
 /**
@@ -89,9 +129,10 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
  * reached stops the start) and closed with the app, after the last request.
  */
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
-  const store = options.store ?? await openStore(app, options.config, options.timeCommands)
+  const store = options.store ?? await openStore(app, options)
   app.decorate('store', store)
   storeMetrics(app, store)
+  if (options.store === undefined) await logRoom(app, store, options.config)
   app.addHook('onClose', async () => { await store.close() })
 }
 

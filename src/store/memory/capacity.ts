@@ -1,15 +1,18 @@
 import type { Item, User } from '../../domain.js'
 import { type StoredItem, TEXT } from '../../serialized.js'
-import type { CapacityBounds, CapacityReading } from '../capacity.js'
-import { StoreFullError } from '../store.js'
+import { type CapacityBounds, type CapacityReading, floorsKept, type RegistrationPace, sharedPart, takeRegistration } from '../capacity.js'
+import { RegistrationPacedError, StoreFullError } from '../store.js'
 
 interface Account {
   /** Bytes kept beside its sessions. */
   bytes: number
   /** Its sessions' bytes: within the part of its floor kept for them. */
   sessions: number
-  /** Its reserved floor beside its sessions' part; 0 for an account the store never admitted (a store used without its users). */
-  readonly floor: number
+  /**
+   * What its floor holds beside its sessions' part (the floor less that part); 0 for an account the store never
+   * admitted (a store used without its users).
+   */
+  readonly floorBesideSessions: number
 }
 
 // What V8 keeps of a string beside its characters (a header, rounded up).
@@ -66,23 +69,41 @@ export const sessionBytes = (tokenHashes: number): number => SESSION_OVERHEAD_BY
  */
 export class MemoryCapacity {
   readonly #bounds: CapacityBounds
+  readonly #now: () => number
+  readonly #floorsKeptBytes: number
+  readonly #sharedBytes: number
   readonly #accounts = new Map<string, Account>()
   #heldBytes = 0
   #floorsBytes = 0
   #sharedUsedBytes = 0
   #admitted = 0
+  #pace: RegistrationPace | undefined
 
-  constructor (bounds: CapacityBounds) {
+  constructor (bounds: CapacityBounds, now: () => number = Date.now) {
     this.#bounds = bounds
+    this.#now = now
+    this.#floorsKeptBytes = floorsKept(bounds)
+    this.#sharedBytes = sharedPart(bounds)
   }
 
-  /** Reserves a floor for a new account and charges it `bytes`; a StoreFullError when no floor can be guaranteed. */
+  /**
+   * Reserves a floor for a new account and charges it `bytes`: a StoreFullError when no floor is left, a
+   * RegistrationPacedError when the pace on registrations holds it back.
+   */
   admit (accountId: string, bytes: number): void {
-    const { budgetBytes, floorBytes } = this.#bounds
-    if (this.#floorsBytes + floorBytes + this.#sharedUsedBytes > budgetBytes) {
-      throw new StoreFullError(`no floor of ${floorBytes} bytes can be guaranteed: ${this.#admitted} accounts' floors and ${this.#sharedUsedBytes} bytes shared of ${budgetBytes}`)
+    const { floorBytes, registrationRoomMs = 0 } = this.#bounds
+    if (floorBytes > 0) {
+      const floorsLeft = Math.floor((this.#floorsKeptBytes - this.#floorsBytes) / floorBytes)
+      if (floorsLeft < 1) {
+        throw new StoreFullError(`no floor of ${floorBytes} bytes is left: ${this.#admitted} accounts' floors take ${this.#floorsBytes} of ${this.#floorsKeptBytes}`, 'registration')
+      }
+      if (registrationRoomMs > 0 && Number.isFinite(floorsLeft)) {
+        const pace = takeRegistration(this.#pace, floorsLeft, registrationRoomMs, this.#now())
+        if (typeof pace === 'number') throw new RegistrationPacedError(pace)
+        this.#pace = pace
+      }
     }
-    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floor: Math.max(0, floorBytes - this.#bounds.sessionsBytes) })
+    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floorBesideSessions: Math.max(0, floorBytes - this.#bounds.sessionsBytes) })
     this.#floorsBytes += floorBytes
     this.#admitted += 1
     this.charge(accountId, bytes)
@@ -94,15 +115,16 @@ export class MemoryCapacity {
    */
   charge (accountId: string, bytes: number): void {
     const known = this.#accounts.get(accountId)
-    const account = known ?? { bytes: 0, sessions: 0, floor: 0 }
+    const account = known ?? { bytes: 0, sessions: 0, floorBesideSessions: 0 }
     const next = account.bytes + bytes
-    const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - account.floor) - Math.max(0, account.bytes - account.floor)
+    const floor = account.floorBesideSessions
+    const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - floor) - Math.max(0, account.bytes - floor)
     if (bytes > 0) {
       if (next > this.#bounds.ceilingBytes) {
         throw new StoreFullError(`the account would keep ${next} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
       }
-      if (sharedUsed > this.#sharedUsedBytes && this.#floorsBytes + sharedUsed > this.#bounds.budgetBytes) {
-        throw new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes past floors of ${this.#floorsBytes}, of ${this.#bounds.budgetBytes}`)
+      if (sharedUsed > this.#sharedUsedBytes && sharedUsed > this.#sharedBytes) {
+        throw new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
       }
     }
     account.bytes = next
@@ -126,7 +148,7 @@ export class MemoryCapacity {
    */
   chargeSessions (accountId: string, bytes: number): void {
     const known = this.#accounts.get(accountId)
-    const account = known ?? { bytes: 0, sessions: 0, floor: 0 }
+    const account = known ?? { bytes: 0, sessions: 0, floorBesideSessions: 0 }
     account.sessions += bytes
     this.#heldBytes += bytes
     this.#keep(accountId, account, known !== undefined)
@@ -135,13 +157,14 @@ export class MemoryCapacity {
   // An account the store never admitted is kept only while it holds something.
   #keep (accountId: string, account: Account, known: boolean): void {
     if (!known) this.#accounts.set(accountId, account)
-    else if (account.floor === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
+    else if (account.floorBesideSessions === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
   }
 
   reading (): CapacityReading {
     return {
       budgetBytes: this.#bounds.budgetBytes,
       heldBytes: this.#heldBytes,
+      floorsKeptBytes: this.#floorsKeptBytes,
       floorsBytes: this.#floorsBytes,
       sharedUsedBytes: this.#sharedUsedBytes,
       accounts: this.#admitted

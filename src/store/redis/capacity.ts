@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import type { CapacityBounds, CapacityReading } from '../capacity.js'
-import { StoreFullError } from '../store.js'
+import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, sharedPart } from '../capacity.js'
+import { RegistrationPacedError, type RoomLimit, StoreFullError } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
@@ -14,8 +14,9 @@ const UNBOUNDED_BYTES = 2 ** 53
  * up by less), and a fixed allowance for the entries that index it (docs/security.md, "Room for each account").
  *
  * - `charge(account, bytes)`: false once charged (a refund, when negative, always is); 'account' past the account's
- *   ceiling, 'store' when it would need more of the shared part than is left; refused, nothing changes.
- * - `admit(account, bytes)`: reserves the account's floor and charges it, or 'store' when no floor is left.
+ *   ceiling, 'shared' when it would need more of the shared part than is left; refused, nothing changes.
+ * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
+ *   left, 'pace' and the ms to wait when the pace on registrations holds it back.
  * - `chargeUntil(name, account, bytes, expiresAt)`: a charge that lasts as long as the key `name` (an idempotency
  *   key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
  * - `chargeSessionUntil(name, account, bytes, expiresAt)`: the same for a session (`name` its key), charged to the
@@ -42,9 +43,9 @@ local function keyBytes (name, value) return stored(4 * #name + #value) + 512 en
 -- and -expiries; and for each token hash remembered, the refresh token's key and value and the hash in the session's.
 local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 64 + hashes * (2 * #tokenKey + 64)) + 512 + 64 * hashes end
 local function charge (account, bytes)
-  local totals = redis.call('HMGET', capacity.totals, 'budget', 'ceiling', 'floors', 'shared')
-  local budget, ceiling = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or UNBOUNDED)
-  local floors, shared = tonumber(totals[3] or '0'), tonumber(totals[4] or '0')
+  local totals = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared')
+  local ceiling, sharedPart = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or UNBOUNDED)
+  local shared = tonumber(totals[3] or '0')
   local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
   local floor = tonumber(redis.call('HGET', capacity.floors, account) or '0')
   -- What was kept before accounts were charged (a catalogue of 1.1.0) is given back as far as it was charged.
@@ -53,19 +54,41 @@ local function charge (account, bytes)
   local nextShared = shared + math.max(0, nextHeld - floor) - math.max(0, held - floor)
   if bytes > 0 then
     if nextHeld > ceiling then return 'account' end
-    if nextShared > shared and floors + nextShared > budget then return 'store' end
+    if nextShared > shared and nextShared > sharedPart then return 'shared' end
   end
   if nextHeld == 0 and floor == 0 then redis.call('HDEL', capacity.bytes, account) else redis.call('HSET', capacity.bytes, account, nextHeld) end
   redis.call('HINCRBY', capacity.totals, 'held', bytes)
   redis.call('HSET', capacity.totals, 'shared', nextShared)
   return false
 end
-local function admit (account, bytes)
-  local totals = redis.call('HMGET', capacity.totals, 'budget', 'floor', 'floors', 'shared', 'sessions')
-  local budget, floor = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or '0')
-  if tonumber(totals[3] or '0') + floor + tonumber(totals[4] or '0') > budget then return 'store' end
+-- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken, else the ms
+-- until one is let through.
+local function takeRegistration (floorsLeft, room, at)
+  local pace = redis.call('HMGET', capacity.totals, 'paceTokens', 'paceAt')
+  local perMs = floorsLeft / room
+  local size = math.max(1, floorsLeft * ${PACE_BURST_SHARE})
+  local tokens = size
+  if pace[1] then tokens = math.min(size, tonumber(pace[1]) + math.max(0, at - tonumber(pace[2])) * perMs) end
+  if tokens < 1 then return math.ceil((1 - tokens) / perMs) end
+  redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens - 1), 'paceAt', at)
+  return false
+end
+-- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
+-- 'at' is given: a start that admits 1.1.0's accounts is not paced).
+local function admit (account, bytes, at)
+  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'sessions', 'room')
+  local floor, floors, kept = tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or UNBOUNDED)
+  if floor > 0 then
+    local floorsLeft = math.floor((kept - floors) / floor)
+    if floorsLeft < 1 then return 'registration' end
+    local room = tonumber(totals[5] or '0')
+    if at and room > 0 and kept < tonumber(UNBOUNDED) then
+      local wait = takeRegistration(floorsLeft, room, at)
+      if wait then return 'pace', wait end
+    end
+  end
   -- What the account's sessions may keep is reserved apart: charge() reckons with the rest of the floor.
-  redis.call('HSET', capacity.floors, account, math.max(0, floor - tonumber(totals[5] or UNBOUNDED)))
+  redis.call('HSET', capacity.floors, account, math.max(0, floor - tonumber(totals[4] or UNBOUNDED)))
   redis.call('HINCRBY', capacity.totals, 'floors', floor)
   redis.call('HINCRBY', capacity.totals, 'accounts', 1)
   return charge(account, bytes)
@@ -140,7 +163,7 @@ local refused = 0
 for _, id in ipairs(ARGV) do
   local json = redis.call('HGET', KEYS[1], id)
   if json and redis.call('HEXISTS', capacity.floors, id) == 0 then
-    if admit(id, userBytes(id, json, json)) then refused = refused + 1 end
+    if admit(id, userBytes(id, json, json), nil) then refused = refused + 1 end
   end
 end
 return refused`
@@ -171,40 +194,50 @@ export async function admitAccounts (redis: Redis, keys: RedisKeys): Promise<num
   return refused
 }
 
-/** The bounds of src/store/capacity.ts, the budget left out for one derived from Redis's maxmemory. */
-export type RedisCapacityBounds = Omit<CapacityBounds, 'budgetBytes'> & { readonly budgetBytes?: number | undefined }
-
 /** What a script answers when a charge is refused: whose room is full. */
-export type Refusal = 'account' | 'store'
+export type Refusal = RoomLimit
+
+const REFUSALS: Readonly<Record<Refusal, string>> = {
+  account: 'the account would pass its ceiling',
+  shared: 'the shared part of the store is used up',
+  registration: 'no floor is left for another account'
+}
+
+/** Whether a script's reply is a refusal for room. */
+export const isRefusal = (reply: unknown): reply is Refusal => typeof reply === 'string' && Object.hasOwn(REFUSALS, reply)
 
 /** A script's refusal as the error the store rejects with. */
-export function refusal (refused: Refusal): StoreFullError {
-  return refused === 'account'
-    ? new StoreFullError('the account would pass its ceiling', 'account')
-    : new StoreFullError('the shared part of the store is used up, or no floor can be guaranteed')
-}
+export const refusal = (refused: Refusal): StoreFullError => new StoreFullError(REFUSALS[refused], refused)
+
+/** What the user script answers for a registration the pace holds back: the ms to wait. */
+export const paced = (waitMs: number): RegistrationPacedError => new RegistrationPacedError(waitMs)
 
 /**
  * Sets the deployment's bounds in Redis, where every instance's scripts read them: the last instance to start sets
  * them for all. Without a budget, two thirds of Redis's maxmemory (the rest is for sessions, limits and deliveries);
  * undefined when Redis has no maxmemory, or will not say: then nothing bounds the store but Redis itself.
  */
-export async function setCapacity (redis: Redis, keys: RedisKeys, bounds: RedisCapacityBounds): Promise<number | undefined> {
-  let budgetBytes = bounds.budgetBytes
+export async function setCapacity (redis: Redis, keys: RedisKeys, settings: CapacitySettings): Promise<number | undefined> {
+  let budgetBytes = settings.budgetBytes
   if (budgetBytes === undefined) {
     const [, maxmemory = '0'] = await redis.config('GET', 'maxmemory').catch(() => []) as string[]
     budgetBytes = Number(maxmemory) > 0 ? Math.floor(Number(maxmemory) * 2 / 3) : undefined
   }
-  await call(redis.hset(keys.capacity, 'budget', budgetBytes ?? UNBOUNDED_BYTES, 'floor', bounds.floorBytes, 'ceiling', bounds.ceilingBytes,
-    'sessions', Math.min(bounds.sessionsBytes, UNBOUNDED_BYTES)))
+  const bounds: CapacityBounds = { ...settings, budgetBytes: budgetBytes ?? Infinity }
+  const bounded = (bytes: number): number => Math.min(bytes, UNBOUNDED_BYTES)
+  await call(redis.hset(keys.capacity, 'budget', bounded(bounds.budgetBytes), 'floor', bounds.floorBytes, 'ceiling', bounded(bounds.ceilingBytes),
+    'sessions', bounded(bounds.sessionsBytes), 'floorsKept', bounded(floorsKept(bounds)), 'sharedPart', bounded(sharedPart(bounds)),
+    'room', bounds.registrationRoomMs ?? 0))
   return budgetBytes
 }
 
 export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<CapacityReading> {
-  const [budget, held, floors, shared, accounts] = await call(redis.hmget(keys.capacity, 'budget', 'held', 'floors', 'shared', 'accounts'))
+  const [budget, held, floorsKeptBytes, floors, shared, accounts] = await call(redis.hmget(keys.capacity, 'budget', 'held', 'floorsKept', 'floors', 'shared', 'accounts'))
+  const unbounded = (figure: string | null | undefined): number => figure == null || Number(figure) >= UNBOUNDED_BYTES ? Infinity : Number(figure)
   return {
-    budgetBytes: Number(budget) >= UNBOUNDED_BYTES ? Infinity : Number(budget),
+    budgetBytes: unbounded(budget),
     heldBytes: Number(held ?? 0),
+    floorsKeptBytes: unbounded(floorsKeptBytes),
     floorsBytes: Number(floors ?? 0),
     sharedUsedBytes: Number(shared ?? 0),
     accounts: Number(accounts ?? 0)

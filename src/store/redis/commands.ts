@@ -1,4 +1,4 @@
-import { StoreUnavailableError } from '../store.js'
+import { StoreOutOfMemoryError, StoreUnavailableError } from '../store.js'
 
 // Lua scripts make each write atomic across every instance, in one round trip; each module keeps its scripts beside
 // the code that runs them, and connection.ts hands them all to the client. Where a script finds keys in data it
@@ -32,6 +32,9 @@ end
  */
 export function unavailable (error: unknown): never {
   if (error instanceof Error && error.name === 'ReplyError' && /^(ERR|WRONGTYPE)/.test(error.message)) throw error
+  if (error instanceof Error && error.name === 'ReplyError' && error.message.startsWith('OOM')) {
+    throw new StoreOutOfMemoryError(`Redis: ${error.message}`, { cause: error })
+  }
   throw new StoreUnavailableError(`Redis: ${String(error)}`, { cause: error })
 }
 

@@ -2,8 +2,8 @@ import { Redis } from 'ioredis'
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
-import { UNBOUNDED } from '../capacity.js'
-import { admitAccounts, capacityScripts, readCapacity, type RedisCapacityBounds, setCapacity } from './capacity.js'
+import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
+import { admitAccounts, capacityScripts, readCapacity, setCapacity } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
 import { indexItems, itemScripts, RedisItemStore } from './items.js'
@@ -38,7 +38,7 @@ export interface RedisStoreOptions {
   /** What each instance keeps in its own memory: users, sessions (see the defaults below). */
   cache?: { users: number, sessions: number }
   /** The deployment's room for accounts (src/store/capacity.ts); unbounded but by Redis itself when left out. */
-  capacity?: RedisCapacityBounds
+  capacity?: CapacitySettings
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
   observeCommand?: (command: string, seconds: number) => void
   /** How long a write whose reply was lost waits for Redis to tell what it did (default OUTCOME_WITHIN_MS). */

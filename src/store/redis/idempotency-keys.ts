@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
@@ -10,7 +10,7 @@ import { type RedisWrites, writeScript } from './writes.js'
 export const idempotencyKeyScripts = {
   // KEYS: the key (idempotencyKey), the user's keys (idempotencyKeys), the capacity keys (CAPACITY). ARGV: the
   // claim as JSON, its lease (ms), the user id. What holds the key already; nil when the claim now does; or
-  // 'account' or 'store' when the user's room cannot take it, even once their own recorded keys are gone (the
+  // 'account' or 'shared' when the user's room cannot take it, even once their own recorded keys are gone (the
   // oldest go first, as past their count).
   claimIdempotencyKey: {
     numberOfKeys: 2 + CAPACITY_KEYS,
@@ -136,7 +136,7 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
     const json = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim),
       `${this.#keys.idempotencyKeys}${claim.userId}`, ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
     if (json === null) return { status: 'claimed' }
-    if (json === 'account' || json === 'store') throw refusal(json)
+    if (isRefusal(json)) throw refusal(json)
     return heldKey(json, claim)
   }
 

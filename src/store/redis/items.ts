@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
@@ -13,7 +13,7 @@ export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
   // both (itemListKeys), the claim's keys (RECORD_CLAIM), and the capacity keys (CAPACITY). ARGV: id, contributor
   // id, item as JSON, items one contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when
-  // added, 0 over the quota, 2 when the claim lost its key, 3 when another item has the id, 'account' or 'store'
+  // added, 0 over the quota, 2 when the claim lost its key, 3 when another item has the id, 'account' or 'shared'
   // when the contributor's room cannot take the item and its record.
   addItem: {
     numberOfKeys: 10 + CAPACITY_KEYS,
@@ -52,7 +52,7 @@ return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
   // item to store (the same when its status stays), and the capacity keys (CAPACITY). ARGV: id, the item as it was
   // read, the item to store, its contributor's id, and the event (APPEND_EVENT). 1 when stored, 0 when the item is
-  // gone, the item as it is now when it changed since it was read, or 'account' or 'store' when the contributor's
+  // gone, the item as it is now when it changed since it was read, or 'account' or 'shared' when the contributor's
   // room cannot take what the item grows by.
   replaceItem: {
     numberOfKeys: 7 + CAPACITY_KEYS,
@@ -205,7 +205,7 @@ export class RedisItemStore implements ItemStore {
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
       keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, ...capacityKeys(keys), deadline, outcomeKey, item.id, item.contributorId,
       json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
-    if (added === 'account' || added === 'store') throw refusal(added)
+    if (isRefusal(added)) throw refusal(added)
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
     if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
@@ -250,7 +250,7 @@ export class RedisItemStore implements ItemStore {
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
         byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, ...capacityKeys(keys), deadline, outcomeKey, id, json, next, current.contributorId,
         ...eventArguments(event)))
-      if (outcome === 'account' || outcome === 'store') throw refusal(outcome)
+      if (isRefusal(outcome)) throw refusal(outcome)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored

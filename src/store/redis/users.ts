@@ -2,14 +2,15 @@ import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain.js'
 import { IdTakenError, type UserStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, paced, type Refusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const userScripts = {
   // KEYS: users, user emails, the capacity keys (CAPACITY). ARGV: id, email key, user as JSON. 1 when added, 0 when
-  // the email key is taken, 2 when another user has the id, 4 when no floor can be reserved for the account.
+  // the email key is taken, 2 when another user has the id, 'registration' when no floor is left for the account,
+  // {5, ms} when the pace on registrations holds it back for that long.
   addUser: {
     numberOfKeys: 2 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
@@ -17,7 +18,9 @@ capacityAt(3)
 releaseExpired(now)
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
-if admit(ARGV[1], userBytes(ARGV[1], ARGV[2], ARGV[3])) then return 4 end
+local refused, wait = admit(ARGV[1], userBytes(ARGV[1], ARGV[2], ARGV[3]), now)
+if refused == 'pace' then return {5, wait} end
+if refused then return refused end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
 return 1`)
@@ -34,7 +37,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | 4, Context>
+    addUser (users: string, emails: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -64,7 +67,8 @@ export class RedisUserStore implements UserStore {
     const added = await this.#writes.run(async (deadline, outcomeKey) =>
       await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json))
     if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
-    if (added === 4) throw refusal('store')
+    if (isRefusal(added)) throw refusal(added)
+    if (Array.isArray(added)) throw paced(added[1])
     return added === 1 ? parseUser(json) : undefined
   }
 

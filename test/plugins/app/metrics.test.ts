@@ -2,7 +2,7 @@
 import { getHeapStatistics } from 'node:v8'
 import t, { type Test } from 'tap'
 import { responseValidators } from '../../../generated/operations/response-validator-lookup.js'
-import { type Api } from '../../support/api.js'
+import { type Api, newUser } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { whileEventLoopOverloaded } from '../../support/wait.js'
 import { freePort } from '../../../harness/net.js'
@@ -83,9 +83,11 @@ t.test('GET /metrics on OPS_PORT times every request by its contract operation, 
 })
 
 async function capacityMetrics (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
-  const { api, scrape } = await instance(t, { ...store, STORE_CAPACITY_MIB: '4', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '32' })
+  // Two floors kept (4 % of the budget), the rest shared; registrations unpaced.
+  const { api, scrape } = await instance(t, { ...store, STORE_CAPACITY_MIB: '4', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '32', ACCOUNT_FLOORS_PERCENT: '4', REGISTRATION_ROOM_SECONDS: '0' })
   const part = async (name: string): Promise<number | undefined> => valueOf(await scrape(), 'items_service_store_capacity_bytes', { part: name })
   t.equal(await part('budget'), 4 * 1024 * 1024)
+  t.equal(await part('floors_kept'), Math.floor(4 * 1024 * 1024 * 0.04), 'the part kept for floors')
   t.same([await part('held'), await part('floors'), await part('shared_used')], [0, 0, 0])
   const { accessToken, user: registered } = await api.register()
   const user = await part('held')
@@ -99,9 +101,16 @@ async function capacityMetrics (t: Test, store: NodeJS.ProcessEnv): Promise<void
   t.ok(held! > user! + session + 70_000, 'an item counts its fields and its text, as the heap holds them')
   // The floor beside its sessions' part is 32 KiB: what the account holds past it, and beside its two sessions.
   t.equal(await part('shared_used'), held! - 2 * session - 32 * 1024, 'past the floor, the shared part; sessions never draw on it')
+  const refused = async (): Promise<number | undefined> => valueOf(await scrape(), 'items_service_store_full_total', { reason: 'registration' })
+  t.equal(await refused(), undefined, 'no refusal counted yet')
+  await api.register()
+  const third = await api.call('registerUser', { body: newUser() })
+  t.same([third.statusCode, third.json().message], [507, 'The service has no room left for another account.'], 'no floor left for a third account')
+  t.equal(await refused(), 1, 'the refusal counted by its reason')
+  t.equal(await part('floors'), 2 * 64 * 1024, 'both floors reserved')
 }
 
-const ROOM = 'the store\'s room for accounts: its budget, what accounts hold, the floors reserved and the shared part used'
+const ROOM = 'the store\'s room for accounts: its budget, the part kept for floors, what accounts hold, the floors reserved, the shared part used, and the 507s by reason'
 
 t.test(`memory: ${ROOM}`, async (t) => { await capacityMetrics(t, { STORE: 'memory' }) })
 

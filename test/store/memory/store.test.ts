@@ -24,7 +24,7 @@ t.test('idempotency keys are charged to their user: one out of room loses their 
   const second = claim(ada, 'a2')
   await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)
   await idempotencyKeys.claim(second, 60_000)
-  await t.rejects(idempotencyKeys.claim(claim(grace, 'g1'), 60_000), { name: 'StoreFullError', limit: 'store' }, 'a user holding nothing is refused')
+  await t.rejects(idempotencyKeys.claim(claim(grace, 'g1'), 60_000), { name: 'StoreFullError', limit: 'shared' }, 'a user holding nothing is refused')
   t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'claimed', 'a user holding keys makes room from their own oldest')
   t.same((await idempotencyKeys.claim(claim(ada, 'a2'), 60_000)).status, 'running', 'and only the oldest went')
   const held = (await capacity())!.heldBytes
@@ -41,7 +41,7 @@ t.test('a create whose item fits but whose idempotency record does not keeps nei
   const budgetBytes = keyBytes(entry) + itemBytes(storedItem(made)) + keyBytes(entry, made) - keyBytes(entry) - 1
   const { items, idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: 2 * budgetBytes } })
   t.equal((await idempotencyKeys.claim(claimed, 60_000)).status, 'claimed')
-  await t.rejects(items.add(made, undefined, claimed), { name: 'StoreFullError', limit: 'store' })
+  await t.rejects(items.add(made, undefined, claimed), { name: 'StoreFullError', limit: 'shared' })
   t.equal(await items.get(made.id), undefined, 'no item')
   t.equal((await capacity())!.heldBytes, keyBytes(entry), 'only the claim is charged')
   await idempotencyKeys.release(claimed)
@@ -49,7 +49,8 @@ t.test('a create whose item fits but whose idempotency record does not keeps nei
 })
 
 t.test('the ledger: admitted accounts keep their floors whatever others hold; past a floor, what is shared; past the ceiling, nothing', async (t) => {
-  const { users, items, capacity } = createMemoryStore({ capacity: { budgetBytes: 36_000, floorBytes: 10_000, sessionsBytes: 0, ceilingBytes: 25_000 } })
+  // Two floors kept, 16 000 bytes shared.
+  const { users, items, capacity } = createMemoryStore({ capacity: { budgetBytes: 36_000, floorBytes: 10_000, sessionsBytes: 0, ceilingBytes: 25_000, floorsShare: 20_000 / 36_000 } })
   const user = (email: string) => ({ id: randomUUID(), email, emailKey: email, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'contributor' as const, createdAt: '' })
   const [light, heavy] = [user('light@b.co'), user('heavy@b.co')]
   await users.add(light)
@@ -59,12 +60,12 @@ t.test('the ledger: admitted accounts keep their floors whatever others hold; pa
   await add(heavy.id, 'd'.repeat(4_000))
   await add(heavy.id, 'd'.repeat(4_000))
   await t.rejects(add(heavy.id, 'd'.repeat(4_000)), { name: 'StoreFullError', limit: 'account' }, 'past the ceiling')
-  t.match(await capacity(), { budgetBytes: 36_000, floorsBytes: 20_000, accounts: 2 }, 'two floors reserved')
+  t.match(await capacity(), { budgetBytes: 36_000, floorsKeptBytes: 20_000, floorsBytes: 20_000, accounts: 2 }, 'two floors reserved')
   t.ok((await capacity())!.sharedUsedBytes > 0, 'the heavy account draws on the shared part')
-  await t.rejects(users.add(user('third@b.co')), { name: 'StoreFullError', limit: 'store' }, 'no floor left for a third account')
+  await t.rejects(users.add(user('third@b.co')), { name: 'StoreFullError', limit: 'registration' }, 'no floor left for a third account')
   const unadmitted = randomUUID()
   await add(unadmitted, 'd'.repeat(2_000))
-  await t.rejects(add(unadmitted, 'd'.repeat(2_000)), { name: 'StoreFullError', limit: 'store' }, 'an account with no floor has only what is shared')
+  await t.rejects(add(unadmitted, 'd'.repeat(2_000)), { name: 'StoreFullError', limit: 'shared' }, 'an account with no floor has only what is shared')
   for (let index = 0; index < 3; index += 1) await add(light.id, 'd'.repeat(1_000))
   t.pass('the light account writes within its floor, with nothing shared left')
 })

@@ -4,7 +4,8 @@ import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:t
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
-import { capacityKeys, type RedisCapacityBounds, type Refusal } from '../../../src/store/redis/capacity.js'
+import type { CapacitySettings } from '../../../src/store/capacity.js'
+import { capacityKeys, type Refusal } from '../../../src/store/redis/capacity.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/serialized.js'
@@ -319,7 +320,7 @@ t.test('an item is handed out as the bytes Redis holds when they are framed as t
 
 t.test('the room for accounts: every instance reads the bounds the last start set; the budget comes from the configuration, else from maxmemory, else nothing is guaranteed, said once', { skip }, async (t) => {
   const bounds = { floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024 }
-  const started = async (url: string, capacity: RedisCapacityBounds = bounds): Promise<{ store: Store, warnings: string[] }> => {
+  const started = async (url: string, capacity: CapacitySettings = bounds): Promise<{ store: Store, warnings: string[] }> => {
     const warnings: string[] = []
     const logger = { warn: (_details: object, message: string) => { warnings.push(message) }, info: () => {} }
     const store = await connectRedisStore({ url, keyPrefix: 'capacity:', logger, maxItemsPerContributor: 10, capacity })
@@ -334,13 +335,13 @@ t.test('the room for accounts: every instance reads the bounds the last start se
   t.equal((await fromMaxmemory.store.capacity()).budgetBytes, 8 * 1024 * 1024, 'the last start\'s budget, for every instance')
   await configured.store.users.add({ id: randomUUID(), email: 'a@b.co', emailKey: 'a@b.co', passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
   t.match(await fromMaxmemory.store.capacity(), { floorsBytes: 64 * 1024, accounts: 1 }, 'an account admitted on one instance is seen on another')
-  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['store', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
+  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
     const { store } = await started(limited.url, capacity)
     const claim = { userId: randomUUID(), key: 'k', fingerprint: 'f', token: randomUUID() }
     await t.rejects(store.idempotencyKeys.claim(claim, 60_000), { name: 'StoreFullError', limit }, `a key past the ${limit}'s room`)
   }
   // Room for a small item, not for it grown.
-  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 3_000, budgetBytes: 100_000 }], ['store', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 100_000, budgetBytes: 3_000 }]] as const) {
+  for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 3_000, budgetBytes: 100_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 100_000, budgetBytes: 3_000 }]] as const) {
     const { store } = await started((await ownRedis(t)).url, capacity)
     const added = item(randomUUID())
     await store.items.add(added)
@@ -369,7 +370,7 @@ t.test('accounts kept from before floors (1.1.0) are admitted at the first start
   const start = async (budgetBytes: number): Promise<{ store: Store, warnings: object[] }> => {
     const warnings: object[] = []
     const logger = { warn: (details: object, message: string) => { warnings.push({ ...details, message }) }, info: () => {} }
-    const capacity = { budgetBytes, floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024 }
+    const capacity = { budgetBytes, floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024, floorsShare: 1 }
     const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger, maxItemsPerContributor: 10, capacity })
     t.teardown(async () => { await store.close() })
     return { store, warnings }

@@ -739,7 +739,11 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /** @description Too many requests from this client, or item changes by this user; try again after `Retry-After` seconds (`RATE_LIMITED`). */
+        /**
+         * @description Too many requests from this client, or item changes by this user, or (for a registration) too many
+         *     registrations to the whole service at once, which are paced so that no flood takes the room kept for new
+         *     accounts; try again after `Retry-After` seconds (`RATE_LIMITED`).
+         */
         TooManyRequests: {
             headers: {
                 "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
@@ -806,9 +810,9 @@ export interface components {
         /**
          * @description No room for the change (`STORE_FULL`); nothing was changed. Every account is guaranteed room for a few dozen
          *     ordinary items and their idempotency keys, which no other account can take; past it, up to a ceiling, it
-         *     shares what is left. This answers a write that would take the caller past its ceiling, a write past the
-         *     caller's guaranteed room once the shared room is used up, or a registration for which no room can be
-         *     guaranteed. Deleting items makes room; retrying soon does not help.
+         *     shares a part kept apart for that. This answers a write that would take the caller past its ceiling, a write
+         *     past the caller's guaranteed room once the shared room is used up, or a registration once the room kept for
+         *     new accounts is all reserved. Deleting items makes room; retrying soon does not help.
          */
         StoreFull: {
             headers: {

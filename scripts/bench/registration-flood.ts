@@ -1,0 +1,40 @@
+// npm run bench:registration-flood: how long a flood of registrations takes to close registration for want of room,
+// on the default configuration, through the store's own ledger (src/store/memory/capacity.ts) on a clock of the
+// script's: a flood as fast as any service could register, each registration sent the moment the pace lets one
+// through. For the memory store on this machine (its heap), and for a Redis of maxmemory 1 GiB (the same ledger in
+// Lua, src/store/redis/capacity.ts, on a budget of two thirds of it). Prints, per store, the floors, and when a
+// quarter, half, all but one and every floor were reserved.
+import { randomUUID } from 'node:crypto'
+import { loadConfig } from '../../src/config.js'
+import { heapUsedLimit } from '../../src/runtime/heap.js'
+import { floorsAllowed } from '../../src/store/capacity.js'
+import { MemoryCapacity } from '../../src/store/memory/capacity.js'
+import { RegistrationPacedError } from '../../src/store/store.js'
+
+const HOUR_MS = 3_600_000
+const { capacity } = loadConfig({}).store
+const stores = [
+  { name: 'memory (this machine\'s heap)', budgetBytes: Math.round(heapUsedLimit(undefined) * 2 / 3) },
+  { name: 'Redis, maxmemory 1 GiB', budgetBytes: Math.floor(1024 * 1024 * 1024 * 2 / 3) }
+]
+
+for (const { name, budgetBytes } of stores) {
+  const bounds = { ...capacity, budgetBytes }
+  let now = 0
+  const ledger = new MemoryCapacity(bounds, () => now)
+  const floors = floorsAllowed(bounds)
+  const reservedAt: number[] = []
+  for (;;) {
+    try {
+      ledger.admit(randomUUID(), 1_000)
+      reservedAt.push(now)
+    } catch (error) {
+      if (!(error instanceof RegistrationPacedError)) break
+      now += error.retryAfterMs
+    }
+  }
+  const hours = (index: number): string => `${((reservedAt[Math.min(index, reservedAt.length - 1)] ?? 0) / HOUR_MS).toFixed(1)} h`
+  console.log(`${name}: budget ${budgetBytes} bytes, ${floors} floors; at once ${reservedAt.filter((at) => at === 0).length}; ` +
+    `a quarter after ${hours(Math.floor(floors / 4))}, half after ${hours(Math.floor(floors / 2))}, all but one after ${hours(floors - 2)}, ` +
+    `registration closed after ${hours(floors - 1)}`)
+}

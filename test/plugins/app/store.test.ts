@@ -1,0 +1,96 @@
+// The store as an operator starts it: the server process from an environment, on each store, against a Redis with
+// and without maxmemory. The room for accounts is derived once every setting is known, and said at start.
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { newUser } from '../../support/api.js'
+import { start } from '../../support/processes.js'
+import { until } from '../../support/wait.js'
+import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+
+const MIB = 1024 * 1024
+
+/** The fields of the one log line of the server's whose message is `message`. */
+function logged (output: string, message: string): Record<string, unknown> | undefined {
+  return output.split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, unknown>)
+    .find((line) => line.msg === message)
+}
+
+t.test('memory: the budget is two thirds of the heap in use that sheds writes, half of it kept for floors, said at start', async (t) => {
+  const server = await start({ STORE: 'memory', MAX_HEAP_USED_MIB: '300' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const budgetBytes = Math.round(300 * MIB * 2 / 3)
+  t.match(logged(server.output(), 'room for accounts'), {
+    budgetBytes,
+    floorBytes: 100 * 1024,
+    ceilingBytes: 8 * MIB,
+    floorsKeptBytes: Math.floor(budgetBytes / 2),
+    sharedBytes: budgetBytes - Math.floor(budgetBytes / 2),
+    floors: Math.floor(Math.floor(budgetBytes / 2) / (100 * 1024))
+  })
+})
+
+const skip = await redisSkip()
+
+t.test('Redis with maxmemory: the budget is two thirds of it, whatever the memory store would take, said at start', { skip }, async (t) => {
+  const limited = await ownRedis(t, ['--maxmemory', '96mb'])
+  const server = await start({ STORE: 'redis', REDIS_URL: limited.url, REDIS_KEY_PREFIX: 'start:' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const budgetBytes = Math.floor(96 * MIB * 2 / 3)
+  t.match(logged(server.output(), 'room for accounts'), { budgetBytes, floorsKeptBytes: Math.floor(budgetBytes / 2), floors: Math.floor(Math.floor(budgetBytes / 2) / (100 * 1024)) })
+  t.notMatch(server.output(), /no maxmemory/, 'no warning')
+})
+
+t.test('Redis without maxmemory or STORE_CAPACITY_MIB: a warning at start, and nothing bounds accounts but Redis', { skip }, async (t) => {
+  const unlimited = await ownRedis(t)
+  const server = await start({ STORE: 'redis', REDIS_URL: unlimited.url, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  t.match(logged(server.output(), 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound'), { level: 40 })
+  t.match(logged(server.output(), 'room for accounts'), { budgetBytes: null, floors: null }, 'unbounded (JSON says Infinity as null)')
+})
+
+t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget before Redis is full, and a light account writes', { skip }, async (t) => {
+  const small = await ownRedis(t, ['--maxmemory', '12mb', '--maxmemory-policy', 'noeviction'])
+  const server = await start({ STORE: 'redis', REDIS_URL: small.url, REDIS_KEY_PREFIX: 'small:', RATE_LIMIT: 'off', ACCOUNT_CEILING_MIB: '1', REGISTRATION_ROOM_SECONDS: '0' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const post = async (path: string, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number, json: Record<string, unknown> }> => {
+    const response = await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
+    return { status: response.status, json: await response.json() as Record<string, unknown> }
+  }
+  const register = async (): Promise<string> => {
+    const { status, json } = await post('/v1/auth/register', newUser())
+    t.equal(status, 201)
+    return String(json.accessToken)
+  }
+  const light = await register()
+  const heavy = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
+  const refusals: string[] = []
+  const whose = (status: number, message: string): string =>
+    status !== 507 ? `${status} ${message}` : /^Your account/.test(message) ? 'account' : /^The service holds/.test(message) ? 'shared' : message
+  for (let account = 0; account < 12 && refusals.at(-1) !== 'shared'; account += 1) {
+    const token = await register()
+    for (let index = 0; index < 20; index += 1) {
+      const { status, json } = await post('/v1/items', heavy, { authorization: `Bearer ${token}` })
+      if (status === 201) continue
+      refusals.push(whose(status, String(json.message)))
+      break
+    }
+  }
+  t.same(new Set(refusals), new Set(['account', 'shared']), 'heavy accounts refused 507 at their ceiling, then for the shared part, before Redis refused anything')
+  t.equal(refusals.at(-1), 'shared')
+  const created = await post('/v1/items', { name: 'light' }, { authorization: `Bearer ${light}` })
+  t.equal(created.status, 201, 'a light account still writes')
+
+  // What the budget does not charge (another program's keys, here) fills Redis: a write is 503 and said at error.
+  const redis = new Redis(small.url)
+  t.teardown(() => { redis.disconnect() })
+  let fillers = 0
+  for (const size of [64 * 1024, 1024, 64]) {
+    while (await redis.set(`filler:${fillers}`, 'f'.repeat(size)).then(() => true, () => false)) fillers += 1
+  }
+  const refused = await post('/v1/items', { name: 'light' }, { authorization: `Bearer ${light}` })
+  t.equal(refused.status, 503, `Redis at its maxmemory: 503 (${JSON.stringify(refused.json)})`)
+  // The server writes its line as it answers: it may reach this process a moment after the answer.
+  const outOfMemory = 'Redis is at its maxmemory: writes are refused until it has room (docs/operations.md, "Capacity")'
+  await until(() => logged(server.output(), outOfMemory) !== undefined)
+  t.match(logged(server.output(), outOfMemory), { level: 50 }, 'said at error')
+})
