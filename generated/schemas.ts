@@ -426,7 +426,7 @@ export const schemas = {
       "actorId": {
         "type": "string",
         "format": "uuid",
-        "description": "The id of the user whose request caused the event."
+        "description": "The id of the user whose request caused the event; for the items of an account an operator removed, that account's own."
       }
     }
   },

@@ -284,22 +284,19 @@ function merged<T> (defaults: T, settings: Settings<T> | undefined): T {
 
 /**
  * The defaults (what `loadConfig({})` gives: development, a random JWT secret) with `settings` laid over them, part
- * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing,
- * rate limits off) and that the settings turn on keeps the defaults it has when on for what they leave out. Nothing
+ * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing)
+ * and that the settings turn on keeps the defaults it has when on for what they leave out. Nothing
  * is derived here from one setting for another: a default that depends on others (the store's budget) is derived
  * where they are all known, after this.
  */
 export function withDefaults (settings: AppSettings = {}): AppConfig {
   const defaults = loadConfig({})
-  const turnedOn = (part: 'operations' | 'tracing' | 'rateLimits'): boolean => defaults[part] == null && settings[part] != null
-  const on = turnedOn('operations') || turnedOn('tracing') || turnedOn('rateLimits')
-    ? loadConfig({ OPS_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1', RATE_LIMIT: 'on' })
-    : defaults
+  const turnedOn = (part: 'operations' | 'tracing'): boolean => settings[part] !== undefined
+  const on = turnedOn('operations') || turnedOn('tracing') ? loadConfig({ OPS_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1' }) : defaults
   const config = merged<AppConfig>({
     ...defaults,
     operations: turnedOn('operations') ? on.operations : defaults.operations,
-    tracing: turnedOn('tracing') ? on.tracing : defaults.tracing,
-    rateLimits: turnedOn('rateLimits') ? on.rateLimits : defaults.rateLimits
+    tracing: turnedOn('tracing') ? on.tracing : defaults.tracing
   }, settings)
   // A secret that was given was not generated, unless the settings say so (a whole configuration from loadConfig).
   const secretGenerated = settings.jwt?.secretGenerated ?? settings.jwt?.secret === undefined

@@ -3,6 +3,7 @@ import './runtime/tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
 import { type AppConfig, loadConfig } from './config.js'
+import { ListenError } from './errors.js'
 
 let config: AppConfig
 try {
@@ -37,8 +38,9 @@ closeWithGrace({ delay: config.shutdownTimeoutMs, logger: app.log }, async ({ si
 try {
   await app.listen({ host: config.host, port: config.port })
 } catch (error) {
-  // On standard error whatever LOG_LEVEL says: a service that cannot start must always say why.
-  console.error(`Cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
+  // On standard error whatever LOG_LEVEL says: a service that cannot start must always say why, and which of its
+  // servers it was (the operations API's says so itself).
+  console.error(error instanceof ListenError ? error.message : `Cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`)
   await app.close()
   process.exit(1)
 }

@@ -16,6 +16,7 @@ t.test('the README\'s "Try it" walkthrough runs as written', async (t) => {
   t.teardown(() => { server.process.kill('SIGKILL') })
   const { stdout } = await run('bash', ['-euo', 'pipefail', '-c', script ?? 'false'], { env: { ...process.env, BASE: server.url } })
   t.match(stdout, /"email":"ada@example\.com"/, 'registered')
+  t.match(stdout, /^etag: "[^"]+"\r?\n\{"id":"[0-9a-f-]{36}","name":"Difference engine"/im, 'read by id, with its ETag')
   t.match(stdout, /"pagination":\{"page":1,"pageSize":20,"total":1\}/, 'listed')
   t.match(stdout, /"status":"archived"/, 'archived')
   t.match(stdout, /removed: 204\n/)

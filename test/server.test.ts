@@ -104,7 +104,8 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
   const { port } = taken.address() as AddressInfo
   // The starts run side by side: each is a process of its own.
   const levels = ['silent', 'error', 'info']
-  const [badHost, ...inUse] = await Promise.all([failedStart({ HOST: '999.1.1.1', LOG_LEVEL: 'silent' }),
+  const [badHost, opsInUse, ...inUse] = await Promise.all([failedStart({ HOST: '999.1.1.1', LOG_LEVEL: 'silent' }),
+    failedStart({ PORT: '0', OPS_PORT: String(port), LOG_LEVEL: 'silent' }),
     ...levels.map(async (LOG_LEVEL) => await failedStart({ PORT: String(port), LOG_LEVEL }))])
   for (const [index, started] of inUse.entries()) {
     t.equal(started.code, 1)
@@ -112,6 +113,8 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
   }
   t.equal(badHost.code, 1)
   t.match(badHost.stderr, /^Cannot listen on 999\.1\.1\.1:3000: .*(ENOTFOUND|EAI_AGAIN|EADDRNOTAVAIL).*$/m)
+  t.equal(opsInUse.code, 1)
+  t.match(opsInUse.stderr, new RegExp(`^Cannot listen on 127\\.0\\.0\\.1:${port} \\(OPS_HOST:OPS_PORT, the operations API\\): .*EADDRINUSE.*$`, 'm'), 'the operations port named when it is the one taken')
 })
 
 t.test('a flood of maximum-size items from several accounts cannot exhaust a small heap: writes shed, reads go on', async (t) => {

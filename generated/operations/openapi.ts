@@ -74,6 +74,53 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/accounts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The accounts, newest first, a page at a time
+         * @description Every account the store keeps, the newest first, each with what it makes the store keep (its user, items,
+         *     idempotency keys and sessions, in bytes as the store holds them: docs/security.md, "Room for each account")
+         *     and how many items it owns. On Redis, every instance lists the same. A page with more after it says `next`:
+         *     ask for the next page with `before=<next>`.
+         */
+        get: operations["listAccounts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/accounts/{accountId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove an account with everything it keeps
+         * @description Removes the account: its user (its email may register again), its sessions (its tokens are refused from
+         *     then on, on every instance), its idempotency keys, its floor, and each item it owns, with an
+         *     `items.item.removed` event whose `actorId` is the account's own. Idempotent: an account removed already, or
+         *     never registered, answers 204 too, and an item left behind by a removal cut short is removed by the next.
+         *     Each removal is logged (`account removed`, with what it removed).
+         */
+        delete: operations["removeAccount"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -107,6 +154,25 @@ export interface components {
             event?: {
                 [key: string]: unknown;
             };
+        };
+        AccountList: {
+            accounts: components["schemas"]["Account"][];
+            /** @description Present when older accounts follow this page; pass it as `before` for the next. */
+            next?: string;
+        };
+        Account: {
+            /** Format: uuid */
+            id: string;
+            /** @description As the user typed it when registering. */
+            email: string;
+            /** @enum {string} */
+            role: "contributor" | "viewer";
+            /** Format: date-time */
+            createdAt: string;
+            /** @description What the account makes the store keep, in bytes as the store holds them, its sessions included. */
+            heldBytes: number;
+            /** @description Items it owns. */
+            items: number;
         };
         RedeliverRequest: {
             /** @description Only this subscriber's dead letters (its name, as listed); every subscriber's when left out. */
@@ -339,6 +405,77 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSubscriber"];
+        };
+    };
+    listAccounts: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Accounts listed at most.
+                 * @example 50
+                 */
+                limit?: number;
+                /**
+                 * @description Only accounts registered before this place, a page's `next`.
+                 * @example 1200
+                 */
+                before?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The accounts. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "accounts": [
+                     *         {
+                     *           "id": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
+                     *           "email": "ada@example.com",
+                     *           "role": "contributor",
+                     *           "createdAt": "2026-11-24T10:00:00.000Z",
+                     *           "heldBytes": 4182,
+                     *           "items": 2
+                     *         }
+                     *       ],
+                     *       "next": "1199"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["AccountList"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+        };
+    };
+    removeAccount: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f */
+                accountId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The account keeps nothing any more. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
         };
     };
 }

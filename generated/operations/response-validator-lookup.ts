@@ -7,5 +7,7 @@ import type { RouteOperationId } from './routes.js'
 export const responseValidators: { readonly [Id in RouteOperationId]: { readonly [status: string]: ValidateFunction } } = {
   getMetrics: { '401': responses.getMetrics_401 },
   listDeadLetters: { '200': responses.listDeadLetters_200, '400': responses.listDeadLetters_400, '401': responses.listDeadLetters_401, '404': responses.listDeadLetters_404 },
-  redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404 }
+  redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404 },
+  listAccounts: { '200': responses.listAccounts_200, '400': responses.listAccounts_400, '401': responses.listAccounts_401 },
+  removeAccount: { '400': responses.removeAccount_400, '401': responses.removeAccount_401 }
 }

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -53,6 +53,8 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   getMetrics: never
   listDeadLetters: 'limit' | 'events'
   redeliverDeadLetters: never
+  listAccounts: 'limit'
+  removeAccount: never
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -174,6 +176,93 @@ export const routes: readonly RouteDefinition[] = [
       },
       "body": {
         "$ref": "RedeliverRequest"
+      }
+    }
+  },
+  {
+    "operationId": "listAccounts",
+    "method": "GET",
+    "url": "/accounts",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "AccountList"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": 50
+          },
+          "before": {
+            "type": "string",
+            "pattern": "^[0-9]{1,15}$"
+          }
+        },
+        "required": []
+      }
+    }
+  },
+  {
+    "operationId": "removeAccount",
+    "method": "DELETE",
+    "url": "/accounts/:accountId",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "204",
+      "400",
+      "401"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "accountId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "accountId"
+        ]
       }
     }
   }

@@ -89,6 +89,68 @@ export const schemas = {
       }
     }
   },
+  "AccountList": {
+    "$id": "AccountList",
+    "type": "object",
+    "required": [
+      "accounts"
+    ],
+    "properties": {
+      "accounts": {
+        "type": "array",
+        "items": {
+          "$ref": "Account"
+        }
+      },
+      "next": {
+        "type": "string",
+        "description": "Present when older accounts follow this page; pass it as `before` for the next."
+      }
+    }
+  },
+  "Account": {
+    "$id": "Account",
+    "type": "object",
+    "required": [
+      "id",
+      "email",
+      "role",
+      "createdAt",
+      "heldBytes",
+      "items"
+    ],
+    "properties": {
+      "id": {
+        "type": "string",
+        "format": "uuid"
+      },
+      "email": {
+        "type": "string",
+        "description": "As the user typed it when registering."
+      },
+      "role": {
+        "type": "string",
+        "enum": [
+          "contributor",
+          "viewer"
+        ]
+      },
+      "createdAt": {
+        "type": "string",
+        "format": "date-time"
+      },
+      "heldBytes": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "What the account makes the store keep, in bytes as the store holds them, its sessions included."
+      },
+      "items": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "Items it owns."
+      }
+    }
+  },
   "RedeliverRequest": {
     "$id": "RedeliverRequest",
     "type": "object",

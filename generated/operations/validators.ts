@@ -23,6 +23,12 @@ export const validators = {
   },
   redeliverDeadLetters: {
     body: bodies.redeliverDeadLetters_body
+  },
+  listAccounts: {
+    querystring: parameters.listAccounts_querystring
+  },
+  removeAccount: {
+    params: parameters.removeAccount_params
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

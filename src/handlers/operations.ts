@@ -1,6 +1,7 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
 import { InvalidRequestError, notFound } from '../errors.js'
+import { itemFields } from '../serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import type { ContractHandler } from './handler.js'
 
@@ -58,5 +59,33 @@ export const redeliverDeadLetters: OperationsHandler<'redeliverDeadLetters'> = a
   return await reply.code(200).send({ redelivered: counts.reduce((sum, count) => sum + count, 0) })
 }
 
+export const listAccounts: OperationsHandler<'listAccounts'> = async (request, reply) => {
+  const { limit, before } = request.query
+  const page = await request.server.store.accounts.list(before === undefined ? undefined : Number(before), limit)
+  const accounts = page.accounts.map(({ user: { id, email, role, createdAt }, heldBytes, items }) => ({ id, email, role, createdAt, heldBytes, items }))
+  return await reply.code(200).send(page.next === undefined ? { accounts } : { accounts, next: String(page.next) })
+}
+
+// Items an account's removal reads at a time, and removes one by one, each with its event.
+const ITEMS_PER_PAGE = 100
+
+export const removeAccount: OperationsHandler<'removeAccount'> = async (request, reply) => {
+  const { store, events } = request.server
+  const { accountId } = request.params
+  // The user first: its sessions end, so that no request of the account's adds an item while its items go.
+  const userRemoved = await store.accounts.remove(accountId)
+  const announce = events.announce('items.item.removed', accountId)
+  let itemsRemoved = 0
+  for (;;) {
+    const { items } = await store.items.page(0, ITEMS_PER_PAGE, { contributorId: accountId })
+    if (items.length === 0) break
+    for (const item of items) {
+      if (await store.items.remove(itemFields(item).id, () => {}, announce) !== undefined) itemsRemoved += 1
+    }
+  }
+  request.log.info({ audit: 'removeAccount', accountId, userRemoved, itemsRemoved }, 'account removed')
+  return await reply.code(204).send()
+}
+
 /** Every operation of the operations API, by operationId. */
-export const operationsHandlers: OperationsHandlers = { getMetrics, listDeadLetters, redeliverDeadLetters }
+export const operationsHandlers: OperationsHandlers = { getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount }

@@ -40,6 +40,11 @@ export interface CapacityReading {
   /** Held past their floors, out of the shared part (`budgetBytes - floorsKeptBytes`); sessions never are. */
   readonly sharedUsedBytes: number
   readonly accounts: number
+  /**
+   * Bytes refunds found missing from what their account was charged: 0 unless the ledger has drifted from what the
+   * store keeps (on Redis, items kept from before items were charged are counted apart).
+   */
+  readonly driftBytes: number
 }
 
 /** No bound at all: a store built without bounds (embedding, the conformance suite) refuses nothing for size. */
@@ -58,9 +63,8 @@ export function floorsKept (bounds: CapacityBounds): number {
 export const sharedPart = (bounds: CapacityBounds): number =>
   bounds.budgetBytes === Infinity ? Infinity : bounds.budgetBytes - floorsKept(bounds)
 
-/** How many accounts the floors' part admits in all. */
-export const floorsAllowed = (bounds: CapacityBounds): number =>
-  bounds.floorBytes === 0 ? Infinity : Math.floor(floorsKept(bounds) / bounds.floorBytes)
+/** How many accounts the floors' part admits in all (accounts with a floor). */
+export const floorsAllowed = (bounds: CapacityBounds): number => Math.floor(floorsKept(bounds) / bounds.floorBytes)
 
 /** The bucket of the registration pace: its tokens (registrations it lets through now) when last counted, and when. */
 export interface RegistrationPace {

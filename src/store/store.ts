@@ -121,6 +121,39 @@ export interface IdempotencyKeyStore {
   find (claim: IdempotencyClaim): Promise<HeldKey | undefined>
   /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
   release (claim: IdempotencyClaim): Promise<void>
+  /**
+   * Gives back what keys past their time were charged to their users (on Redis, sessions' too), at most `limit`,
+   * the oldest first: how many. Run every few seconds, so that an expired record's room is free again within them.
+   */
+  sweep (now: number, limit: number): Promise<number>
+}
+
+/** An account as the operations API lists it. */
+export interface AccountSummary {
+  readonly user: User
+  /** What it makes the store keep, its sessions included, in bytes as the store holds them. */
+  readonly heldBytes: number
+  /** Items it owns. */
+  readonly items: number
+}
+
+export interface AccountPage {
+  /** The newest first. */
+  readonly accounts: readonly AccountSummary[]
+  /** Where the next page begins (`before`), when older accounts follow. */
+  readonly next: number | undefined
+}
+
+/** Accounts as an operator sees them: listed, and removed with what they keep. */
+export interface AccountStore {
+  /** Accounts, newest first, at most `limit`: those registered before `before` (a page's `next`) when it is given. */
+  list (before: number | undefined, limit: number): Promise<AccountPage>
+  /**
+   * Removes the account's user, its sessions, its recorded idempotency keys and its floor, at once: false when it has
+   * no user (removed already). Its items stay for the caller to remove, each with its event; what they hold stays
+   * charged to the account until then, and so do the claims of its requests in flight until they end.
+   */
+  remove (userId: string): Promise<boolean>
 }
 
 /** The claim passed to `ItemStore.add` no longer held its key (its lease ended, and another request took it): nothing was added. */
@@ -331,6 +364,7 @@ export interface Store {
   readonly sessions: SessionStore
   readonly items: ItemStore
   readonly idempotencyKeys: IdempotencyKeyStore
+  readonly accounts: AccountStore
   readonly outbox: Outbox
   /** The counter of one rate limit; each `name` counts apart from the others. */
   rateCounter (name: string): RateCounter

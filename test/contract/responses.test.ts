@@ -52,6 +52,7 @@ function failingStore (error: Error): Store {
     sessions: broken as Store['sessions'],
     items: broken as Store['items'],
     idempotencyKeys: broken as Store['idempotencyKeys'],
+    accounts: broken as Store['accounts'],
     outbox: createMemoryStore().outbox,
     capacity: async () => { throw error },
     rateCounter: () => ({

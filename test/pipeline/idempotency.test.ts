@@ -37,6 +37,7 @@ function heldStore (leasesMs: number[] = [], keys: Partial<IdempotencyKeyStore> 
     claim: async (claim, leaseMs) => await store.idempotencyKeys.claim(claim, leasesMs.shift() ?? leaseMs),
     find: async (claim) => await store.idempotencyKeys.find(claim),
     release: async (claim) => { await store.idempotencyKeys.release(claim) },
+    sweep: async (now, limit) => await store.idempotencyKeys.sweep(now, limit),
     ...keys
   }
   return {

@@ -4,6 +4,7 @@ import { routes } from '../../../generated/operations/routes.js'
 import { schemas } from '../../../generated/operations/schemas.js'
 import { operationValidators } from '../../../generated/operations/validators.js'
 import { connectionLimits } from '../../connection-limits.js'
+import { ListenError } from '../../errors.js'
 import { operationsHandlers } from '../../handlers/operations.js'
 import { authentication, opsToken } from '../../pipeline/authentication.js'
 import { generatedValidators, registerContractRoutes } from '../../pipeline/index.js'
@@ -48,6 +49,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   })
   server.decorate('metrics', app.metrics)
   server.decorate('store', app.store)
+  server.decorate('events', app.events)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
   // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
@@ -60,13 +62,17 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     pipeline: [['authentication', authentication({ opsToken: opsToken(options.token) })]]
   })
   app.addHook('onReady', async () => {
-    await server.listen({
-      host: options.host,
-      port: options.port,
-      listenTextResolver: (address) => `Operations API at ${address}`
-    })
+    try {
+      await server.listen({
+        host: options.host,
+        port: options.port,
+        listenTextResolver: (address) => `Operations API at ${address}`
+      })
+    } catch (error) {
+      throw new ListenError(`Cannot listen on ${options.host}:${options.port} (OPS_HOST:OPS_PORT, the operations API): ${(error as Error).message}`, { cause: error })
+    }
   })
   app.addHook('onClose', async () => { await server.close() })
 }
 
-export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store'] })
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events'] })

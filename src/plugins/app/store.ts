@@ -22,6 +22,12 @@ interface StorePluginOptions {
   maxHeapUsedBytes: number | undefined
 }
 
+// Expired idempotency records (and, on Redis, ended sessions) give their room back within this of their end, at
+// most CHARGES_PER_SWEEP at a time an instance: a sweep never holds the event loop, or Redis, for long. Each sweep
+// also reads the ledger, to say when it has drifted.
+const CHARGES_SWEEP_INTERVAL_MS = 5_000
+const CHARGES_PER_SWEEP = 1_000
+
 // Of the heap in use that sheds writes, the memory store's budget when none is set: accounts are refused by their
 // room before any write is shed.
 const MEMORY_BUDGET_SHARE = 2 / 3
@@ -77,7 +83,7 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
   })
   app.metrics.gauge<'part'>({
     name: 'items_service_store_capacity_bytes',
-    help: 'The store\'s room for accounts, in bytes as it holds them (on Redis, a conservative estimate), by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors).',
+    help: 'The store\'s room for accounts, in bytes as it holds them (on Redis, a conservative estimate), by part: budget (STORE_CAPACITY_MIB), held (all accounts keep), floors_kept (the part kept for floors), floors (reserved, ACCOUNT_FLOOR_KIB each), shared_used (held past floors; the shared part is budget - floors_kept), drift (refunds found missing from their account: 0 unless the ledger drifted).',
     labelNames: ['part'],
     async collect () {
       // While the store is unreachable, the last figures stay.
@@ -88,6 +94,7 @@ function storeMetrics (app: FastifyInstance, store: Store): void {
       this.set({ part: 'floors_kept' }, reading.floorsKeptBytes)
       this.set({ part: 'floors' }, reading.floorsBytes)
       this.set({ part: 'shared_used' }, reading.sharedUsedBytes)
+      this.set({ part: 'drift' }, reading.driftBytes)
     }
   })
   const refusals = app.metrics.counter<'reason'>({
@@ -133,7 +140,26 @@ async function storePlugin (app: FastifyInstance, options: StorePluginOptions): 
   app.decorate('store', store)
   storeMetrics(app, store)
   if (options.store === undefined) await logRoom(app, store, options.config)
-  app.addHook('onClose', async () => { await store.close() })
+  // What the ledger had found drifted when last read: each rise is said once.
+  let driftBytes = 0
+  const sweep = async (): Promise<void> => {
+    await store.idempotencyKeys.sweep(store.now(), CHARGES_PER_SWEEP)
+    const reading = await store.capacity()
+    if (reading.driftBytes > driftBytes) {
+      app.log.error({ driftBytes: reading.driftBytes, risenBy: reading.driftBytes - driftBytes },
+        'the room for accounts drifted: refunds found less charged to their account than they give back (docs/operations.md, "Capacity")')
+    }
+    driftBytes = reading.driftBytes
+  }
+  const sweeper = setInterval(() => {
+    // While the store is unreachable (its own warning says so), nothing is swept.
+    if (!store.available()) return
+    sweep().catch((err: unknown) => { app.log.warn({ err }, 'the sweep of expired charges failed') })
+  }, CHARGES_SWEEP_INTERVAL_MS).unref()
+  app.addHook('onClose', async () => {
+    clearInterval(sweeper)
+    await store.close()
+  })
 }
 
 export default fp(storePlugin, { name: 'store', dependencies: ['metrics'] })

@@ -8,11 +8,8 @@ interface Account {
   bytes: number
   /** Its sessions' bytes: within the part of its floor kept for them. */
   sessions: number
-  /**
-   * What its floor holds beside its sessions' part (the floor less that part); 0 for an account the store never
-   * admitted (a store used without its users).
-   */
-  readonly floorBesideSessions: number
+  /** Its floor, its sessions' part included; 0 for an account the store never admitted (a store used without its users). */
+  readonly floor: number
 }
 
 // What V8 keeps of a string beside its characters (a header, rounded up).
@@ -29,6 +26,9 @@ const KEY_OVERHEAD_BYTES = 384
 const SESSION_OVERHEAD_BYTES = 1792
 // A refresh token's hash: its string, its place in a session's set or list, and in the map of hashes.
 const TOKEN_HASH_BYTES = 192
+
+// An account the store never admitted: no floor of its own.
+const NOT_ADMITTED: Readonly<Account> = { bytes: 0, sessions: 0, floor: 0 }
 
 const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- the Latin-1 range, which V8 keeps one byte a character
 
@@ -77,6 +77,7 @@ export class MemoryCapacity {
   #floorsBytes = 0
   #sharedUsedBytes = 0
   #admitted = 0
+  #driftBytes = 0
   #pace: RegistrationPace | undefined
 
   constructor (bounds: CapacityBounds, now: () => number = Date.now) {
@@ -103,38 +104,92 @@ export class MemoryCapacity {
         this.#pace = pace
       }
     }
-    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floorBesideSessions: Math.max(0, floorBytes - this.#bounds.sessionsBytes) })
+    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floor: floorBytes })
     this.#floorsBytes += floorBytes
     this.#admitted += 1
     this.charge(accountId, bytes)
   }
 
   /**
+   * Why charging the account `bytes` would be refused (it would pass the account's ceiling, or need more of the
+   * shared part than is left), or undefined when it would not be; nothing is charged.
+   */
+  refusal (accountId: string, bytes: number): StoreFullError | undefined {
+    if (bytes <= 0) return undefined
+    const account = this.#accounts.get(accountId) ?? NOT_ADMITTED
+    const next = account.bytes + bytes
+    if (next > this.#bounds.ceilingBytes) {
+      return new StoreFullError(`the account would keep ${next} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
+    }
+    const sharedUsed = this.#sharedUsedAfter(account, next)
+    if (sharedUsed > this.#sharedUsedBytes && sharedUsed > this.#sharedBytes) {
+      return new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
+    }
+    return undefined
+  }
+
+  /**
    * Charges the account `bytes` (a refund when negative, never refused); a StoreFullError, and nothing charged, when
-   * it would pass the account's ceiling, or need more of the shared part than is left.
+   * `refusal` says why not.
    */
   charge (accountId: string, bytes: number): void {
+    const refused = this.refusal(accountId, bytes)
+    if (refused !== undefined) throw refused
+    this.hold(accountId, bytes)
+  }
+
+  /**
+   * Charges the account `bytes` whatever its room: an idempotency key's claim, which lasts only while its request
+   * runs (so the write limits and its lease bound it), and whose create then makes room for the item and its record,
+   * all or nothing, or is refused and frees it. A claim refused for room would have pushed out records for a create
+   * that may be refused after all.
+   */
+  hold (accountId: string, bytes: number): void {
     const known = this.#accounts.get(accountId)
-    const account = known ?? { bytes: 0, sessions: 0, floorBesideSessions: 0 }
-    const next = account.bytes + bytes
-    const floor = account.floorBesideSessions
-    const sharedUsed = this.#sharedUsedBytes + Math.max(0, next - floor) - Math.max(0, account.bytes - floor)
-    if (bytes > 0) {
-      if (next > this.#bounds.ceilingBytes) {
-        throw new StoreFullError(`the account would keep ${next} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
-      }
-      if (sharedUsed > this.#sharedUsedBytes && sharedUsed > this.#sharedBytes) {
-        throw new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
-      }
+    const account = known ?? { ...NOT_ADMITTED }
+    // A refund is given back only as far as the account was charged: what is missing is a drift of the ledger.
+    if (account.bytes + bytes < 0) {
+      this.#driftBytes -= account.bytes + bytes
+      bytes = -account.bytes
     }
+    const next = account.bytes + bytes
+    this.#sharedUsedBytes = this.#sharedUsedAfter(account, next)
     account.bytes = next
     this.#heldBytes += bytes
-    this.#sharedUsedBytes = sharedUsed
     this.#keep(accountId, account, known !== undefined)
+  }
+
+  // What the shared part would hold with the account at `next` bytes beside its sessions: what passes the rest of
+  // its floor (the floor less its sessions' part).
+  #sharedUsedAfter (account: Account, next: number): number {
+    const besideSessions = Math.max(0, account.floor - this.#bounds.sessionsBytes)
+    return this.#sharedUsedBytes + Math.max(0, next - besideSessions) - Math.max(0, account.bytes - besideSessions)
   }
 
   refund (accountId: string, bytes: number): void {
     this.charge(accountId, -bytes)
+  }
+
+  /** What an account whose user the store keeps makes it keep, its sessions included. */
+  heldBy (accountId: string): number {
+    // Its user's record is charged to it, so it has an entry.
+    const account = this.#accounts.get(accountId)!
+    return account.bytes + account.sessions
+  }
+
+  /**
+   * Gives the account's floor back, for an account removed: what it still holds (items not removed yet) draws on the
+   * shared part until it goes.
+   */
+  release (accountId: string): void {
+    const account = this.#accounts.get(accountId)
+    if (account === undefined || account.floor === 0) return
+    const released = { ...account, floor: 0 }
+    this.#sharedUsedBytes += Math.max(0, account.bytes) - Math.max(0, account.bytes - Math.max(0, account.floor - this.#bounds.sessionsBytes))
+    this.#floorsBytes -= account.floor
+    this.#admitted -= 1
+    this.#accounts.set(accountId, released)
+    this.#keep(accountId, released, true)
   }
 
   /** What the account's sessions may still take of the part of its floor kept for them. */
@@ -148,7 +203,7 @@ export class MemoryCapacity {
    */
   chargeSessions (accountId: string, bytes: number): void {
     const known = this.#accounts.get(accountId)
-    const account = known ?? { bytes: 0, sessions: 0, floorBesideSessions: 0 }
+    const account = known ?? { ...NOT_ADMITTED }
     account.sessions += bytes
     this.#heldBytes += bytes
     this.#keep(accountId, account, known !== undefined)
@@ -157,7 +212,7 @@ export class MemoryCapacity {
   // An account the store never admitted is kept only while it holds something.
   #keep (accountId: string, account: Account, known: boolean): void {
     if (!known) this.#accounts.set(accountId, account)
-    else if (account.floorBesideSessions === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
+    else if (account.floor === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
   }
 
   reading (): CapacityReading {
@@ -167,7 +222,8 @@ export class MemoryCapacity {
       floorsKeptBytes: this.#floorsKeptBytes,
       floorsBytes: this.#floorsBytes,
       sharedUsedBytes: this.#sharedUsedBytes,
-      accounts: this.#admitted
+      accounts: this.#admitted,
+      driftBytes: this.#driftBytes
     }
   }
 }

@@ -1,6 +1,6 @@
 import type { Item } from '../../domain.js'
 import { storedItem } from '../../serialized.js'
-import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, StoreFullError } from '../store.js'
+import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
 
 interface Held {
@@ -36,11 +36,12 @@ const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key
 
 /**
  * The idempotency keys of one process. Every key is one entry of one map, in the order it was claimed or recorded,
- * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and an expired entry at the
- * front goes with the next claim (any other when it is next looked up). Each key is charged to its user, a claim
- * when it is made and a record with its item's fields, until it is forgotten: past the user's count, or when the
- * user's room (src/store/capacity.ts) cannot take a new key, the user's own oldest keys go; with none left, the new
- * key is refused (StoreFullError). No other user's record is ever forgotten before its time to live.
+ * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and expired entries at the
+ * front go with the next claim or sweep (any other when it is next looked up). Each key is charged to its user, a
+ * claim when it is made (never refused: MemoryCapacity.hold) and a record with its item's fields, until it is
+ * forgotten: past the user's count its oldest key goes; and whatever the user's room (src/store/capacity.ts) cannot
+ * take (an item and its record, an edit) first pushes out the user's own oldest records, all that it needs or none
+ * (`makeRoom`). No other user's record is ever forgotten before its time to live.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #bounds: MemoryIdempotencyKeyBounds
@@ -56,11 +57,14 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
     const now = Date.now()
-    this.#forgetExpired(now)
+    await this.sweep(now, Infinity)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
       const bytes = keyBytes(entryKey(claim))
-      this.#makeRoom(claim, bytes)
+      for (let own = this.#byUser.get(claim.userId); own !== undefined && own.size >= this.#bounds.perUser; own = this.#byUser.get(claim.userId)) {
+        this.#forget(own.values().next().value!, claim.userId)
+      }
+      this.#capacity.hold(claim.userId, bytes)
       this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: claim.token, item: undefined, until: now + leaseMs, bytes })
       return { status: 'claimed' }
     }
@@ -83,6 +87,12 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     if (held !== undefined && held.token !== claim.token) throw new ClaimLostError(`idempotency key ${claim.key} is held by another request`)
   }
 
+  /** What recording `item` under the claim's key would charge its user beyond what the claim is charged. */
+  recordBytes (claim: IdempotencyClaim, item: Item): number {
+    const key = entryKey(claim)
+    return keyBytes(key, item) - (this.#entries.get(key)?.bytes ?? 0)
+  }
+
   /**
    * Records the item the claim's request made under its key, for the time to live, charging its user for the item's
    * fields: a StoreFullError, and nothing changed, when the user's room cannot take them.
@@ -98,21 +108,44 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, bytes })
   }
 
-  // The user's own oldest keys make room for their new one: past their count, and while their room cannot take it.
-  #makeRoom (claim: IdempotencyClaim, bytes: number): void {
-    for (let own = this.#byUser.get(claim.userId); own !== undefined && own.size >= this.#bounds.perUser; own = this.#byUser.get(claim.userId)) {
-      this.#forget(own.values().next().value!, claim.userId)
-    }
-    for (;;) {
-      try {
-        this.#capacity.charge(claim.userId, bytes)
+  /**
+   * Makes room for charging the user `bytes`: when their room cannot take it, pushes out their own oldest records
+   * (never a claim whose request still runs, nor the key of `keeping`) until it can. All or nothing: when even
+   * every record gone would not make room, a StoreFullError, and nothing is pushed out.
+   */
+  makeRoom (userId: string, bytes: number, keeping?: IdempotencyClaim): void {
+    const refused = this.#capacity.refusal(userId, bytes)
+    if (refused === undefined) return
+    const pushedOut: string[] = []
+    let freed = 0
+    const kept = keeping === undefined ? undefined : entryKey(keeping)
+    for (const key of this.#byUser.get(userId) ?? []) {
+      const held = this.#entries.get(key)!
+      if (key === kept || held.item === undefined) continue
+      pushedOut.push(key)
+      freed += held.bytes
+      if (this.#capacity.refusal(userId, bytes - freed) === undefined) {
+        for (const gone of pushedOut) this.#forget(gone, userId)
         return
-      } catch (error) {
-        const oldest = this.#byUser.get(claim.userId)?.values().next().value
-        if (oldest === undefined || !(error instanceof StoreFullError)) throw error
-        this.#forget(oldest, claim.userId)
       }
     }
+    throw refused
+  }
+
+  /** Forgets every key of the user, claims and records, and gives their charges back. */
+  forgetAll (userId: string): void {
+    for (const key of this.#byUser.get(userId) ?? []) this.#forget(key, userId)
+  }
+
+  /** Forgets, and gives back the charges of, keys past their time: at most `limit`, the oldest first. */
+  async sweep (now: number, limit: number): Promise<number> {
+    let swept = 0
+    for (const [key, held] of this.#entries) {
+      if (held.until > now || swept === limit) break
+      this.#forget(key, held.userId)
+      swept += 1
+    }
+    return swept
   }
 
   #held (key: string, now: number): Held | undefined {
@@ -128,13 +161,6 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     this.#entries.set(key, held)
     const own = this.#byUser.get(claim.userId) ?? new Set<string>()
     this.#byUser.set(claim.userId, own.add(key))
-  }
-
-  #forgetExpired (now: number): void {
-    for (const [key, held] of this.#entries) {
-      if (held.until > now) return
-      this.#forget(key, held.userId)
-    }
   }
 
   // A key is in the map exactly when it is in its user's set. Its bytes go back to its user, unless they pass to

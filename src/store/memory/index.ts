@@ -1,6 +1,7 @@
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type CapacityBounds, UNBOUNDED } from '../capacity.js'
 import type { Store } from '../store.js'
+import { MemoryAccounts } from './accounts.js'
 import { MemoryCapacity } from './capacity.js'
 import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
 import { MemoryItemStore } from './items.js'
@@ -42,12 +43,16 @@ export function createMemoryStore ({
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
   const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity)
+  const users = new MemoryUserStore(capacity)
+  const sessions = new MemorySessionStore(capacity)
+  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity)
   let open = true
   return {
-    users: new MemoryUserStore(capacity),
-    sessions: new MemorySessionStore(capacity),
-    items: new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity),
+    users,
+    sessions,
+    items,
     idempotencyKeys: keys,
+    accounts: new MemoryAccounts(users, sessions, keys, items, capacity),
     outbox,
     rateCounter: (name) => {
       const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)

@@ -68,7 +68,10 @@ export class MemoryItemStore implements ItemStore {
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
     const stored = storedItem(item)
     const bytes = itemBytes(stored)
-    // Charged before anything is kept: a refusal leaves the store as it was.
+    // Room for the item and its record made first, all or nothing; then charged before anything is kept: a refusal
+    // leaves the store as it was.
+    const recordBytes = claim === undefined ? 0 : this.#idempotencyKeys.recordBytes(claim, stored)
+    this.#idempotencyKeys.makeRoom(item.contributorId, bytes + recordBytes, claim)
     this.#capacity.charge(item.contributorId, bytes)
     if (claim !== undefined) {
       try {
@@ -104,12 +107,18 @@ export class MemoryItemStore implements ItemStore {
     return this.#byId.size
   }
 
+  /** How many items the contributor owns. */
+  ownedBy (contributorId: string): number {
+    return this.#byContributor.get(contributorId)?.all.length ?? 0
+  }
+
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     const previous = entry.item
     const next = storedItem(change(previous))
     const bytes = itemBytes(next)
+    this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)
     this.#capacity.charge(previous.contributorId, bytes - entry.bytes)
     entry.item = next
     entry.bytes = bytes

@@ -85,6 +85,11 @@ export class MemorySessionStore implements SessionStore {
     if (entry !== undefined) this.#forget(entry)
   }
 
+  /** Ends every session of the user. */
+  endAll (userId: string): void {
+    for (const id of this.#byUser.get(userId) ?? []) this.#forget(this.#byId.get(id)!)
+  }
+
   async sweep (now: number, limit: number): Promise<number> {
     let forgotten = 0
     for (const entry of this.#byId.values()) {

@@ -6,6 +6,10 @@ export class MemoryUserStore implements UserStore {
   readonly #capacity: MemoryCapacity
   readonly #byId = new Map<string, User>()
   readonly #byEmailKey = new Map<string, User>()
+  // Each user's place in the order of registration (the accounts' pages), and the places, in that order.
+  readonly #positions = new Map<string, number>()
+  readonly #order: Array<{ readonly position: number, readonly id: string }> = []
+  #lastPosition = 0
 
   constructor (capacity: MemoryCapacity) {
     this.#capacity = capacity
@@ -18,7 +22,38 @@ export class MemoryUserStore implements UserStore {
     this.#capacity.admit(stored.id, userBytes(stored))
     this.#byId.set(stored.id, stored)
     this.#byEmailKey.set(stored.emailKey, stored)
+    this.#lastPosition += 1
+    this.#positions.set(stored.id, this.#lastPosition)
+    this.#order.push({ position: this.#lastPosition, id: stored.id })
     return stored
+  }
+
+  /** The users registered before `before` (all when undefined), newest first, at most `limit`, with their places. */
+  newestFirst (before: number | undefined, limit: number): Array<{ position: number, user: User }> {
+    // The order is by place: the first place at or past `before` is found by halving.
+    let end = this.#order.length
+    if (before !== undefined) {
+      let low = 0
+      while (low < end) {
+        const middle = (low + end) >>> 1
+        if (this.#order[middle]!.position < before) low = middle + 1
+        else end = middle
+      }
+    }
+    return this.#order.slice(Math.max(0, end - limit), end).reverse().map(({ position, id }) => ({ position, user: this.#byId.get(id)! }))
+  }
+
+  /** Forgets the user and gives its record's bytes back; false when there was none. */
+  delete (id: string): boolean {
+    const user = this.#byId.get(id)
+    if (user === undefined) return false
+    this.#byId.delete(id)
+    this.#byEmailKey.delete(user.emailKey)
+    const position = this.#positions.get(id)!
+    this.#positions.delete(id)
+    this.#order.splice(this.#order.findIndex((entry) => entry.position === position), 1)
+    this.#capacity.refund(id, userBytes(user))
+    return true
   }
 
   async get (id: string): Promise<User | undefined> {

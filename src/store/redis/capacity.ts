@@ -13,15 +13,20 @@ const UNBOUNDED_BYTES = 2 ** 53
  * Redis holds them, conservatively: a value's bytes and a quarter more (jemalloc's size classes round an allocation
  * up by less), and a fixed allowance for the entries that index it (docs/security.md, "Room for each account").
  *
- * - `charge(account, bytes)`: false once charged (a refund, when negative, always is); 'account' past the account's
- *   ceiling, 'shared' when it would need more of the shared part than is left; refused, nothing changes.
+ * - `charge(account, bytes, unrefused)`: false once charged (a refund, when negative, always is, and so is a charge
+ *   `unrefused`, a claim's); 'account' past the account's ceiling, 'shared' when it would need more of the shared
+ *   part than is left; refused, nothing changes. A refund past what was charged counts the rest in the totals'
+ *   `uncharged` (an item kept before charges, `keptBeforeCharges(createdAt)`) or `drift` (anything else).
  * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
  *   left, 'pace' and the ms to wait when the pace on registrations holds it back.
- * - `chargeUntil(name, account, bytes, expiresAt)`: a charge that lasts as long as the key `name` (an idempotency
- *   key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
+ * - `chargeUntil(name, account, bytes, expiresAt, unrefused)`: a charge that lasts as long as the key `name` (an
+ *   idempotency key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
  * - `chargeSessionUntil(name, account, bytes, expiresAt)`: the same for a session (`name` its key), charged to the
  *   part of the account's floor kept for its sessions, never refused; `sessionsRoom(account)`, what is left of it.
- * - `releaseExpired(now)`: gives back, a few at a time, the charges of keys Redis has expired.
+ * - `makeRoom(account, bytes, records, keeping)`: pushes out the account's oldest idempotency records, all it needs
+ *   or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
+ * - `releaseExpired(now, limit)`: gives back, `limit` at a time (16 when left out), the charges of keys Redis has
+ *   expired: how many.
  * - `itemBytes`, `userBytes`, `keyBytes`, `sessionBytes`: what each thing kept is charged.
  */
 export const CAPACITY = `
@@ -42,20 +47,38 @@ local function keyBytes (name, value) return stored(4 * #name + #value) + 512 en
 -- A session: its hash (its user, times and token hashes), its id in its user's sessions, its name in capacity-charges
 -- and -expiries; and for each token hash remembered, the refresh token's key and value and the hash in the session's.
 local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 64 + hashes * (2 * #tokenKey + 64)) + 512 + 64 * hashes end
-local function charge (account, bytes)
-  local totals = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared')
+-- Why charging the account \`bytes\` would be refused ('account' past its ceiling, 'shared' when it would need more
+-- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
+-- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
+local function chargeRefused (account, bytes)
+  local totals = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions')
   local ceiling, sharedPart = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or UNBOUNDED)
   local shared = tonumber(totals[3] or '0')
   local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
   local floor = tonumber(redis.call('HGET', capacity.floors, account) or '0')
-  -- What was kept before accounts were charged (a catalogue of 1.1.0) is given back as far as it was charged.
-  if held + bytes < 0 then bytes = -held end
+  local besideSessions = math.max(0, floor - tonumber(totals[4] or UNBOUNDED))
   local nextHeld = held + bytes
-  local nextShared = shared + math.max(0, nextHeld - floor) - math.max(0, held - floor)
-  if bytes > 0 then
-    if nextHeld > ceiling then return 'account' end
-    if nextShared > shared and nextShared > sharedPart then return 'shared' end
+  local nextShared = shared + math.max(0, nextHeld - besideSessions) - math.max(0, held - besideSessions)
+  local refused = false
+  if bytes > 0 and nextHeld > ceiling then refused = 'account'
+  elseif bytes > 0 and nextShared > shared and nextShared > sharedPart then refused = 'shared' end
+  return refused, nextHeld, nextShared, floor
+end
+-- Set by a script that changes an item kept before items were charged (created before chargedSince): a refund of
+-- it that finds too little charged is counted as that, not as a drift of the ledger.
+local keptBeforeCharges = false
+-- \`unrefused\`: whatever the account's room (a claim: MemoryCapacity.hold says why).
+local function charge (account, bytes, unrefused)
+  local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
+  -- A refund is given back only as far as the account was charged; what is missing is counted, apart for items
+  -- kept before charges (a catalogue of 1.1.0), which never were: any other is a drift of the ledger.
+  if held + bytes < 0 then
+    redis.call('HINCRBY', capacity.totals, keptBeforeCharges and 'uncharged' or 'drift', -(held + bytes))
+    -- Not -held: Lua writes a negative zero as "-0", which HINCRBY refuses.
+    bytes = 0 - held
   end
+  local refused, nextHeld, nextShared, floor = chargeRefused(account, bytes)
+  if refused and not unrefused then return refused end
   if nextHeld == 0 and floor == 0 then redis.call('HDEL', capacity.bytes, account) else redis.call('HSET', capacity.bytes, account, nextHeld) end
   redis.call('HINCRBY', capacity.totals, 'held', bytes)
   redis.call('HSET', capacity.totals, 'shared', nextShared)
@@ -76,26 +99,28 @@ end
 -- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
 -- 'at' is given: a start that admits 1.1.0's accounts is not paced).
 local function admit (account, bytes, at)
-  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'sessions', 'room')
+  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
   local floor, floors, kept = tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or UNBOUNDED)
   if floor > 0 then
     local floorsLeft = math.floor((kept - floors) / floor)
     if floorsLeft < 1 then return 'registration' end
-    local room = tonumber(totals[5] or '0')
+    local room = tonumber(totals[4] or '0')
     if at and room > 0 and kept < tonumber(UNBOUNDED) then
       local wait = takeRegistration(floorsLeft, room, at)
       if wait then return 'pace', wait end
     end
   end
-  -- What the account's sessions may keep is reserved apart: charge() reckons with the rest of the floor.
-  redis.call('HSET', capacity.floors, account, math.max(0, floor - tonumber(totals[4] or UNBOUNDED)))
+  redis.call('HSET', capacity.floors, account, floor)
   redis.call('HINCRBY', capacity.totals, 'floors', floor)
   redis.call('HINCRBY', capacity.totals, 'accounts', 1)
   return charge(account, bytes)
 end
 local function chargeSessions (account, bytes)
   local held = tonumber(redis.call('HGET', capacity.sessions, account) or '0')
-  if held + bytes < 0 then bytes = -held end
+  if held + bytes < 0 then
+    redis.call('HINCRBY', capacity.totals, 'drift', -(held + bytes))
+    bytes = 0 - held
+  end
   if held + bytes == 0 then redis.call('HDEL', capacity.sessions, account) else redis.call('HSET', capacity.sessions, account, held + bytes) end
   redis.call('HINCRBY', capacity.totals, 'held', bytes)
 end
@@ -122,20 +147,49 @@ local function chargeSessionUntil (name, account, bytes, expiresAt)
   redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes .. ' session')
   redis.call('ZADD', capacity.expiries, expiresAt, name)
 end
-local function chargeUntil (name, account, bytes, expiresAt)
+local function chargeUntil (name, account, bytes, expiresAt, unrefused)
   local previousAccount, previous = chargeOf(name)
   if previousAccount and previousAccount ~= account then
     releaseCharge(name)
     previous = 0
   end
-  local refused = charge(account, bytes - previous)
+  local refused = charge(account, bytes - previous, unrefused)
   if refused then return refused end
   redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes)
   redis.call('ZADD', capacity.expiries, expiresAt, name)
   return false
 end
-local function releaseExpired (now)
-  for _, name in ipairs(redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, 16)) do releaseCharge(name) end
+-- Makes room for charging the account \`bytes\`: when its room cannot take it, pushes out its own oldest records
+-- (\`records\`, a sorted set of their names, as the idempotency keys keep it; never \`keeping\`) until it can. All or
+-- nothing: false once there is room, else the refusal, and nothing pushed out.
+local function itemKeptBeforeCharges (createdAtMs)
+  keptBeforeCharges = tonumber(createdAtMs) < tonumber(redis.call('HGET', capacity.totals, 'chargedSince') or '0')
+end
+local function makeRoom (account, bytes, records, keeping)
+  local refused = chargeRefused(account, bytes)
+  if not refused then return false end
+  local pushedOut, freed = {}, 0
+  for _, name in ipairs(redis.call('ZRANGE', records, 0, -1)) do
+    local owner, held = chargeOf(name)
+    if name ~= keeping and owner == account then
+      pushedOut[#pushedOut + 1] = name
+      freed = freed + held
+      if not chargeRefused(account, bytes - freed) then
+        for _, gone in ipairs(pushedOut) do
+          redis.call('DEL', gone)
+          redis.call('ZREM', records, gone)
+          releaseCharge(gone)
+        end
+        return false
+      end
+    end
+  end
+  return refused
+end
+local function releaseExpired (now, limit)
+  local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or 16)
+  for _, name in ipairs(expired) do releaseCharge(name) end
+  return #expired
 end
 `
 
@@ -152,6 +206,14 @@ export const CAPACITY_KEYS: CapacityKeys['length'] = 6
 const ACCOUNTS_ADMITTED_PER_CALL = 100
 
 export const capacityScripts = {
+  // KEYS: the capacity keys. ARGV: how many at most. Gives back the charges of keys Redis has expired: how many.
+  releaseExpiredCharges: {
+    numberOfKeys: CAPACITY_KEYS,
+    lua: `${CAPACITY}
+capacityAt(1)
+local time = redis.call('TIME')
+return releaseExpired(tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), tonumber(ARGV[1]))`
+  },
   // KEYS: users, the capacity keys. ARGV: user ids. Admits each that has no floor (an account of 1.1.0, registered
   // before floors were kept), its record charged as if its email key were as long as the record (it is part of
   // it): the script reads no user's text. How many could not be admitted, no floor being left.
@@ -173,6 +235,7 @@ return refused`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     admitAccounts (users: string, ...args: [...CapacityKeys, ...ids: string[]]): Result<number, Context>
+    releaseExpiredCharges (...args: [...CapacityKeys, limit: number]): Result<number, Context>
   }
 }
 
@@ -225,6 +288,9 @@ export async function setCapacity (redis: Redis, keys: RedisKeys, settings: Capa
   }
   const bounds: CapacityBounds = { ...settings, budgetBytes: budgetBytes ?? Infinity }
   const bounded = (bytes: number): number => Math.min(bytes, UNBOUNDED_BYTES)
+  // Items created before this, on a catalogue kept from before items were charged, never were.
+  const [seconds] = await call(redis.time())
+  await call(redis.hsetnx(keys.capacity, 'chargedSince', Number(seconds) * 1000))
   await call(redis.hset(keys.capacity, 'budget', bounded(bounds.budgetBytes), 'floor', bounds.floorBytes, 'ceiling', bounded(bounds.ceilingBytes),
     'sessions', bounded(bounds.sessionsBytes), 'floorsKept', bounded(floorsKept(bounds)), 'sharedPart', bounded(sharedPart(bounds)),
     'room', bounds.registrationRoomMs ?? 0))
@@ -232,7 +298,7 @@ export async function setCapacity (redis: Redis, keys: RedisKeys, settings: Capa
 }
 
 export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<CapacityReading> {
-  const [budget, held, floorsKeptBytes, floors, shared, accounts] = await call(redis.hmget(keys.capacity, 'budget', 'held', 'floorsKept', 'floors', 'shared', 'accounts'))
+  const [budget, held, floorsKeptBytes, floors, shared, accounts, drift] = await call(redis.hmget(keys.capacity, 'budget', 'held', 'floorsKept', 'floors', 'shared', 'accounts', 'drift'))
   const unbounded = (figure: string | null | undefined): number => figure == null || Number(figure) >= UNBOUNDED_BYTES ? Infinity : Number(figure)
   return {
     budgetBytes: unbounded(budget),
@@ -240,6 +306,7 @@ export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<Capa
     floorsKeptBytes: unbounded(floorsKeptBytes),
     floorsBytes: Number(floors ?? 0),
     sharedUsedBytes: Number(shared ?? 0),
-    accounts: Number(accounts ?? 0)
+    accounts: Number(accounts ?? 0),
+    driftBytes: Number(drift ?? 0)
   }
 }

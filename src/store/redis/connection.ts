@@ -3,6 +3,7 @@ import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
+import { accountScripts, orderUsers, RedisAccounts } from './accounts.js'
 import { admitAccounts, capacityScripts, readCapacity, setCapacity } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
@@ -16,7 +17,7 @@ import { RedisUserStore, userScripts } from './users.js'
 import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
+export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {
@@ -149,6 +150,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
     options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
   }
+  await orderUsers(redis, keys)
   const unadmitted = await admitAccounts(redis, keys)
   if (unadmitted > 0) {
     options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
@@ -158,8 +160,9 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat: options.heartbeat ?? HEARTBEAT, logger: options.logger })
   let closed = false
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, options.outcomeWithinMs)
+  const users = new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS)
   return {
-    users: new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS),
+    users,
     sessions: new RedisSessionStore(redis, writes, keys, sessions),
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
@@ -167,6 +170,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       logger: options.logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
+    accounts: new RedisAccounts(redis, writes, keys, users, sessions),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
     capacity: async () => await readCapacity(redis, keys),

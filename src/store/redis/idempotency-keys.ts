@@ -2,32 +2,24 @@ import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../serialized.js'
 import type { Item } from '../../domain.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const idempotencyKeyScripts = {
-  // KEYS: the key (idempotencyKey), the user's keys (idempotencyKeys), the capacity keys (CAPACITY). ARGV: the
-  // claim as JSON, its lease (ms), the user id. What holds the key already; nil when the claim now does; or
-  // 'account' or 'shared' when the user's room cannot take it, even once their own recorded keys are gone (the
-  // oldest go first, as past their count).
+  // KEYS: the key (idempotencyKey), the capacity keys (CAPACITY). ARGV: the claim as JSON, its lease (ms), the user
+  // id. What holds the key already, or nil when the claim now does: charged
+  // to the user whatever their room (MemoryCapacity.hold says why).
   claimIdempotencyKey: {
-    numberOfKeys: 2 + CAPACITY_KEYS,
+    numberOfKeys: 1 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
-capacityAt(3)
+capacityAt(2)
 releaseExpired(now)
 local held = redis.call('GET', KEYS[1])
 if held then return held end
 local bytes, expiresAt = keyBytes(KEYS[1], ARGV[1]), now + tonumber(ARGV[2])
-local refused = chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt)
-while refused do
-  local oldest = redis.call('ZPOPMIN', KEYS[2])
-  if #oldest == 0 then return refused end
-  redis.call('DEL', oldest[1])
-  releaseCharge(oldest[1])
-  refused = chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt)
-end
+chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt, true)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false`)
   },
@@ -47,7 +39,7 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (key: string, userKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, claim: string, leaseMs: number,
+    claimIdempotencyKey (key: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, claim: string, leaseMs: number,
       userId: string]): Result<string | null, Context>
     releaseIdempotencyKey (key: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
@@ -57,8 +49,9 @@ declare module 'ioredis' {
  * Opens a script that records a create under an idempotency key, its claim given as KEYS[key] (the key) and
  * KEYS[key + 1] (the user's keys), ARGV[argument] (the claim as JSON), ARGV[argument + 1] (the record),
  * ARGV[argument + 2] (its time to live, ms) and ARGV[argument + 3] (keys per user); an empty KEYS[key] means no
- * claim. `holdsClaim` says whether the claim still holds its key (or none does); `chargeRecord` charges the record
- * to `account` in place of its claim (false, or CAPACITY's refusal); `recordClaim` then replaces the claim with the
+ * claim. `holdsClaim` says whether the claim still holds its key (or none does); `recordBytes` is what the record
+ * would charge beyond its claim; `chargeRecord` charges the record to `account` in place of its claim (false, or
+ * CAPACITY's refusal); `recordClaim` then replaces the claim with the
  * record, listed in the user's keys, of which the oldest beyond the bound go. Uses writeScript's `now` and CAPACITY.
  */
 export const RECORD_CLAIM = `
@@ -66,6 +59,12 @@ local function holdsClaim (key, argument)
   if KEYS[key] == '' then return true end
   local held = redis.call('GET', KEYS[key])
   return not held or held == ARGV[argument]
+end
+-- What recording would charge beyond what the claim is charged.
+local function recordBytes (key, argument)
+  if KEYS[key] == '' then return 0 end
+  local _, claimed = chargeOf(KEYS[key])
+  return keyBytes(KEYS[key], ARGV[argument + 1]) - claimed
 end
 local function chargeRecord (key, argument, account)
   if KEYS[key] == '' then return false end
@@ -134,10 +133,8 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
     const json = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim),
-      `${this.#keys.idempotencyKeys}${claim.userId}`, ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
-    if (json === null) return { status: 'claimed' }
-    if (isRefusal(json)) throw refusal(json)
-    return heldKey(json, claim)
+      ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
+    return json === null ? { status: 'claimed' } : heldKey(json, claim)
   }
 
   async find (claim: IdempotencyClaim): Promise<HeldKey | undefined> {
@@ -147,5 +144,10 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
 
   async release (claim: IdempotencyClaim): Promise<void> {
     await call(this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), ...capacityKeys(this.#keys), claimJson(claim)))
+  }
+
+  // Redis's clock decides what has expired, for every instance alike.
+  async sweep (_now: number, limit: number): Promise<number> {
+    return await call(this.#redis.releaseExpiredCharges(...capacityKeys(this.#keys), limit))
   }
 }

@@ -11,26 +11,24 @@ import { type RedisWrites, writeScript } from './writes.js'
 
 export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
-  // both (itemListKeys), the claim's keys (RECORD_CLAIM), and the capacity keys (CAPACITY). ARGV: id, contributor
-  // id, item as JSON, items one contributor may own, the claim's arguments, and the event (APPEND_EVENT). 1 when
-  // added, 0 over the quota, 2 when the claim lost its key, 3 when another item has the id, 'account' or 'shared'
-  // when the contributor's room cannot take the item and its record.
+  // both (itemListKeys), the claim's keys (RECORD_CLAIM), the contributor's idempotency records (idempotencyKeys),
+  // and the capacity keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own, the
+  // claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its key,
+  // 3 when another item has the id, 'account' or 'shared' when the contributor's room cannot take the item and its
+  // record, even once their own older records are gone.
   addItem: {
-    numberOfKeys: 10 + CAPACITY_KEYS,
+    numberOfKeys: 11 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
-capacityAt(11)
+capacityAt(12)
 releaseExpired(now)
 if not holdsClaim(9, 5) then return 2 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
 local bytes = itemBytes(ARGV[3])
-local refused = charge(ARGV[2], bytes)
+local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9])
 if refused then return refused end
-refused = chargeRecord(9, 5, ARGV[2])
-if refused then
-  charge(ARGV[2], -bytes)
-  return refused
-end
+charge(ARGV[2], bytes)
+chargeRecord(9, 5, ARGV[2])
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
 local sequence = redis.call('INCR', KEYS[3])
 for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
@@ -50,18 +48,21 @@ if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
   // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
-  // item to store (the same when its status stays), and the capacity keys (CAPACITY). ARGV: id, the item as it was
-  // read, the item to store, its contributor's id, and the event (APPEND_EVENT). 1 when stored, 0 when the item is
-  // gone, the item as it is now when it changed since it was read, or 'account' or 'shared' when the contributor's
-  // room cannot take what the item grows by.
+  // item to store (the same when its status stays), the contributor's idempotency records (idempotencyKeys), and
+  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id, its
+  // creation (ms: itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone, the item as it is now when it changed since it
+  // was read, or 'account' or 'shared' when the contributor's room cannot take what the item grows by, even once
+  // their own older records are gone.
   replaceItem: {
-    numberOfKeys: 7 + CAPACITY_KEYS,
+    numberOfKeys: 8 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
-capacityAt(8)
+capacityAt(9)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
-local refused = charge(ARGV[4], itemBytes(ARGV[3]) - itemBytes(current))
+itemKeptBeforeCharges(ARGV[5])
+local grows = itemBytes(ARGV[3]) - itemBytes(current)
+local refused = makeRoom(ARGV[4], grows, KEYS[8], '') or charge(ARGV[4], grows)
 if refused then return refused end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if KEYS[4] ~= KEYS[6] then
@@ -71,11 +72,12 @@ if KEYS[4] ~= KEYS[6] then
   redis.call('ZADD', KEYS[6], sequence, ARGV[1])
   redis.call('ZADD', KEYS[7], sequence, ARGV[1])
 end
-appendEvent(KEYS[2], 5)
+appendEvent(KEYS[2], 6)
 return 1`)
   },
   // KEYS: items, order, owned per contributor, outbox, the item's sets by status, by contributor and by both, and
-  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, its contributor's id (read by the service: no
+  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, its contributor's id and its creation (ms:
+  // itemKeptBeforeCharges), both read by the service (no
   // script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the item is gone, or the
   // item as it is now when it changed since it was read.
   removeItem: {
@@ -86,12 +88,13 @@ local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
 local contributorId = ARGV[3]
+itemKeptBeforeCharges(ARGV[4])
 charge(contributorId, -itemBytes(current))
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
-appendEvent(KEYS[4], 4)
+appendEvent(KEYS[4], 5)
 return 1`)
   },
   // Puts items into their sets by status and contributor, for a catalogue stored before those sets were kept
@@ -117,15 +120,16 @@ return 1`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
         contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments]
     ): Result<0 | 1 | 2 | 3 | Refusal, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
-        contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
+      nextByContributorStatus: string, contributorKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
+        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<0 | 1 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, ...event: EventArguments]): Result<0 | 1 | string, Context>
+      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, createdAtMs: number,
+        ...event: EventArguments]): Result<0 | 1 | string, Context>
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
@@ -203,7 +207,8 @@ export class RedisItemStore implements ItemStore {
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
-      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, ...capacityKeys(keys), deadline, outcomeKey, item.id, item.contributorId,
+      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, ...capacityKeys(keys),
+      deadline, outcomeKey, item.id, item.contributorId,
       json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
     if (isRefusal(added)) throw refusal(added)
     if (added === 0) return undefined
@@ -248,8 +253,8 @@ export class RedisItemStore implements ItemStore {
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
-        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, ...capacityKeys(keys), deadline, outcomeKey, id, json, next, current.contributorId,
-        ...eventArguments(event)))
+        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, ...capacityKeys(keys),
+        deadline, outcomeKey, id, json, next, current.contributorId, Date.parse(current.createdAt), ...eventArguments(event)))
       if (isRefusal(outcome)) throw refusal(outcome)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
@@ -263,7 +268,8 @@ export class RedisItemStore implements ItemStore {
       confirm(current)
       const event = announce?.(current)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned,
-        keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, id, json, current.contributorId, ...eventArguments(event)))
+        keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, id, json, current.contributorId,
+        Date.parse(current.createdAt), ...eventArguments(event)))
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

@@ -11,6 +11,10 @@ export interface RedisKeys {
   readonly users: string
   /** Hash: email key (the address folded) → user id. */
   readonly userEmails: string
+  /** Sorted set: user ids by their place in the order of registration (score: userSequence). */
+  readonly userOrder: string
+  /** String: the last place of registration given. */
+  readonly userSequence: string
   /** Family, + session id. Hash: user, expires, rotated, current, previous, replaced (token hashes). */
   readonly session: string
   /**
@@ -58,12 +62,14 @@ export interface RedisKeys {
   readonly writeOutcome: string
   /**
    * Hash: the deployment's room for accounts (src/store/capacity.ts): budget, floor, sessions (each floor's part for
-   * sessions), ceiling (set by each start), and what is used: held, floors, shared (bytes), accounts (admitted).
+   * sessions), ceiling, floorsKept, sharedPart and room (the registration pace's), set by each start; chargedSince
+   * (set by the first); and what is used: held, floors, shared (bytes), accounts (admitted), paceTokens and paceAt
+   * (the registration pace's bucket), uncharged (refunds of items kept from before items were charged) and drift.
    */
   readonly capacity: string
   /** Hash: account (user id) → bytes charged to it beside its sessions. */
   readonly accountBytes: string
-  /** Hash: account (user id) → the floor reserved for it when it registered, beside its sessions' part. */
+  /** Hash: account (user id) → the floor reserved for it when it registered, its sessions' part included. */
   readonly accountFloors: string
   /** Hash: account (user id) → bytes its sessions are charged. */
   readonly accountSessionBytes: string
@@ -79,6 +85,8 @@ export interface RedisKeys {
 export const redisKeys = (prefix: string): RedisKeys => ({
   users: `${prefix}users`,
   userEmails: `${prefix}user-emails`,
+  userOrder: `${prefix}user-order`,
+  userSequence: `${prefix}user-sequence`,
   session: `${prefix}session:`,
   sessionHeartbeat: `${prefix}session:heartbeat:`,
   refreshToken: `${prefix}refresh-token:`,

@@ -14,7 +14,7 @@ import { type RedisWrites, writeScript } from './writes.js'
 // `ended`, which the script answers (space-separated) for the instance to drop its copies at once, before Redis's
 // invalidation reaches it. `endOldest` ends the user's oldest sessions but `keep`, at least `count` of them, and as
 // many as it takes for `bytes` more to fit the part of the user's floor kept for sessions.
-const FORGET_SESSION = `
+export const FORGET_SESSION = `
 local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
 local ended = {}
 local function forget (sessionId)
@@ -120,7 +120,7 @@ return 1`)
 } as const satisfies Record<string, Script>
 
 /** The key prefixes FORGET_SESSION takes. */
-type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
+export type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {

@@ -8,13 +8,14 @@ import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const userScripts = {
-  // KEYS: users, user emails, the capacity keys (CAPACITY). ARGV: id, email key, user as JSON. 1 when added, 0 when
+  // KEYS: users, user emails, user order, user sequence, the capacity keys (CAPACITY). ARGV: id, email key, user as
+  // JSON. 1 when added, 0 when
   // the email key is taken, 2 when another user has the id, 'registration' when no floor is left for the account,
   // {5, ms} when the pace on registrations holds it back for that long.
   addUser: {
-    numberOfKeys: 2 + CAPACITY_KEYS,
+    numberOfKeys: 4 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
-capacityAt(3)
+capacityAt(5)
 releaseExpired(now)
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
@@ -23,6 +24,7 @@ if refused == 'pace' then return {5, wait} end
 if refused then return refused end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
 return 1`)
   },
   // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
@@ -37,7 +39,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
+    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -46,8 +48,9 @@ declare module 'ioredis' {
 const parseUser = (json: string): User => Object.freeze(JSON.parse(json) as User)
 
 /**
- * Users are never changed or removed once added, so each instance keeps the ones it has read (the oldest out
- * first): authentication reads the caller's user on every request, and this spares it a round trip.
+ * Users are never changed once added, so each instance keeps the ones it has read (the oldest out first):
+ * authentication reads the caller's user on every request, and this spares it a round trip. A user removed (with its
+ * account) ends its sessions with it, and authentication reads the session first.
  */
 export class RedisUserStore implements UserStore {
   readonly #redis: Redis
@@ -65,7 +68,7 @@ export class RedisUserStore implements UserStore {
   async add (user: User): Promise<User | undefined> {
     const json = JSON.stringify(user)
     const added = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json))
+      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#keys.userOrder, this.#keys.userSequence, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json))
     if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
     if (isRefusal(added)) throw refusal(added)
     if (Array.isArray(added)) throw paced(added[1])
@@ -89,5 +92,10 @@ export class RedisUserStore implements UserStore {
 
   cached (id: string): User | undefined {
     return this.#byId.get(id)
+  }
+
+  /** Drops this instance's copy of a user removed (another instance's stays, used by no session: they ended with it). */
+  forget (id: string): void {
+    this.#byId.delete(id)
   }
 }

@@ -16,20 +16,35 @@ storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, i
   ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
 }))
 
-t.test('idempotency keys are charged to their user: one out of room loses their own oldest key, one with none of their own is refused, and no one else\'s goes', async (t) => {
-  // Room for two claims in all, shared: none of these users was admitted, so none has a floor.
-  const { idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes: 1_000, floorBytes: 0, sessionsBytes: 0, ceilingBytes: 1_000 } })
-  const claim = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID() })
-  const [ada, grace] = [randomUUID(), randomUUID()]
-  const second = claim(ada, 'a2')
-  await idempotencyKeys.claim(claim(ada, 'a1'), 60_000)
-  await idempotencyKeys.claim(second, 60_000)
-  await t.rejects(idempotencyKeys.claim(claim(grace, 'g1'), 60_000), { name: 'StoreFullError', limit: 'shared' }, 'a user holding nothing is refused')
-  t.same((await idempotencyKeys.claim(claim(ada, 'a3'), 60_000)).status, 'claimed', 'a user holding keys makes room from their own oldest')
-  t.same((await idempotencyKeys.claim(claim(ada, 'a2'), 60_000)).status, 'running', 'and only the oldest went')
-  const held = (await capacity())!.heldBytes
-  await idempotencyKeys.release(second)
-  t.ok((await capacity())!.heldBytes < held, 'a key let go gives its bytes back')
+t.test('idempotency keys are charged to their user: a create out of room pushes out their own oldest records, all it needs or none, and no one else\'s', async (t) => {
+  // Room for an item and two records in all, shared: none of these users was admitted, so none has a floor.
+  const owner = randomUUID()
+  const stored = storedItem(item(owner))
+  const claimOf = (userId: string, key: string) => ({ userId, key, fingerprint: 'f', token: randomUUID() })
+  const record = keyBytes(`${owner} a1`, stored)
+  const budgetBytes = 2 * (itemBytes(stored) + record) + 10
+  const { items, idempotencyKeys, capacity } = createMemoryStore({ capacity: { budgetBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: budgetBytes } })
+  const create = async (userId: string, key: string): Promise<string> => {
+    const claim = claimOf(userId, key)
+    t.same(await idempotencyKeys.claim(claim, 60_000), { status: 'claimed' }, 'a claim is never refused for room')
+    const made = item(userId)
+    try {
+      await items.add(made, undefined, claim)
+    } catch (error) {
+      await idempotencyKeys.release(claim)
+      throw error
+    }
+    return made.id
+  }
+  await create(owner, 'a1')
+  const second = await create(owner, 'a2')
+  await t.rejects(create(randomUUID(), 'g1'), { name: 'StoreFullError', limit: 'shared' }, 'a user holding no record is refused')
+  t.same((await idempotencyKeys.find(claimOf(owner, 'a1')))?.status, 'recorded', 'and no one else\'s record went for it')
+  await items.remove(second, () => {})
+  await create(owner, 'a3')
+  t.equal(await idempotencyKeys.find(claimOf(owner, 'a1')), undefined, 'a user holding records makes room from their own oldest')
+  t.same((await idempotencyKeys.find(claimOf(owner, 'a2')))?.status, 'recorded', 'and only as many as it needs')
+  t.ok((await capacity())!.heldBytes <= budgetBytes)
 })
 
 t.test('a create whose item fits but whose idempotency record does not keeps neither, and its claim stays charged until released', async (t) => {
@@ -68,6 +83,13 @@ t.test('the ledger: admitted accounts keep their floors whatever others hold; pa
   await t.rejects(add(unadmitted, 'd'.repeat(2_000)), { name: 'StoreFullError', limit: 'shared' }, 'an account with no floor has only what is shared')
   for (let index = 0; index < 3; index += 1) await add(light.id, 'd'.repeat(1_000))
   t.pass('the light account writes within its floor, with nothing shared left')
+})
+
+t.test('the ledger: a refund past what its account was charged gives back only that, and counts the rest as a drift', async (t) => {
+  const ledger = new MemoryCapacity({ budgetBytes: 10_000, floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000 })
+  ledger.charge('account', 100)
+  ledger.refund('account', 150)
+  t.match(ledger.reading(), { heldBytes: 0, driftBytes: 50 })
 })
 
 t.test('the ledger: sessions are charged to their part of the floor alone, never refused, never drawing on what is shared', async (t) => {

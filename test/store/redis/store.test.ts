@@ -88,11 +88,11 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const rotate = async (deadline: number): Promise<[string, string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
   const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
-    keys.outbox, ...lists, '', '', ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+    keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
-  await t.rejects(redis.addUser(keys.users, keys.userEmails, ...capacity, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
+  await t.rejects(redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
   await t.rejects(openSession(past), late)
-  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), '{}', 60_000, 'u1'), late)
+  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), '{}', 60_000, 'u1'), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
@@ -102,9 +102,9 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   t.same(await rotate(future), ['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
   t.equal(await addItem(future), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], ...capacity, past, outcome('replace'), 'i1', item,
-    '{}', 'u1'), late)
-  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1'), late)
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('replace'), 'i1', item,
+    '{}', 'u1', 0), late)
+  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1', 0), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
   t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
     ['[""]', JSON.stringify([['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
@@ -338,7 +338,8 @@ t.test('the room for accounts: every instance reads the bounds the last start se
   for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
     const { store } = await started(limited.url, capacity)
     const claim = { userId: randomUUID(), key: 'k', fingerprint: 'f', token: randomUUID() }
-    await t.rejects(store.idempotencyKeys.claim(claim, 60_000), { name: 'StoreFullError', limit }, `a key past the ${limit}'s room`)
+    t.same(await store.idempotencyKeys.claim(claim, 60_000), { status: 'claimed' }, `a claim past the ${limit}'s room is claimed all the same`)
+    await t.rejects(store.items.add(item(claim.userId), undefined, claim), { name: 'StoreFullError', limit }, `its create past the ${limit}'s room is refused`)
   }
   // Room for a small item, not for it grown.
   for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 3_000, budgetBytes: 100_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 100_000, budgetBytes: 3_000 }]] as const) {

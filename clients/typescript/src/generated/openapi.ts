@@ -445,7 +445,7 @@ export interface components {
             item: components["schemas"]["Item"];
             /**
              * Format: uuid
-             * @description The id of the user whose request caused the event.
+             * @description The id of the user whose request caused the event; for the items of an account an operator removed, that account's own.
              */
             actorId: string;
         };

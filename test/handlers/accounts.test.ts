@@ -1,0 +1,87 @@
+// Accounts on the operations API (ops/openapi.yaml): listed newest first with what each holds, and removed with
+// everything they keep, on each store; every answer here is checked against the operations contract.
+import t, { type Test } from 'tap'
+import type { operations } from '../../generated/operations/openapi.js'
+import { responseValidators } from '../../generated/operations/response-validator-lookup.js'
+import type { RouteOperationId } from '../../generated/operations/routes.js'
+import type { DomainEvent } from '../../src/plugins/app/events.js'
+import { newUser } from '../support/api.js'
+import { build, captureLogs } from '../support/app.js'
+import { freePort } from '../../harness/net.js'
+import { redisKeyPrefix, redisSkip } from '../support/redis.js'
+
+type AccountList = operations['listAccounts']['responses'][200]['content']['application/json']
+
+/** Calls the operations API and checks the answer against its contract. */
+async function opsCall (t: Test, base: string, operationId: RouteOperationId, method: string, path: string): Promise<{ status: number, json: unknown }> {
+  const response = await fetch(`${base}${path}`, { method })
+  const text = await response.text()
+  const json: unknown = text === '' ? undefined : JSON.parse(text)
+  // The contract's one answer without a body is removeAccount's 204, which has no validator.
+  const validate = responseValidators[operationId][String(response.status)]
+  const inShape = json === undefined ? operationId === 'removeAccount' && response.status === 204 : validate?.(json) === true
+  t.ok(inShape, `${operationId} ${response.status} in the operations contract's shape: ${JSON.stringify(validate?.errors ?? 'undeclared status')}`)
+  return { status: response.status, json }
+}
+
+async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const removedEvents: Array<DomainEvent<'items.item.removed'>> = []
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { ...store, OPS_PORT: String(opsPort), LOG_LEVEL: 'info' }, {
+    logStream,
+    subscribers: { 'items.item.removed': [(event) => { removedEvents.push(event) }] }
+  })
+  const password = 'correct horse battery staple'
+  const removedUser = newUser({ password })
+  const removed = await api.register(removedUser)
+  const secondSession = (await api.call('loginUser', { body: { email: removedUser.email, password } })).json()
+  const items = [await api.createItem(removed.accessToken), await api.createItem(removed.accessToken)]
+  t.equal((await api.call('createItem', { token: removed.accessToken, body: { name: 'keyed' }, headers: { 'idempotency-key': 'k1' } })).statusCode, 201)
+  items.push(...(await api.call('listItems', { token: removed.accessToken, query: { contributorId: removed.user.id } })).json().data.filter((item: { name: string }) => item.name === 'keyed'))
+  const viewer = await api.register({ role: 'viewer' })
+  const newest = await api.register()
+  const before = await api.app.store.capacity()
+
+  const first = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts?limit=2')).json as AccountList
+  t.same(first.accounts.map((account) => account.id), [newest.user.id, viewer.user.id], 'the newest first')
+  t.ok(first.next !== undefined, 'and where the next page begins')
+  const second = (await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?limit=2&before=${first.next!}`)).json as AccountList
+  t.same(second.accounts.map(({ id, email, role, items }) => ({ id, email, role, items })), [{ id: removed.user.id, email: removedUser.email, role: 'contributor', items: 3 }])
+  t.equal(second.next, undefined, 'the last page says no next')
+  const none = (await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?before=${first.next!.replace(/\d+/, '1')}`)).json as AccountList
+  t.same(none, { accounts: [] }, 'none before the first')
+  t.ok(second.accounts[0]!.heldBytes > first.accounts[0]!.heldBytes, 'what each holds: items and sessions count')
+
+  t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${removed.user.id}`)).status, 204)
+  t.match(lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'account removed'),
+    [{ audit: 'removeAccount', accountId: removed.user.id, userRemoved: true, itemsRemoved: 3 }], 'audited in the log')
+  t.same(removedEvents.map((event) => [event.data.item.id, event.data.actorId]).sort(), items.map((item) => [item.id, removed.user.id]).sort(),
+    'each item removed with its event, the account its actor')
+  t.equal((await api.call('listItems', { token: newest.accessToken })).statusCode, 200)
+  for (const token of [removed.accessToken, secondSession.accessToken]) {
+    t.equal((await api.call('listItems', { token })).statusCode, 401, 'its sessions ended')
+  }
+  t.equal((await api.call('refreshTokens', { body: { refreshToken: secondSession.refreshToken } })).statusCode, 401, 'its refresh tokens too')
+  t.equal((await api.call('getItem', { token: newest.accessToken, params: { itemId: items[0]!.id } })).statusCode, 404, 'its items are gone')
+  const after = await api.app.store.capacity()
+  t.equal(before.floorsBytes - after.floorsBytes, 100 * 1024, 'its floor given back')
+  t.equal(after.accounts, before.accounts - 1)
+  t.ok(after.heldBytes < before.heldBytes, 'and everything it held')
+  const listed = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts')).json as AccountList
+  t.same(listed.accounts.map((account) => account.id), [newest.user.id, viewer.user.id], 'no longer listed')
+
+  t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${removed.user.id}`)).status, 204, 'removed again: idempotent')
+  t.match(lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'account removed').at(-1),
+    { accountId: removed.user.id, userRemoved: false, itemsRemoved: 0 })
+  t.equal((await api.app.store.capacity()).floorsBytes, after.floorsBytes, 'no floor given back twice')
+  t.equal((await api.call('registerUser', { body: removedUser })).statusCode, 201, 'its email registers again')
+  t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', '/accounts/not-a-uuid')).status, 400)
+}
+
+const WHAT = 'accounts are listed newest first with what each holds; one removed goes with its user, sessions, keys, floor and items (each with its event), audited, idempotently'
+
+t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) })
+
+t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await accounts(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
