@@ -10,6 +10,7 @@ import { resourceOperations, resourcesModule } from './generate/client.js'
 import { componentSchemas, type GeneratedFile, isObject, type JsonObject, resolverOf } from './generate/contract.js'
 import { buildRouteTable, routeTableModule, schemasModule } from './generate/route-table.js'
 import { requestValidatorLookupModule, responseValidatorLookupModule, validatorModules } from './generate/validators.js'
+import { claimedVersionProblem, releasedAndWorking } from './release.js'
 
 /** One contract and the folder its generated modules go to. */
 export interface Target {
@@ -113,6 +114,10 @@ async function main (): Promise<void> {
     await Promise.all(files.map((file) => writeFile(dir + file.path, file.contents)))
     console.log(`wrote ${files.map((file) => `${target.dir}${file.path}`).join(', ')}`)
   }
+  // An edited contract that still claims a released version would be served under that version's name.
+  const contracts = releasedAndWorking()
+  const problem = contracts === undefined ? undefined : claimedVersionProblem(contracts.last, contracts.base, contracts.head)
+  if (problem !== undefined) console.warn(problem)
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) await main()

@@ -107,6 +107,23 @@ export function workingVersion (last: string, base: Document, head: Document): s
   return sameButVersion(base, head) ? last : `${nextVersion(last, neededKind(base, head))}-dev`
 }
 
+/**
+ * What `npm run generate` says when `head` claims a version it is not (an edited contract still saying the released
+ * version, say): undefined while it says what it is.
+ */
+export function claimedVersionProblem (last: string, base: Document, head: Document): string | undefined {
+  const working = workingVersion(last, base, head)
+  if (head.info.version === working) return undefined
+  return `openapi.yaml says ${head.info.version}, but it is ${working} (it is not contracts/${last}.yaml): run npm run release -- dev`
+}
+
+/** The working tree's contract, and the last release's, when contracts/ keeps one. */
+export function releasedAndWorking (): { last: string, base: Document, head: Document } | undefined {
+  const last = lastRelease()
+  if (last === undefined) return undefined
+  return { last, base: parse(readFileSync(`contracts/${last}.yaml`, 'utf8')) as Document, head: parse(readFileSync('openapi.yaml', 'utf8')) as Document }
+}
+
 /** Sets `version` everywhere it is said: the contract, both packages, the docs' current version. */
 function setVersion (version: string): void {
   rewrite('openapi.yaml', (text) => text.replace(/^( {2}version: ).+$/m, `$1${version}`))
@@ -121,11 +138,9 @@ function setVersion (version: string): void {
 
 /** The last release, and it and the working tree's contract. */
 function contracts (): { previous: string, base: Document, head: Document } {
-  const previous = lastRelease()
-  if (previous === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
-  const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
-  const base = parse(readFileSync(`contracts/${previous}.yaml`, 'utf8')) as Document
-  return { previous, base, head }
+  const contracts = releasedAndWorking()
+  if (contracts === undefined) throw new ReleaseRefused('contracts/ keeps no released contract to compare with')
+  return { previous: contracts.last, base: contracts.base, head: contracts.head }
 }
 
 function git (...args: string[]): string {

@@ -4,7 +4,8 @@
 import type { LightMyRequestResponse } from 'fastify'
 import t, { type Test } from 'tap'
 import { type RouteOperationId, routes } from '../generated/routes.js'
-import { contractSerializer } from '../src/serialized.js'
+import { schemas } from '../generated/schemas.js'
+import { contractSerializer, framedItemSchema, keptItemText, TEXT } from '../src/serialized.js'
 import { type Api, type Schemas } from './support/api.js'
 import { build } from './support/app.js'
 import { redisKeyPrefix, redisSkip } from './support/redis.js'
@@ -85,4 +86,18 @@ t.test('on the memory store, each answer carrying items is its serialization, by
 t.test('on Redis, each answer carrying items is its serialization, byte for byte, on the instance that wrote them and on another', { skip: await redisSkip() }, async (t) => {
   const shared = { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }
   await everyAnswer(t, await build(t, shared), await build(t, shared))
+})
+
+t.test('an item\'s text is framed id first and updatedAt last, whatever order the contract lists its properties in, so that reads of kept texts stay on their fast path', async (t) => {
+  // The contract's Item with a property a maintainer adds after updatedAt.
+  const withSku = { ...schemas.Item, $id: 'ItemWithSku', properties: { ...schemas.Item.properties, sku: { type: 'string' } } }
+  const item = { id: '3b241101-e2bb-4255-8caf-4136c566a962', name: 'n', description: null, status: 'active', contributorId: '5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f', createdAt: '2026-11-24T10:00:00.000Z', updatedAt: '2026-11-25T10:00:00.000Z', sku: 'A-1' }
+  const framed = contractSerializer(framedItemSchema(withSku))(item)
+  t.match(framed, /^\{"id":"[^"]+",.*"sku":"A-1","updatedAt":"2026-11-25T10:00:00\.000Z"\}$/, 'written id first, updatedAt last')
+  const kept = keptItemText(Buffer.from(framed))
+  t.ok(Buffer.isBuffer(kept[TEXT]), 'read as the bytes kept: the fast path')
+  t.equal(kept.updatedAt, item.updatedAt, 'its ETag cut from its end')
+  t.same(JSON.parse(framed), item, 'the same item')
+  const inContractOrder = contractSerializer(withSku)(item)
+  t.notOk(Buffer.isBuffer(keptItemText(Buffer.from(inContractOrder))[TEXT]), 'in the contract\'s own order it would not be')
 })

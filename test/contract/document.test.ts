@@ -28,7 +28,8 @@ t.test('generated/ is what the contracts produce (run npm run generate after edi
 t.test('the contract\'s major version is its paths\' prefix: /v1 serves 1.x', async (t) => {
   const { info, paths } = parse(await readFile('openapi.yaml', 'utf8')) as { info: { version: string }, paths: Record<string, unknown> }
   const prefixes = new Set(Object.keys(paths).flatMap((path) => /^\/v(\d+)\//.exec(path)?.[1] ?? []))
-  t.same([...prefixes], [info.version.split('.')[0]], `info.version ${info.version}, paths under ${[...prefixes].map((major) => `/v${major}`).join(', ')}`)
+  t.same([...prefixes], [info.version.split('.')[0]], `info.version ${info.version}, paths under ${[...prefixes].map((major) => `/v${major}`).join(', ')}: ` +
+    'a breaking change moves every path to its major\'s prefix (docs/contract.md, "Making a breaking change")')
 })
 
 t.test('every version the docs say is current is the contract\'s, and so is the client package\'s', async (t) => {

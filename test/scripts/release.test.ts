@@ -7,7 +7,7 @@ import { join, resolve } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
-import { compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries, workingVersion } from '../../scripts/release.js'
+import { claimedVersionProblem, compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries, workingVersion } from '../../scripts/release.js'
 import type { Document } from '../../scripts/contract-breaking.js'
 
 const run = promisify(execFile)
@@ -36,6 +36,16 @@ t.test('openapi.yaml never claims a released version it is not: the last release
   t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.Thing.properties.colour = { type: 'string' } })), '1.2.0-dev', 'an addition')
   t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.NewThing.properties.name.maxLength = 1 })), '2.0.0-dev', 'a break')
   t.equal(workingVersion('1.1.0', base, changed((c) => { c.info.description = 'Reworded.' })), '1.1.1-dev', 'prose')
+})
+
+t.test('npm run generate says when an edited contract still claims the released version', async (t) => {
+  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
+  const edited = structuredClone(base) as Record<string, any>
+  edited.info.version = '1.1.0'
+  edited.components.schemas.Thing.properties.sku = { type: 'string' }
+  t.equal(claimedVersionProblem('1.1.0', base, edited as Document), 'openapi.yaml says 1.1.0, but it is 1.2.0-dev (it is not contracts/1.1.0.yaml): run npm run release -- dev')
+  edited.info.version = '1.2.0-dev'
+  t.equal(claimedVersionProblem('1.1.0', base, edited as Document), undefined, 'nothing once it says what it is')
 })
 
 t.test('the kind a change needs: breaking is major, anything a client sees minor, prose patch', async (t) => {

@@ -40,9 +40,9 @@ t.test('SEED_FILE: users and items loaded before the server is ready, as the API
   t.equal((await api.call('registerUser', { body: { ...ada, email: 'Ada@Example.COM' } })).statusCode, 409, 'seeded emails are taken')
 })
 
-t.test('the README\'s fixtures file is the one it shows, and loads as it says, with the ids it gives', async (t) => {
+t.test('the fixtures file docs/testing.md shows is test/fixtures.json, and loads as it says, with the ids it gives', async (t) => {
   const fixtures = readFileSync('test/fixtures.json', 'utf8')
-  t.ok(readFileSync('README.md', 'utf8').includes(`\`\`\`json\n${fixtures}\`\`\``), 'the README shows the file as it is')
+  t.ok(readFileSync('docs/testing.md', 'utf8').includes(`\`\`\`json\n${fixtures}\`\`\``), 'docs/testing.md shows the file as it is')
   const api = await build(t, { SEED_FILE: 'test/fixtures.json' })
   const signedIn = await api.call('loginUser', { body: { email: 'grace@example.com', password: 'another good password' } })
   const token = signedIn.json().accessToken
