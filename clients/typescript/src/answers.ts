@@ -23,6 +23,8 @@ export class ItemsApiError extends Error {
   readonly details: Schemas['ValidationErrorResponse']['details'] | undefined
   /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
   readonly idempotencyKey: string | undefined
+  /** When a 429 or 503 says to try again (its `Retry-After`, in seconds), one the client did not wait out. */
+  readonly retryAfterSeconds: number | undefined
 
   constructor (status: number, body: unknown, response?: Response) {
     const contractError = isObject(body) && typeof body.code === 'string' && typeof body.message === 'string'
@@ -35,6 +37,8 @@ export class ItemsApiError extends Error {
     this.code = contractError ? String(body.code) : undefined
     this.details = contractError && Array.isArray(body.details) ? body.details as Schemas['ValidationErrorResponse']['details'] : undefined
     this.idempotencyKey = response === undefined ? undefined : keysOf.get(response)
+    const retryAfter = response?.headers.get('retry-after')
+    this.retryAfterSeconds = retryAfter === undefined || retryAfter === null ? undefined : Number(retryAfter)
   }
 }
 
@@ -45,6 +49,8 @@ export class ItemsApiError extends Error {
 export class ItemsNetworkError extends Error {
   /** The create's `Idempotency-Key`: sent again with it (`headers`), a create whose outcome is unknown is made once. */
   readonly idempotencyKey: string | undefined
+  /** When a 429 or 503 says to try again (its `Retry-After`, in seconds), one the client did not wait out. */
+  readonly retryAfterSeconds: number | undefined
 
   constructor (cause: unknown, idempotencyKey?: string) {
     super(`No answer from the service: ${cause instanceof Error ? cause.message : String(cause)}`, { cause })
@@ -69,12 +75,20 @@ const keepEtag = (data: unknown, response: Response): void => {
   if (etag !== null && isObject(data)) etags.set(data, etag)
 }
 
+// The caller's own copy that a 304 answered with (the response the client made of it in the 304's place).
+const copies = new WeakMap<Response, object>()
+
+/** Answers `response` (a 304 made into a 200 of `copy`) with the caller's copy itself, not one parsed again. */
+export const answeredWithTheCopy = (response: Response, copy: object): void => { copies.set(response, copy) }
+
 type Answer<Data> = Promise<{ data?: Data, error?: unknown, response: Response }>
 
 /** The data of a successful answer; an ItemsApiError otherwise, a 304 included (see `okOrUnchanged`). */
 export async function ok<Data> (pending: Answer<Data>): Promise<Data> {
   const { data, error, response } = await pending
   if (!response.ok) throw new ItemsApiError(response.status, error, response)
+  const copy = copies.get(response)
+  if (copy !== undefined) return copy as Data
   keepEtag(data, response)
   return data as Data
 }

@@ -6,7 +6,7 @@
 // not learn, 504) again only when that is safe. It follows no redirect: the contract declares none, and one
 // followed would carry the request's body (a password, a refresh token) wherever it points.
 import createClient, { type Client, type Middleware } from 'openapi-fetch'
-import { answeredUnder, etagOf, ItemsApiError, ItemsNetworkError, ok, type Session } from './answers.js'
+import { answeredUnder, answeredWithTheCopy, etagOf, ItemsApiError, ItemsNetworkError, ok, type Session } from './answers.js'
 import type { components, paths } from './generated/openapi.js'
 import { type RequestInit, resources } from './generated/resources.js'
 import { backoffMs, isExpiredToken, retried, safeToResend, sleep, spentSeconds } from './retries.js'
@@ -34,6 +34,12 @@ export interface ItemsClientOptions {
   baseUrl: string
   /** Attempts per request at most, the first included: 5. */
   maxAttempts?: number
+  /**
+   * The longest the client waits out a 429's or 503's `Retry-After`, or a `RateLimit` that says a limit is spent,
+   * before it answers instead: 10 s. Past it the refusal is the answer (`ok` throws its ItemsApiError, whose
+   * `retryAfterSeconds` says when to try again); `Infinity` waits as long as the service says.
+   */
+  maxWaitMs?: number
   /** The fetch to use (the global one by default). */
   fetch?: typeof globalThis.fetch
   /** Told of every new session (signed in, registered, refreshed), to keep it, and of its end (undefined). */
@@ -74,7 +80,9 @@ function answeredWithCopy (response: Response, copy: object | undefined): Respon
   if (response.status !== 304 || copy === undefined) return response
   const headers = new Headers(response.headers)
   headers.set('content-type', 'application/json')
-  return new Response(JSON.stringify(copy), { status: 200, headers })
+  const answer = new Response(JSON.stringify(copy), { status: 200, headers })
+  answeredWithTheCopy(answer, copy)
+  return answer
 }
 
 // The contract declares no redirect: a 3xx is answered to the caller as it is, never followed.
@@ -108,7 +116,10 @@ export interface ItemsClient {
   readonly session: Session | undefined
 }
 
-export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
+// A wait the service asks for that a caller would still sit through without a signal of its own.
+const MAX_WAIT_MS = 10_000
+
+export function createItemsClient ({ baseUrl, maxAttempts = 5, maxWaitMs = MAX_WAIT_MS, fetch: given = globalThis.fetch, onSession }: ItemsClientOptions): ItemsClient {
   const fetch = withoutRedirects(given)
   let session: Session | undefined
   // When the access token ends, by this process's clock, less the margin.
@@ -148,8 +159,9 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = gl
           }
           const { data, error, response } = answered
           if (data !== undefined) return start(data)
-          if ((response.status === 429 || response.status === 503 || response.status === 504) && attempt < maxAttempts) {
-            await sleep(Number(response.headers.get('retry-after') ?? 1) * 1000)
+          const waitMs = Number(response.headers.get('retry-after') ?? 1) * 1000
+          if ((response.status === 429 || response.status === 503 || response.status === 504) && attempt < maxAttempts && waitMs <= maxWaitMs) {
+            await sleep(waitMs)
             continue
           }
           // The session has ended (revoked, expired, or its refresh token reused): sign in again.
@@ -199,8 +211,11 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = gl
         await refresh(current)
       } else if (outcome instanceof Response ? retried(outcome, original) : safeToResend(original)) {
         const retryAfter = outcome instanceof Response ? outcome.headers.get('retry-after') : null
+        const waitMs = retryAfter === null ? backoffMs(attempt) : Number(retryAfter) * 1000
+        // Longer than the caller would wait: the refusal is the answer.
+        if (waitMs > maxWaitMs) break
         lostBefore ||= !(outcome instanceof Response)
-        await sleep(retryAfter === null ? backoffMs(attempt) : Number(retryAfter) * 1000, original.signal)
+        await sleep(waitMs, original.signal)
       } else {
         break
       }
@@ -216,7 +231,9 @@ export function createItemsClient ({ baseUrl, maxAttempts = 5, fetch: given = gl
 
   const resilience: Middleware = {
     async onRequest ({ request, id, schemaPath }) {
-      await sleep(Math.max(0, resumeAt - Date.now()), request.signal)
+      // A limit spent for longer than the caller would wait: the service's own refusal will say until when.
+      const resumeInMs = resumeAt - Date.now()
+      if (resumeInMs <= maxWaitMs) await sleep(Math.max(0, resumeInMs), request.signal)
       if (session !== undefined && Date.now() >= renewAt) await refresh(session)
       const headers = new Headers(request.headers)
       if (headers.has(SENT_ONCE)) {
