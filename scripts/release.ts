@@ -1,7 +1,8 @@
 // npm run release -- <major|minor|patch>: releases the working tree's openapi.yaml as the next version of that
 // kind. It refuses a kind smaller than the change needs (breaking: major; anything a client can see: minor; prose
 // only: patch), then sets the version everywhere it is said (openapi.yaml, the server's and the client's packages,
-// the docs' "now X"), moves CHANGELOG.md's Unreleased section under the version and today's date, keeps the
+// the docs' "now X"), moves CHANGELOG.md's Unreleased section under the version and today's date, with the
+// contract's changes since the last release listed first (contract-changes.ts), keeps the
 // contract as contracts/<version>.yaml, regenerates, commits, and tags the commit v<version>.
 //
 // npm run release -- dev: between releases, sets the version openapi.yaml serves to what it is (`workingVersion`):
@@ -12,6 +13,7 @@ import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parse } from 'yaml'
 import { breakingChanges, type Document } from './contract-breaking.js'
+import { contractChanges } from './contract-changes.js'
 
 export const RELEASE_KINDS = ['patch', 'minor', 'major'] as const
 export type ReleaseKind = typeof RELEASE_KINDS[number]
@@ -79,12 +81,14 @@ const setPackageVersion = (file: string, version: string): void => {
 
 /**
  * The changelog with its Unreleased section released as `version` on `date`, its heading linked to the contract
- * the release keeps (a file of the repository, which every copy has, where a tag's page is on one host only).
+ * the release keeps (a file of the repository, which every copy has, where a tag's page is on one host only), and
+ * the contract's `changes` (contract-changes.ts) listed under it, before the maintainers' own lines.
  */
-export function releasedChangelog (text: string, version: string, date: string): string {
+export function releasedChangelog (text: string, version: string, date: string, changes: readonly string[] = []): string {
   if (!text.includes('## [Unreleased]\n')) throw new Error('CHANGELOG.md has no "## [Unreleased]" section')
+  const listed = changes.length === 0 ? '' : `\n### Contract\n${changes.map((change) => `- ${change}`).join('\n')}\n`
   return text
-    .replace('## [Unreleased]\n', `## [Unreleased]\n\n## [${version}] - ${date}\n`)
+    .replace('## [Unreleased]\n', `## [Unreleased]\n\n## [${version}] - ${date}\n${listed}`)
     .replace(/^\[Unreleased\]: openapi\.yaml$/m, `[Unreleased]: openapi.yaml\n[${version}]: contracts/${version}.yaml`)
 }
 
@@ -159,7 +163,7 @@ function release (kind: ReleaseKind): string {
   }
   const version = nextVersion(previous, kind)
   setVersion(version)
-  rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, new Date().toISOString().slice(0, 10)))
+  rewrite('CHANGELOG.md', (text) => releasedChangelog(text, version, new Date().toISOString().slice(0, 10), contractChanges(base, head)))
   copyFileSync('openapi.yaml', `contracts/${version}.yaml`)
   execFileSync(process.execPath, ['--import', 'tsx', 'scripts/generate.ts'], { stdio: 'ignore' })
   git('add', '--all')

@@ -9,6 +9,7 @@ import t from 'tap'
 import { parse } from 'yaml'
 import { claimedVersionProblem, compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries, workingVersion } from '../../scripts/release.js'
 import type { Document } from '../../scripts/contract-breaking.js'
+import { contractChanges } from '../../scripts/contract-changes.js'
 
 const run = promisify(execFile)
 const IDENTITY = { GIT_AUTHOR_NAME: 'Release Test', GIT_AUTHOR_EMAIL: 'release@example.com', GIT_COMMITTER_NAME: 'Release Test', GIT_COMMITTER_EMAIL: 'release@example.com' }
@@ -65,6 +66,25 @@ t.test('the changelog\'s Unreleased section becomes the release, its heading lin
   t.equal(released, '# Changelog\n\n## [Unreleased]\n\n## [1.2.0] - 2026-11-27\n\n### Added\n- x\n\n[Unreleased]: openapi.yaml\n[1.2.0]: contracts/1.2.0.yaml\n[1.1.0]: contracts/1.1.0.yaml\n')
 })
 
+t.test('the contract\'s changes, as the release lists them: operations, responses, schemas, properties, enum values, deprecations, webhooks', async (t) => {
+  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
+  const head = structuredClone(base) as Record<string, any>
+  head.components.schemas.Thing.properties.colour = { type: 'string' }
+  head.components.schemas.Fresh = { type: 'object' }
+  const [path, pathItem] = Object.entries(head.paths as Record<string, Record<string, any>>)[0]!
+  const [method, operation] = Object.entries(pathItem).find(([, value]) => typeof value === 'object' && value !== null && 'responses' in value)!
+  operation.deprecated = true
+  operation.responses['418'] = { description: 'A teapot.' }
+  const changes = contractChanges(base, head as Document)
+  t.ok(changes.includes('Added optional property `Thing.colour`.'), 'a property')
+  t.ok(changes.includes('Added schema `Fresh`.'), 'a schema')
+  t.ok(changes.includes(`Deprecated operation \`${method.toUpperCase()} ${path}\`${operation.operationId === undefined ? '' : ` (\`${String(operation.operationId)}\`)`}.`), 'a deprecation')
+  t.ok(changes.includes(`Added response 418 to \`${method.toUpperCase()} ${path}\`.`), 'a status')
+  t.same(contractChanges(head as Document, base).filter((change) => change.startsWith('Removed')).sort(),
+    ['Removed property `Thing.colour`.', 'Removed response 418 from `' + `${method.toUpperCase()} ${path}` + '`.', 'Removed schema `Fresh`.'].sort(), 'and the other way, removals')
+  t.same(contractChanges(base, base), [], 'none between a contract and itself')
+})
+
 t.test('in a copy of the repository with an additive change: a patch release is refused, a minor one is coherent and tagged', async (t) => {
   // Outside the repository (t.testdir is inside it): a copy cannot go into a folder of what it copies.
   const copy = mkdtempSync(join(tmpdir(), 'items-service-release-'))
@@ -104,7 +124,10 @@ t.test('in a copy of the repository with an additive change: a patch release is 
   t.match(client.description, `openapi.yaml ${version}`)
   t.equal((JSON.parse(read('package.json')) as { version: string }).version, version, 'the server package')
   t.match(read('package-lock.json'), new RegExp(`^\\{\\n {2}"name": "@items-service/server",\\n {2}"version": "${version}",[\\s\\S]*?"": \\{\\n {6}"name": "@items-service/server",\\n {6}"version": "${version}"`))
-  t.match(read('CHANGELOG.md'), new RegExp(`## \\[Unreleased\\]\\n\\n## \\[${version}\\] - \\d{4}-\\d{2}-\\d{2}\\n`), 'the changelog')
+  const released = read('CHANGELOG.md')
+  t.match(released, new RegExp(`## \\[Unreleased\\]\\n\\n## \\[${version}\\] - \\d{4}-\\d{2}-\\d{2}\\n\\n### Contract\\n`), 'the changelog, the contract\'s changes first')
+  const section = released.slice(released.indexOf(`## [${version}]`), released.indexOf('\n## [', released.indexOf(`## [${version}]`) + 1))
+  t.match(section, '\n- Added optional property `CreateItemRequest.colour`.\n', 'the added property listed under the version, without a line written by hand')
   t.match(read('README.md'), `now ${version}`, 'the docs')
   t.notMatch(read('docs/clients.md'), `items-service-client-${previous}`)
   t.match(read('generated/openapi.ts'), 'colour', 'regenerated')
