@@ -11,12 +11,12 @@ export type ErrorCode = typeof schemas.ErrorCode.enum[number]
 export type ErrorBody = components['schemas']['ErrorResponse']
 export type ValidationErrorBody = components['schemas']['ValidationErrorResponse']
 
-/** An error whose status, code and message are meant for the client; the error handler sends it as it is. */
 /** A server of the service's could not listen: the message names which, and where. */
 export class ListenError extends Error {
   override name = 'ListenError'
 }
 
+/** An error whose status, code and message are meant for the client; the error handler sends it as it is. */
 export class ApiError extends Error {
   constructor (
     readonly statusCode: number,

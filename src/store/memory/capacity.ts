@@ -185,7 +185,8 @@ export class MemoryCapacity {
     const account = this.#accounts.get(accountId)
     if (account === undefined || account.floor === 0) return
     const released = { ...account, floor: 0 }
-    this.#sharedUsedBytes += Math.max(0, account.bytes) - Math.max(0, account.bytes - Math.max(0, account.floor - this.#bounds.sessionsBytes))
+    // What it held within its floor now counts against the shared part, as all it holds without one does.
+    this.#sharedUsedBytes += Math.min(account.bytes, Math.max(0, account.floor - this.#bounds.sessionsBytes))
     this.#floorsBytes -= account.floor
     this.#admitted -= 1
     this.#accounts.set(accountId, released)

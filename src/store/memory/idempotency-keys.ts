@@ -57,7 +57,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
 
   async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
     const now = Date.now()
-    await this.sweep(now, Infinity)
+    this.#forgetExpired(now, Infinity)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
       const bytes = keyBytes(entryKey(claim))
@@ -137,8 +137,12 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     for (const key of this.#byUser.get(userId) ?? []) this.#forget(key, userId)
   }
 
-  /** Forgets, and gives back the charges of, keys past their time: at most `limit`, the oldest first. */
   async sweep (now: number, limit: number): Promise<number> {
+    return this.#forgetExpired(now, limit)
+  }
+
+  // Forgets, and gives back the charges of, keys past their time: at most `limit`, the oldest first; how many.
+  #forgetExpired (now: number, limit: number): number {
     let swept = 0
     for (const [key, held] of this.#entries) {
       if (held.until > now || swept === limit) break

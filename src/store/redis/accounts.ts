@@ -49,6 +49,11 @@ redis.call('HDEL', KEYS[1], userId)
 redis.call('ZREM', KEYS[3], userId)
 local floor = redis.call('HGET', capacity.floors, userId)
 if floor then
+  -- What it held within its floor now counts against the shared part, as all it holds without one does (as the
+  -- memory store's MemoryCapacity.release).
+  local held = tonumber(redis.call('HGET', capacity.bytes, userId) or '0')
+  local besideSessions = math.max(0, tonumber(floor) - tonumber(redis.call('HGET', capacity.totals, 'sessions') or UNBOUNDED))
+  redis.call('HINCRBY', capacity.totals, 'shared', math.min(held, besideSessions))
   redis.call('HDEL', capacity.floors, userId)
   redis.call('HINCRBY', capacity.totals, 'floors', -tonumber(floor))
   redis.call('HINCRBY', capacity.totals, 'accounts', -1)

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, sharedPart } from '../capacity.js'
-import { RegistrationPacedError, type RoomLimit, StoreFullError } from '../store.js'
+import { type RoomLimit, StoreFullError } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
@@ -159,12 +159,13 @@ local function chargeUntil (name, account, bytes, expiresAt, unrefused)
   redis.call('ZADD', capacity.expiries, expiresAt, name)
   return false
 end
--- Makes room for charging the account \`bytes\`: when its room cannot take it, pushes out its own oldest records
--- (\`records\`, a sorted set of their names, as the idempotency keys keep it; never \`keeping\`) until it can. All or
--- nothing: false once there is room, else the refusal, and nothing pushed out.
+-- Whether the item a script changes was created before items were charged (keptBeforeCharges).
 local function itemKeptBeforeCharges (createdAtMs)
   keptBeforeCharges = tonumber(createdAtMs) < tonumber(redis.call('HGET', capacity.totals, 'chargedSince') or '0')
 end
+-- Makes room for charging the account \`bytes\`: when its room cannot take it, pushes out its own oldest records
+-- (\`records\`, a sorted set of their names, as the idempotency keys keep it; never \`keeping\`) until it can. All or
+-- nothing: false once there is room, else the refusal, and nothing pushed out.
 local function makeRoom (account, bytes, records, keeping)
   local refused = chargeRefused(account, bytes)
   if not refused then return false end
@@ -271,9 +272,6 @@ export const isRefusal = (reply: unknown): reply is Refusal => typeof reply === 
 
 /** A script's refusal as the error the store rejects with. */
 export const refusal = (refused: Refusal): StoreFullError => new StoreFullError(REFUSALS[refused], refused)
-
-/** What the user script answers for a registration the pace holds back: the ms to wait. */
-export const paced = (waitMs: number): RegistrationPacedError => new RegistrationPacedError(waitMs)
 
 /**
  * Sets the deployment's bounds in Redis, where every instance's scripts read them: the last instance to start sets

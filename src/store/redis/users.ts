@@ -1,8 +1,8 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain.js'
-import { IdTakenError, type UserStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, paced, type Refusal, refusal } from './capacity.js'
+import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, type Refusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type RedisWrites, writeScript } from './writes.js'
@@ -71,7 +71,7 @@ export class RedisUserStore implements UserStore {
       await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#keys.userOrder, this.#keys.userSequence, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json))
     if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
     if (isRefusal(added)) throw refusal(added)
-    if (Array.isArray(added)) throw paced(added[1])
+    if (Array.isArray(added)) throw new RegistrationPacedError(added[1])
     return added === 1 ? parseUser(json) : undefined
   }
 

@@ -116,7 +116,7 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
 
 t.test('expired charges are swept every few seconds while the store answers; a sweep that fails is logged and tried again', async (t) => {
   const store = createMemoryStore()
-  let answers = false
+  let checks = 0
   let sweeps = 0
   const { lines, logStream } = captureLogs()
   await buildTestApp(t, { LOG_LEVEL: 'warn' }, {
@@ -124,7 +124,7 @@ t.test('expired charges are swept every few seconds while the store answers; a s
     store: {
       ...store,
       // The first sweep finds the store unreachable; the next ones fail.
-      available: () => { const now = answers; answers = true; return now },
+      available: () => { checks += 1; return checks > 1 },
       idempotencyKeys: {
         claim: store.idempotencyKeys.claim.bind(store.idempotencyKeys),
         find: store.idempotencyKeys.find.bind(store.idempotencyKeys),
@@ -134,7 +134,7 @@ t.test('expired charges are swept every few seconds while the store answers; a s
     }
   })
   await until(() => sweeps >= 1 && lines.some((line) => line.includes('the sweep of expired charges failed')))
-  t.equal(sweeps, 1, 'none while the store was unreachable, then one')
+  t.equal(sweeps, checks - 1, 'none while the store was unreachable, then one each time it answers')
 })
 
 t.test('Redis: a refund of an item kept from before items were charged is counted apart; any other refund past what was charged is a drift, said at error', { skip }, async (t) => {
