@@ -16,6 +16,23 @@ export const redisUrl: Reader<string> = (raw, name) => {
   return raw
 }
 
+export interface RedisSentinel {
+  sentinels: Array<{ host: string, port: number }>
+  /** The name the sentinels monitor the primary under. */
+  name: string
+  /** The sentinels' own password. */
+  password: string | undefined
+}
+
+export const sentinels: Reader<RedisSentinel['sentinels']> = (raw, name) => raw.split(',').map((entry) => {
+  const address = entry.trim()
+  const [, host = '', port = '0'] = /^(\[[0-9a-fA-F:.]+\]|[^\s:[\]]+):(\d{1,5})$/.exec(address) ?? []
+  if (host === '' || Number(port) < 1 || Number(port) > 65535) {
+    throw new ConfigError(`Invalid configuration: ${name} must be comma-separated host:port pairs, got "${address}"`)
+  }
+  return { host: host.replace(/^\[(.*)\]$/, '$1'), port: Number(port) }
+})
+
 // What Fastify's trustProxy (proxy-addr) takes in a list: an address, a CIDR range, or a named range.
 const NAMED_RANGES = new Set(['loopback', 'linklocal', 'uniquelocal'])
 function isProxyAddress (entry: string): boolean {

@@ -3,7 +3,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from './plain-object.js'
-import { ConfigError, delays, origins, proxies, redisUrl, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
+import { ConfigError, delays, origins, proxies, redisUrl, type RedisSentinel, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
 import type { CapacitySettings } from './store/capacity.js'
 import type { Subscription } from './webhooks/subscriptions.js'
 import type { DeliverySettings } from './webhooks/worker.js'
@@ -19,6 +19,10 @@ export interface StoreConfig {
   /** Where data is kept: this process's memory, or Redis, shared by every instance. */
   kind: 'memory' | 'redis'
   redisUrl: string
+  /** The sentinels that name the Redis primary, instead of redisUrl's host. */
+  redisSentinel: RedisSentinel | undefined
+  /** Replicas that must have each write before it is answered. */
+  redisReplicasToAcknowledge: number
   /** Starts every key the service writes in Redis. */
   redisKeyPrefix: string
   /** Items one contributor may own at once. */
@@ -159,6 +163,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (environment === 'production' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when NODE_ENV is production')
   }
+  // Set but empty is unset: compose passes `${REDIS_SENTINELS:-}` to every instance, one Redis or Sentinel.
+  const sentinelsListed = env.REDIS_SENTINELS ?? ''
   // Every instance must verify the tokens every other one signs.
   if (env.STORE === 'redis' && jwtSecret === undefined) {
     throw new ConfigError('Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)')
@@ -236,6 +242,10 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     store: {
       kind: env.STORE,
       redisUrl: redisUrl(env.REDIS_URL, 'REDIS_URL'),
+      redisSentinel: sentinelsListed === ''
+        ? undefined
+        : { sentinels: sentinels(sentinelsListed, 'REDIS_SENTINELS'), name: env.REDIS_SENTINEL_NAME, password: env.REDIS_SENTINEL_PASSWORD },
+      redisReplicasToAcknowledge: env.REDIS_REPLICAS_TO_ACKNOWLEDGE ?? (sentinelsListed === '' ? 0 : 1),
       redisKeyPrefix: env.REDIS_KEY_PREFIX,
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
       idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },

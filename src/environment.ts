@@ -129,6 +129,18 @@ export const variables = {
     default: 'redis://127.0.0.1:6379',
     description: 'With `STORE=redis`: the server, as a `redis://` or `rediss://` (TLS) URL, with user, password and database number if needed.'
   },
+  REDIS_SENTINELS: {
+    type: 'string',
+    description: 'With `STORE=redis`: the Sentinel deployment\'s sentinels, `host:port` comma-separated. Every connection then follows the primary they name (`REDIS_SENTINEL_NAME`) through failovers, without a restart; `REDIS_URL` gives only the user, password, database and TLS (`rediss://`, for the sentinels too), not the host (docs/redis.md, "High availability").'
+  },
+  REDIS_SENTINEL_NAME: { type: 'string', minLength: 1, default: 'mymaster', description: 'With `REDIS_SENTINELS`: the name the sentinels monitor the primary under.' },
+  REDIS_SENTINEL_PASSWORD: { type: 'string', description: 'With `REDIS_SENTINELS`: the sentinels\' own password, when they ask for one.' },
+  REDIS_REPLICAS_TO_ACKNOWLEDGE: {
+    type: 'integer',
+    minimum: 0,
+    defaultShown: '1 with `REDIS_SENTINELS`, else 0',
+    description: 'Replicas that must have a write (`WAIT`) before it is answered 2xx; one they have not within 500 ms is answered 504 `OUTCOME_UNKNOWN` (retriable under its `Idempotency-Key`), so that no answered write is lost at a failover.'
+  },
   REDIS_KEY_PREFIX: { type: 'string', minLength: 1, default: 'items-service:', description: 'With `STORE=redis`: starts every key the service writes, so several deployments share one server.' },
   TRUST_PROXY: {
     type: 'string',

@@ -57,16 +57,31 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
   // maxmemory on Redis.
   const capacity = { budgetBytes: undefined, floorBytes: 100 * 1024, sessionsBytes: 40 * 1024, ceilingBytes: 8 * 1024 * 1024, floorsShare: 0.5, registrationRoomMs: 86_400_000 }
   const storeDefaults = { capacity, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
-  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
+  t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisSentinel: undefined, redisReplicasToAcknowledge: 0, redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
     {
       kind: 'redis',
       redisUrl: 'rediss://user:pw@redis.internal:6380/2',
+      redisSentinel: undefined,
+      redisReplicasToAcknowledge: 0,
       redisKeyPrefix: 'catalogue:',
       maxItemsPerUser: 1000,
       ...storeDefaults
     }, 'on Redis, the budget is left to its maxmemory')
+  const sentinel = loadConfig({ ...secret, STORE: 'redis', REDIS_SENTINELS: 'sentinel-a:26379, 10.0.0.2:26380,[::1]:26381', REDIS_SENTINEL_PASSWORD: 'pw' }).store
+  t.same([sentinel.redisSentinel, sentinel.redisReplicasToAcknowledge], [{
+    sentinels: [{ host: 'sentinel-a', port: 26379 }, { host: '10.0.0.2', port: 26380 }, { host: '::1', port: 26381 }],
+    name: 'mymaster',
+    password: 'pw'
+  }, 1], 'with Sentinel, a write waits for one replica by default')
+  t.same([loadConfig({ ...secret, STORE: 'redis', REDIS_SENTINELS: '' }).store.redisSentinel, loadConfig({ ...secret, STORE: 'redis', REDIS_SENTINELS: '' }).store.redisReplicasToAcknowledge],
+    [undefined, 0], 'set empty (as compose passes it): one server')
+  t.equal(loadConfig({ ...secret, STORE: 'redis', REDIS_SENTINELS: 'a:1', REDIS_REPLICAS_TO_ACKNOWLEDGE: '0' }).store.redisReplicasToAcknowledge, 0)
+  t.equal(loadConfig({ ...secret, STORE: 'redis', REDIS_REPLICAS_TO_ACKNOWLEDGE: '2' }).store.redisReplicasToAcknowledge, 2, 'and on one server as asked')
+  for (const value of ['a', 'a:', 'a:0', 'a:65536', 'a:1,,b:2', 'a b:1']) {
+    t.throws(() => loadConfig({ ...secret, REDIS_SENTINELS: value }), { name: 'ConfigError', message: /^Invalid configuration: REDIS_SENTINELS must be comma-separated host:port pairs/ }, value)
+  }
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
   t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '48', ACCOUNT_CEILING_MIB: '2', ACCOUNT_FLOORS_PERCENT: '25', REGISTRATION_ROOM_SECONDS: '0' }).store.capacity,
     { budgetBytes: 64 * 1024 * 1024, floorBytes: 64 * 1024, sessionsBytes: 48 * 1024, ceilingBytes: 2 * 1024 * 1024, floorsShare: 0.25, registrationRoomMs: 0 })

@@ -148,6 +148,12 @@ t.test('compose.yaml runs three instances on Redis, named only by variables the 
     t.match(service.environment, { OPS_HOST: '0.0.0.0', OPS_TOKEN: /^\$\{OPS_TOKEN:\?/ }, `${name}'s operations port, open to the network, takes a token from the environment`)
   }
   t.ok(compose.services.redis, 'with Redis')
+  const highAvailability = Object.entries(compose.services as Record<string, Service & { profiles?: string[], command?: string | string[] }>)
+    .filter(([, service]) => service.profiles?.includes('ha'))
+  t.same(highAvailability.map(([name]) => name), ['redis-replica-1', 'redis-replica-2', 'sentinel-1', 'sentinel-2', 'sentinel-3'], 'and, in the ha profile, two replicas and three sentinels')
+  t.match(highAvailability.map(([, service]) => String(service.command)), [/--replicaof,redis,6379/, /--replicaof,redis,6379/, /sentinel monitor mymaster redis 6379 2/, /sentinel monitor mymaster redis 6379 2/, /sentinel monitor mymaster redis 6379 2/],
+    'the replicas replicate redis, which the sentinels monitor under the default REDIS_SENTINEL_NAME')
+  for (const [name, service] of instances) t.match(service.environment?.REDIS_SENTINELS, /^\$\{REDIS_SENTINELS:-\}$/, `${name} follows the sentinels when they are given`)
   const prometheus = parse(await readFile('ops/prometheus.yml', 'utf8')) as { scrape_configs: Array<{ static_configs: Array<{ targets: string[] }>, authorization?: { credentials_file?: string } }> }
   t.same(prometheus.scrape_configs.map((scrape) => scrape.authorization?.credentials_file), ['/run/secrets/ops-token'], 'Prometheus sends the token')
   const targets = prometheus.scrape_configs.flatMap((scrape) => scrape.static_configs.flatMap((config) => config.targets))

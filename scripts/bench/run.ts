@@ -14,7 +14,7 @@ import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { startReceiver } from '../../harness/webhook-receiver.js'
 import { median } from '../statistics.js'
 import { redisBytesPerItem } from './redis-memory.js'
-import { type Server, start, startService, stop } from './servers.js'
+import { type Server, start, startReplica, startService, stop } from './servers.js'
 import { call, JWT_SECRET, serviceEnv } from './service.js'
 import { FLOOD_SIGN_INS, floodSignIns } from './sign-in-flood.js'
 
@@ -60,7 +60,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 23
+const SCENARIOS = 27
 // The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
 // default headers, serving the same routes as the bare baseline.
 const USUAL = {
@@ -100,6 +100,12 @@ const { token, page } = await seed(service.url)
 const itemId = page.data[0]!.id
 const onRedis = await startService({ ...serviceEnv, STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix })
 const seededOnRedis = await seed(onRedis.url)
+// A replica of the Redis at REDIS_URL, and an instance whose writes wait for it (REDIS_REPLICAS_TO_ACKNOWLEDGE=1),
+// beside the one whose writes do not: what acknowledged-means-replicated costs a create and an edit.
+const replica = await startReplica(REDIS_URL)
+const replicatedKeyPrefix = `${redisKeyPrefix}replicated:`
+const onRedisReplicated = await startService({ ...serviceEnv, STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: replicatedKeyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
+const seededReplicated = await seed(onRedisReplicated.url)
 const receiver = await startReceiver()
 const WEBHOOK_SECRET = `whsec_${Buffer.alloc(32, 1).toString('base64')}`
 const withWebhook = await startService({ ...serviceEnv, WEBHOOKS: JSON.stringify([{ url: receiver.url, secret: WEBHOOK_SECRET }]) })
@@ -121,6 +127,10 @@ const create: Load = { url: `${v1}/items`, method: 'POST', token, body: { name: 
 const edit: Load = { url: `${v1}/items/${itemId}`, method: 'PATCH', token, body: { name: 'Edited' } }
 const listOnRedis: Load = { url: `${onRedis.url}/v1/items?pageSize=20`, token: seededOnRedis.token }
 const getOnRedis: Load = { url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
+const createOnRedis: Load = { ...create, url: `${onRedis.url}/v1/items`, token: seededOnRedis.token }
+const editOnRedis: Load = { ...edit, url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
+const createReplicated: Load = { ...create, url: `${onRedisReplicated.url}/v1/items`, token: seededReplicated.token }
+const editReplicated: Load = { ...edit, url: `${onRedisReplicated.url}/v1/items/${seededReplicated.page.data[0]!.id}`, token: seededReplicated.token }
 const createWithWebhook: Load = { ...create, url: `${withWebhook.url}/v1/items`, token: seededWithWebhook.token }
 // Events the receiver took in a second while the create with a webhook ran (its warm-up second included).
 const deliveryRates: number[] = []
@@ -150,6 +160,10 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'POST /v1/items with one webhook subscriber': async () => await measureWithDeliveries(createWithWebhook),
   'baseline: bare Fastify, PATCH /v1/items/{id}': async () => await measure(onBare(edit)),
   'PATCH /v1/items/{id}': async () => await measure(edit),
+  'POST /v1/items with STORE=redis': async () => await measure(createOnRedis),
+  'POST /v1/items with STORE=redis, a replica acknowledging': async () => await measure(createReplicated),
+  'PATCH /v1/items/{id} with STORE=redis': async () => await measure(editOnRedis),
+  'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': async () => await measure(editReplicated),
   'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
   'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
   [USUAL.list]: async () => await measure(onUsual(list)),
@@ -170,7 +184,11 @@ const baselineOf: Record<string, string> = {
   'GET /v1/items/{id}': 'baseline: bare Fastify, GET /v1/items/{id}',
   'POST /v1/items': 'baseline: bare Fastify, POST /v1/items',
   'POST /v1/items with one webhook subscriber': 'POST /v1/items',
-  'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}'
+  'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}',
+  'POST /v1/items with STORE=redis': 'baseline: bare Fastify, POST /v1/items',
+  'POST /v1/items with STORE=redis, a replica acknowledging': 'POST /v1/items with STORE=redis',
+  'PATCH /v1/items/{id} with STORE=redis': 'baseline: bare Fastify, PATCH /v1/items/{id}',
+  'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': 'PATCH /v1/items/{id} with STORE=redis'
 }
 const baselineNameOf = (name: string): string => baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items'
 // Each of the four main scenarios is also compared with the same route served the usual way; on Redis, parsed and
@@ -199,6 +217,8 @@ for (let round = 0; round < ROUNDS; round += 1) {
 await Promise.all(baselines.map(stop))
 await stop(service)
 await stop(onRedis)
+await stop(onRedisReplicated)
+replica.stop()
 await stop(withWebhook)
 await receiver.stop()
 await deleteKeys(redisKeyPrefix, REDIS_URL)

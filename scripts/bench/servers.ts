@@ -42,3 +42,19 @@ export async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned 
   }
   return { process: child, url, startupMs: performance.now() - started }
 }
+
+/** A replica of the Redis at `url`, on a free port, keeping nothing on disk; resolves once it is in sync. */
+export async function startReplica (url: string): Promise<{ stop: () => void }> {
+  const { hostname, port: primaryPort } = new URL(url)
+  const port = await freePort()
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', '--replicaof', hostname, primaryPort || '6379'], { stdio: 'ignore' })
+  const { Redis } = await import('ioredis')
+  const replica = new Redis(port, '127.0.0.1', { lazyConnect: true }).on('error', () => {})
+  for (;;) {
+    const info = await replica.info('replication').catch(() => '')
+    if (info.includes('master_link_status:up')) break
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  replica.disconnect()
+  return { stop: () => { child.kill('SIGKILL') } }
+}

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto'
-import type { FastifyReply, onErrorHookHandler, preHandlerHookHandler } from 'fastify'
+import type { FastifyBaseLogger, FastifyReply, onErrorHookHandler, preHandlerHookHandler } from 'fastify'
 import stringify from 'safe-stable-stringify'
 import type { RouteDefinition } from '../../generated/routes.js'
 import type { Item } from '../domain.js'
@@ -26,6 +26,13 @@ type Replay = (reply: FastifyReply, item: Item) => FastifyReply
 
 // A request that still holds its key this long after claiming it died with its instance: the key is free again.
 const CLAIM_LEASE_MS = 60_000
+
+// A claim whose release failed (the store out of reach, a failover under way) is freed again every RELEASE_RETRY_MS,
+// up to RELEASE_TRIES times in all (5 s: past a failover's few seconds), in the background: the retry its 503 or 504
+// asks for then finds the key free soon after the store is back, not at the lease's end. Each failed request's
+// claim is held that long at most.
+const RELEASE_RETRY_MS = 250
+const RELEASE_TRIES = 20
 
 // The same body, whatever the order of its fields, has the same digest.
 const digestOf = (text: string): string => createHash('sha256').update(text).digest('base64url')
@@ -55,6 +62,8 @@ export interface IdempotencySteps {
   readonly replay: StepFor
   /** The claim on the key, once the limits have counted the request: nothing is kept for a request they refuse. */
   readonly claim: StepFor
+  /** Ends the releases still to be tried (the app closes). */
+  readonly stop: () => void
 }
 
 /**
@@ -105,22 +114,42 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       }
       request.idempotencyClaim = claim
       done()
-    }, done)
+    }, (error: Error) => {
+      // The claim may have been made (an unknown outcome): freed as a failed request's is, so that the retry the
+      // answer asks for is not refused while the claim's lease lasts.
+      request.idempotencyClaim = claim
+      done(error)
+    })
   }
-  // Awaited before the error is answered, so that a retry sent on the answer finds the key free.
+  const retries = new Set<NodeJS.Timeout>()
+  const release = async (claim: IdempotencyClaim, log: FastifyBaseLogger, triesLeft: number): Promise<void> => {
+    await keys.release(claim).catch((err: unknown) => {
+      if (triesLeft === 1) {
+        log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
+        return
+      }
+      const retry = setTimeout(() => {
+        retries.delete(retry)
+        void release(claim, log, triesLeft - 1)
+      }, RELEASE_RETRY_MS)
+      retries.add(retry)
+    })
+  }
+  // The first try is awaited before the error is answered, so that a retry sent on the answer finds the key free.
   const releaseClaim: onErrorHookHandler = (request, _reply, _error, done) => {
     const claim = request.idempotencyClaim
     if (claim === null) {
       done()
       return
     }
-    keys.release(claim).then(() => { done() }, (err: unknown) => {
-      request.log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
-      done()
-    })
+    release(claim, request.log, RELEASE_TRIES).then(() => { done() }, done)
   }
   return {
     replay: (route) => route.idempotent ? { preHandler: [findKey(replayOf(route, fields))] } : undefined,
-    claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined
+    claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined,
+    stop: () => {
+      for (const retry of retries) clearTimeout(retry)
+      retries.clear()
+    }
   }
 }

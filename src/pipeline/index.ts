@@ -143,6 +143,7 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
   const { config } = options
   const limits = rateLimits({ limits: config.rateLimits, store: app.store, metrics: app.metrics })
   const keys = idempotency({ keys: app.store.idempotencyKeys, fields: ITEM_FIELDS })
+  app.addHook('onClose', async () => { keys.stop() })
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = config.strictResponses ? (await import('./response-contract.js')).enforceResponseContract : undefined
   return [

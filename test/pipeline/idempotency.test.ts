@@ -3,9 +3,10 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
-import { type IdempotencyKeyStore, type ItemStore, type Store, StoreUnavailableError } from '../../src/store/store.js'
+import { type IdempotencyKeyStore, type ItemStore, OutcomeUnknownError, type Store, StoreUnavailableError } from '../../src/store/store.js'
 import { rateLimitItems } from '../support/api.js'
 import { build, captureLogs } from '../support/app.js'
+import { until } from '../support/wait.js'
 
 const settle = async (): Promise<void> => { await new Promise((resolve) => setImmediate(resolve)) }
 
@@ -169,7 +170,58 @@ t.test('a key that cannot be freed after a failed create is logged, and the fail
     answers.push((await response).statusCode)
   }
   t.same(answers, [201, 403])
-  t.match(lines.join(''), /freeing an idempotency key failed; it is free again when its claim's lease ends/)
+  // Said once every try has failed, in the background.
+  await until(() => lines.join('').includes('freeing an idempotency key failed; it is free again when its claim\'s lease ends'))
+  t.equal(lines.filter((line) => line.includes('freeing an idempotency key failed')).length, 1, 'once')
+})
+
+// A memory store whose idempotency keys do as `overrides` say, each given the store's own method.
+function keysFailing (overrides: { [Name in keyof IdempotencyKeyStore]?: (own: IdempotencyKeyStore[Name]) => IdempotencyKeyStore[Name] }): Store {
+  const store = createMemoryStore({ maxItemsPerContributor: 1 })
+  const own = store.idempotencyKeys
+  const keys: IdempotencyKeyStore = {
+    claim: own.claim.bind(own),
+    find: own.find.bind(own),
+    release: own.release.bind(own),
+    sweep: own.sweep.bind(own)
+  }
+  return { ...store, idempotencyKeys: { ...keys, ...(overrides.claim === undefined ? {} : { claim: overrides.claim(keys.claim) }), ...(overrides.release === undefined ? {} : { release: overrides.release(keys.release) }) } }
+}
+
+t.test('a key whose freeing failed is freed again in the background: the retry the answer asks for goes through', async (t) => {
+  let failures = 2
+  const store = keysFailing({
+    release: (release) => async (claim) => {
+      if (failures-- > 0) throw new StoreUnavailableError('a failover under way')
+      await release(claim)
+    }
+  })
+  const api = await build(t, {}, { store })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const create = async (key: string): Promise<string> => (await api.call('createItem', { token: accessToken, body: { name: key }, headers: { 'idempotency-key': key } })).json().code ?? 'created'
+  t.equal(await create('first'), 'created')
+  const answers = [await create('over the quota')]
+  while (answers.at(-1) === 'IDEMPOTENCY_KEY_IN_USE' || answers.length === 1) answers.push(await create('over the quota'))
+  t.equal(answers[0], 'ITEM_QUOTA_EXCEEDED', 'refused past the quota of one, which frees its key')
+  t.equal(answers.at(-1), 'ITEM_QUOTA_EXCEEDED', 'the retry runs again once the key is freed')
+  t.ok(failures < 0, 'freed after two tries failed')
+})
+
+t.test('a claim whose outcome is unknown is freed as a failed request\'s is: the retry is not refused while its lease lasts', async (t) => {
+  let unknown = true
+  const store = keysFailing({
+    claim: (claim) => async (held, leaseMs) => {
+      const outcome = await claim(held, leaseMs)
+      if (!unknown) return outcome
+      unknown = false
+      throw new OutcomeUnknownError('the reply was lost')
+    }
+  })
+  const api = await build(t, {}, { store })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'once' }, headers: { 'idempotency-key': 'unknown' } })
+  t.equal((await create()).statusCode, 504)
+  t.equal((await create()).statusCode, 201)
 })
 
 t.test('keys are each caller\'s own, and a request without one is never a replay', async (t) => {

@@ -87,7 +87,8 @@ export async function ownRedis (t: Test, settings: readonly string[] = []): Prom
   const own: OwnRedis = {
     url: `redis://127.0.0.1:${port}`,
     start: async () => {
-      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
+      // A replica loads what its primary sends without writing it to a file (in the working directory) first.
+      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
       server = child
       let output = ''
       await new Promise<void>((resolve, reject) => {
@@ -111,4 +112,126 @@ export async function ownRedis (t: Test, settings: readonly string[] = []): Prom
   t.teardown(own.stop)
   await own.start()
   return own
+}
+
+/**
+ * A Sentinel deployment of the test's own: a primary, three replicas and three sentinels (quorum 2) on free ports,
+ * with Sentinel's timings short (a primary silent for SENTINEL_DOWN_AFTER_MS is down). Three replicas, so that after
+ * a primary killed and one paused, one is left to acknowledge writes while the paused one comes back (Sentinel makes
+ * a returning primary a replica only after it has reported itself a primary for 8 s). Each server is an OwnRedis,
+ * to kill or pause.
+ */
+export interface SentinelDeployment {
+  readonly name: string
+  /** `host:port` of each sentinel, as REDIS_SENTINELS takes them. */
+  readonly sentinels: string
+  /** The servers, the primary first at the start. */
+  readonly servers: readonly OwnRedis[]
+  /** The server the sentinels name as the primary now. */
+  primary: () => Promise<OwnRedis>
+  /** Listens, then `announced` resolves on the next `+switch-master` of any sentinel, with when (performance.now()). */
+  switched: () => Promise<{ announced: Promise<number> }>
+  /** Sends every sentinel a signal: SIGSTOP silences them all (until SIGCONT). */
+  signalSentinels: (signal: NodeJS.Signals) => void
+  /** How many connections each sentinel has (from the others, the test's and the service's). */
+  connections: () => Promise<number[]>
+  /** Runs a command on the first sentinel. */
+  ask: (...args: string[]) => Promise<unknown>
+  /** Until every sentinel sees the other two and a replica of the primary, and a replica is in sync with it. */
+  settled: () => Promise<void>
+}
+
+export const SENTINEL_DOWN_AFTER_MS = 500
+
+export async function sentinelDeployment (t: Test): Promise<SentinelDeployment> {
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs')
+  const { tmpdir } = await import('node:os')
+  const { join } = await import('node:path')
+  const name = 'items-primary'
+  const primary = await ownRedis(t)
+  const primaryPort = Number(new URL(primary.url).port)
+  const servers = [primary]
+  for (let index = 0; index < 3; index += 1) servers.push(await ownRedis(t, ['--replicaof', '127.0.0.1', String(primaryPort)]))
+  const directory = mkdtempSync(join(tmpdir(), 'items-sentinel-'))
+  t.teardown(() => { rmSync(directory, { recursive: true, force: true }) })
+  const ports: number[] = []
+  const processes: ChildProcess[] = []
+  for (let index = 0; index < 3; index += 1) {
+    const port = await freePort()
+    ports.push(port)
+    // Sentinel rewrites its configuration file: one each, in the test's folder.
+    const file = join(directory, `sentinel-${port}.conf`)
+    writeFileSync(file, [
+      `port ${port}`,
+      'bind 127.0.0.1',
+      `dir ${directory}`,
+      `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 2`,
+      `sentinel down-after-milliseconds ${name} ${SENTINEL_DOWN_AFTER_MS}`,
+      `sentinel failover-timeout ${name} 3000`,
+      ''
+    ].join('\n'))
+    const child = spawn('redis-server', [file, '--sentinel'], { stdio: ['ignore', 'pipe', 'inherit'] })
+    processes.push(child)
+    t.teardown(async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      const exited = once(child, 'exit')
+      child.kill('SIGKILL')
+      await exited
+    })
+    let output = ''
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        output += chunk.toString()
+        if (output.includes('+monitor master')) resolve()
+      })
+      child.once('exit', (code) => { reject(new Error(`redis-server --sentinel exited with ${code}: ${output}`)) })
+      child.once('error', reject)
+    })
+    child.stdout.resume()
+  }
+  // Each sentinel asked on a connection of the test's own; a sentinel stopped at the end makes it fail, unheard.
+  const clients = ports.map((port) => new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1 }).on('error', () => {}))
+  t.teardown(() => { for (const client of clients) client.disconnect() })
+  const [first] = clients as [Redis]
+  const ask = async (...args: string[]): Promise<unknown> => await first.call(args[0] ?? 'PING', ...args.slice(1))
+  const primaryPortNow = async (): Promise<number> => Number(((await first.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name)) as string[])[1])
+  const byPort = (port: number): OwnRedis => {
+    const server = servers.find((own) => Number(new URL(own.url).port) === port)
+    if (server === undefined) throw new Error(`the sentinels name a primary on ${port}, none of the test's servers`)
+    return server
+  }
+  return {
+    name,
+    sentinels: ports.map((port) => `127.0.0.1:${port}`).join(','),
+    servers,
+    primary: async () => byPort(await primaryPortNow()),
+    switched: async () => {
+      const listeners = clients.map((client) => client.duplicate().on('error', () => {}))
+      await Promise.all(listeners.map(async (listener) => await listener.subscribe('+switch-master')))
+      const announced = Promise.race(listeners.map(async (listener) => await once(listener, 'message').then(() => performance.now())))
+      return { announced: announced.finally(() => { for (const listener of listeners) listener.disconnect() }) }
+    },
+    ask,
+    signalSentinels: (signal) => { for (const child of processes) child.kill(signal) },
+    connections: async () => await Promise.all(clients.map(async (client) => Number(/connected_clients:(\d+)/.exec(await client.info('clients'))?.[1]))),
+    settled: async () => {
+      for (;;) {
+        const port = await primaryPortNow()
+        const field = (fields: string[], key: string): string | undefined => fields[fields.indexOf(key) + 1]
+        const views = await Promise.all(clients.map(async (client) => [
+          (await client.call('SENTINEL', 'SENTINELS', name) as unknown[]).length,
+          (await client.call('SENTINEL', 'REPLICAS', name) as string[][]).filter((fields) => field(fields, 'flags') === 'slave' && field(fields, 'master-port') === String(port)).length
+        ]))
+        const inSync = await Promise.all(servers.filter((own) => Number(new URL(own.url).port) !== port).map(async (own) => {
+          const server = new Redis(own.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null })
+          server.on('error', () => {})
+          const info = await server.info('replication').catch(() => '')
+          server.disconnect()
+          return info.includes(`master_port:${port}\r`) && info.includes('master_link_status:up')
+        }))
+        if (views.every(([others, seen]) => others === 2 && seen !== undefined && seen >= 1) && inSync.some(Boolean)) return
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+    }
+  }
 }

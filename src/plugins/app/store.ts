@@ -5,6 +5,7 @@ import { heapUsedLimit } from '../../runtime/heap.js'
 import { floorsAllowed, sharedPart } from '../../store/capacity.js'
 import { createMemoryStore } from '../../store/memory/index.js'
 import { type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
+import type { ReplicationObserver } from '../../store/redis/connection.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -47,6 +48,9 @@ async function openStore (app: FastifyInstance, { config, timeCommands, maxHeapU
   const { connectRedisStore } = await import('../../store/redis/connection.js')
   return await connectRedisStore({
     url: config.redisUrl,
+    sentinel: config.redisSentinel,
+    replicasToAcknowledge: config.redisReplicasToAcknowledge,
+    observeReplication: replicationMetrics(app, config.redisReplicasToAcknowledge),
     keyPrefix: config.redisKeyPrefix,
     maxItemsPerContributor: config.maxItemsPerUser,
     idempotencyKeys: config.idempotencyKeys,
@@ -64,6 +68,32 @@ function commandTimer (app: FastifyInstance): (command: string, seconds: number)
     buckets: COMMAND_BUCKETS
   })
   return (command, seconds) => { duration.observe({ command }, seconds) }
+}
+
+function replicationMetrics (app: FastifyInstance, replicas: number): ReplicationObserver {
+  const primaryChanges = app.metrics.counter({
+    name: 'items_service_redis_primary_changes_total',
+    help: 'Times this instance found the Redis primary on another server than before: failovers it followed.'
+  })
+  const withoutPrimary = app.metrics.counter({
+    name: 'items_service_redis_without_primary_seconds_total',
+    help: 'Seconds from losing a Redis primary to being ready on the next, summed over the failovers followed.'
+  })
+  app.metrics.gauge({
+    name: 'items_service_redis_replicas_required',
+    help: 'Replicas each write must reach before it is answered (REDIS_REPLICAS_TO_ACKNOWLEDGE).'
+  }).set(replicas)
+  const acknowledging = app.metrics.gauge({
+    name: 'items_service_redis_replicas_acknowledging',
+    help: 'Replicas that had the latest write within its deadline (WAIT\'s count); fewer than required answers writes 504 OUTCOME_UNKNOWN. The time writes wait for them is items_service_redis_command_duration_seconds{command="wait"}.'
+  })
+  return {
+    primaryChanged: (seconds) => {
+      primaryChanges.inc()
+      withoutPrimary.inc(seconds)
+    },
+    acknowledged: (count) => { acknowledging.set(count) }
+  }
 }
 
 function storeMetrics (app: FastifyInstance, store: Store): void {

@@ -1,4 +1,5 @@
-import { Redis } from 'ioredis'
+import { Redis, type RedisOptions } from 'ioredis'
+import type { RedisSentinel } from '../../config-values.js'
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
@@ -12,7 +13,7 @@ import { redisKeys } from './keys.js'
 import { outboxScripts, RedisOutbox } from './outbox.js'
 import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
 import { RedisSessionStore, sessionScripts } from './sessions.js'
-import { HEARTBEAT, type Heartbeat, TrackedSessions, trackSessions } from './tracking.js'
+import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
 import { RedisUserStore, userScripts } from './users.js'
 import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
@@ -25,8 +26,22 @@ export interface RedisStoreLogger {
   info: (message: string) => void
 }
 
+/** Told what the instance sees of failovers and of its writes' replicas (the store plugin's metrics). */
+export interface ReplicationObserver {
+  /** The primary is another server than before, after `withoutPrimarySeconds` without one. */
+  primaryChanged: (withoutPrimarySeconds: number) => void
+  /** A write reached this many replicas (at least the number asked for is enough) within its deadline. */
+  acknowledged: (replicas: number) => void
+}
+
 export interface RedisStoreOptions {
+  /** The server; with `sentinel`, only its user, password, database and TLS. */
   url: string
+  /** The sentinels that name the primary, which every connection follows through failovers. */
+  sentinel?: RedisSentinel | undefined
+  /** Replicas that must have each write before it is answered (RedisWrites; 0 by default). */
+  replicasToAcknowledge?: number
+  observeReplication?: ReplicationObserver
   /** Starts every key the store writes. */
   keyPrefix: string
   /** Items one contributor may own at once. */
@@ -55,10 +70,40 @@ const CACHED_SESSIONS = 100_000
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
+const DISCONNECT_TIMEOUT_MS = 100
 // TCP keep-alive's first probe after this long idle (ioredis's default is 30 s).
 const KEEP_ALIVE_MS = 10_000
 // Redis's clock is reckoned again this often, and at each (re)connection, in case either clock was stepped.
 const CLOCK_CHECK_INTERVAL_MS = 30_000
+
+// A primary demoted by a failover, or one Sentinel has not yet confirmed, refuses writes with these: the connection
+// is made again, to the primary the sentinels name by then.
+const FAILOVER_REPLIES = /^(READONLY|MASTERDOWN) /
+
+/**
+ * How the client finds the primary: at the URL's host, or through the sentinels. `retryDelay` says how long to
+ * wait before asking the sentinels again once none answered; null gives up (the first connection fails the start).
+ */
+function locating (sentinel: RedisSentinel | undefined, url: string, retryDelay: (attempt: number) => number | null): RedisOptions {
+  if (sentinel === undefined) return {}
+  return {
+    sentinels: sentinel.sentinels,
+    name: sentinel.name,
+    ...(sentinel.password === undefined ? {} : { sentinelPassword: sentinel.password }),
+    // rediss:// asks for TLS to the primary the sentinels name, and to the sentinels.
+    ...(url.startsWith('rediss:') ? { enableTLSForSentinelMode: true, sentinelTLS: {} } : {}),
+    // Subscribes to the sentinels' +switch-master: the connection is made again at the announcement, not when the
+    // old primary is found silent.
+    failoverDetector: true,
+    // A paused primary never closes its end: the connection is dropped at once rather than after 2 s.
+    disconnectTimeout: DISCONNECT_TIMEOUT_MS,
+    sentinelCommandTimeout: COMMAND_TIMEOUT_MS,
+    sentinelRetryStrategy: retryDelay,
+    reconnectOnError: (error) => FAILOVER_REPLIES.test(error.message)
+  }
+}
+
+const reconnectDelay = (attempt: number): number => Math.min(attempt * 100, MAX_RECONNECT_DELAY_MS)
 
 /** Shows where Redis is without its password. */
 const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//')
@@ -96,6 +141,8 @@ function timeCommands (redis: Redis, observe: NonNullable<RedisStoreOptions['obs
  * itself.
  */
 export async function connectRedisStore (options: RedisStoreOptions): Promise<Store> {
+  // Said once an outage begins, and once it ends, however many reconnections fail in between.
+  let connected = false
   const redis = new Redis(options.url, {
     lazyConnect: true,
     scripts,
@@ -108,11 +155,12 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     keepAlive: KEEP_ALIVE_MS,
     // Not auto-pipelining: it holds each command for a turn of the event loop, and each request waits for its
     // commands one after another (docs/performance.md).
-    retryStrategy: (attempt) => Math.min(attempt * 100, MAX_RECONNECT_DELAY_MS)
+    retryStrategy: reconnectDelay,
+    // Sentinels that none answer at the start fail it, as a Redis that does not answer does; later, they are asked
+    // again as a lost connection is made again.
+    ...locating(options.sentinel, options.url, (attempt) => connected ? reconnectDelay(attempt) : null)
   })
   if (options.observeCommand !== undefined) timeCommands(redis, options.observeCommand)
-  // Said once an outage begins, and once it ends, however many reconnections fail in between.
-  let connected = false
   let unreachable = false
   // Why the first connection failed: the client says it in an 'error' event, and rejects connect() with only
   // "Connection is closed".
@@ -126,7 +174,18 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   // A connection lost without an error (Redis, or something between, closed it) refuses requests as well until the
   // client is back, which may be before any attempt to reconnect fails. The client does not reconnect after QUIT.
   redis.on('reconnecting', () => { outageBegins({ reason: 'the connection was closed' }) })
+  // The server the connection was last ready on, and when it was lost.
+  let server = ''
+  let lostAt = performance.now()
+  redis.on('close', () => { lostAt = performance.now() })
   redis.on('ready', () => {
+    const previous = server
+    server = serverOf(redis)
+    if (previous !== '' && previous !== server) {
+      const withoutPrimarySeconds = (performance.now() - lostAt) / 1000
+      options.logger.warn({ primary: server, previous, withoutPrimaryMs: Math.round(withoutPrimarySeconds * 1000) }, 'the Redis primary changed (a failover); sessions kept by this instance were forgotten')
+      options.observeReplication?.primaryChanged(withoutPrimarySeconds)
+    }
     if (!unreachable) return
     unreachable = false
     options.logger.info('Redis is reachable again')
@@ -138,7 +197,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     redis.disconnect()
     // Both have settled by now; the event, which came first, wins the race.
     const reason = await Promise.race([firstError, Promise.resolve(new Error(String(error)))])
-    throw new StoreUnavailableError(`Cannot connect to Redis at ${withoutPassword(options.url)}: ${reason.message}`)
+    const where = options.sentinel === undefined ? withoutPassword(options.url) : `the primary '${options.sentinel.name}' of the sentinels ${options.sentinel.sentinels.map(({ host, port }) => `${host}:${port}`).join(', ')}`
+    throw new StoreUnavailableError(`Cannot connect to Redis at ${where}: ${reason.message}`)
   }
   const clock = new RedisClock(redis)
   await clock.check()
@@ -159,7 +219,10 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat: options.heartbeat ?? HEARTBEAT, logger: options.logger })
   let closed = false
-  const writes = new RedisWrites(redis, clock, keys.writeOutcome, options.outcomeWithinMs)
+  const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
+    withinMs: options.outcomeWithinMs,
+    replication: { replicas: options.replicasToAcknowledge ?? 0, ...(options.observeReplication === undefined ? {} : { acknowledged: options.observeReplication.acknowledged }) }
+  })
   const users = new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS)
   return {
     users,
@@ -182,7 +245,9 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       clearInterval(clockChecks)
       tracking.stop()
       tracking.invalidations.disconnect()
-      if (redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
+      // With Sentinel, QUIT would leave open the connections to the sentinels that listen for a failover, which
+      // keep the process alive: disconnecting ends them too (and still sends what was written before the end).
+      if (options.sentinel === undefined && redis.status === 'ready') await redis.quit().catch(() => { redis.disconnect() })
       else redis.disconnect()
     }
   }

@@ -14,6 +14,9 @@ export interface Heartbeat {
 export const HEARTBEAT: Heartbeat = { intervalMs: 250, deadlineMs: 1500 }
 const HEARTBEAT_KEPT_MS = 60_000
 
+/** Where a connection is (a primary's change is told by it, and tracking needs both connections on one server). */
+export const serverOf = (redis: Redis): string => `${redis.stream?.remoteAddress ?? ''}:${redis.stream?.remotePort ?? ''}`
+
 /**
  * Sessions this instance has read, kept only while Redis tells it of every change to them: client-side caching,
  * with CLIENT TRACKING in broadcast mode over the session keys, the invalidations arriving on a connection of
@@ -109,6 +112,9 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   // off first. Failures need nothing: the connection that failed is made again, and its 'ready' comes back here.
   const track = async (): Promise<void> => {
     const lossesBefore = sessions.losses
+    // After a failover one connection may reach the new primary before the other: an id is the server's own, and
+    // on another server names another client. The second's 'ready' tracks again.
+    if (serverOf(redis) !== serverOf(invalidations)) return
     await redis.client('TRACKING', 'OFF')
     await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix)
     unheard.length = 0

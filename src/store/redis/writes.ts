@@ -13,6 +13,15 @@ const OUTCOME_TTL_MS = 30_000
 export const OUTCOME_WITHIN_MS = 5_000
 // Between two tries at asking.
 const ASK_EVERY_MS = 50
+// How long a write waits for its replicas: within COMMAND_TIMEOUT_MS, with room for the script before it.
+export const REPLICATION_WITHIN_MS = 500
+
+/** How many replicas a write must reach before it is answered, and who is told how many did. */
+export interface Replication {
+  readonly replicas: number
+  /** Told, after each write, how many replicas had it within REPLICATION_WITHIN_MS (at least `replicas` is enough). */
+  readonly acknowledged?: (replicas: number) => void
+}
 
 /**
  * A write script whose outcome is known even when its reply is lost: after WRITE_DEADLINE's ARGV[1] (its
@@ -67,26 +76,62 @@ export class RedisWrites {
   readonly #clock: RedisClock
   readonly #outcomeFamily: string
   readonly #withinMs: number
+  readonly #replication: Replication
 
-  constructor (redis: Redis, clock: RedisClock, outcomeFamily: string, withinMs = OUTCOME_WITHIN_MS) {
+  constructor (redis: Redis, clock: RedisClock, outcomeFamily: string, { withinMs = OUTCOME_WITHIN_MS, replication = { replicas: 0 } }: { withinMs?: number | undefined, replication?: Replication | undefined } = {}) {
     this.#redis = redis
     this.#clock = clock
     this.#outcomeFamily = outcomeFamily
     this.#withinMs = withinMs
+    this.#replication = replication
   }
 
-  /** The reply of the write script that `send` sends with the deadline and outcome key it is given. */
+  /**
+   * The reply of the write script that `send` sends with the deadline and outcome key it is given, once the
+   * replicas asked for have it: a write only the primary has would be lost if a replica took its place.
+   */
   async run<T> (send: (deadline: number, outcomeKey: string) => Promise<T>): Promise<T> {
     // The client sends nothing while it is not ready: nothing is done.
     if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`Redis: the connection is ${this.#redis.status}; nothing was sent`)
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
+    const reply = send(deadline, outcomeKey)
+    // Sent right behind the script on the same connection, in the same round trip: WAIT counts the replicas that
+    // have every write this connection sent before it.
+    const replicated = this.#waitForReplicas()
+    let outcome: T
     try {
-      return await send(deadline, outcomeKey)
+      outcome = await reply
     } catch (error) {
       // A reply came: it says what happened (a deadline passed, Redis out of memory, a bug).
       if (error instanceof Error && error.name === 'ReplyError') unavailable(error)
-      return await this.#outcome<T>(outcomeKey, deadline, error)
+      outcome = await this.#outcome<T>(outcomeKey, deadline, error)
+      // Found on a connection made again, whose WAIT counts only its own writes: this touch is one, and it follows
+      // the write on the primary's replication stream.
+      await this.#redis.pexpire(outcomeKey, OUTCOME_TTL_MS).catch(() => {})
+      await this.#replicated(this.#waitForReplicas())
+      return outcome
+    }
+    await this.#replicated(replicated)
+    return outcome
+  }
+
+  // Settles at once to what WAIT said or why it failed: it may fail while the script's reply is awaited.
+  #waitForReplicas (): Promise<number | { failed: unknown }> | undefined {
+    if (this.#replication.replicas === 0) return undefined
+    return this.#redis.wait(this.#replication.replicas, REPLICATION_WITHIN_MS).catch((error: unknown) => ({ failed: error }))
+  }
+
+  async #replicated (waiting: Promise<number | { failed: unknown }> | undefined): Promise<void> {
+    if (waiting === undefined) return
+    const { replicas, acknowledged } = this.#replication
+    const reached = await waiting
+    if (typeof reached !== 'number') {
+      throw new OutcomeUnknownError(`Redis: ${String(reached.failed)}; the write was done, and whether its replicas have it is unknown`, { cause: reached.failed })
+    }
+    acknowledged?.(reached)
+    if (reached < replicas) {
+      throw new OutcomeUnknownError(`Redis: the write was done, and ${reached} of the ${replicas} replicas asked for had it within ${REPLICATION_WITHIN_MS} ms: a failover may lose it`)
     }
   }
 

@@ -7,11 +7,13 @@ import t from 'tap'
 import { newUser } from '../../support/api.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
+import { COMMAND_TIMEOUT_MS } from '../../../src/store/redis/commands.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { build, buildTestApp, captureLogs } from '../../support/app.js'
-import { start } from '../../support/processes.js'
+import { failedStart, start } from '../../support/processes.js'
 import { until } from '../../support/wait.js'
-import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { ownRedis, redisKeyPrefix, redisSkip, sentinelDeployment } from '../../support/redis.js'
+import { freePort } from '../../../harness/net.js'
 
 const MIB = 1024 * 1024
 // The budget left to be derived, as an operator who sets none leaves it (the suite's Redis runs set one: a start
@@ -55,6 +57,58 @@ t.test('Redis without maxmemory or STORE_CAPACITY_MIB: a warning at start, and n
   t.teardown(() => { server.process.kill('SIGKILL') })
   t.match(logged(server.output(), 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound'), { level: 40 })
   t.match(logged(server.output(), 'room for accounts'), { budgetBytes: null, floors: null }, 'unbounded (JSON says Infinity as null)')
+})
+
+t.test('Sentinel: the server started from the environment writes to the primary the sentinels name, each write on a replica before its answer', { skip }, async (t) => {
+  const deployment = await sentinelDeployment(t)
+  await deployment.settled()
+  const keyPrefix = redisKeyPrefix(t)
+  const server = await start({ STORE: 'redis', REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const registered = await fetch(`${server.url}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser({ role: 'contributor' })) })
+  t.equal(registered.status, 201)
+  const [primary, ...replicas] = await Promise.all([deployment.primary(), ...deployment.servers].map(async (server) => {
+    const redis = new Redis((await server).url)
+    const users = await redis.hlen(redisKeys(keyPrefix).users)
+    redis.disconnect()
+    return users
+  }))
+  t.equal(primary, 1, 'on the primary')
+  t.ok(replicas.filter((users) => users === 1).length >= 2, 'and, when answered, on the primary and a replica at least')
+})
+
+t.test('Sentinel: with every sentinel silent when the connection is lost, the instance keeps asking them, and serves again once they answer', { skip }, async (t) => {
+  const deployment = await sentinelDeployment(t)
+  await deployment.settled()
+  const api = await build(t, { STORE: 'redis', REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const primary = new Redis((await deployment.primary()).url)
+  t.teardown(() => { primary.disconnect() })
+  deployment.signalSentinels('SIGSTOP')
+  t.teardown(() => { deployment.signalSentinels('SIGCONT') })
+  // Every connection but this one: the instance's, made again through the sentinels.
+  await primary.call('CLIENT', 'KILL', 'SKIPME', 'yes', 'TYPE', 'normal')
+  await until(() => !api.app.store.available())
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 503, 'unavailable meanwhile')
+  // Long enough for every sentinel to have been asked and timed out (1 s each), and the asking begun again.
+  await sleep(3 * COMMAND_TIMEOUT_MS + 500)
+  deployment.signalSentinels('SIGCONT')
+  await until(() => api.app.store.available())
+  t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'and serving again')
+})
+
+t.test('sentinels none of which answers stop the start with one line that names them, without a password', async (t) => {
+  const port = await freePort()
+  const { code, stderr } = await failedStart({
+    STORE: 'redis',
+    REDIS_URL: 'rediss://items:data-secret@127.0.0.1',
+    REDIS_SENTINELS: `127.0.0.1:${port}`,
+    REDIS_SENTINEL_PASSWORD: 'sentinel-secret',
+    LOG_LEVEL: 'silent'
+  })
+  t.equal(code, 1)
+  t.match(stderr, new RegExp(`Cannot connect to Redis at the primary 'mymaster' of the sentinels 127\\.0\\.0\\.1:${port}: All sentinels are unreachable`))
+  t.notMatch(stderr, /secret/)
 })
 
 t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget before Redis is full, and a light account writes', { skip }, async (t) => {
