@@ -139,7 +139,7 @@ export const variables = {
     type: 'integer',
     minimum: 0,
     defaultShown: '1 with `REDIS_SENTINELS`, else 0',
-    description: 'Replicas that must have a write (`WAIT`) before it is answered 2xx; one they have not within 500 ms is answered 504 `OUTCOME_UNKNOWN` (retriable under its `Idempotency-Key`), so that no answered write is lost at a failover.'
+    description: 'Replicas that must have a write (`WAIT`) before it is answered 2xx; one they have not within 500 ms is answered 504 `OUTCOME_UNKNOWN` (retriable under its `Idempotency-Key`) and the next 503 until enough replicas catch up, so that no answered write is lost at a failover.'
   },
   REDIS_KEY_PREFIX: { type: 'string', minLength: 1, default: 'items-service:', description: 'With `STORE=redis`: starts every key the service writes, so several deployments share one server.' },
   TRUST_PROXY: {

@@ -30,9 +30,11 @@ const CLAIM_LEASE_MS = 60_000
 // A claim whose release failed (the store out of reach, a failover under way) is freed again every RELEASE_RETRY_MS,
 // up to RELEASE_TRIES times in all (5 s: past a failover's few seconds), in the background: the retry its 503 or 504
 // asks for then finds the key free soon after the store is back, not at the lease's end. Each failed request's
-// claim is held that long at most.
+// claim is held that long at most, and at most PENDING_RELEASES are waiting to be tried again: past that (an outage
+// under a flood of keyed creates), a key is free again when its lease ends, as without the retries.
 const RELEASE_RETRY_MS = 250
 const RELEASE_TRIES = 20
+export const PENDING_RELEASES = 1024
 
 // The same body, whatever the order of its fields, has the same digest.
 const digestOf = (text: string): string => createHash('sha256').update(text).digest('base64url')
@@ -121,13 +123,17 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       done(error)
     })
   }
+  // Claims whose freeing failed and is to be tried again (at most PENDING_RELEASES), and the timers that will.
+  const pending = new Set<IdempotencyClaim>()
   const retries = new Set<NodeJS.Timeout>()
   const release = async (claim: IdempotencyClaim, log: FastifyBaseLogger, triesLeft: number): Promise<void> => {
-    await keys.release(claim).catch((err: unknown) => {
-      if (triesLeft === 1) {
+    await keys.release(claim).then(() => { pending.delete(claim) }, (err: unknown) => {
+      if (triesLeft === 1 || (!pending.has(claim) && pending.size >= PENDING_RELEASES)) {
+        pending.delete(claim)
         log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
         return
       }
+      pending.add(claim)
       const retry = setTimeout(() => {
         retries.delete(retry)
         void release(claim, log, triesLeft - 1)
@@ -150,6 +156,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
     stop: () => {
       for (const retry of retries) clearTimeout(retry)
       retries.clear()
+      pending.clear()
     }
   }
 }

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
+import { PENDING_RELEASES } from '../../src/pipeline/idempotency.js'
 import { type IdempotencyKeyStore, type ItemStore, OutcomeUnknownError, type Store, StoreUnavailableError } from '../../src/store/store.js'
 import { rateLimitItems } from '../support/api.js'
 import { build, captureLogs } from '../support/app.js'
@@ -205,6 +206,39 @@ t.test('a key whose freeing failed is freed again in the background: the retry t
   t.equal(answers[0], 'ITEM_QUOTA_EXCEEDED', 'refused past the quota of one, which frees its key')
   t.equal(answers.at(-1), 'ITEM_QUOTA_EXCEEDED', 'the retry runs again once the key is freed')
   t.ok(failures < 0, 'freed after two tries failed')
+})
+
+t.test('no more than PENDING_RELEASES keys wait to be freed again: past them, a key waits for its lease', async (t) => {
+  // Each key's first freeing fails; the tries again wait until the store is back.
+  const failedOnce = new Set<string>()
+  let back = (): void => {}
+  const storeBack = new Promise<void>((resolve) => { back = resolve })
+  const store = keysFailing({
+    release: (release) => async (claim) => {
+      if (!failedOnce.has(claim.key)) {
+        failedOnce.add(claim.key)
+        throw new StoreUnavailableError('Redis is unreachable')
+      }
+      await storeBack
+      await release(claim)
+    }
+  })
+  const { lines, logStream } = captureLogs()
+  const api = await build(t, { RATE_LIMIT: 'off', LOG_LEVEL: 'warn' }, { store, logStream })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const create = async (key: string): Promise<string> => (await api.call('createItem', { token: accessToken, body: { name: key }, headers: { 'idempotency-key': key } })).json().code ?? 'created'
+  t.equal(await create('first'), 'created')
+  const keys = Array.from({ length: PENDING_RELEASES + 1 }, (_, index) => `over the quota ${index}`)
+  const refused = new Set<string>()
+  for (const key of keys) refused.add(await create(key))
+  t.same([...refused], ['ITEM_QUOTA_EXCEEDED'], 'each refused past the quota of one, which frees its key')
+  t.equal(lines.filter((line) => line.includes('freeing an idempotency key failed')).length, 1, 'the one past the bound is left to its lease')
+  back()
+  const [firstKey, lastKey] = [keys[0]!, keys.at(-1)!]
+  const answers = [await create(firstKey)]
+  while (answers.at(-1) === 'IDEMPOTENCY_KEY_IN_USE') answers.push(await create(firstKey))
+  t.equal(answers.at(-1), 'ITEM_QUOTA_EXCEEDED', 'a key waiting to be freed again is freed once the store is back')
+  t.equal(await create(lastKey), 'IDEMPOTENCY_KEY_IN_USE', 'the one past the bound is held until its lease ends')
 })
 
 t.test('a claim whose outcome is unknown is freed as a failed request\'s is: the retry is not refused while its lease lasts', async (t) => {

@@ -87,8 +87,9 @@ export async function ownRedis (t: Test, settings: readonly string[] = []): Prom
   const own: OwnRedis = {
     url: `redis://127.0.0.1:${port}`,
     start: async () => {
-      // A replica loads what its primary sends without writing it to a file (in the working directory) first.
-      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
+      // A replica loads what its primary sends without writing it to a file (in the working directory) first; a
+      // primary sends it at once rather than waiting 5 s for more replicas to share the transfer.
+      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', '--repl-diskless-sync-delay', '0', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
       server = child
       let output = ''
       await new Promise<void>((resolve, reject) => {
@@ -115,6 +116,20 @@ export async function ownRedis (t: Test, settings: readonly string[] = []): Prom
 }
 
 /**
+ * Until `replicas` replicas of the primary at `url` acknowledge a write: a replica whose link is up is counted by
+ * WAIT only once the primary has its first acknowledgement (up to a second later).
+ */
+export async function untilReplicated (url: string, replicas = 1): Promise<void> {
+  const primary = new Redis(url)
+  try {
+    do await primary.incr('test:replicated')
+    while (await primary.wait(replicas, 100) < replicas)
+  } finally {
+    primary.disconnect()
+  }
+}
+
+/**
  * A Sentinel deployment of the test's own: a primary, three replicas and three sentinels (quorum 2) on free ports,
  * with Sentinel's timings short (a primary silent for SENTINEL_DOWN_AFTER_MS is down). Three replicas, so that after
  * a primary killed and one paused, one is left to acknowledge writes while the paused one comes back (Sentinel makes
@@ -133,7 +148,7 @@ export interface SentinelDeployment {
   switched: () => Promise<{ announced: Promise<number> }>
   /** Sends every sentinel a signal: SIGSTOP silences them all (until SIGCONT). */
   signalSentinels: (signal: NodeJS.Signals) => void
-  /** How many connections each sentinel has (from the others, the test's and the service's). */
+  /** How many connections each sentinel has, but for the other sentinels' (the test's and the service's). */
   connections: () => Promise<number[]>
   /** Runs a command on the first sentinel. */
   ask: (...args: string[]) => Promise<unknown>
@@ -213,7 +228,8 @@ export async function sentinelDeployment (t: Test): Promise<SentinelDeployment> 
     },
     ask,
     signalSentinels: (signal) => { for (const child of processes) child.kill(signal) },
-    connections: async () => await Promise.all(clients.map(async (client) => Number(/connected_clients:(\d+)/.exec(await client.info('clients'))?.[1]))),
+    // Each sentinel's links to the others (named sentinel-…) come up in their own time: not counted.
+    connections: async () => await Promise.all(clients.map(async (client) => (await client.client('LIST') as string).split('\n').filter((line) => line !== '' && !line.includes(' name=sentinel-')).length)),
     settled: async () => {
       for (;;) {
         const port = await primaryPortNow()

@@ -221,7 +221,14 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   let closed = false
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,
-    replication: { replicas: options.replicasToAcknowledge ?? 0, ...(options.observeReplication === undefined ? {} : { acknowledged: options.observeReplication.acknowledged }) }
+    replication: {
+      replicas: options.replicasToAcknowledge ?? 0,
+      ...(options.observeReplication === undefined ? {} : { acknowledged: options.observeReplication.acknowledged }),
+      shortOfReplicas: (short) => {
+        if (short) options.logger.warn({ replicasToAcknowledge: options.replicasToAcknowledge }, 'fewer Redis replicas than REDIS_REPLICAS_TO_ACKNOWLEDGE had a write: writes are refused (503) until enough are in sync')
+        else options.logger.info('enough Redis replicas are in sync again: writes are taken')
+      }
+    }
   })
   const users = new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS)
   return {

@@ -15,12 +15,26 @@ export const OUTCOME_WITHIN_MS = 5_000
 const ASK_EVERY_MS = 50
 // How long a write waits for its replicas: within COMMAND_TIMEOUT_MS, with room for the script before it.
 export const REPLICATION_WITHIN_MS = 500
+// While writes are refused for want of replicas, how often Redis is asked whether they are back.
+export const REPLICAS_PROBED_EVERY_MS = 250
+
+/** What INFO replication says of a primary: its replication stream, how far it is, and how far each online replica has acknowledged it. */
+export function replicationOf (info: string): { stream: string, offset: number, replicas: number[] } {
+  const field = (name: string): string => new RegExp(`^${name}:(\\S*)`, 'm').exec(info)?.[1] ?? ''
+  const replicas = [...info.matchAll(/^slave\d+:.*\bstate=online,.*\boffset=(\d+)/gm)].map(([, offset]) => Number(offset))
+  return { stream: field('master_replid'), offset: Number(field('master_repl_offset')), replicas }
+}
 
 /** How many replicas a write must reach before it is answered, and who is told how many did. */
 export interface Replication {
   readonly replicas: number
-  /** Told, after each write, how many replicas had it within REPLICATION_WITHIN_MS (at least `replicas` is enough). */
+  /**
+   * Told, after each write, how many replicas had it within REPLICATION_WITHIN_MS (at least `replicas` is enough),
+   * and while writes are refused for want of them, how many are in sync.
+   */
   readonly acknowledged?: (replicas: number) => void
+  /** Told when writes start being refused for want of replicas, and when they are taken again. */
+  readonly shortOfReplicas?: (short: boolean) => void
 }
 
 /**
@@ -70,6 +84,10 @@ function asReply (value: unknown): unknown {
  * record once Redis's clock has passed the write's deadline means the write did not run and never will: a
  * StoreUnavailableError (503, nothing was done). Redis still unreachable after OUTCOME_WITHIN_MS: an
  * OutcomeUnknownError, which the client resolves by retrying with its Idempotency-Key, or by reading.
+ *
+ * WAIT holds the connection it is sent on, and every command queued behind it, reads included, until the replicas
+ * answer or REPLICATION_WITHIN_MS passes. So once a write has found fewer replicas than asked for, the next are
+ * refused before they are sent (StoreUnavailableError: nothing was done), until INFO shows enough replicas in sync.
  */
 export class RedisWrites {
   readonly #redis: Redis
@@ -77,6 +95,13 @@ export class RedisWrites {
   readonly #outcomeFamily: string
   readonly #withinMs: number
   readonly #replication: Replication
+  #shortOfReplicas = false
+  // Where the primary's stream was when replicas were first probed for: a replica that has acknowledged it since has
+  // every write refused meanwhile and the one that found it missing. (A lag in INFO would call a replica silent for
+  // under a second in sync.)
+  #catchUpTo: { stream: string, offset: number } | undefined
+  #probedAt = -Infinity
+  #probing = false
 
   constructor (redis: Redis, clock: RedisClock, outcomeFamily: string, { withinMs = OUTCOME_WITHIN_MS, replication = { replicas: 0 } }: { withinMs?: number | undefined, replication?: Replication | undefined } = {}) {
     this.#redis = redis
@@ -93,6 +118,10 @@ export class RedisWrites {
   async run<T> (send: (deadline: number, outcomeKey: string) => Promise<T>): Promise<T> {
     // The client sends nothing while it is not ready: nothing is done.
     if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`Redis: the connection is ${this.#redis.status}; nothing was sent`)
+    if (this.#shortOfReplicas) {
+      this.#probeReplicas()
+      throw new StoreUnavailableError(`Redis: fewer than the ${this.#replication.replicas} replicas asked for are in sync; nothing was sent`)
+    }
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
     const reply = send(deadline, outcomeKey)
@@ -131,8 +160,32 @@ export class RedisWrites {
     }
     acknowledged?.(reached)
     if (reached < replicas) {
+      this.#short(true)
       throw new OutcomeUnknownError(`Redis: the write was done, and ${reached} of the ${replicas} replicas asked for had it within ${REPLICATION_WITHIN_MS} ms: a failover may lose it`)
     }
+  }
+
+  #short (short: boolean): void {
+    if (this.#shortOfReplicas === short) return
+    this.#shortOfReplicas = short
+    this.#catchUpTo = undefined
+    this.#replication.shortOfReplicas?.(short)
+  }
+
+  // One INFO at a time, at most every REPLICAS_PROBED_EVERY_MS, started by the writes it refuses: nothing to stop.
+  #probeReplicas (): void {
+    if (this.#probing || performance.now() - this.#probedAt < REPLICAS_PROBED_EVERY_MS) return
+    this.#probing = true
+    this.#probedAt = performance.now()
+    this.#redis.info('replication').then((info) => {
+      const { stream, offset, replicas } = replicationOf(info)
+      // Another stream is another primary (a failover): its offsets are its own.
+      if (this.#catchUpTo?.stream !== stream) this.#catchUpTo = { stream, offset }
+      const mark = this.#catchUpTo.offset
+      const caughtUp = replicas.filter((acknowledged) => acknowledged >= mark).length
+      this.#replication.acknowledged?.(caughtUp)
+      if (caughtUp >= this.#replication.replicas) this.#short(false)
+    }, () => {}).finally(() => { this.#probing = false })
   }
 
   async #outcome<T> (outcomeKey: string, deadline: number, lost: unknown): Promise<T> {

@@ -12,12 +12,12 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
 import { COMMAND_TIMEOUT_MS } from '../../../src/store/redis/commands.js'
-import { OUTCOME_WITHIN_MS } from '../../../src/store/redis/writes.js'
+import { OUTCOME_WITHIN_MS, REPLICAS_PROBED_EVERY_MS } from '../../../src/store/redis/writes.js'
 import { freePort } from '../../../harness/net.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
-import { ownRedis, redisSkip, type SentinelDeployment, sentinelDeployment } from '../../support/redis.js'
+import { ownRedis, redisSkip, type SentinelDeployment, sentinelDeployment, untilReplicated } from '../../support/redis.js'
 
 const skip = await redisSkip()
 // The longest any request may take: a command's timeout, then the time a write waits to learn what it did
@@ -124,25 +124,21 @@ interface Instance {
   lines: string[]
 }
 
-// An instance started from the environment an operator gives it.
-async function instance (t: Test, deployment: SentinelDeployment, keyPrefix: string): Promise<Instance> {
+// An instance started from the environment an operator gives it: the store's settings, beside those of the test.
+async function instance (t: Test, store: Record<string, string>): Promise<Instance> {
   const opsPort = await freePort()
   const { lines, logStream } = captureLogs()
-  const api = await build(t, {
-    ...env,
-    STORE: 'redis',
-    REDIS_URL: 'redis://127.0.0.1',
-    REDIS_SENTINELS: deployment.sentinels,
-    REDIS_SENTINEL_NAME: deployment.name,
-    REDIS_KEY_PREFIX: keyPrefix,
-    OPS_PORT: String(opsPort),
-    LOG_LEVEL: 'warn'
-  }, { logStream })
+  const api = await build(t, { ...env, STORE: 'redis', ...store, OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
   const metric = async (name: string): Promise<number> => {
     const text = await (await fetch(`http://127.0.0.1:${opsPort}/metrics`)).text()
     return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1])
   }
   return { api, metric, lines }
+}
+
+// The settings of an instance that follows the deployment's primary.
+function following (deployment: SentinelDeployment, keyPrefix: string): Record<string, string> {
+  return { REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix }
 }
 
 // A killed server's port, held by the test until it ends: a server another test started there would be taken by the
@@ -160,7 +156,7 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
   await deployment.settled()
   const keyPrefix = `items-failover:${randomUUID()}:`
   const sentinelConnections = await deployment.connections()
-  const instances = [await instance(t, deployment, keyPrefix), await instance(t, deployment, keyPrefix)]
+  const instances = [await instance(t, following(deployment, keyPrefix)), await instance(t, following(deployment, keyPrefix))]
   const apis = instances.map(({ api }) => api)
   const { accessToken: reader } = await apis[0]!.register({ role: 'contributor' })
   const readItem = await apis[0]!.createItem(reader)
@@ -227,7 +223,7 @@ t.test('without replication before the answer, a write acknowledged just before 
     const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
     const promoted = new Redis(replica.url)
     t.teardown(() => { promoted.disconnect() })
-    while (!/master_link_status:up/.test(await promoted.info('replication'))) await sleep(20)
+    await untilReplicated(primary.url)
     const keyPrefix = `items-promotion:${randomUUID()}:`
     const api = await build(t, { ...env, STORE: 'redis', REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: String(replicas) })
     const { accessToken } = await api.register({ role: 'contributor' })
@@ -246,4 +242,53 @@ t.test('without replication before the answer, a write acknowledged just before 
       t.equal(late.json<Schemas['ErrorResponse']>().code, 'OUTCOME_UNKNOWN')
     }
   }
+})
+
+// A replica gone silent: each write would hold the shared connection, and every read queued behind it, for
+// REPLICATION_WITHIN_MS. Once a write has found too few replicas, the next are refused before they are sent, until
+// the replicas are seen in sync again.
+t.test('a primary short of replicas refuses writes without sending them, and takes them again once a replica is back', { skip }, async (t) => {
+  const primary = await ownRedis(t)
+  const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
+  const direct = new Redis(primary.url)
+  t.teardown(() => { direct.disconnect() })
+  await untilReplicated(primary.url)
+  const keyPrefix = `items-short:${randomUUID()}:`
+  const { api, metric, lines } = await instance(t, { REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const replicated = await api.createItem(accessToken, { name: 'replicated' })
+  replica.signal('SIGSTOP')
+  t.teardown(() => { replica.signal('SIGCONT') })
+  const first = await api.call('createItem', { token: accessToken, body: { name: 'the first after the replica fell silent' } })
+  t.equal(first.statusCode, 504, 'the first write: done on the primary, no replica had it')
+  const waitsSent = async (): Promise<number> => Number(/cmdstat_wait:calls=(\d+)/.exec(await direct.info('commandstats'))?.[1])
+  const items = async (): Promise<number> => await direct.hlen(redisKeys(keyPrefix).items)
+  const [waitsBefore, itemsBefore] = [await waitsSent(), await items()]
+  const refused = await Promise.all(Array.from({ length: 10 }, async (_, index) => await api.call('createItem', { token: accessToken, body: { name: `refused ${index}` } })))
+  t.same(refused.map(({ statusCode, headers }) => [statusCode, headers['retry-after'] !== undefined]), Array.from({ length: 10 }, () => [503, true]), 'the next are refused at once, with Retry-After')
+  t.same([await waitsSent(), await items()], [waitsBefore, itemsBefore], 'none was sent: nothing written, no WAIT holding the connection and the reads behind it')
+  t.equal((await api.call('getItem', { token: accessToken, params: { itemId: replicated.id } })).statusCode, 200, 'reads are served')
+  // Each refused write may ask Redis whether the replicas are back: until one has asked, the metric is the first write's count.
+  const meanwhile = new Set<number>()
+  while (await metric('items_service_redis_replicas_acknowledging') !== 0 || meanwhile.size === 0) {
+    meanwhile.add((await api.call('createItem', { token: accessToken, body: { name: 'while the replica is silent' } })).statusCode)
+    await sleep(100)
+  }
+  t.same([...meanwhile], [503], 'refused for as long as the replica is silent, and the metric says none is in sync')
+  // The primary silent too, past the time between two asks: the next refused write's ask goes unanswered.
+  await sleep(REPLICAS_PROBED_EVERY_MS)
+  primary.signal('SIGSTOP')
+  t.equal((await api.call('createItem', { token: accessToken, body: { name: 'while Redis is silent' } })).statusCode, 503)
+  while (!lines.some((line) => line.includes('Redis is unreachable'))) await sleep(50)
+  primary.signal('SIGCONT')
+  replica.signal('SIGCONT')
+  const statuses = new Set<number>()
+  for (;;) {
+    const { statusCode } = await api.call('createItem', { token: accessToken, body: { name: 'once the replica is back' } })
+    statuses.add(statusCode)
+    if (statusCode !== 503) break
+    await sleep(50)
+  }
+  t.same([...statuses].filter((status) => status !== 503), [201], 'refused until the replica is in sync again, then made')
+  t.equal(await metric('items_service_redis_replicas_acknowledging'), 1)
 })
