@@ -1,10 +1,10 @@
-// Writes the README's configuration table from src/environment.ts, between its markers; test/config.test.ts fails
+// Writes the README's configuration table from src/config/environment.ts, between its markers; test/config/config.test.ts fails
 // when the README's table is not the schema's.
 import { readFileSync, writeFileSync } from 'node:fs'
-import { configurationTable } from '../src/environment.js'
+import { configurationTable } from '../src/config/environment.js'
 
 export const README = 'README.md'
-export const TABLE_START = '<!-- configuration table: npm run docs:config writes it from src/environment.ts -->'
+export const TABLE_START = '<!-- configuration table: npm run docs:config writes it from src/config/environment.ts -->'
 export const TABLE_END = '<!-- end of configuration table -->'
 
 /** The README with its configuration table replaced by the schema's. */

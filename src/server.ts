@@ -2,7 +2,7 @@
 import './runtime/tick-object-pin.js'
 import closeWithGrace from 'close-with-grace'
 import type { FastifyInstance } from 'fastify'
-import { type AppConfig, loadConfig } from './config.js'
+import { type AppConfig, loadConfig } from './config/config.js'
 import { ListenError } from './errors.js'
 
 let config: AppConfig
@@ -14,8 +14,8 @@ try {
 }
 
 // Before the rest of the service loads, so that its instrumentations see the modules they patch load.
-const tracing = config.tracing === undefined ? undefined : (await import('./tracing.js')).startTracing(config.tracing)
-const { buildApp } = await import('./app.js')
+const tracing = config.tracing === undefined ? undefined : (await import('./app/tracing.js')).startTracing(config.tracing)
+const { buildApp } = await import('./app/app.js')
 
 let app: FastifyInstance
 try {

@@ -1,9 +1,9 @@
 // Embedding: another project builds the service with a few typed settings, or registers it as a plugin
 // (test/production.test.ts installs the packed package into another project).
 import t from 'tap'
-import { buildApp } from '../src/app.js'
-import { type AppSettings, loadConfig } from '../src/config.js'
-import { itemsService } from '../src/service.js'
+import { buildApp } from '../src/app/app.js'
+import { type AppSettings, loadConfig } from '../src/config/config.js'
+import { itemsService } from '../src/app/service.js'
 import { captureLogs, testEnvironment } from './support/app.js'
 
 t.test('buildApp takes any part of the configuration; the rest keeps its default', async (t) => {

@@ -5,7 +5,7 @@
 // Lua, src/store/redis/capacity.ts, on a budget of two thirds of it). Prints, per store, the floors, and when a
 // quarter, half, all but one and every floor were reserved.
 import { randomUUID } from 'node:crypto'
-import { loadConfig } from '../../src/config.js'
+import { loadConfig } from '../../src/config/config.js'
 import { heapUsedLimit } from '../../src/runtime/heap.js'
 import { floorsAllowed } from '../../src/store/capacity.js'
 import { MemoryCapacity } from '../../src/store/memory/capacity.js'

@@ -1,4 +1,4 @@
-import type { Role } from '../domain.js'
+import type { Role } from '../domain/index.js'
 
 /** Who is calling: set by authentication on every protected route. The role is read from the store. */
 export interface Principal {

@@ -4,8 +4,8 @@ import { emailKey } from '../auth/email.js'
 import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
-import { newUser } from '../records.js'
-import type { User } from '../domain.js'
+import { newUser } from '../domain/records.js'
+import type { User } from '../domain/index.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']

@@ -1,7 +1,7 @@
 import type { RawReplyDefaultExpression, RawRequestDefaultExpression, RawServerDefault, RouteHandlerMethod } from 'fastify'
 import type { operations } from '../../generated/openapi.js'
 import type { DefaultedParameters, RouteOperationId as OperationId } from '../../generated/routes.js'
-import type { Serialized } from '../serialized.js'
+import type { Serialized } from '../domain/serialized.js'
 
 /** What openapi-typescript generates for one operation. */
 interface OperationTypes {

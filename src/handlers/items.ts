@@ -1,8 +1,8 @@
 import type { Principal } from '../auth/principal.js'
 import { forbidden, itemQuotaExceeded, notFound, preconditionFailed } from '../errors.js'
-import { newItem } from '../records.js'
-import { serializedItemList, TEXT } from '../serialized.js'
-import type { Item } from '../domain.js'
+import { newItem } from '../domain/records.js'
+import { serializedItemList, TEXT } from '../domain/serialized.js'
+import type { Item } from '../domain/index.js'
 import { isoTimestamp } from '../runtime/timestamps.js'
 import type { Handler } from './handler.js'
 import { entityTag, itemLocation } from './item-fields.js'
@@ -32,7 +32,7 @@ function nextTimestamp (previous: string): string {
   return now > previous ? now : isoTimestamp(Date.parse(previous) + 1)
 }
 
-// Items are sent as the texts the store keeps (src/serialized.ts), which Fastify sends as they are once told they
+// Items are sent as the texts the store keeps (src/domain/serialized.ts), which Fastify sends as they are once told they
 // are JSON.
 const JSON_CONTENT = 'application/json; charset=utf-8'
 

@@ -1,7 +1,7 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
 import { InvalidRequestError, notFound } from '../errors.js'
-import { itemFields } from '../serialized.js'
+import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import type { ContractHandler } from './handler.js'
 

@@ -4,12 +4,12 @@ import type { FastifyRequest, onRequestHookHandler } from 'fastify'
 import type { Principal } from '../auth/principal.js'
 import type { AccessTokenClaims } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
-import type { Session, User } from '../domain.js'
+import type { Session, User } from '../domain/index.js'
 import { type ApiError, unauthorized } from '../errors.js'
 import { randomUuid } from '../runtime/uuid.js'
 import type { Store } from '../store/store.js'
 import type { ContractRoute, StepFor } from './step.js'
-import type { Metrics } from '../metrics.js'
+import type { Metrics } from '../observability/metrics.js'
 
 const BEARER = /^Bearer[ ]+(\S*)$/i
 

@@ -1,7 +1,7 @@
 import type { onSendHookHandler } from 'fastify'
 import type { RouteDefinition } from '../../generated/routes.js'
 import type { RouteStep } from './step.js'
-import type { CounterMetric, Metrics } from '../metrics.js'
+import type { CounterMetric, Metrics } from '../observability/metrics.js'
 
 /** What the step reads of a route: any contract's (the public one's, the operations API's, a fixture's). */
 type DeprecatedRoute = Pick<RouteDefinition, 'deprecation'> & { readonly operationId: string }

@@ -3,10 +3,10 @@ import type { FastifyInstance, RouteHandlerMethod } from 'fastify'
 import fp from 'fastify-plugin'
 import { routes } from '../../generated/routes.js'
 import { operationValidators } from '../../generated/validators.js'
-import type { AppConfig } from '../config.js'
+import type { AppConfig } from '../config/config.js'
 import type { Handlers } from '../handlers/handler.js'
 import { ITEM_FIELDS } from '../handlers/item-fields.js'
-import { contractSerializer, type ContractSerializer } from '../serialized.js'
+import { contractSerializer, type ContractSerializer } from '../domain/serialized.js'
 import { authentication, bearerAuth } from './authentication.js'
 import { deprecationStep } from './deprecation.js'
 import { idempotency } from './idempotency.js'
@@ -120,7 +120,7 @@ interface RoutesPluginOptions {
  * order, each a capability's, made once per route from what the operation declares in the contract (docs/contract.md
  * lists each operation's). Before them, on every request (a contract route's or not), the service's own `onRequest`
  * hooks, which no step can stand for, since they serve the requests no route has (a 404, a CORS preflight) too:
- * the request's span (src/plugins/external/tracing.ts), the request id and nosniff (src/service.ts), the
+ * the request's span (src/plugins/external/tracing.ts), the request id and nosniff (src/app/service.ts), the
  * connection's tracking for shutdown (src/plugins/app/shutdown.ts), CORS (src/plugins/external/cors.ts).
  *
  *  0. deprecation            onSend      `deprecated: true`: Deprecation, Sunset and Link on every response, calls counted

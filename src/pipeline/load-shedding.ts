@@ -1,10 +1,10 @@
 import { getHeapStatistics } from 'node:v8'
 import type { FastifyBaseLogger } from 'fastify'
-import type { AppConfig } from '../config.js'
+import type { AppConfig } from '../config/config.js'
 import { serviceUnavailable } from '../errors.js'
 import { heapUsedLimit } from '../runtime/heap.js'
 import type { RouteStep, StepFor } from './step.js'
-import type { Metrics } from '../metrics.js'
+import type { Metrics } from '../observability/metrics.js'
 
 /** What the step reads of the process's load, sampled elsewhere (src/plugins/external/under-pressure.ts). */
 export interface LoadReadings {

@@ -1,11 +1,11 @@
 import type { FastifyReply, FastifyRequest, onRequestHookHandler, onResponseHookHandler, onSendHookHandler } from 'fastify'
 import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
-import type { AppConfig, RateLimit } from '../config.js'
+import type { AppConfig, RateLimit } from '../config/config.js'
 import { ApiError, rateLimited } from '../errors.js'
 import type { Counted, Store } from '../store/store.js'
 import type { StepFor } from './step.js'
-import type { Metrics } from '../metrics.js'
+import type { Metrics } from '../observability/metrics.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

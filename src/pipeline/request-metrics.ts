@@ -1,5 +1,5 @@
 import type { onResponseHookHandler } from 'fastify'
-import type { DurationSeries, Metrics } from '../metrics.js'
+import type { DurationSeries, Metrics } from '../observability/metrics.js'
 import { contractPath, type StepFor } from './step.js'
 
 /**

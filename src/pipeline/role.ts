@@ -1,5 +1,5 @@
 import type { onRequestHookHandler } from 'fastify'
-import type { Role } from '../domain.js'
+import type { Role } from '../domain/index.js'
 import { forbidden } from '../errors.js'
 import type { StepFor } from './step.js'
 

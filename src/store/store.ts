@@ -1,8 +1,8 @@
-import type { Item, ItemStatus, Session, User } from '../domain.js'
-import type { ItemText, StoredItem } from '../serialized.js'
+import type { Item, ItemStatus, Session, User } from '../domain/index.js'
+import type { ItemText, StoredItem } from '../domain/serialized.js'
 import type { CapacityReading } from './capacity.js'
 
-export type { ItemText, StoredItem } from '../serialized.js'
+export type { ItemText, StoredItem } from '../domain/serialized.js'
 export type RefreshOutcome =
   | { readonly status: 'rotated', readonly session: Session }
   /** The token was replaced before and is presented again out of the leeway: its session has been revoked. */

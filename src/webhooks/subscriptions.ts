@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { channels as CHANNELS } from '../../generated/routes.js'
-import { parseJson } from '../json-text.js'
-import { isPlainObject } from '../plain-object.js'
+import { parseJson } from '../runtime/json-text.js'
+import { isPlainObject } from '../runtime/plain-object.js'
 
 export type Channel = typeof CHANNELS[number]
 

@@ -1,9 +1,9 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Delivery, Outbox } from '../store/store.js'
-import type { TraceContext } from '../trace-context.js'
+import type { TraceContext } from '../observability/trace-context.js'
 import { type AttemptOutcome, WebhookSender } from './sender.js'
 import { subscriberName, type Subscription } from './subscriptions.js'
-import type { CounterMetric, HistogramMetric } from '../metrics.js'
+import type { CounterMetric, HistogramMetric } from '../observability/metrics.js'
 
 // Attempts in progress per subscriber at most, and connections in its pool.
 const CONCURRENT_PER_SUBSCRIBER = 32

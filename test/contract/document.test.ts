@@ -7,7 +7,7 @@ import { routes as operationsRoutes } from '../../generated/operations/routes.js
 import { routes } from '../../generated/routes.js'
 import { findDrift } from '../../scripts/generate.js'
 import { CURRENT_VERSION_SAID } from '../../scripts/release.js'
-import { loadConfig } from '../../src/config.js'
+import { loadConfig } from '../../src/config/config.js'
 import { contractOperations } from '../support/contract-checks.js'
 
 const run = promisify(execFile)

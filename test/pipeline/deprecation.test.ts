@@ -8,7 +8,7 @@ import { parse } from 'yaml'
 import { routes } from '../../generated/routes.js'
 import { routeTableOf } from '../../scripts/generate/route-table.js'
 import { deprecationStep } from '../../src/pipeline/deprecation.js'
-import { prometheusMetrics } from '../../src/prometheus.js'
+import { prometheusMetrics } from '../../src/observability/prometheus.js'
 
 const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as { paths: Record<string, Record<string, Record<string, unknown>>> }
 

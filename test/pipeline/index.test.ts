@@ -4,8 +4,8 @@ import { readFile } from 'node:fs/promises'
 import Fastify from 'fastify'
 import t from 'tap'
 import { routes } from '../../generated/routes.js'
-import { loadConfig } from '../../src/config.js'
-import { itemsService } from '../../src/service.js'
+import { loadConfig } from '../../src/config/config.js'
+import { itemsService } from '../../src/app/service.js'
 import { testEnvironment } from '../support/app.js'
 
 async function pipelines (env: NodeJS.ProcessEnv): Promise<Map<string, readonly string[]>> {

@@ -1,9 +1,9 @@
 import Fastify from 'fastify'
 import t from 'tap'
 import { routes } from '../../generated/routes.js'
-import { loadConfig } from '../../src/config.js'
+import { loadConfig } from '../../src/config/config.js'
 import { enforceResponseContract, findResponseViolation } from '../../src/pipeline/response-contract.js'
-import { storedItem } from '../../src/serialized.js'
+import { storedItem } from '../../src/domain/serialized.js'
 import { build, captureLogs } from '../support/app.js'
 import { INTERNAL_ERROR_BODY } from '../../src/errors.js'
 

@@ -6,7 +6,7 @@ import { createPasswords, type Passwords, type QueueObserver } from '../../auth/
 import { PerKeyQueue } from '../../auth/per-key-queue.js'
 import type { Principal } from '../../auth/principal.js'
 import { type AccessTokenClaims, Tokens } from '../../auth/tokens.js'
-import type { AppConfig } from '../../config.js'
+import type { AppConfig } from '../../config/config.js'
 
 declare module '@fastify/jwt' {
   interface FastifyJWT {

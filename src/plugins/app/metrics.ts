@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import { type Metrics, UNREAD_METRICS } from '../../metrics.js'
+import { type Metrics, UNREAD_METRICS } from '../../observability/metrics.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -19,7 +19,7 @@ interface MetricsPluginOptions {
 
 /** Decorates the app with its metrics: prom-client's while they are exposed, ones that keep nothing otherwise. */
 async function metricsPlugin (app: FastifyInstance, options: MetricsPluginOptions): Promise<void> {
-  app.decorate('metrics', options.exposed ? (await import('../../prometheus.js')).prometheusMetrics() : UNREAD_METRICS)
+  app.decorate('metrics', options.exposed ? (await import('../../observability/prometheus.js')).prometheusMetrics() : UNREAD_METRICS)
 }
 
 export default fp(metricsPlugin, { name: 'metrics' })

@@ -3,7 +3,7 @@ import type { Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { AppConfig } from '../../config.js'
+import type { AppConfig } from '../../config/config.js'
 
 declare module 'fastify' {
   interface FastifyInstance {

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { StoreConfig } from '../../config.js'
+import type { StoreConfig } from '../../config/config.js'
 import { heapUsedLimit } from '../../runtime/heap.js'
 import { floorsAllowed, sharedPart } from '../../store/capacity.js'
 import { createMemoryStore } from '../../store/memory/index.js'

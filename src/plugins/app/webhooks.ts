@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { WebhooksConfig } from '../../config.js'
+import type { WebhooksConfig } from '../../config/config.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../store/rules.js'
 import type { DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
 

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyPluginAsync } from 'fastify'
 import fp from 'fastify-plugin'
-import type { TraceContext } from '../../trace-context.js'
+import type { TraceContext } from '../../observability/trace-context.js'
 
-/** The process's tracer, as src/tracing.ts starts it. */
+/** The process's tracer, as src/app/tracing.ts starts it. */
 export interface Tracing extends TraceContext {
   /** Gives each request a span; registered before the routes. */
   instrument: FastifyPluginAsync

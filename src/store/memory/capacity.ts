@@ -1,5 +1,5 @@
-import type { Item, User } from '../../domain.js'
-import { type StoredItem, TEXT } from '../../serialized.js'
+import type { Item, User } from '../../domain/index.js'
+import { type StoredItem, TEXT } from '../../domain/serialized.js'
 import { type CapacityBounds, type CapacityReading, floorsKept, type RegistrationPace, sharedPart, takeRegistration } from '../capacity.js'
 import { RegistrationPacedError, StoreFullError } from '../store.js'
 

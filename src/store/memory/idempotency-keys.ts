@@ -1,5 +1,5 @@
-import type { Item } from '../../domain.js'
-import { storedItem } from '../../serialized.js'
+import type { Item } from '../../domain/index.js'
+import { storedItem } from '../../domain/serialized.js'
 import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
 

@@ -1,5 +1,5 @@
-import { storedItem } from '../../serialized.js'
-import type { Item } from '../../domain.js'
+import { storedItem } from '../../domain/serialized.js'
+import type { Item } from '../../domain/index.js'
 import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem } from '../store.js'
 import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'

@@ -1,5 +1,5 @@
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
-import type { Session } from '../../domain.js'
+import type { Session } from '../../domain/index.js'
 import type { RefreshOutcome, SessionStore } from '../store.js'
 import { type MemoryCapacity, sessionBytes } from './capacity.js'
 

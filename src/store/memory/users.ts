@@ -1,4 +1,4 @@
-import type { User } from '../../domain.js'
+import type { User } from '../../domain/index.js'
 import { IdTakenError, type UserStore } from '../store.js'
 import { type MemoryCapacity, userBytes } from './capacity.js'
 

@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import type { User } from '../../domain.js'
+import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'

@@ -1,5 +1,4 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import type { RedisSentinel } from '../../config-values.js'
 import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
@@ -19,6 +18,14 @@ import { RedisWrites, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
 export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
+
+/** A deployment's sentinels, and the name they monitor the primary under. */
+export interface RedisSentinel {
+  sentinels: Array<{ host: string, port: number }>
+  name: string
+  /** The sentinels' own password. */
+  password: string | undefined
+}
 
 /** What the store says about its connection; the store plugin logs it. */
 export interface RedisStoreLogger {

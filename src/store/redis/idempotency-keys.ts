@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import { storedItem } from '../../serialized.js'
-import type { Item } from '../../domain.js'
+import { storedItem } from '../../domain/serialized.js'
+import type { Item } from '../../domain/index.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
-import { type ItemText, keptItemText, storedItem, TEXT } from '../../serialized.js'
-import type { Item } from '../../domain.js'
+import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
+import type { Item } from '../../domain/index.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'

@@ -1,4 +1,4 @@
-import type { Item } from '../../domain.js'
+import type { Item } from '../../domain/index.js'
 import type { ItemFilter } from '../store.js'
 
 /**

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
-import type { Session } from '../../domain.js'
+import type { Session } from '../../domain/index.js'
 import type { RefreshOutcome, SessionStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Redis } from 'ioredis'
 import { FifoMap } from 'toad-cache'
-import type { Session } from '../../domain.js'
+import type { Session } from '../../domain/index.js'
 
 /** How often an instance proves both its connections alive, and how long it trusts them without a proof. */
 export interface Heartbeat {

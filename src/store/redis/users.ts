@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
-import type { User } from '../../domain.js'
+import type { User } from '../../domain/index.js'
 import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, type Refusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'

@@ -20,7 +20,7 @@ export const REPLICAS_PROBED_EVERY_MS = 250
 
 /** What INFO replication says of a primary: its replication stream, how far it is, and how far each online replica has acknowledged it. */
 export function replicationOf (info: string): { stream: string, offset: number, replicas: number[] } {
-  const field = (name: string): string => new RegExp(`^${name}:(\\S*)`, 'm').exec(info)?.[1] ?? ''
+  const field = (name: string): string => String(new RegExp(`^${name}:(\\S*)`, 'm').exec(info)?.[1])
   const replicas = [...info.matchAll(/^slave\d+:.*\bstate=online,.*\boffset=(\d+)/gm)].map(([, offset]) => Number(offset))
   return { stream: field('master_replid'), offset: Number(field('master_repl_offset')), replicas }
 }
@@ -165,8 +165,8 @@ export class RedisWrites {
     }
   }
 
+  // Writes in flight together may each find too few replicas: each says so.
   #short (short: boolean): void {
-    if (this.#shortOfReplicas === short) return
     this.#shortOfReplicas = short
     this.#catchUpTo = undefined
     this.#replication.shortOfReplicas?.(short)

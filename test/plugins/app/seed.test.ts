@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t, { type Test } from 'tap'
-import { loadConfig } from '../../../src/config.js'
+import { loadConfig } from '../../../src/config/config.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { type Schemas } from '../../support/api.js'
 import { build, buildTestApp, captureLogs } from '../../support/app.js'

@@ -2,8 +2,8 @@
 import type { CapacityBounds } from '../../../src/store/capacity.js'
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import type { Item, User } from '../../../src/domain.js'
-import { type ItemText, itemFields } from '../../../src/serialized.js'
+import type { Item, User } from '../../../src/domain/index.js'
+import { type ItemText, itemFields } from '../../../src/domain/serialized.js'
 import type { Announcement, Counted, ItemPage, OutboxEvent, Store } from '../../../src/store/store.js'
 
 export interface OpenStoreOptions {

@@ -1,9 +1,9 @@
 // What every Store promises of items: added, paged, edited and removed, bounded per contributor; the store open until closed.
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import type { Item } from '../../../src/domain.js'
+import type { Item } from '../../../src/domain/index.js'
 import type { ItemFilter } from '../../../src/store/store.js'
-import { TEXT } from '../../../src/serialized.js'
+import { TEXT } from '../../../src/domain/serialized.js'
 import { type FreshStore, item, type OpenStore, read, readPage } from './fixtures.js'
 
 export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {

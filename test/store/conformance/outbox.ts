@@ -2,7 +2,7 @@
 // deliveries, retries in their order, bounded pending deliveries.
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import type { Item } from '../../../src/domain.js'
+import type { Item } from '../../../src/domain/index.js'
 import { DEAD_LETTER_BYTES } from '../../../src/store/rules.js'
 import type { Announcement, Delivery, OutboxEvent } from '../../../src/store/store.js'
 import { ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, REMOVED } from './fixtures.js'

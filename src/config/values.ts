@@ -1,7 +1,8 @@
 // How the configuration's text values are read: each reader takes a variable's value and its name, for the error.
 import { readFileSync } from 'node:fs'
 import { isIP } from 'node:net'
-import { parseSubscriptions, type Subscription } from './webhooks/subscriptions.js'
+import type { RedisSentinel } from '../store/redis/connection.js'
+import { parseSubscriptions, type Subscription } from '../webhooks/subscriptions.js'
 
 export class ConfigError extends Error {
   override name = 'ConfigError'
@@ -14,14 +15,6 @@ export const redisUrl: Reader<string> = (raw, name) => {
     throw new ConfigError(`Invalid configuration: ${name} must be a redis:// or rediss:// URL`)
   }
   return raw
-}
-
-export interface RedisSentinel {
-  sentinels: Array<{ host: string, port: number }>
-  /** The name the sentinels monitor the primary under. */
-  name: string
-  /** The sentinels' own password. */
-  password: string | undefined
 }
 
 export const sentinels: Reader<RedisSentinel['sentinels']> = (raw, name) => raw.split(',').map((entry) => {

@@ -14,9 +14,9 @@ import { defaultResource, detectResources, envDetector, resourceFromAttributes }
 import { BatchSpanProcessor, NodeTracerProvider } from '@opentelemetry/sdk-trace-node'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import type { TracingConfig } from './config.js'
-import { contractPath } from './pipeline/step.js'
-import type { Tracing } from './plugins/external/tracing.js'
+import type { TracingConfig } from '../config/config.js'
+import { contractPath } from '../pipeline/step.js'
+import type { Tracing } from '../plugins/external/tracing.js'
 
 // The service's only ES-module import that an instrumentation patches (ioredis, a CommonJS package imported from
 // ours); everything else passes the loader hook untouched.

@@ -5,10 +5,10 @@ import { connect } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t from 'tap'
 import { parse } from 'yaml'
-import { build, buildTestApp, captureLogs } from './support/app.js'
-import { contractOperations } from './support/contract-checks.js'
-import { freePort } from '../harness/net.js'
-import { INTERNAL_ERROR_BODY } from '../src/errors.js'
+import { build, buildTestApp, captureLogs } from '../support/app.js'
+import { contractOperations } from '../support/contract-checks.js'
+import { freePort } from '../../harness/net.js'
+import { INTERNAL_ERROR_BODY } from '../../src/errors.js'
 
 t.test('every operation openapi.yaml declares is routed', async (t) => {
   const api = await build(t)

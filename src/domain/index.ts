@@ -1,4 +1,4 @@
-import type { components } from '../generated/openapi.js'
+import type { components } from '../../generated/openapi.js'
 
 // What the service is about, whoever keeps it: the contract's items and roles, and what it keeps of a user and a
 // session. The stores (src/store/) keep them; the handlers and the pipeline read them.

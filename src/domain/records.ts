@@ -1,7 +1,7 @@
-import type { components } from '../generated/openapi.js'
-import type { Item, User } from './domain.js'
-import { isoTimestamp } from './runtime/timestamps.js'
-import { randomUuid } from './runtime/uuid.js'
+import type { components } from '../../generated/openapi.js'
+import type { Item, User } from './index.js'
+import { isoTimestamp } from '../runtime/timestamps.js'
+import { randomUuid } from '../runtime/uuid.js'
 
 type Schemas = components['schemas']
 

@@ -1,6 +1,6 @@
 import fastJson, { type AnySchema, type Schema } from 'fast-json-stringify'
-import type { components } from '../generated/openapi.js'
-import { schemas } from '../generated/schemas.js'
+import type { components } from '../../generated/openapi.js'
+import { schemas } from '../../generated/schemas.js'
 
 type Schemas = components['schemas']
 type Serializer = (value: unknown) => string

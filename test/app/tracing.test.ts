@@ -5,12 +5,12 @@ import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { createRequire } from 'node:module'
 import t from 'tap'
-import { newUser, type Schemas } from './support/api.js'
-import { buildTestApp } from './support/app.js'
-import { type Collector, startCollector } from './support/otlp-collector.js'
-import { failedStart, type Server, start } from './support/processes.js'
-import { redisKeyPrefix, redisSkip } from './support/redis.js'
-import { type Receiver, startReceiver } from '../harness/webhook-receiver.js'
+import { newUser, type Schemas } from '../support/api.js'
+import { buildTestApp } from '../support/app.js'
+import { type Collector, startCollector } from '../support/otlp-collector.js'
+import { failedStart, type Server, start } from '../support/processes.js'
+import { redisKeyPrefix, redisSkip } from '../support/redis.js'
+import { type Receiver, startReceiver } from '../../harness/webhook-receiver.js'
 
 const SECRET = `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}`
 const SERVER = 2

@@ -1,17 +1,17 @@
 // First, before Fastify and the rest load, in the server and in an embedder alike: see the module.
-import './runtime/tick-object-pin.js'
+import '../runtime/tick-object-pin.js'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { DestinationStream } from 'pino'
-import type { HashingProcess } from './auth/hashing-process.js'
-import { type AppSettings, withDefaults } from './config.js'
-import { connectionLimits } from './connection-limits.js'
-import { handleClientError, handleError } from './plugins/app/errors.js'
-import type { Subscribers } from './plugins/app/events.js'
+import type { HashingProcess } from '../auth/hashing-process.js'
+import { type AppSettings, withDefaults } from '../config/config.js'
+import { connectionLimits } from '../config/connection-limits.js'
+import { handleClientError, handleError } from '../plugins/app/errors.js'
+import type { Subscribers } from '../plugins/app/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
-import type { Tracing } from './plugins/external/tracing.js'
-import type { Store } from './store/store.js'
-import { randomUuid } from './runtime/uuid.js'
+import type { Tracing } from '../plugins/external/tracing.js'
+import type { Store } from '../store/store.js'
+import { randomUuid } from '../runtime/uuid.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
 const PLUGIN_TIMEOUT_MS = 120_000
@@ -41,7 +41,7 @@ export interface BuildAppOptions {
    * it closes; one given is shared (apps of one process may share one, as the tests do) and left to its giver to end.
    */
   hashingProcess?: HashingProcess
-  /** The process's tracer (src/tracing.ts), when tracing is on; it must have started before this module loaded. */
+  /** The process's tracer (src/app/tracing.ts), when tracing is on; it must have started before this module loaded. */
   tracing?: Tracing
 }
 

@@ -2,8 +2,8 @@
 // validates the environment against this schema (with Ajv), the Environment type is derived from it, and the
 // README's configuration table is written from it (npm run docs:config; a test checks the README is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
-import { OWASP_HASH_COST } from './auth/hash-cost.js'
-import { IDEMPOTENCY_KEY_DEFAULTS } from './store/rules.js'
+import { OWASP_HASH_COST } from '../auth/hash-cost.js'
+import { IDEMPOTENCY_KEY_DEFAULTS } from '../store/rules.js'
 
 interface Variable {
   readonly description: string

@@ -17,7 +17,7 @@ export type RequestLabels = Record<'method' | 'route' | 'operation' | 'status_co
 
 /**
  * What the service counts with, each plugin its own metrics. While the operations API exposes them (OPS_PORT),
- * prom-client's, in the registry it reads (src/prometheus.ts); otherwise `UNREAD_METRICS`, which keep
+ * prom-client's, in the registry it reads (src/observability/prometheus.ts); otherwise `UNREAD_METRICS`, which keep
  * nothing, and prom-client is never loaded (it is a good part of a start's imports).
  */
 export interface Metrics {

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto'
 import { Ajv, type ErrorObject } from 'ajv'
-import { OWASP_HASH_COST, type PasswordHashCost } from './auth/hash-cost.js'
+import { OWASP_HASH_COST, type PasswordHashCost } from '../auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
-import { isPlainObject } from './plain-object.js'
-import { ConfigError, delays, origins, proxies, redisUrl, type RedisSentinel, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './config-values.js'
-import type { CapacitySettings } from './store/capacity.js'
-import type { Subscription } from './webhooks/subscriptions.js'
-import type { DeliverySettings } from './webhooks/worker.js'
+import { isPlainObject } from '../runtime/plain-object.js'
+import { ConfigError, delays, origins, proxies, redisUrl, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './values.js'
+import type { CapacitySettings } from '../store/capacity.js'
+import type { RedisSentinel } from '../store/redis/connection.js'
+import type { Subscription } from '../webhooks/subscriptions.js'
+import type { DeliverySettings } from '../webhooks/worker.js'
 
 const MIB = 1024 * 1024
 
@@ -153,7 +154,7 @@ function operationsWarnings (env: Environment, environment: Environment['NODE_EN
 }
 
 /**
- * Reads and validates every setting the service takes from the environment (src/environment.ts lists each one);
+ * Reads and validates every setting the service takes from the environment (src/config/environment.ts lists each one);
  * throws a ConfigError naming the variable when a value is bad.
  */
 export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig {

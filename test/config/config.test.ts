@@ -1,8 +1,8 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import t from 'tap'
-import { loadConfig, withDefaults } from '../src/config.js'
-import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from './support/app.js'
+import { loadConfig, withDefaults } from '../../src/config/config.js'
+import { build, buildTestApp, captureLogs, TEST_JWT_SECRET } from '../support/app.js'
 
 t.test('defaults make a working development configuration', async (t) => {
   const config = loadConfig({})
@@ -290,7 +290,7 @@ t.test('an integer setting is whole digits: nothing else passes for a number', a
 
 t.test('the README\'s configuration table is the schema\'s (npm run docs:config writes it)', async (t) => {
   const { readFileSync } = await import('node:fs')
-  const { withCurrentTable, README } = await import('../scripts/config-table.js')
+  const { withCurrentTable, README } = await import('../../scripts/config-table.js')
   const readme = readFileSync(README, 'utf8')
   t.equal(readme, withCurrentTable(readme))
 })

@@ -1,14 +1,14 @@
-// Items are serialized once, when written, and every read sends the text kept (src/serialized.ts): each answer that
+// Items are serialized once, when written, and every read sends the text kept (src/domain/serialized.ts): each answer that
 // carries items is, byte for byte, what the contract's serializer makes of the value it parses to, on both stores,
 // for the edge values of every field, and from an instance that reads the item for the first time.
 import type { LightMyRequestResponse } from 'fastify'
 import t, { type Test } from 'tap'
-import { type RouteOperationId, routes } from '../generated/routes.js'
-import { schemas } from '../generated/schemas.js'
-import { contractSerializer, framedItemSchema, keptItemText, TEXT } from '../src/serialized.js'
-import { type Api, type Schemas } from './support/api.js'
-import { build } from './support/app.js'
-import { redisKeyPrefix, redisSkip } from './support/redis.js'
+import { type RouteOperationId, routes } from '../../generated/routes.js'
+import { schemas } from '../../generated/schemas.js'
+import { contractSerializer, framedItemSchema, keptItemText, TEXT } from '../../src/domain/serialized.js'
+import { type Api, type Schemas } from '../support/api.js'
+import { build } from '../support/app.js'
+import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 const NAME_MAX = 200
 const DESCRIPTION_MAX = 10_000
