@@ -7,11 +7,12 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
-import { environmentSchema } from '../src/environment.js'
+import { environmentSchema } from '../src/config/environment.js'
 import { start } from './support/processes.js'
 
 const run = promisify(execFile)
-const npmEnvironment = { ...process.env, NO_UPDATE_NOTIFIER: '1' }
+// npm takes what its cache holds without asking the registry again (the Dockerfile's steps run as written).
+const npmEnvironment = { ...process.env, NO_UPDATE_NOTIFIER: '1', npm_config_prefer_offline: 'true' }
 
 interface Instruction {
   readonly keyword: string
@@ -43,6 +44,19 @@ const environmentOf = (instructions: readonly Instruction[]): Record<string, str
   argumentsOf(instructions, 'ENV').flatMap((argument) => argument.split(/\s+/).map((pair) => pair.split('=') as [string, string])))
 
 const [dependencies, build, runtime] = stagesOf(await readFile('Dockerfile', 'utf8'))
+
+// The dependencies stage, as written, on a directory holding what it copies: begun now, beside the build below,
+// which it does not need.
+async function dependenciesStage (): Promise<string> {
+  const installed = await mkdtemp(join(tmpdir(), 'items-dependencies-'))
+  t.teardown(async () => { await rm(installed, { recursive: true, force: true }) })
+  for (const file of argumentsOf(dependencies?.instructions ?? [], 'COPY')[0]?.split(/\s+/).slice(0, -1) ?? []) await cp(file, join(installed, file))
+  for (const step of argumentsOf(dependencies?.instructions ?? [], 'RUN')) await run('sh', ['-c', step], { cwd: installed, env: npmEnvironment })
+  return installed
+}
+const dependenciesInstalled = dependenciesStage()
+// Its failure is reported by the test that awaits it, not as an unhandled rejection before then.
+dependenciesInstalled.catch(() => {})
 
 // One build for both: `npm pack` runs the package's `prepack` script, `npm run build`, in this checkout.
 const packDirectory = await mkdtemp(join(tmpdir(), 'items-pack-'))
@@ -90,15 +104,8 @@ t.test('no local environment file reaches an image: .dockerignore leaves out .en
 t.test('the runtime tree, assembled as the Dockerfile says, serves from dist/ without dev tools, and its HEALTHCHECK passes', async (t) => {
   const stageDirectories: Record<string, string> = { build: '.' }
   const image = await mkdtemp(join(tmpdir(), 'items-image-'))
-  const installed = await mkdtemp(join(tmpdir(), 'items-dependencies-'))
-  t.teardown(async () => {
-    await rm(image, { recursive: true, force: true })
-    await rm(installed, { recursive: true, force: true })
-  })
-  // The dependencies stage, as written, on a directory holding what it copies.
-  for (const file of argumentsOf(dependencies?.instructions ?? [], 'COPY')[0]?.split(/\s+/).slice(0, -1) ?? []) await cp(file, join(installed, file))
-  for (const step of argumentsOf(dependencies?.instructions ?? [], 'RUN')) await run('sh', ['-c', step], { cwd: installed, env: npmEnvironment })
-  stageDirectories.dependencies = installed
+  t.teardown(async () => { await rm(image, { recursive: true, force: true }) })
+  stageDirectories.dependencies = await dependenciesInstalled
   // `COPY --from=<stage> /app/<source>… <destination>`, from the directory that stands for each stage's /app.
   const runtimeSteps = runtime?.instructions ?? []
   for (const copy of argumentsOf(runtimeSteps, 'COPY')) {
