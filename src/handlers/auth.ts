@@ -6,6 +6,7 @@ import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
 import { newUser } from '../domain/records.js'
 import type { User } from '../domain/index.js'
+import { OutcomeUnknownError, StoreUnavailableError } from '../store/store.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -32,7 +33,12 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   })
   // A registration of the same email on another instance may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
-  return reply.headers(NO_STORE).code(201).send(authResponse(user, await tokens.open(user.id)))
+  const session = await tokens.open(user.id).catch((error: unknown) => {
+    // The account is made: an answer that says nothing was done (503) would be false. Its outcome is as a lost
+    // reply's: a retry finds the email registered, and the client signs in.
+    throw error instanceof StoreUnavailableError ? new OutcomeUnknownError(`registered, and the session could not be opened: ${error.message}`, { cause: error }) : error
+  })
+  return reply.headers(NO_STORE).code(201).send(authResponse(user, session))
 }
 
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {

@@ -17,6 +17,8 @@ import { buildTestApp } from '../support/app.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 const run = promisify(execFile)
+// The tests are independent (each an app, a proxy and a user of its own) and mostly wait: three run at a time.
+t.jobs = 3
 const project = resolve('.tap', 'client-consumer')
 const version = (JSON.parse(readFileSync('clients/typescript/package.json', 'utf8')) as { version: string }).version
 const contractVersion = /^ {2}version: (\S+)$/m.exec(readFileSync('openapi.yaml', 'utf8'))?.[1]
@@ -36,26 +38,36 @@ function typeErrors (file: string): string[] {
   return ts.getPreEmitDiagnostics(program).map((diagnostic) => ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'))
 }
 
-t.test('the client packs, installs into an empty project, and its documented use type-checks there', async (t) => {
-  t.equal(version, contractVersion, 'the package\'s version is the contract\'s')
+// The client packed and installed into an empty project, with the use docs/clients.md shows, as a client team would:
+// begun at once, since the tests of that use below run it there.
+async function installedForAClientTeam (): Promise<{ tarball: string, packed: string[], example: string | undefined }> {
   rmSync(project, { recursive: true, force: true })
   mkdirSync(project, { recursive: true })
   const { stdout } = await run('npm', ['pack', './clients/typescript', '--pack-destination', project, '--silent'], { maxBuffer: 16 * 1024 * 1024 })
   const tarball = stdout.trim().split('\n').at(-1) ?? ''
-  t.equal(tarball, `items-service-client-${version}.tgz`)
   const packed = (await run('tar', ['-tzf', join(project, tarball)])).stdout.split('\n')
-  t.ok(packed.includes('package/README.md') && packed.includes('package/LICENSE'), 'with its README and LICENSE')
   writeFileSync(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }))
   await run('npm', ['install', `./${tarball}`, '@types/node@20', '--prefer-offline', '--no-audit', '--no-fund', '--silent'], { cwd: project })
   const example = /```ts\n([\s\S]*?)```/.exec(readFileSync('docs/clients.md', 'utf8'))?.[1]
-  t.ok(example, 'docs/clients.md shows its use')
   writeFileSync(join(project, 'client.ts'), example ?? '')
+  return { tarball, packed, example }
+}
+const installed = installedForAClientTeam()
+// Its failure is reported by the tests that await it, not as an unhandled rejection before then.
+installed.catch(() => {})
+
+t.test('the client packs, installs into an empty project, and its documented use type-checks there', async (t) => {
+  t.equal(version, contractVersion, 'the package\'s version is the contract\'s')
+  const { tarball, packed, example } = await installed
+  t.equal(tarball, `items-service-client-${version}.tgz`)
+  t.ok(packed.includes('package/README.md') && packed.includes('package/LICENSE'), 'with its README and LICENSE')
+  t.ok(example, 'docs/clients.md shows its use')
   t.same(typeErrors(join(project, 'client.ts')), [], 'it type-checks against the installed package alone')
 })
 
 for (const store of ['memory', 'redis'] as const) {
   t.test(`on the ${store} store, the documented use runs through lost answers, a 429 and a 503: each item once, one refresh for eight requests`, { skip: store === 'redis' ? await redisSkip() : false }, async (t) => {
-    const env = store === 'redis' ? { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) } : {}
+    const env = store === 'redis' ? { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) } : { STORE: 'memory' }
     // An access token of 4 s: after the example's wait it has expired, and eight requests find it so at once.
     const app = await buildTestApp(t, { ...env, ACCESS_TOKEN_TTL_SECONDS: '4' })
     const service = await app.listen({ host: '127.0.0.1', port: 0 })
@@ -67,6 +79,7 @@ for (const store of ['memory', 'redis'] as const) {
     t.teardown(proxy.close)
 
     // As a client team runs it (tsx, from its own project): not under the suite's loader, so outside its coverage.
+    await installed
     const child = spawn(process.execPath, ['--import', 'tsx', join(project, 'client.ts')], {
       env: { ...process.env, ITEMS_API: proxy.url, WAIT_MS: '4500' },
       stdio: ['ignore', 'pipe', 'inherit']

@@ -8,7 +8,7 @@ import { decodeClaims, forgeToken } from '../support/tokens.js'
 import { OWASP_HASH_COST } from '../../src/auth/hash-cost.js'
 import { HashingProcess } from '../../src/auth/hashing-process.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
-import { type Store, StoreUnavailableError } from '../../src/store/store.js'
+import { OutcomeUnknownError, type Store, StoreUnavailableError } from '../../src/store/store.js'
 
 t.test('registerUser', async (t) => {
   t.test('creates the user, opens a session and answers with a token pair that no cache may keep', async (t) => {
@@ -74,6 +74,25 @@ t.test('registerUser', async (t) => {
     const body = newUser()
     const statuses = await Promise.all([one, other].map(async (api) => (await api.call('registerUser', { body })).statusCode))
     t.same(statuses.sort(), [201, 409])
+  })
+
+  t.test('a registration made whose session could not be opened is not answered "nothing was done": 504, and the retry finds the email registered', async (t) => {
+    // Redis out of reach as the session is opened, or the session's own reply lost.
+    for (const failure of [new StoreUnavailableError('Redis is unreachable'), new OutcomeUnknownError('the reply was lost')]) {
+      const store = createMemoryStore()
+      const api = await build(t, {}, {
+        store: {
+          ...store,
+          sessions: Object.assign(Object.create(store.sessions) as Store['sessions'], {
+            open: async () => { throw failure }
+          })
+        }
+      })
+      const body = newUser()
+      const registered = await api.call('registerUser', { body })
+      t.same([registered.statusCode, registered.json().code], [504, 'OUTCOME_UNKNOWN'], `${failure.name}: the account was made, so its outcome is not "not done"`)
+      t.equal((await api.call('registerUser', { body })).statusCode, 409, 'the retry finds it, as the 504 says it may')
+    }
   })
 
   t.test('passwords of 8 to 128 characters are accepted as typed, never trimmed', async (t) => {

@@ -12,6 +12,9 @@ import { build } from '../support/app.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 // A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
+// The tests are independent (each a store of its own) and mostly wait for the pace and the sweep: two run at a time.
+t.jobs = 2
+
 const HEAVY = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
 const MAX_ATTACKERS = 12
 // What a heavy create is charged at most, with its record (on Redis; less in memory).

@@ -37,6 +37,9 @@ const TEST_ENVIRONMENT: NodeJS.ProcessEnv = {
   RATE_LIMIT: 'off',
   // No load shedding unless a test is about it: on a machine busy with other work a test's request would be shed.
   MAX_EVENT_LOOP_DELAY_MS: '0',
+  // Closing an app whose test left a kept-alive connection open waits out the drain grace, a quarter of this (a
+  // second by default): a test about shutdown sets its own.
+  SHUTDOWN_TIMEOUT_MS: '1000',
   JWT_SECRET: TEST_JWT_SECRET,
   CONTRACT_STRICT_RESPONSES: '1',
   // The cheapest argon2id hash: a test about hashing's real cost asks for the defaults (and the app's own process).

@@ -16,6 +16,8 @@ import { ownRedis, redisKeyPrefix, redisSkip, sentinelDeployment } from '../../s
 import { freePort } from '../../../harness/net.js'
 
 const MIB = 1024 * 1024
+// The tests are independent (each a store, and its servers, of its own) and mostly wait: three run at a time.
+t.jobs = 3
 // The budget left to be derived, as an operator who sets none leaves it (the suite's Redis runs set one: a start
 // process is given the suite's settings; an undefined variable is not passed on).
 const DERIVED = { STORE_CAPACITY_MIB: undefined }

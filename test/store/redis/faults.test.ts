@@ -181,6 +181,11 @@ const cases: Readonly<Record<string, WriteCase>> = {
 }
 
 /** Each of the cases `names`, through each fault, on the Redis at `url`. */
+// A retry answered 503 is sent again after a pause, a few times: a 503 that lasts is the test's failure, shown with
+// its body.
+const RETRIES_ON_503 = 20
+const RETRY_AFTER_503_MS = 100
+
 async function faultMatrix (t: Test, names: readonly string[], url?: string): Promise<void> {
   for (const name of names) {
     const write = cases[name]!
@@ -215,8 +220,9 @@ async function faultCase (t: Test, name: string, write: WriteCase, fault: RedisF
   // reachable, as a client does: a reply held about as long as the heartbeat trusts a silent connection may have
   // had the connection made again, and the retry come before it was ready.
   let retry = await send()
-  while (retry.statusCode === 503) {
+  for (let tries = 1; retry.statusCode === 503 && tries < RETRIES_ON_503; tries += 1) {
     await f.up()
+    await sleep(RETRY_AFTER_503_MS)
     retry = await send()
   }
   const retriedStatus = outcome === 'not made' ? write.status : write.retried
