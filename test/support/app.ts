@@ -37,9 +37,6 @@ const TEST_ENVIRONMENT: NodeJS.ProcessEnv = {
   RATE_LIMIT: 'off',
   // No load shedding unless a test is about it: on a machine busy with other work a test's request would be shed.
   MAX_EVENT_LOOP_DELAY_MS: '0',
-  // Closing an app whose test left a kept-alive connection open waits out the drain grace, a quarter of this (a
-  // second by default): a test about shutdown sets its own.
-  SHUTDOWN_TIMEOUT_MS: '1000',
   JWT_SECRET: TEST_JWT_SECRET,
   CONTRACT_STRICT_RESPONSES: '1',
   // The cheapest argon2id hash: a test about hashing's real cost asks for the defaults (and the app's own process).
@@ -52,6 +49,11 @@ const TEST_ENVIRONMENT: NodeJS.ProcessEnv = {
   // budget of their own, as an operator's would, of floors enough for any test's registrations.
   ...(store === 'redis' ? { STORE_CAPACITY_MIB: '16384' } : {})
 }
+
+// An app built in the test's process: closing one whose test left a kept-alive connection open waits out the
+// drain grace, a quarter of this (a second by default). A server process keeps the default: its shutdown, under a
+// loaded machine's pace, flushes traces and deliveries; a test about shutdown sets its own.
+const IN_PROCESS: NodeJS.ProcessEnv = { SHUTDOWN_TIMEOUT_MS: '1000' }
 
 /** The settings tests run with unless a test overrides them; on Redis, the file's keys are deleted when it ends. */
 export function testEnvironment (): NodeJS.ProcessEnv {
@@ -83,7 +85,7 @@ function hashingProcessOfTheFile (): HashingProcess {
  */
 export async function buildTestApp (t: Test, env: NodeJS.ProcessEnv = {}, options: BuildAppOptions = {}): Promise<FastifyInstance> {
   const keyPrefix = store === 'redis' && options.store === undefined ? { REDIS_KEY_PREFIX: redisKeyPrefix(t) } : {}
-  const app = await buildApp(loadConfig({ ...testEnvironment(), ...keyPrefix, ...env }), { hashingProcess: hashingProcessOfTheFile(), ...options })
+  const app = await buildApp(loadConfig({ ...testEnvironment(), ...IN_PROCESS, ...keyPrefix, ...env }), { hashingProcess: hashingProcessOfTheFile(), ...options })
   t.teardown(async () => { await app.close() })
   return app
 }
@@ -93,7 +95,7 @@ export async function buildTestApp (t: Test, env: NodeJS.ProcessEnv = {}, option
  * closing only when the test ends would keep open all at once.
  */
 export async function openApi (env: NodeJS.ProcessEnv = {}): Promise<{ api: Api, close: () => Promise<void> }> {
-  const app = await buildApp(loadConfig({ ...testEnvironment(), ...env }), { hashingProcess: hashingProcessOfTheFile() })
+  const app = await buildApp(loadConfig({ ...testEnvironment(), ...IN_PROCESS, ...env }), { hashingProcess: hashingProcessOfTheFile() })
   await app.ready()
   return { api: new Api(app), close: async () => { await app.close() } }
 }

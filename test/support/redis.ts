@@ -116,17 +116,20 @@ export async function ownRedis (t: Test, settings: readonly string[] = []): Prom
 }
 
 /**
- * Until `replicas` replicas of the primary at `url` acknowledge a write: a replica whose link is up is counted by
- * WAIT only once the primary has its first acknowledgement (up to a second later).
+ * A primary and a replica of the test's own, once the replica acknowledges the primary's writes: a replica whose
+ * link is up is counted by WAIT only once the primary has its first acknowledgement (up to a second later).
  */
-export async function untilReplicated (url: string, replicas = 1): Promise<void> {
-  const primary = new Redis(url)
+export async function primaryAndReplica (t: Test): Promise<{ primary: OwnRedis, replica: OwnRedis }> {
+  const primary = await ownRedis(t)
+  const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
+  const client = new Redis(primary.url)
   try {
-    do await primary.incr('test:replicated')
-    while (await primary.wait(replicas, 100) < replicas)
+    do await client.incr('test:replicated')
+    while (await client.wait(1, 100) < 1)
   } finally {
-    primary.disconnect()
+    client.disconnect()
   }
+  return { primary, replica }
 }
 
 /**

@@ -17,7 +17,7 @@ import { freePort } from '../../../harness/net.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
-import { ownRedis, redisSkip, type SentinelDeployment, sentinelDeployment, untilReplicated } from '../../support/redis.js'
+import { primaryAndReplica, redisSkip, type SentinelDeployment, sentinelDeployment } from '../../support/redis.js'
 
 const skip = await redisSkip()
 // The longest any request may take: a command's timeout, then the time a write waits to learn what it did
@@ -246,11 +246,9 @@ async function contributorWithItem (api: Api): Promise<{ accessToken: string, it
 // A promotion by hand, no sentinels: the instance writes to the old primary after its replica was made a primary.
 t.test('without replication before the answer, a write acknowledged just before a promotion is lost; with it, answered 504', { skip }, async (t) => {
   for (const replicas of [0, 1]) {
-    const primary = await ownRedis(t)
-    const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
+    const { primary, replica } = await primaryAndReplica(t)
     const promoted = new Redis(replica.url)
     t.teardown(() => { promoted.disconnect() })
-    await untilReplicated(primary.url)
     const keyPrefix = `items-promotion:${randomUUID()}:`
     const api = await build(t, { ...env, STORE: 'redis', REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: String(replicas) })
     const promotedHas = async (id: string): Promise<boolean> => (await promoted.hexists(redisKeys(keyPrefix).items, id)) === 1
@@ -274,11 +272,9 @@ t.test('without replication before the answer, a write acknowledged just before 
 // REPLICATION_WITHIN_MS. Once a write has found too few replicas, the next are refused before they are sent, until
 // the replicas are seen in sync again.
 t.test('a primary short of replicas refuses writes without sending them, and takes them again once a replica is back', { skip }, async (t) => {
-  const primary = await ownRedis(t)
-  const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
+  const { primary, replica } = await primaryAndReplica(t)
   const direct = new Redis(primary.url)
   t.teardown(() => { direct.disconnect() })
-  await untilReplicated(primary.url)
   const keyPrefix = `items-short:${randomUUID()}:`
   const { api, metric, lines } = await instance(t, { REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
   const { accessToken, item: replicated } = await contributorWithItem(api)
