@@ -221,8 +221,11 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
   }
   for (const { api } of instances) await api.app.close()
   let left = await deployment.connections()
-  for (const givesUp = performance.now() + 5000; left.join() !== sentinelConnections.join() && performance.now() < givesUp; await sleep(50)) left = await deployment.connections()
-  t.same(left, sentinelConnections, 'closed, the instances leave no connection to the sentinels (one left open keeps the process alive)')
+  // At most as many as before the instances: a sentinel's link to another, caught before it names itself, may have
+  // been counted then.
+  const noneLeft = (): boolean => left.every((count, index) => count <= sentinelConnections[index]!)
+  for (const givesUp = performance.now() + 5000; !noneLeft() && performance.now() < givesUp; await sleep(50)) left = await deployment.connections()
+  t.ok(noneLeft(), `closed, the instances leave no connection to the sentinels (one left open keeps the process alive): ${left.join()} after, ${sentinelConnections.join()} before`)
 })
 
 // A contributor signed up and an item made, each sent again while answered 503 or 504 (under its key): on a loaded
