@@ -19,6 +19,14 @@ const authResponse = (user: User, tokens: TokenPair): AuthResponse => ({
 // The hashing queue serves client addresses in turn, and drops the work of a client that has hung up.
 const requester = (request: FastifyRequest): Requester => ({ address: request.clientAddress, stillWanted: () => !request.raw.socket.destroyed })
 
+// What a request does after its write is made: the store out of reach then is not "nothing was done" (503), which
+// would be false, but the outcome a lost reply has (504), which the client resolves as the operation's docs say.
+async function afterWrite<T> (step: Promise<T>, made: string): Promise<T> {
+  return await step.catch((error: unknown) => {
+    throw error instanceof StoreUnavailableError ? new OutcomeUnknownError(`${made}, and then: ${error.message}`, { cause: error }) : error
+  })
+}
+
 // Tokens must never be kept by a cache between the service and the client (RFC 6749 §5.1).
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
@@ -33,11 +41,8 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   })
   // A registration of the same email on another instance may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
-  const session = await tokens.open(user.id).catch((error: unknown) => {
-    // The account is made: an answer that says nothing was done (503) would be false. Its outcome is as a lost
-    // reply's: a retry finds the email registered, and the client signs in.
-    throw error instanceof StoreUnavailableError ? new OutcomeUnknownError(`registered, and the session could not be opened: ${error.message}`, { cause: error }) : error
-  })
+  // A retry finds the email registered, and the client signs in.
+  const session = await afterWrite(tokens.open(user.id), 'registered')
   return reply.headers(NO_STORE).code(201).send(authResponse(user, session))
 }
 
@@ -52,7 +57,8 @@ export const loginUser: Handler<'loginUser'> = async (request, reply) => {
 export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {
   const { store, tokens } = request.server
   const refreshed = await tokens.refresh(request.body.refreshToken)
-  const user = refreshed === undefined ? undefined : await store.users.get(refreshed.userId)
+  // A retry within the reuse leeway gets a working pair again.
+  const user = refreshed === undefined ? undefined : await afterWrite(store.users.get(refreshed.userId), 'the refresh token rotated')
   if (refreshed === undefined || user === undefined) throw invalidRefreshToken()
   return reply.headers(NO_STORE).code(200).send(authResponse(user, refreshed.tokens))
 }

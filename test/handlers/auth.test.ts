@@ -95,6 +95,31 @@ t.test('registerUser', async (t) => {
     }
   })
 
+  t.test('a refresh whose token rotated but whose user could not be read is not answered "nothing was done": 504, and the retry within the leeway is 200', async (t) => {
+    const store = createMemoryStore()
+    let unreachable = false
+    const api = await build(t, {}, {
+      store: {
+        ...store,
+        // The store's own users, but for `get`: its methods called on it, whose fields are its own.
+        users: new Proxy(store.users, {
+          get: (users, name: keyof Store['users']) => name === 'get'
+            ? async (id: string) => {
+              if (unreachable) throw new StoreUnavailableError('Redis is unreachable')
+              return await users.get(id)
+            }
+            : users[name].bind(users)
+        })
+      }
+    })
+    const { refreshToken } = await api.register()
+    unreachable = true
+    const refreshed = await api.call('refreshTokens', { body: { refreshToken } })
+    t.same([refreshed.statusCode, refreshed.json().code], [504, 'OUTCOME_UNKNOWN'], 'the token was rotated: its outcome is not "not done"')
+    unreachable = false
+    t.equal((await api.call('refreshTokens', { body: { refreshToken } })).statusCode, 200, 'the retry, within the leeway, is served')
+  })
+
   t.test('passwords of 8 to 128 characters are accepted as typed, never trimmed', async (t) => {
     const api = await build(t)
     t.equal((await api.call('registerUser', { body: newUser({ password: 'short12' }) })).statusCode, 400)
