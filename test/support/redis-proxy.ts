@@ -1,8 +1,10 @@
 // A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
 // text on the first EVAL): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
-// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`. Or it
-// black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`.
+// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up` (as
+// `down` makes it at once). Or it black-holes the connections of one kind open now: every byte both ways held, none
+// closed, until `resume`. Or it partitions: the connections of some kinds black-holed, those open now and those made
+// later, until `resume`.
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
@@ -15,6 +17,9 @@ export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-rep
 /** An instance's connections: the one its commands go on, and the one it hears invalidations on (tracking.ts). */
 export type RedisConnection = 'main' | 'invalidations'
 export const REDIS_CONNECTIONS: readonly RedisConnection[] = ['main', 'invalidations']
+/** Redis's own peers in front of a primary: a replica's link (it sends REPLCONF) and a sentinel's (it names itself sentinel-…). */
+export type RedisPeer = 'replica' | 'sentinel'
+export type ProxiedConnection = RedisConnection | RedisPeer
 
 // Past the client's command timeout.
 const DELAY_MS = COMMAND_TIMEOUT_MS + 500
@@ -25,11 +30,15 @@ export interface RedisProxy {
   arm: (script: Script, fault: RedisFault) => void
   /** Faults injected so far. */
   readonly injected: RedisFault[]
-  /** Lets connections through again after `drop-reply-then-down`. */
+  /** Lets connections through again after `drop-reply-then-down` or `down`. */
   up: () => void
+  /** Closes every connection, and refuses new ones until `up`. */
+  down: () => void
   /** Black-holes the connections of that kind open now, without closing them. */
   stall: (connection: RedisConnection) => void
-  /** Lets the stalled connections go on, what they held delivered in order. */
+  /** Black-holes the connections of these kinds, those open now and those made later, until `resume`. */
+  partition: (connections: readonly ProxiedConnection[]) => void
+  /** Ends the partition, and lets the stalled connections go on, what they held delivered in order. */
   resume: () => void
   close: () => Promise<void>
 }
@@ -37,13 +46,22 @@ export interface RedisProxy {
 /** The markers ioredis sends a script by: its SHA-1 (EVALSHA) and, when Redis lacks it, its text (EVAL). */
 const markersOf = (script: Script): string[] => [createHash('sha1').update(script.lua).digest('hex'), script.lua]
 
+/** What a connection, still taken for the service's commands, shows itself to be by what it sends. */
+function kindOf (text: string): ProxiedConnection {
+  if (text.includes('__redis__:invalidate')) return 'invalidations'
+  if (text.includes('REPLCONF')) return 'replica'
+  if (/CLIENT\r\n\$\d+\r\nSETNAME\r\n\$\d+\r\nsentinel-/i.test(text)) return 'sentinel'
+  return 'main'
+}
+
 export async function redisProxy (target: string): Promise<RedisProxy> {
   const { hostname, port } = new URL(target)
   const injected: RedisFault[] = []
   const sockets = new Set<Socket>()
   let armed: { markers: string[], fault: RedisFault } | undefined
   let down = false
-  interface Pair { kind: RedisConnection, stalled: boolean, resume: () => void }
+  let partitioned = new Set<ProxiedConnection>()
+  interface Pair { kind: ProxiedConnection, stalled: boolean, resume: () => void }
   const pairs = new Set<Pair>()
   const server = createServer((client) => {
     if (down) {
@@ -61,7 +79,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     const toClient: Buffer[] = []
     const pair: Pair = {
       kind: 'main',
-      stalled: false,
+      stalled: partitioned.has('main'),
       resume: () => {
         pair.stalled = false
         for (const chunk of toRedis.splice(0)) redis.write(chunk)
@@ -78,7 +96,8 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     const release = (): void => { for (const chunk of held.splice(0)) client.write(chunk) }
     client.on('data', (chunk: Buffer) => {
       const text = chunk.toString('latin1')
-      if (text.includes('__redis__:invalidate')) pair.kind = 'invalidations'
+      if (pair.kind === 'main') pair.kind = kindOf(text)
+      if (partitioned.has(pair.kind)) pair.stalled = true
       if (pair.stalled) {
         toRedis.push(chunk)
         return
@@ -127,8 +146,19 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
     injected,
     up: () => { down = false },
+    down: () => {
+      down = true
+      for (const socket of sockets) socket.destroy()
+    },
     stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },
-    resume: () => { for (const pair of pairs) pair.resume() },
+    partition: (connections) => {
+      partitioned = new Set(connections)
+      for (const pair of pairs) if (partitioned.has(pair.kind)) pair.stalled = true
+    },
+    resume: () => {
+      partitioned = new Set()
+      for (const pair of pairs) pair.resume()
+    },
     close: async () => {
       for (const socket of sockets) socket.destroy()
       await new Promise((resolve) => server.close(resolve))

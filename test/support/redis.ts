@@ -5,6 +5,7 @@ import { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import { freePort } from '../../harness/net.js'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
+import { type RedisProxy, redisProxy } from './redis-proxy.js'
 
 // How long the probe waits for Redis to answer, or (under CI=true) to start answering: a busy machine answers late.
 const PATIENCE_MS = 30_000
@@ -134,13 +135,15 @@ export async function primaryAndReplica (t: Test): Promise<{ primary: OwnRedis, 
 
 /**
  * A Sentinel deployment of the test's own: a primary, three replicas and three sentinels (quorum 2) on free ports,
- * with Sentinel's timings short (a primary silent for SENTINEL_DOWN_AFTER_MS is down). Three replicas, so that after
+ * with Sentinel's timings short (a primary silent for SENTINEL_DOWN_AFTER_MS is down, unless `downAfterMs` says). Three replicas, so that after
  * a primary killed and one paused, one is left to acknowledge writes while the paused one comes back (Sentinel makes
  * a returning primary a replica only after it has reported itself a primary for 8 s). Each server is an OwnRedis,
  * to kill or pause.
  */
 export interface SentinelDeployment {
   readonly name: string
+  /** With `behindProxy`, what the replicas and the sentinels reach the first primary through (and name it by). */
+  readonly proxy: RedisProxy | undefined
   /** `host:port` of each sentinel, as REDIS_SENTINELS takes them. */
   readonly sentinels: string
   /** The servers, the primary first at the start. */
@@ -161,13 +164,25 @@ export interface SentinelDeployment {
 
 export const SENTINEL_DOWN_AFTER_MS = 500
 
-export async function sentinelDeployment (t: Test): Promise<SentinelDeployment> {
+export interface DeploymentOptions {
+  /** redis-server's arguments for the first primary alone. */
+  primarySettings?: readonly string[]
+  /** The first primary reached by the replicas and the sentinels through a proxy, to partition them from it. */
+  behindProxy?: boolean
+  /** How long a primary is silent before the sentinels call it down. */
+  downAfterMs?: number
+}
+
+export async function sentinelDeployment (t: Test, { primarySettings = [], behindProxy = false, downAfterMs = SENTINEL_DOWN_AFTER_MS }: DeploymentOptions = {}): Promise<SentinelDeployment> {
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs')
   const { tmpdir } = await import('node:os')
   const { join } = await import('node:path')
   const name = 'items-primary'
-  const primary = await ownRedis(t)
-  const primaryPort = Number(new URL(primary.url).port)
+  const primary = await ownRedis(t, primarySettings)
+  const proxy = behindProxy ? await redisProxy(primary.url) : undefined
+  if (proxy !== undefined) t.teardown(proxy.close)
+  // The port the others know the first primary by.
+  const primaryPort = Number(new URL(proxy?.url ?? primary.url).port)
   const servers = [primary]
   for (let index = 0; index < 3; index += 1) servers.push(await ownRedis(t, ['--replicaof', '127.0.0.1', String(primaryPort)]))
   const directory = mkdtempSync(join(tmpdir(), 'items-sentinel-'))
@@ -184,7 +199,7 @@ export async function sentinelDeployment (t: Test): Promise<SentinelDeployment> 
       'bind 127.0.0.1',
       `dir ${directory}`,
       `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 2`,
-      `sentinel down-after-milliseconds ${name} ${SENTINEL_DOWN_AFTER_MS}`,
+      `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
       `sentinel failover-timeout ${name} 3000`,
       ''
     ].join('\n'))
@@ -214,12 +229,13 @@ export async function sentinelDeployment (t: Test): Promise<SentinelDeployment> 
   const ask = async (...args: string[]): Promise<unknown> => await first.call(args[0] ?? 'PING', ...args.slice(1))
   const primaryPortNow = async (): Promise<number> => Number(((await first.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name)) as string[])[1])
   const byPort = (port: number): OwnRedis => {
-    const server = servers.find((own) => Number(new URL(own.url).port) === port)
+    const server = port === primaryPort ? primary : servers.find((own) => Number(new URL(own.url).port) === port)
     if (server === undefined) throw new Error(`the sentinels name a primary on ${port}, none of the test's servers`)
     return server
   }
   return {
     name,
+    proxy,
     sentinels: ports.map((port) => `127.0.0.1:${port}`).join(','),
     servers,
     primary: async () => byPort(await primaryPortNow()),

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import type { Redis } from 'ioredis'
+import { type Redis, ReplyError } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { Session } from '../../domain/index.js'
 
@@ -179,7 +179,10 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
     unheard.splice(0, unheard.length - maxUnheard)
     // Kept past any silence the instance lives through without making its connections again: its expiry, which
     // Redis also tells of, is never taken for a heartbeat heard.
-    redis.set(heartbeatKey, '', 'PX', HEARTBEAT_KEPT_MS).then(() => { answeredAt = Math.max(answeredAt, now) }, ignore)
+    // A refusal is an answer too (a primary short of replicas under min-replicas-to-write says NOREPLICAS): the
+    // connection is alive, only the invalidation, which proves the other, does not come.
+    const answered = (): void => { answeredAt = Math.max(answeredAt, now) }
+    redis.set(heartbeatKey, '', 'PX', HEARTBEAT_KEPT_MS).then(answered, (error: unknown) => { if (error instanceof ReplyError) answered() })
   }
   const beats = setInterval(beat, heartbeat.intervalMs).unref()
   // Serving starts with tracking on, unless its connection fails; then it starts when that connection is made.

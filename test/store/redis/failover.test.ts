@@ -5,7 +5,7 @@
 // and a manual failover. After each, every write answered 2xx is there, every logout answered 204 stays refused,
 // every create retried under its key is one item, no answer is a 500 or later than its bound, and both instances
 // serve again soon after the announcement. Beside it, a promotion made by hand shows what the matrix would see
-// without replication before the answer: a lost write.
+// without replication before the answer: a lost write; and a partition shows what each setting loses.
 import { randomUUID } from 'node:crypto'
 import { createServer } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -334,4 +334,103 @@ t.test('a primary that answers READONLY is a failover in progress: 503 with Retr
   await demoted.replicaof('127.0.0.1', new URL(replica.url).port)
   const answer = await api.call('createItem', { token: accessToken, body: { name: 'sent to a demoted primary' } })
   t.ok(answer.statusCode === 503 ? answer.headers['retry-after'] !== undefined : answer.statusCode === 504, `answered ${answer.statusCode} ${answer.body}`)
+})
+
+// A partition: the primary cut off from its replicas and the sentinels (a proxy in front of it black-holes their
+// links) while the instances still reach it. The sentinels call it down only after DOWN_AFTER_MS; before then, it
+// takes writes until its replicas' acknowledgements are older than min-replicas-max-lag (then NOREPLICAS), and what
+// it took is discarded when it rejoins as a replica. An instance that waits for a replica acknowledges none of it.
+const MIN_REPLICAS_MAX_LAG_S = 1
+// Longer than the max lag, as Sentinel's default (30 s) is longer than the recommended 10 s: the primary refuses
+// writes itself before it is replaced.
+const DOWN_AFTER_MS = 4000
+
+interface Answered { status: number, sentAt: number, answeredAt: number, id?: string }
+
+interface Side {
+  api: Api
+  keyPrefix: string
+  accessToken: string
+  item: Schemas['Item']
+  writes: Answered[]
+  reads: Answered[]
+  slowestMs: number
+}
+
+t.test('a partition: a primary cut off from its replicas and the sentinels acknowledges nothing its rejoining discards, and min-replicas-max-lag bounds what it takes', { skip }, async (t) => {
+  const deployment = await sentinelDeployment(t, {
+    behindProxy: true,
+    downAfterMs: DOWN_AFTER_MS,
+    primarySettings: ['--min-replicas-to-write', '1', '--min-replicas-max-lag', String(MIN_REPLICAS_MAX_LAG_S)]
+  })
+  await deployment.settled()
+  const side = async (replicas: number): Promise<Side> => {
+    const keyPrefix = `items-partition:${randomUUID()}:`
+    const { api } = await instance(t, { ...following(deployment, keyPrefix), REDIS_REPLICAS_TO_ACKNOWLEDGE: String(replicas) })
+    const { accessToken, item } = await contributorWithItem(api)
+    return { api, keyPrefix, accessToken, item, writes: [{ status: 201, sentAt: 0, answeredAt: 0, id: item.id }], reads: [], slowestMs: 0 }
+  }
+  const [replicated, unreplicated] = [await side(1), await side(0)]
+  let stopped = false
+  const running = (): boolean => !stopped
+  const load = async (side: Side): Promise<void> => {
+    const { api, accessToken, item, writes, reads } = side
+    for (let index = 0; running(); index += 1) {
+      const sentAt = performance.now()
+      const created = await api.call('createItem', { token: accessToken, body: { name: `write ${index}` } })
+      const answeredAt = performance.now()
+      side.slowestMs = Math.max(side.slowestMs, answeredAt - sentAt)
+      writes.push({ status: created.statusCode, sentAt, answeredAt, ...(created.statusCode === 201 ? { id: created.json<Schemas['Item']>().id } : {}) })
+      const { statusCode } = await api.call('getItem', { token: accessToken, params: { itemId: item.id } })
+      reads.push({ status: statusCode, sentAt: answeredAt, answeredAt: performance.now() })
+      await sleep(20)
+    }
+  }
+  const loads = [replicated, unreplicated].map(load)
+  const old = await deployment.primary()
+  const { announced } = await deployment.switched()
+  const partitionedAt = performance.now()
+  deployment.proxy?.partition(['replica', 'sentinel'])
+  const electedAfterMs = await announced - partitionedAt
+  // Both instances write to the new primary.
+  const again = (written: Answered): boolean => written.sentAt > partitionedAt + electedAfterMs && written.status === 201
+  while (!replicated.writes.some(again) || !unreplicated.writes.some(again)) await sleep(50)
+  const healedAt = performance.now()
+  deployment.proxy?.resume()
+  // The old primary rejoins as a replica of the new one, its writes of the partition discarded.
+  await deployment.settled()
+  const oldPrimary = new Redis(old.url)
+  t.teardown(() => { oldPrimary.disconnect() })
+  while (!/^role:slave\r$/m.test(await oldPrimary.info('replication'))) await sleep(100)
+  stopped = true
+  await Promise.all(loads)
+
+  const primary = await deployment.primary()
+  t.not(primary, old, 'another server is the primary')
+  const direct = new Redis(primary.url)
+  t.teardown(() => { direct.disconnect() })
+  const refusedBy = (writes: Answered[]): number => writes.find(({ sentAt, status }) => sentAt > partitionedAt && status === 503)?.sentAt ?? Infinity
+  for (const [name, { keyPrefix, writes, reads, slowestMs }] of Object.entries({ replicated, unreplicated })) {
+    const kept = new Set(await direct.hkeys(redisKeys(keyPrefix).items))
+    const acknowledged = writes.filter(({ status }) => status === 201)
+    const lost = acknowledged.filter(({ id }) => !kept.has(String(id)))
+    // The sentinels cannot call the primary down before it has been silent DOWN_AFTER_MS: no switch before then.
+    const beforeElection = (answers: Answered[]): number[] => [...new Set(answers.filter(({ sentAt, answeredAt }) => sentAt > partitionedAt && answeredAt < partitionedAt + DOWN_AFTER_MS).map(({ status }) => status))].sort()
+    t.comment(`${name}: until the election, writes answered ${beforeElection(writes).join(', ')}; refused from ${Math.round(refusedBy(writes) - partitionedAt)} ms; acknowledged ${acknowledged.length} in all, lost ${lost.length}; slowest answer ${Math.round(slowestMs)} ms`)
+    t.notOk([...writes, ...reads].some(({ status }) => status === 500), 'no 500')
+    t.ok(slowestMs < ANSWER_WITHIN_MS, `no answer later than ${ANSWER_WITHIN_MS} ms`)
+    t.same(beforeElection(reads), [200], 'reads served by the cut-off primary until the election')
+    t.same(reads.filter(({ status }) => status !== 200 && status !== 503), [], 'and by the new one after: refused (503) only while the instance follows it')
+    if (name === 'replicated') {
+      t.same(lost, [], 'with a replica to acknowledge each write, nothing answered 2xx is lost')
+      const cutOff = writes.filter(({ status, answeredAt }) => status !== 201 && answeredAt > partitionedAt && answeredAt < partitionedAt + DOWN_AFTER_MS)
+      t.equal(cutOff[0]?.status, 504, 'the first write cut off is answered 504: done on the cut-off primary alone')
+      t.same([...new Set(cutOff.slice(1).map(({ status }) => status))], [503], 'the next are refused before they are sent: 503')
+      t.notOk(beforeElection(writes).includes(201), 'none sent after the partition is acknowledged')
+    } else {
+      t.ok(lost.length > 0, `without, writes the cut-off primary acknowledged are lost when it rejoins: ${lost.length}`)
+      t.ok(lost.every(({ sentAt, answeredAt }) => answeredAt > partitionedAt && sentAt < refusedBy(writes)), 'each of them made before the primary refused writes itself, once its replicas were silent past min-replicas-max-lag')
+    }
+  }
+  t.comment(`elected ${Math.round(electedAfterMs)} ms after the partition (down-after ${DOWN_AFTER_MS} ms); healed ${Math.round(healedAt - partitionedAt)} ms after it`)
 })
