@@ -1,10 +1,9 @@
 // A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
 // text on the first EVAL): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
-// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up` (as
-// `down` makes it at once). Or it black-holes the connections of one kind open now: every byte both ways held, none
-// closed, until `resume`. Or it partitions: the connections of some kinds black-holed, those open now and those made
-// later, until `resume`.
+// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`. Or it
+// black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`. Or it
+// partitions: the connections of some kinds black-holed, those open now and those made later, until `resume`.
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
@@ -30,10 +29,8 @@ export interface RedisProxy {
   arm: (script: Script, fault: RedisFault) => void
   /** Faults injected so far. */
   readonly injected: RedisFault[]
-  /** Lets connections through again after `drop-reply-then-down` or `down`. */
+  /** Lets connections through again after `drop-reply-then-down`. */
   up: () => void
-  /** Closes every connection, and refuses new ones until `up`. */
-  down: () => void
   /** Black-holes the connections of that kind open now, without closing them. */
   stall: (connection: RedisConnection) => void
   /** Black-holes the connections of these kinds, those open now and those made later, until `resume`. */
@@ -146,10 +143,6 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
     arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
     injected,
     up: () => { down = false },
-    down: () => {
-      down = true
-      for (const socket of sockets) socket.destroy()
-    },
     stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },
     partition: (connections) => {
       partitioned = new Set(connections)

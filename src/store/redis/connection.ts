@@ -14,7 +14,7 @@ import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
 import { RedisSessionStore, sessionScripts } from './sessions.js'
 import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
 import { RedisUserStore, userScripts } from './users.js'
-import { RedisWrites, writeOutcomeScripts } from './writes.js'
+import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
 export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
@@ -218,6 +218,13 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
   }
   await orderUsers(redis, keys)
+  const replicasToAcknowledge = options.replicasToAcknowledge ?? 0
+  if (replicasToAcknowledge > 0) {
+    const online = replicationOf(await redis.info('replication')).replicas.length
+    if (online < replicasToAcknowledge) {
+      options.logger.warn({ replicasToAcknowledge, replicasOnline: online }, 'fewer Redis replicas are online than REDIS_REPLICAS_TO_ACKNOWLEDGE: writes will be answered 504, then refused (503), until enough are')
+    }
+  }
   const unadmitted = await admitAccounts(redis, keys)
   if (unadmitted > 0) {
     options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
@@ -229,10 +236,10 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,
     replication: {
-      replicas: options.replicasToAcknowledge ?? 0,
+      replicas: replicasToAcknowledge,
       ...(options.observeReplication === undefined ? {} : { acknowledged: options.observeReplication.acknowledged }),
       shortOfReplicas: (short) => {
-        if (short) options.logger.warn({ replicasToAcknowledge: options.replicasToAcknowledge }, 'fewer Redis replicas than REDIS_REPLICAS_TO_ACKNOWLEDGE had a write: writes are refused (503) until enough are in sync')
+        if (short) options.logger.warn({ replicasToAcknowledge }, 'fewer Redis replicas than REDIS_REPLICAS_TO_ACKNOWLEDGE had a write: writes are refused (503) until enough are in sync')
         else options.logger.info('enough Redis replicas are in sync again: writes are taken')
       }
     }

@@ -17,7 +17,7 @@ import { freePort } from '../../../harness/net.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
-import { primaryAndReplica, redisSkip, type SentinelDeployment, sentinelDeployment } from '../../support/redis.js'
+import { ownRedis, primaryAndReplica, redisSkip, type SentinelDeployment, sentinelDeployment } from '../../support/redis.js'
 
 const skip = await redisSkip()
 // The longest any request may take: a command's timeout, then the time a write waits to learn what it did
@@ -280,6 +280,10 @@ t.test('a primary short of replicas refuses writes without sending them, and tak
   t.teardown(() => { direct.disconnect() })
   const keyPrefix = `items-short:${randomUUID()}:`
   const { api, metric, lines } = await instance(t, { REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
+  const fewerAtStart = 'fewer Redis replicas are online than REDIS_REPLICAS_TO_ACKNOWLEDGE'
+  t.notOk(lines.some((line) => line.includes(fewerAtStart)), 'a start with its replica online says nothing of it')
+  const lone = await ownRedis(t)
+  t.ok((await instance(t, { REDIS_URL: lone.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })).lines.some((line) => line.includes(fewerAtStart)), 'a start with none warns')
   const { accessToken, item: replicated } = await contributorWithItem(api)
   replica.signal('SIGSTOP')
   t.teardown(() => { replica.signal('SIGCONT') })
