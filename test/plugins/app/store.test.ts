@@ -154,15 +154,18 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
   const redis = new Redis(small.url)
   t.teardown(() => { redis.disconnect() })
   let fillers = 0
-  for (const size of [64 * 1024, 1024, 64]) {
-    while (await redis.set(`filler:${fillers}`, 'f'.repeat(size)).then(() => true, () => false)) fillers += 1
+  const fill = async (): Promise<void> => {
+    for (const size of [64 * 1024, 1024, 64]) {
+      while (await redis.set(`filler:${fillers}`, 'f'.repeat(size)).then(() => true, () => false)) fillers += 1
+    }
   }
-  // Each create is refused 503: by Redis at its maxmemory, or, once the heartbeat (a write Redis refuses too) has
-  // gone unanswered past its deadline, while the instance makes its connection again; the first that reaches Redis
-  // is said at error. The server writes its line as it answers: it may reach this process a moment after.
+  // Each create is refused 503 by Redis at its maxmemory, the first that reaches it said at error (the server
+  // writes its line as it answers: it may reach this process a moment after). Keys expiring meanwhile (the writes'
+  // outcomes, after 30 s) free room, which is filled again before each create.
   const outOfMemory = 'Redis is at its maxmemory: writes are refused until it has room (docs/operations.md, "Capacity")'
   const statuses = new Set<number>()
   while (logged(server.output(), outOfMemory) === undefined) {
+    await fill()
     statuses.add((await post('/v1/items', { name: 'light' }, { authorization: `Bearer ${light}` })).status)
     await sleep(50)
   }
