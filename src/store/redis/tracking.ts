@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto'
-import { type Redis, ReplyError } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { Session } from '../../domain/index.js'
 
@@ -182,7 +182,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
     // A refusal is an answer too (a primary short of replicas under min-replicas-to-write says NOREPLICAS): the
     // connection is alive, only the invalidation, which proves the other, does not come.
     const answered = (): void => { answeredAt = Math.max(answeredAt, now) }
-    redis.set(heartbeatKey, '', 'PX', HEARTBEAT_KEPT_MS).then(answered, (error: unknown) => { if (error instanceof ReplyError) answered() })
+    redis.set(heartbeatKey, '', 'PX', HEARTBEAT_KEPT_MS).then(answered, (error: unknown) => { if (error instanceof Error && error.name === 'ReplyError') answered() })
   }
   const beats = setInterval(beat, heartbeat.intervalMs).unref()
   // Serving starts with tracking on, unless its connection fails; then it starts when that connection is made.

@@ -180,12 +180,12 @@ const cases: Readonly<Record<string, WriteCase>> = {
   }
 }
 
-/** Each of the cases `names`, through each fault, on the Redis at `url`. */
 // A retry answered 503 is sent again after a pause, a few times: a 503 that lasts is the test's failure, shown with
 // its body.
 const RETRIES_ON_503 = 20
 const RETRY_AFTER_503_MS = 100
 
+/** Each of the cases `names`, through each fault, on the Redis at `url`. */
 async function faultMatrix (t: Test, names: readonly string[], url?: string): Promise<void> {
   for (const name of names) {
     const write = cases[name]!
