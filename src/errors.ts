@@ -51,6 +51,9 @@ export const invalidCredentials = (): ApiError =>
 export const invalidRefreshToken = (): ApiError =>
   new ApiError(401, 'INVALID_REFRESH_TOKEN', 'The refresh token is invalid.')
 
+/** A request of an account removed after its token was checked: its session ended with the account. */
+export const sessionEnded = (): ApiError => unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
+
 export const forbidden = (message: string): ApiError => new ApiError(403, 'FORBIDDEN', message)
 
 export const itemQuotaExceeded = (): ApiError =>

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { Redis } from 'ioredis'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { connectRedisStore } from '../../src/store/redis/connection.js'
+import { newUser } from '../../src/domain/records.js'
 
 // What Redis keeps per item at 100 000 of the benchmark's items: MEMORY USAGE of the keys that hold items (exact,
 // every element counted), and the growth of used_memory, which includes Redis's own bookkeeping.
@@ -12,7 +13,8 @@ export async function redisBytesPerItem (redisKeyPrefix: string, item: { descrip
   const usedMemory = async (): Promise<number> => Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1])
   const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, maxItemsPerContributor: ITEMS_IN_REDIS, logger: { warn: () => {}, info: () => {} } })
   const before = await usedMemory()
-  const contributorId = randomUUID()
+  // A store keeps items only for users it has.
+  const contributorId = (await store.users.add(newUser({ email: 'bench@example.com', firstName: 'A', lastName: 'B', role: 'contributor' }, 'bench@example.com', 'unused')))!.id
   for (let batch = 0; batch < ITEMS_IN_REDIS / 1000; batch += 1) {
     await Promise.all(Array.from({ length: 1000 }, async (_, index) => {
       const now = new Date().toISOString()

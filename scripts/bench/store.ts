@@ -8,6 +8,7 @@ import { connectRedisStore } from '../../src/store/redis/connection.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
 import type { ItemFilter, Store } from '../../src/store/store.js'
 import { randomUuid } from '../../src/runtime/uuid.js'
+import { newUser } from '../../src/domain/records.js'
 
 const ITEMS = Number(process.env.BENCH_ITEMS ?? 1_000_000)
 const ON_REDIS = process.env.BENCH_STORE === 'redis'
@@ -46,6 +47,11 @@ const heapBefore = process.memoryUsage().heapUsed
 const redisBefore = ON_REDIS ? await redisUsedMemory() : 0
 const store = await openStore()
 const { items } = store
+// A store keeps items only for users it has.
+for (const [index, id] of CONTRIBUTORS.entries()) {
+  const email = `contributor-${index}@example.com`
+  await store.users.add(newUser({ email, firstName: 'A', lastName: 'B', role: 'contributor' }, email, 'unused', id))
+}
 const started = Date.now()
 // Ids as the service makes them: one flat 36-character string each (crypto.randomUUID()'s stay a tree of
 // concatenated strings, about 480 bytes, until something flattens them).

@@ -3,10 +3,10 @@ import type { components } from '../../generated/openapi.js'
 import { emailKey } from '../auth/email.js'
 import type { Requester } from '../auth/passwords.js'
 import type { TokenPair } from '../auth/tokens.js'
-import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken } from '../errors.js'
+import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken, serviceUnavailable } from '../errors.js'
 import { newUser } from '../domain/records.js'
 import type { User } from '../domain/index.js'
-import { OutcomeUnknownError, StoreUnavailableError } from '../store/store.js'
+import { OutcomeUnknownError, StoreUnavailableError, UserRemovedError } from '../store/store.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -41,8 +41,11 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   })
   // A registration of the same email on another instance may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()
-  // A retry finds the email registered, and the client signs in.
-  const session = await afterWrite(tokens.open(user.id), 'registered')
+  // A retry finds the email registered, and the client signs in. An account removed before its first session opened
+  // leaves nothing behind: registering again is the way on.
+  const session = await afterWrite(tokens.open(user.id), 'registered').catch((error: unknown) => {
+    throw error instanceof UserRemovedError ? serviceUnavailable('The account was removed as it was registered; register again.') : error
+  })
   return reply.headers(NO_STORE).code(201).send(authResponse(user, session))
 }
 
@@ -51,7 +54,9 @@ export const loginUser: Handler<'loginUser'> = async (request, reply) => {
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
   const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, requester(request))
   if (user === undefined || !passwordMatches) throw invalidCredentials()
-  return reply.headers(NO_STORE).code(200).send(authResponse(user, await tokens.open(user.id)))
+  // An account removed while its password was checked has no credentials left.
+  const session = await tokens.open(user.id).catch((error: unknown) => { throw error instanceof UserRemovedError ? invalidCredentials() : error })
+  return reply.headers(NO_STORE).code(200).send(authResponse(user, session))
 }
 
 export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {

@@ -5,7 +5,7 @@ import type { Principal } from '../auth/principal.js'
 import type { AccessTokenClaims } from '../auth/tokens.js'
 import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { Session, User } from '../domain/index.js'
-import { type ApiError, unauthorized } from '../errors.js'
+import { type ApiError, sessionEnded, unauthorized } from '../errors.js'
 import { randomUuid } from '../runtime/uuid.js'
 import type { Store } from '../store/store.js'
 import type { ContractRoute, StepFor } from './step.js'
@@ -132,7 +132,6 @@ export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: Bear
   // The caller a token speaks for, while its session lives and is still its user's.
   const principalOf = (claims: VerifiedClaims, session: Session | undefined, user: User | undefined): Principal | undefined =>
     session?.userId === claims.sub && user !== undefined ? { id: user.id, role: user.role, sessionId: session.id } : undefined
-  const sessionEnded = (): ApiError => unauthorized('INVALID_TOKEN', 'The session of this access token has ended.')
   // What the store cannot tell at once: a session or user that this instance has not read yet (Redis), a session
   // that has ended.
   const askStore = async (claims: VerifiedClaims): Promise<Principal> => {

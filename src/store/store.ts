@@ -26,7 +26,11 @@ export interface UserStore {
  * bounds what one session remembers, and says how.
  */
 export interface SessionStore {
-  /** Opens a session with its first refresh token; past `maxPerUser` live sessions, the user's oldest ends. */
+  /**
+   * Opens a session with its first refresh token; past `maxPerUser` live sessions, the user's oldest ends. Rejects
+   * with a UserRemovedError, opening nothing, when the session's user has no account (removed): checked in the same
+   * atomic step, so that no session outlives its account's removal.
+   */
   open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void>
   /** The session, while it is neither revoked nor past its end. */
   get (id: string, now: number): Promise<Session | undefined>
@@ -164,8 +168,9 @@ export class ClaimLostError extends Error {
 export interface ItemStore {
   /**
    * Adds the item and records its event, unless its contributor already owns as many as the store allows each
-   * one (then undefined, and no event); rejects with an IdTakenError when another item has its id. With a claim, records the item under its key too, or, when the claim no
-   * longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
+   * one (then undefined, and no event); rejects with an IdTakenError when another item has its id, and with a
+   * UserRemovedError when its contributor has no account (removed). With a claim, records the item under its key
+   * too, or, when the claim no longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
    */
   add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined>
   /** The item as a read sends it: its text (a store may keep no parsed item at hand). */
@@ -176,7 +181,9 @@ export interface ItemStore {
   count (): Promise<number>
   /**
    * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
-   * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller.
+   * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller;
+   * when the item's contributor has no account (removed, its items going with it), it rejects with a
+   * UserRemovedError, changing nothing.
    */
   update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined>
   /**
@@ -329,6 +336,14 @@ export class RegistrationPacedError extends Error {
   constructor (readonly retryAfterMs: number) {
     super(`registrations are paced: the next in ${retryAfterMs} ms`)
   }
+}
+
+/**
+ * A session opened, or an item written, for a user whose account has been removed: nothing was changed. Checked in
+ * the step that would store it, so that a request authenticated before a removal writes nothing after it.
+ */
+export class UserRemovedError extends Error {
+  override name = 'UserRemovedError'
 }
 
 /** The store cannot be reached or did not answer in time, and nothing was changed; the request may be retried. */

@@ -1,12 +1,17 @@
 // Accounts on the operations API (ops/openapi.yaml): listed newest first with what each holds, and removed with
 // everything they keep, on each store; every answer here is checked against the operations contract.
+import { PassThrough } from 'node:stream'
+import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import type { operations } from '../../generated/operations/openapi.js'
 import { responseValidators } from '../../generated/operations/response-validator-lookup.js'
 import type { RouteOperationId } from '../../generated/operations/routes.js'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
-import { newUser } from '../support/api.js'
-import { build, captureLogs } from '../support/app.js'
+import { HashingProcess } from '../../src/auth/hashing-process.js'
+import { loadConfig } from '../../src/config/config.js'
+import { Api, newUser } from '../support/api.js'
+import { assertMatchesContract } from '../support/contract-checks.js'
+import { build, buildTestApp, captureLogs, testEnvironment } from '../support/app.js'
 import { freePort } from '../../harness/net.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
@@ -87,3 +92,88 @@ const WHAT = 'accounts are listed newest first with what each holds; one removed
 t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) })
 
 t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await accounts(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
+/** A real hashing process whose password checks, once done, wait at a gate the test opens: a sign-in held mid-way. */
+class GatedHashing extends HashingProcess {
+  #reached: () => void = () => {}
+  readonly reached = new Promise<void>((resolve) => { this.#reached = resolve })
+  #open: () => void = () => {}
+  readonly #gate = new Promise<void>((resolve) => { this.#open = resolve })
+
+  override async verify (hash: string | undefined, password: string): Promise<boolean> {
+    const matches = await super.verify(hash, password)
+    this.#reached()
+    await this.#gate
+    return matches
+  }
+
+  open (): void { this.#open() }
+}
+
+/**
+ * Two instances of one deployment (one on the memory store, which no other instance shares): `removing` serves the
+ * operations API, `serving` the account's requests, its password checks held at a gate, and a hook that tells when a
+ * request's token has been checked (preParsing runs after every onRequest hook, before the body is read).
+ */
+async function deployment (t: Test, store: NodeJS.ProcessEnv): Promise<{ ops: string, removing: Api, serving: FastifyInstance, hashing: GatedHashing, authenticated: Promise<void> }> {
+  const opsPort = await freePort()
+  const hashing = new GatedHashing(loadConfig(testEnvironment()).passwordHashCost)
+  t.teardown(async () => { await hashing.close() })
+  const serving = await buildTestApp(t, { ...store, ...(store.STORE === 'memory' ? { OPS_PORT: String(opsPort) } : {}) }, { hashingProcess: hashing })
+  let authenticated: () => void = () => {}
+  const checked = new Promise<void>((resolve) => { authenticated = resolve })
+  serving.addHook('preParsing', async (request) => { if (request.url === '/v1/items' && request.method === 'POST') authenticated() })
+  await serving.ready()
+  const removing = store.STORE === 'memory' ? new Api(serving) : await build(t, { ...store, OPS_PORT: String(opsPort) })
+  return { ops: `http://127.0.0.1:${opsPort}`, removing, serving, hashing, authenticated: checked }
+}
+
+async function removalIsFinal (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const { ops, removing, serving, hashing, authenticated } = await deployment(t, store)
+  const api = new Api(serving)
+  const before = await serving.store.capacity()
+  const password = 'correct horse battery staple'
+  const signingIn = newUser({ password })
+  const { user: { id: signingInId } } = await removing.register(signingIn)
+  const writer = await removing.register()
+  const witness = await removing.register({ role: 'viewer' })
+
+  // A sign-in whose password is being checked while its account is removed.
+  const signIn = api.call('loginUser', { body: { email: signingIn.email, password } })
+  await hashing.reached
+  t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${signingInId}`)).status, 204)
+  hashing.open()
+  const signedIn = await signIn
+  t.equal(signedIn.statusCode, 401, 'the sign-in that lost the race is refused')
+  t.match(signedIn.json(), { code: 'INVALID_CREDENTIALS' })
+
+  // A create whose token was checked before its account was removed, and whose body arrives after.
+  const body = new PassThrough()
+  const payload = JSON.stringify({ name: 'written after the removal' })
+  const create = serving.inject({
+    method: 'POST',
+    url: '/v1/items',
+    headers: { authorization: `Bearer ${writer.accessToken}`, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(payload)) },
+    payload: body
+  })
+  await authenticated
+  t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${writer.user.id}`)).status, 204)
+  body.end(payload)
+  const created = await create
+  assertMatchesContract('POST', '/v1/items', created)
+  t.equal(created.statusCode, 401, 'the write in flight is refused')
+  t.match(created.json(), { code: 'INVALID_TOKEN' })
+  const listed = await api.call('listItems', { token: witness.accessToken, query: { contributorId: writer.user.id } })
+  t.equal(listed.json().pagination.total, 0, 'and stores nothing')
+
+  const accounts = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts')).json as AccountList
+  t.same(accounts.accounts.map((account) => account.id), [witness.user.id], 'only the witness is left')
+  t.equal((await serving.store.capacity()).heldBytes - before.heldBytes, accounts.accounts[0]!.heldBytes,
+    'nothing is charged but what the accounts listed hold: no session opened for the removed one')
+}
+
+const FINAL = 'a removal is final: a sign-in that checks its password while the account is removed answers 401 and opens nothing; a create authenticated before it stores nothing after it'
+
+t.test(`memory: ${FINAL}`, async (t) => { await removalIsFinal(t, { STORE: 'memory' }) })
+
+t.test(`Redis, on two instances: ${FINAL}`, { skip: await redisSkip() }, async (t) => { await removalIsFinal(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })

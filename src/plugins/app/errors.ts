@@ -2,8 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, registrationPaced, serviceUnavailable, storeFull, type ValidationErrorBody } from '../../errors.js'
-import { ClaimLostError, OutcomeUnknownError, RegistrationPacedError, StoreFullError, StoreUnavailableError } from '../../store/store.js'
+import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, registrationPaced, serviceUnavailable, sessionEnded, storeFull, type ValidationErrorBody } from '../../errors.js'
+import { ClaimLostError, OutcomeUnknownError, RegistrationPacedError, StoreFullError, StoreUnavailableError, UserRemovedError } from '../../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -48,13 +48,15 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | RegistrationPacedError | ClaimLostError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | RegistrationPacedError | ClaimLostError | UserRemovedError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // Another request holds the key now: this one's retry will get that one's answer.
   if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
     request.log.warn({ err: error, limit: error.limit }, 'store full')
     return sendApiError(reply, storeFull(error.limit))
   }
+  // The account was removed while the request was on its way: its session ended with it.
+  if (error instanceof UserRemovedError) return sendApiError(reply, sessionEnded())
   if (error instanceof RegistrationPacedError) return sendApiError(reply, registrationPaced(Math.ceil(error.retryAfterMs / 1000)))
   if (error instanceof OutcomeUnknownError) {
     request.log.warn({ err: error }, 'a write\'s reply from the store was lost and its outcome could not be learnt in time')

@@ -44,8 +44,8 @@ export function createMemoryStore ({
   const outbox = new MemoryOutbox(pendingDeliveries)
   const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity)
   const users = new MemoryUserStore(capacity)
-  const sessions = new MemorySessionStore(capacity)
-  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity)
+  const sessions = new MemorySessionStore(capacity, users)
+  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users)
   let open = true
   return {
     users,

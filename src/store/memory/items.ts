@@ -1,9 +1,10 @@
 import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem } from '../store.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError } from '../store.js'
 import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
+import type { MemoryUserStore } from './users.js'
 
 interface ItemEntry {
   item: StoredItem
@@ -46,6 +47,7 @@ export class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
   readonly #idempotencyKeys: MemoryIdempotencyKeys
   readonly #capacity: MemoryCapacity
+  readonly #users: MemoryUserStore
   readonly #maxPerContributor: number
   readonly #byId = new Map<string, ItemEntry>()
   // A page is a slice of one list of the catalogue's or of a contributor's, so it costs O(pageSize) whatever its
@@ -54,8 +56,9 @@ export class MemoryItemStore implements ItemStore {
   readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
-  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity) {
+  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity, users: MemoryUserStore) {
     this.#maxPerContributor = maxPerContributor
+    this.#users = users
     this.#outbox = outbox
     this.#idempotencyKeys = idempotencyKeys
     this.#capacity = capacity
@@ -63,6 +66,7 @@ export class MemoryItemStore implements ItemStore {
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
     if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
+    this.#assertAccount(item.contributorId)
     if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
@@ -93,6 +97,10 @@ export class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
+  #assertAccount (contributorId: string): void {
+    if (this.#users.cached(contributorId) === undefined) throw new UserRemovedError(`contributor ${contributorId} has no account`)
+  }
+
   async get (id: string): Promise<StoredItem | undefined> {
     return this.#byId.get(id)?.item
   }
@@ -116,6 +124,7 @@ export class MemoryItemStore implements ItemStore {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     const previous = entry.item
+    this.#assertAccount(previous.contributorId)
     const next = storedItem(change(previous))
     const bytes = itemBytes(next)
     this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)

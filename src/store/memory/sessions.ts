@@ -1,7 +1,8 @@
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
 import type { Session } from '../../domain/index.js'
-import type { RefreshOutcome, SessionStore } from '../store.js'
+import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { type MemoryCapacity, sessionBytes } from './capacity.js'
+import type { MemoryUserStore } from './users.js'
 
 interface SessionEntry {
   readonly session: Session
@@ -26,12 +27,15 @@ export class MemorySessionStore implements SessionStore {
   // Session ids by user, oldest first.
   readonly #byUser = new Map<string, Set<string>>()
   readonly #capacity: MemoryCapacity
+  readonly #users: MemoryUserStore
 
-  constructor (capacity: MemoryCapacity) {
+  constructor (capacity: MemoryCapacity, users: MemoryUserStore) {
     this.#capacity = capacity
+    this.#users = users
   }
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
+    if (this.#users.cached(session.userId) === undefined) throw new UserRemovedError(`user ${session.userId} has no account`)
     const entry: SessionEntry = { session: Object.freeze({ ...session }), current: new Set([refreshTokenHash]), previous: new Set(), rotatedAt: 0, replaced: [], bytes: 0 }
     entry.bytes = bytesOf(entry)
     const ofUser = this.#byUser.get(session.userId) ?? new Set()

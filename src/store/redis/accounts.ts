@@ -55,7 +55,8 @@ if floor then
   local besideSessions = math.max(0, tonumber(floor) - tonumber(redis.call('HGET', capacity.totals, 'sessions') or UNBOUNDED))
   redis.call('HINCRBY', capacity.totals, 'shared', math.min(held, besideSessions))
   redis.call('HDEL', capacity.floors, userId)
-  redis.call('HINCRBY', capacity.totals, 'floors', -tonumber(floor))
+  -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
+  redis.call('HINCRBY', capacity.totals, 'floors', 0 - tonumber(floor))
   redis.call('HINCRBY', capacity.totals, 'accounts', -1)
 end
 charge(userId, -userBytes(userId, emailKey, json))

@@ -1,7 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError } from '../store.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
@@ -12,14 +12,15 @@ import { type RedisWrites, writeScript } from './writes.js'
 export const itemScripts = {
   // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
   // both (itemListKeys), the claim's keys (RECORD_CLAIM), the contributor's idempotency records (idempotencyKeys),
-  // and the capacity keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own, the
-  // claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its key,
-  // 3 when another item has the id, 'account' or 'shared' when the contributor's room cannot take the item and its
-  // record, even once their own older records are gone.
+  // users, and the capacity keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own,
+  // the claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its
+  // key, 3 when another item has the id, 4 when the contributor has no account (removed), 'account' or 'shared'
+  // when the contributor's room cannot take the item and its record, even once their own older records are gone.
   addItem: {
-    numberOfKeys: 11 + CAPACITY_KEYS,
+    numberOfKeys: 12 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
-capacityAt(12)
+capacityAt(13)
+if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return 4 end
 releaseExpired(now)
 if not holdsClaim(9, 5) then return 2 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
@@ -48,18 +49,20 @@ if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
   // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
-  // item to store (the same when its status stays), the contributor's idempotency records (idempotencyKeys), and
-  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id, its
-  // creation (ms: itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone, the item as it is now when it changed since it
-  // was read, or 'account' or 'shared' when the contributor's room cannot take what the item grows by, even once
-  // their own older records are gone.
+  // item to store (the same when its status stays), the contributor's idempotency records (idempotencyKeys), users,
+  // and the capacity keys (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id,
+  // its creation (ms: itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone,
+  // the item as it is now when it changed since it was read, 2 when its contributor has no account (removed), or
+  // 'account' or 'shared' when the contributor's room cannot take what the item grows by, even once their own
+  // older records are gone.
   replaceItem: {
-    numberOfKeys: 8 + CAPACITY_KEYS,
+    numberOfKeys: 9 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
-capacityAt(9)
+capacityAt(10)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
+if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return 2 end
 itemKeptBeforeCharges(ARGV[5])
 local grows = itemBytes(ARGV[3]) - itemBytes(current)
 local refused = makeRoom(ARGV[4], grows, KEYS[8], '') or charge(ARGV[4], grows)
@@ -120,13 +123,13 @@ return 1`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
         contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments]
-    ): Result<0 | 1 | 2 | 3 | Refusal, Context>
+    ): Result<0 | 1 | 2 | 3 | 4 | Refusal, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
     replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, contributorKeys: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
-        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<0 | 1 | string, Context>
+      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
+        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<0 | 1 | 2 | string, Context>
     removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
       ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, createdAtMs: number,
         ...event: EventArguments]): Result<0 | 1 | string, Context>
@@ -207,13 +210,14 @@ export class RedisItemStore implements ItemStore {
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
     const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
-      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, ...capacityKeys(keys),
+      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, keys.users, ...capacityKeys(keys),
       deadline, outcomeKey, item.id, item.contributorId,
       json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
     if (isRefusal(added)) throw refusal(added)
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
     if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
+    if (added === 4) throw new UserRemovedError(`contributor ${item.contributorId} has no account`)
     this.#outbox.recorded(event)
     return stored
   }
@@ -253,9 +257,10 @@ export class RedisItemStore implements ItemStore {
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
-        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, ...capacityKeys(keys),
+        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, keys.users, ...capacityKeys(keys),
         deadline, outcomeKey, id, json, next, current.contributorId, Date.parse(current.createdAt), ...eventArguments(event)))
       if (isRefusal(outcome)) throw refusal(outcome)
+      if (outcome === 2) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return stored

@@ -1,7 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
 import type { Session } from '../../domain/index.js'
-import type { RefreshOutcome, SessionStore } from '../store.js'
+import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
@@ -39,14 +39,16 @@ end
 `
 
 export const sessionScripts = {
-  // KEYS: session, its first refresh token, its user's sessions, the capacity keys (CAPACITY). ARGV:
-  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have. The sessions it ended.
+  // KEYS: session, its first refresh token, its user's sessions, users, the capacity keys (CAPACITY). ARGV:
+  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have. The sessions it ended,
+  // or nil, opening none, when the user has no account (removed).
   openSession: {
-    numberOfKeys: 3 + CAPACITY_KEYS,
+    numberOfKeys: 4 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY + FORGET_SESSION, `
-capacityAt(4)
-releaseExpired(now)
+capacityAt(5)
 local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+if redis.call('HEXISTS', KEYS[4], userId) == 0 then return false end
+releaseExpired(now)
 for _, ended in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do releaseCharge(families.session .. ended) end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local bytes = sessionBytes(KEYS[1], KEYS[2], 1)
@@ -124,7 +126,7 @@ export type SessionFamilies = [session: string, refreshToken: string, userSessio
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    openSession (session: string, token: string, userSessions: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string,
+    openSession (session: string, token: string, userSessions: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string,
       userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<string, Context>
     rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
       now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string, string?, string?, string?], Context>
@@ -150,8 +152,9 @@ export class RedisSessionStore implements SessionStore {
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     const keys = this.#keys
     const ended = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
-      keys.userSessions + session.userId, ...capacityKeys(keys), deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt,
+      keys.userSessions + session.userId, keys.users, ...capacityKeys(keys), deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt,
       refreshTokenHash, maxPerUser))
+    if (ended === null) throw new UserRemovedError(`user ${session.userId} has no account`)
     this.#forgetEnded(ended)
   }
 

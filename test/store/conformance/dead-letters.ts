@@ -4,13 +4,13 @@ import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import { DEAD_LETTERS } from '../../../src/store/rules.js'
 import type { Announcement, Delivery } from '../../../src/store/store.js'
-import { ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
+import { account, ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
 
 export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('outbox: a delivery given up is kept as a dead letter, listed oldest first, and delivered again as new, with its event id', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
-    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    for (let index = 0; index < 3; index += 1) await items.add(item(await account(users), { name: `item ${index}` }), announce(ADDED))
     const now = Date.now() + 1
     const taken = (await outbox.take('s', now, 3, HOUR)).deliveries
     for (const [index, delivery] of taken.entries()) t.equal(await outbox.deadLetter('s', delivery, `answered 50${index}`, now + index), 0, 'none pushed out')
@@ -37,9 +37,9 @@ export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenSt
   })
 
   t.test(`outbox: a subscriber keeps at most ${DEAD_LETTERS} dead letters, the oldest out first`, async (t) => {
-    const { items, outbox } = await fresh(t, DEAD_LETTERS + 1)
+    const { users, items, outbox } = await fresh(t, DEAD_LETTERS + 1)
     await outbox.subscribe('s', [ADDED])
-    const contributorId = randomUUID()
+    const contributorId = await account(users)
     for (let index = 0; index <= DEAD_LETTERS; index += 1) await items.add(item(contributorId), announce(ADDED))
     const now = Date.now() + 1
     const taken = []
@@ -54,11 +54,11 @@ export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenSt
   })
 
   t.test('outbox: a page of dead letters carries their events when asked, within its bytes (its first whatever its size)', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
     // Events of about 10, 30, 10 and 10 KiB, the second's in two-byte characters.
     const sized = (text: string): Announcement => (announced) => ({ id: randomUUID(), channel: ADDED, body: JSON.stringify({ item: announced, text }) })
-    for (const text of ['a'.repeat(10_240), 'é'.repeat(15_360), 'b'.repeat(10_240), 'c'.repeat(10_240)]) await items.add(item(randomUUID()), sized(text))
+    for (const text of ['a'.repeat(10_240), 'é'.repeat(15_360), 'b'.repeat(10_240), 'c'.repeat(10_240)]) await items.add(item(await account(users)), sized(text))
     const now = Date.now() + 1
     const taken: Delivery[] = []
     while (taken.length < 4) taken.push(...(await outbox.take('s', now, 4, HOUR)).deliveries)
@@ -76,9 +76,9 @@ export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenSt
   })
 
   t.test('outbox: every dead letter is redelivered however many there are, in the order they were kept', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
-    const contributorId = randomUUID()
+    const contributorId = await account(users)
     for (let index = 0; index < 250; index += 1) await items.add(item(contributorId), announce(ADDED))
     const now = Date.now() + 1
     const taken: Delivery[] = []
@@ -93,9 +93,9 @@ export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenSt
   })
 
   t.test('outbox: dead letters are delivered again only while the subscriber\'s pending deliveries have room', async (t) => {
-    const { items, outbox } = await open(t, { maxItemsPerContributor: 10, maxPendingDeliveries: 2 })
+    const { users, items, outbox } = await open(t, { maxItemsPerContributor: 10, maxPendingDeliveries: 2 })
     await outbox.subscribe('s', [ADDED])
-    const contributorId = randomUUID()
+    const contributorId = await account(users)
     for (let index = 0; index < 2; index += 1) await items.add(item(contributorId), announce(ADDED))
     const now = Date.now() + 1
     for (const delivery of (await outbox.take('s', now, 2, HOUR)).deliveries) await outbox.deadLetter('s', delivery, 'answered 500', now)

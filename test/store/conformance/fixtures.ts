@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item, User } from '../../../src/domain/index.js'
 import { type ItemText, itemFields } from '../../../src/domain/serialized.js'
-import type { Announcement, Counted, ItemPage, OutboxEvent, Store } from '../../../src/store/store.js'
+import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore } from '../../../src/store/store.js'
 
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
@@ -29,6 +29,9 @@ export const user = (overrides: Partial<User> = {}): User => ({
   createdAt: '2026-11-23T00:00:00.000Z',
   ...overrides
 })
+
+/** A user added to the store, for the sessions and items a test makes: the store keeps none for a user it has not. */
+export const account = async (users: UserStore, overrides: Partial<User> = {}): Promise<string> => (await users.add(user(overrides)))!.id
 
 export const item = (contributorId: string, overrides: Partial<Item> = {}): Item => ({
   id: randomUUID(),

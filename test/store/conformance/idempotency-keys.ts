@@ -3,20 +3,20 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { ClaimLostError, type IdempotencyClaim } from '../../../src/store/store.js'
-import { ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
+import { account, ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   const claim = (userId: string, overrides: Partial<IdempotencyClaim> = {}): IdempotencyClaim =>
     ({ userId, key: 'k', fingerprint: 'f', token: randomUUID(), ...overrides })
 
   t.test('idempotency keys: a claim holds its key until released or recorded with its item; a record answers a claim with its fingerprint', async (t) => {
-    const { items, idempotencyKeys } = await fresh(t)
-    const ada = randomUUID()
+    const { users, items, idempotencyKeys } = await fresh(t)
+    const ada = await account(users)
     const first = claim(ada)
     t.same(await idempotencyKeys.claim(first, HOUR), { status: 'claimed' })
     t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'running' }, 'held while it runs')
     t.same(await idempotencyKeys.claim(claim(ada, { fingerprint: 'other' }), HOUR), { status: 'mismatch' }, 'another body, while it runs')
-    t.same(await idempotencyKeys.claim(claim(randomUUID()), HOUR), { status: 'claimed' }, 'another user\'s key of the same name')
+    t.same(await idempotencyKeys.claim(claim(await account(users)), HOUR), { status: 'claimed' }, 'another user\'s key of the same name')
     await idempotencyKeys.release(claim(ada))
     t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'running' }, 'only the claim that holds it frees it')
     await idempotencyKeys.release(first)
@@ -31,8 +31,8 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
   })
 
   t.test('idempotency keys: find reads what holds a key, as a claim would answer, and keeps nothing', async (t) => {
-    const { items, idempotencyKeys, capacity } = await fresh(t)
-    const ada = randomUUID()
+    const { users, items, idempotencyKeys, capacity } = await fresh(t)
+    const ada = await account(users)
     t.equal(await idempotencyKeys.find(claim(ada)), undefined, 'free')
     const held = (await capacity()).heldBytes
     await idempotencyKeys.claim(claim(ada), HOUR)
@@ -53,8 +53,8 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
   })
 
   t.test('idempotency keys: an add whose claim lapsed and was taken by another adds nothing; one that lapsed untaken still adds and records', async (t) => {
-    const { items, idempotencyKeys } = await fresh(t)
-    const ada = randomUUID()
+    const { users, items, idempotencyKeys } = await fresh(t)
+    const ada = await account(users)
     const lapsed = claim(ada)
     await idempotencyKeys.claim(lapsed, 1)
     await sleep(5)
@@ -70,8 +70,8 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
   })
 
   t.test('idempotency keys: a user keeps the most recent of their recorded keys, as many as the store allows, each for its time to live', async (t) => {
-    const { items, idempotencyKeys } = await open(t, { maxItemsPerContributor: 1000, idempotencyKeys: { perUser: 2, ttlMs: 1000 } })
-    const [ada, grace] = [randomUUID(), randomUUID()]
+    const { users, items, idempotencyKeys } = await open(t, { maxItemsPerContributor: 1000, idempotencyKeys: { perUser: 2, ttlMs: 1000 } })
+    const [ada, grace] = [await account(users), await account(users)]
     const recorded = async (userId: string, key: string): Promise<void> => {
       const held = claim(userId, { key })
       await idempotencyKeys.claim(held, HOUR)

@@ -2,15 +2,15 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
-import type { ItemFilter } from '../../../src/store/store.js'
+import { type ItemFilter, UserRemovedError } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/domain/serialized.js'
-import { type FreshStore, item, type OpenStore, read, readPage } from './fixtures.js'
+import { account, ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, read, readPage, REMOVED, user } from './fixtures.js'
 
 export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('items: added, got, paged in creation order with the total', async (t) => {
-    const { items } = await fresh(t)
+    const { users, items } = await fresh(t)
     t.equal(await items.count(), 0)
-    const contributorId = randomUUID()
+    const contributorId = await account(users)
     const added = []
     for (let index = 0; index < 5; index += 1) added.push(await items.add(item(contributorId, { name: `item ${index}`, description: index === 0 ? 'ü€𝄞' : null })))
     t.same(added.map((one) => one?.name), ['item 0', 'item 1', 'item 2', 'item 3', 'item 4'])
@@ -26,8 +26,8 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
   })
 
   t.test('items: whatever text the contract accepts is stored, read, edited and removed: lone surrogates, every control character, U+2028 and U+2029', async (t) => {
-    const { items } = await fresh(t)
-    const contributorId = randomUUID()
+    const { users, items } = await fresh(t)
+    const contributorId = await account(users)
     const texts = ['\ud800', 'a\udfffb', '\udc00\ud800', Array.from({ length: 32 }, (_, code) => String.fromCharCode(code)).join(''), '\u2028\u2029\u007f', '"\\/']
     for (const [index, text] of texts.entries()) {
       const added = (await items.add(item(contributorId, { name: text, description: text })))!
@@ -43,8 +43,8 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
   })
 
   t.test('items: pages of one status, one contributor or both, in creation order, each with its own total; a status change moves an item to its place', async (t) => {
-    const { items } = await fresh(t)
-    const [ada, grace] = [randomUUID(), randomUUID()]
+    const { users, items } = await fresh(t)
+    const [ada, grace] = [await account(users), await account(users)]
     const added: Item[] = []
     // Ada's and Grace's in turn; every third archived.
     for (let index = 0; index < 9; index += 1) {
@@ -83,27 +83,27 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
   })
 
   t.test('items: a contributor owns at most as many as the store allows; removing one frees its place', async (t) => {
-    const { items } = await fresh(t, 2)
-    const contributorId = randomUUID()
+    const { users, items } = await fresh(t, 2)
+    const contributorId = await account(users)
     const first = await items.add(item(contributorId))
     await items.add(item(contributorId))
     t.equal(await items.add(item(contributorId)), undefined, 'over the quota')
-    t.ok(await items.add(item(randomUUID())), 'another contributor is not affected')
+    t.ok(await items.add(item(await account(users))), 'another contributor is not affected')
     await items.remove(first!.id, () => {})
     t.ok(await items.add(item(contributorId)), 'room again')
   })
 
   t.test('items: concurrent additions get every one stored, each once', async (t) => {
-    const { items } = await fresh(t)
-    await Promise.all(Array.from({ length: 60 }, async () => await items.add(item(randomUUID()))))
+    const { users, items } = await fresh(t)
+    await Promise.all(Array.from({ length: 60 }, async () => await items.add(item(await account(users)))))
     const { items: page, total } = await items.page(0, 100)
     t.equal(total, 60)
     t.equal(new Set(page.map((one) => read(one)!.id)).size, 60)
   })
 
   t.test('items: update replaces with what the change returns; a throwing change leaves the item as it was', async (t) => {
-    const { items } = await fresh(t)
-    const original = await items.add(item(randomUUID()))
+    const { users, items } = await fresh(t)
+    const original = await items.add(item(await account(users)))
     const updated = await items.update(original!.id, (current) => ({ ...current, name: 'renamed', status: 'archived' }))
     t.same(updated, { ...original, name: 'renamed', status: 'archived' })
     t.same(read(await items.get(original!.id)), updated)
@@ -113,8 +113,8 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
   })
 
   t.test('items: remove hands back the item as it was; a throwing confirm removes nothing', async (t) => {
-    const { items } = await fresh(t)
-    const kept = await items.add(item(randomUUID()))
+    const { users, items } = await fresh(t)
+    const kept = await items.add(item(await account(users)))
     await t.rejects(items.remove(kept!.id, () => { throw new Error('not yours') }), { message: 'not yours' })
     t.same(read(await items.get(kept!.id)), kept)
     t.same(await items.remove(kept!.id, () => {}), kept)
@@ -124,12 +124,12 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
   })
 
   t.test('items: concurrent edits all apply, one after another, and an edit racing a delete is consistent', async (t) => {
-    const { items } = await fresh(t)
-    const counter = await items.add(item(randomUUID(), { name: '0' }))
+    const { users, items } = await fresh(t)
+    const counter = await items.add(item(await account(users), { name: '0' }))
     await Promise.all(Array.from({ length: 20 }, async () =>
       await items.update(counter!.id, (current) => ({ ...current, name: String(Number(current.name) + 1) }))))
     t.equal(read(await items.get(counter!.id))?.name, '20', 'no edit lost')
-    const raced = await items.add(item(randomUUID()))
+    const raced = await items.add(item(await account(users)))
     const [edited, removed] = await Promise.all([
       items.update(raced!.id, (current) => ({ ...current, name: 'edited' })),
       items.remove(raced!.id, () => {})
@@ -138,6 +138,22 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     t.equal(await items.get(raced!.id), undefined)
     t.ok(edited === undefined || edited.name === 'edited', 'the edit happened before it, or found nothing')
     t.ok(removed?.name === (edited === undefined ? 'An item' : 'edited'), 'the delete removed what the edit left')
+  })
+
+  t.test('items: none is added or edited for a contributor whose account is removed, or was never made; its items can still be removed', async (t) => {
+    const { items, users, sessions, accounts, outbox } = await fresh(t)
+    await outbox.subscribe('s', [ADDED, EDITED, REMOVED])
+    const removedId = await account(users)
+    const kept = (await items.add(item(removedId)))!
+    t.ok(await accounts.remove(removedId))
+    await t.rejects(items.add(item(removedId), announce(ADDED)), UserRemovedError, 'an add for a removed account')
+    await t.rejects(items.add(item(user().id), announce(ADDED)), UserRemovedError, 'an add for a user the store never had')
+    await t.rejects(items.update(kept.id, (current) => ({ ...current, name: 'edited' }), announce(EDITED)), UserRemovedError, 'an edit of its item')
+    t.same(read(await items.get(kept.id)), kept, 'the item as it was')
+    await t.rejects(sessions.open({ id: randomUUID(), userId: removedId, expiresAt: Date.now() + HOUR }, 'hash', 20), UserRemovedError, 'nor a session')
+    t.same(await items.remove(kept.id, () => {}, announce(REMOVED)), kept, 'the removal of its items goes on')
+    t.same(bodies((await outbox.take('s', Date.now(), 10, HOUR)).deliveries).map((body) => (body as { channel: string }).channel), [REMOVED], 'one event, the removal\'s')
+    t.same(readPage(await items.page(0, 10)), { items: [], total: 0 })
   })
 
   t.test('available until closed', async (t) => {

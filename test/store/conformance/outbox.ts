@@ -5,19 +5,19 @@ import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
 import { DEAD_LETTER_BYTES } from '../../../src/store/rules.js'
 import type { Announcement, Delivery, OutboxEvent } from '../../../src/store/store.js'
-import { ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, REMOVED } from './fixtures.js'
+import { account, ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, REMOVED } from './fixtures.js'
 
 export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('outbox: each stored change records one event, for every subscriber of its channel; a change not stored records none', async (t) => {
-    const { items, outbox } = await fresh(t, 1)
+    const { users, items, outbox } = await fresh(t, 1)
     await outbox.subscribe('adds-and-removals', [ADDED, REMOVED])
     await outbox.subscribe('edits', [EDITED])
     const recorded: OutboxEvent[] = []
     outbox.onRecorded((event) => { recorded.push(event) })
-    const contributorId = randomUUID()
+    const contributorId = await account(users)
     const added = await items.add(item(contributorId), announce(ADDED))
     t.equal(await items.add(item(contributorId), announce(ADDED)), undefined, 'over the quota: no event')
-    await items.add(item(randomUUID()))
+    await items.add(item(await account(users)))
     await t.rejects(items.update(added!.id, () => { throw new Error('not yours') }, announce(EDITED)))
     const edited = await items.update(added!.id, (current) => ({ ...current, name: 'edited' }), announce(EDITED))
     await items.update(randomUUID(), (current) => current, announce(EDITED))
@@ -37,9 +37,9 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test('outbox: a delivery is leased to its taker; settled it ends, given a retry time it waits for it, unsettled it is taken again when its lease ends', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
-    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    for (let index = 0; index < 3; index += 1) await items.add(item(await account(users), { name: `item ${index}` }), announce(ADDED))
     const now = Date.now() + 1
     const taken = await outbox.take('s', now, 2, 1000)
     t.same(bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), ['item 0', 'item 1'], 'oldest first, at most the limit')
@@ -64,12 +64,12 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test('outbox: an event\'s traceparent stays with each of its deliveries: retried, dead-lettered and delivered again', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
     const traceparent = `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`
     const traced: Announcement = (announced) => ({ ...announce(ADDED)(announced), traceparent })
-    await items.add(item(randomUUID(), { name: 'traced' }), traced)
-    await items.add(item(randomUUID(), { name: 'untraced' }), announce(ADDED))
+    await items.add(item(await account(users), { name: 'traced' }), traced)
+    await items.add(item(await account(users), { name: 'untraced' }), announce(ADDED))
     const now = Date.now() + 1
     // By name: deliveries due at one time may come in any order.
     const traceparents = (deliveries: ReadonlyArray<{ event: OutboxEvent }>): unknown[] => deliveries.map(({ event }) => [(JSON.parse(event.body) as { item: Item }).item.name, event.traceparent])
@@ -86,14 +86,14 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test(`outbox: a subscriber's dead letters keep at most ${DEAD_LETTER_BYTES} bytes of events, the oldest out first`, async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
     const large: Announcement = (announced) => ({ id: randomUUID(), channel: ADDED, body: JSON.stringify({ item: announced, text: 'x'.repeat(DEAD_LETTER_BYTES / 4) }) })
     const taken: Delivery[] = []
     const pushedOut = []
     // One at a time: pending, they would pass the memory outbox's own bound.
     for (let index = 0; index < 5; index += 1) {
-      await items.add(item(randomUUID()), large)
+      await items.add(item(await account(users)), large)
       const [delivery] = (await outbox.take('s', Date.now() + 1, 1, HOUR)).deliveries
       taken.push(delivery!)
       pushedOut.push(await outbox.deadLetter('s', delivery!, 'answered 500', Date.now()))
@@ -109,9 +109,9 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test('outbox: retries come back soonest first, each at its time', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
-    for (let index = 0; index < 5; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    for (let index = 0; index < 5; index += 1) await items.add(item(await account(users), { name: `item ${index}` }), announce(ADDED))
     const now = Date.now() + 1
     const taken = (await outbox.take('s', now, 5, HOUR)).deliveries
     const waits = [10, 30, 20, 40, 5]
@@ -123,9 +123,9 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test('outbox: a take hands out at most its limit, whatever is due', async (t) => {
-    const { items, outbox } = await fresh(t)
+    const { users, items, outbox } = await fresh(t)
     await outbox.subscribe('s', [ADDED])
-    for (let index = 0; index < 3; index += 1) await items.add(item(randomUUID()), announce(ADDED))
+    for (let index = 0; index < 3; index += 1) await items.add(item(await account(users)), announce(ADDED))
     const now = Date.now() + 1
     t.equal((await outbox.take('s', now, 3, 10)).deliveries.length, 3)
     t.same((await outbox.take('s', now + 10, 1, 10)).deliveries.map((delivery) => delivery.attempt), [2], 'one of the three whose lease ended')
@@ -133,9 +133,9 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
   })
 
   t.test('outbox: a subscriber keeps a bounded number of deliveries; past it, new events are dropped and counted once', async (t) => {
-    const { items, outbox } = await open(t, { maxItemsPerContributor: 1000, maxPendingDeliveries: 3 })
+    const { users, items, outbox } = await open(t, { maxItemsPerContributor: 1000, maxPendingDeliveries: 3 })
     await outbox.subscribe('slow', [ADDED])
-    for (let index = 0; index < 5; index += 1) await items.add(item(randomUUID(), { name: `item ${index}` }), announce(ADDED))
+    for (let index = 0; index < 5; index += 1) await items.add(item(await account(users), { name: `item ${index}` }), announce(ADDED))
     const taken = await outbox.take('slow', Date.now() + 1, 10, HOUR)
     t.same(bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), ['item 0', 'item 1', 'item 2'], 'those already waiting keep their place')
     t.equal(taken.dropped, 2)

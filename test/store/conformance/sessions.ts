@@ -1,13 +1,13 @@
 // What every Store promises of sessions: open, rotate, revoke, bounded per user, swept.
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import { type FreshStore, HOUR, type OpenStore, user } from './fixtures.js'
+import { account, type FreshStore, HOUR, type OpenStore, user } from './fixtures.js'
 
 export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('sessions: open, get until their end, revoke', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    const session = { id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }
     await sessions.open(session, 'hash-1', 20)
     t.same(await sessions.get(session.id, now), session)
     t.equal(await sessions.get(session.id, now + HOUR), undefined, 'ended')
@@ -73,9 +73,9 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   })
 
   t.test('sessions: a refresh token rotates once; a replaced one is accepted within the leeway, then is a replay', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    const session = { id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }
     await sessions.open(session, 'first', 20)
     t.same(await sessions.rotateRefreshToken('first', 'second', now, 5000), { status: 'rotated', session })
     t.same(await sessions.rotateRefreshToken('first', 'retry', now + 4999, 5000), { status: 'rotated', session }, 'within the leeway')
@@ -88,16 +88,16 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   })
 
   t.test('sessions: an ended session\'s token is unknown, not a replay', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + 1000 }, 'token', 20)
+    await sessions.open({ id: randomUUID(), userId: await account(users), expiresAt: now + 1000 }, 'token', 20)
     t.same(await sessions.rotateRefreshToken('token', 'next', now + 1000, 5000), { status: 'unknown' })
   })
 
   t.test('sessions: with no leeway, of concurrent refreshes with one token exactly one rotates', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }, 'token', 20)
+    await sessions.open({ id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }, 'token', 20)
     const outcomes = await Promise.all(Array.from({ length: 10 }, async (_, index) =>
       (await sessions.rotateRefreshToken('token', `next-${index}`, now, 0)).status))
     t.equal(outcomes.filter((status) => status === 'rotated').length, 1)
@@ -105,9 +105,9 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   })
 
   t.test('sessions: one rotation fans out into at most 32 pairs within the leeway', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    await sessions.open({ id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }, 'first', 20)
+    await sessions.open({ id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }, 'first', 20)
     await sessions.rotateRefreshToken('first', 'second', now, 5000)
     const statuses = []
     for (let index = 0; index < 32; index += 1) statuses.push((await sessions.rotateRefreshToken('first', `retry-${index}`, now, 5000)).status)
@@ -116,9 +116,9 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   })
 
   t.test('sessions: a session remembers its last 16 replaced tokens as replays; older ones are merely unknown', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    const session = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    const session = { id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }
     await sessions.open(session, 'token-0', 20)
     for (let index = 0; index < 18; index += 1) await sessions.rotateRefreshToken(`token-${index}`, `token-${index + 1}`, now, 0)
     t.same(await sessions.rotateRefreshToken('token-0', 'x', now, 0), { status: 'unknown' }, 'forgotten')
@@ -127,9 +127,9 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   })
 
   t.test('sessions: past the most a user may have, opening one ends the user\'s oldest', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    const userId = randomUUID()
+    const userId = await account(users)
     const opened = []
     for (let index = 0; index < 4; index += 1) {
       const session = { id: randomUUID(), userId, expiresAt: now + HOUR + index }
@@ -139,7 +139,7 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
     t.equal(await sessions.get(opened[0]!.id, now), undefined, 'the oldest ended')
     t.same(await sessions.rotateRefreshToken('token-0', 'x', now, 0), { status: 'unknown' }, 'with its token')
     for (const session of opened.slice(1)) t.same(await sessions.get(session.id, now), session)
-    const other = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    const other = { id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }
     await sessions.open(other, 'other', 3)
     t.same(await sessions.get(opened[1]!.id, now), opened[1], 'other users\' sessions count apart')
   })
@@ -147,10 +147,10 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
   // What a sweep forgets is each store's own test: the memory store's in memory/sessions.test.ts, Redis's expiry in
   // redis/store.test.ts (it has nothing to sweep).
   t.test('sessions: a sweep takes no live session', async (t) => {
-    const { sessions } = await fresh(t)
+    const { users, sessions } = await fresh(t)
     const now = Date.now()
-    const ended = { id: randomUUID(), userId: randomUUID(), expiresAt: now + 50 }
-    const live = { id: randomUUID(), userId: randomUUID(), expiresAt: now + HOUR }
+    const ended = { id: randomUUID(), userId: await account(users), expiresAt: now + 50 }
+    const live = { id: randomUUID(), userId: await account(users), expiresAt: now + HOUR }
     await sessions.open(ended, 'ended', 20)
     await sessions.open(live, 'live', 20)
     await sessions.sweep(now + 60, 10)

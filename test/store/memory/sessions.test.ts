@@ -2,10 +2,12 @@
 // sessions (the sweep taking no live session included) is in ../conformance.ts, run on both stores.
 import t from 'tap'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
+import { user } from '../conformance/fixtures.js'
 
 t.test('a sweep forgets at most `limit` ended sessions, oldest first, and none that lives', async (t) => {
-  const { sessions } = createMemoryStore()
+  const { users, sessions } = createMemoryStore()
   for (const [id, expiresAt] of [['a', 100], ['b', 200], ['c', 300], ['d', 1000]] as const) {
+    await users.add(user({ id: `user-${id}` }))
     await sessions.open({ id, userId: `user-${id}`, expiresAt }, `hash-${id}`, 20)
   }
   t.equal(await sessions.sweep(500, 2), 2)

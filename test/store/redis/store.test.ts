@@ -13,7 +13,7 @@ import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { redisProxy } from '../../support/redis-proxy.js'
 import { storeConformance } from '../conformance/index.js'
-import { item } from '../conformance/fixtures.js'
+import { account, item, user } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
 const silent = { warn: () => {}, info: () => {} }
@@ -83,26 +83,29 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const capacity = capacityKeys(keys)
-  const openSession = async (deadline: number): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1',
+  const openSession = async (deadline: number): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1', keys.users,
     ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
-    keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | 4 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
+    keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
-  await t.rejects(redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, past, outcome('user'), 'u1', 'a@b.co', '{}'), late)
+  const addUser = async (deadline: number): Promise<unknown> =>
+    await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
+  await t.rejects(addUser(past), late)
   await t.rejects(openSession(past), late)
   await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), '{}', 60_000, 'u1'), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
+  t.equal(await addUser(future), 1)
   t.equal(await openSession(future), '', 'it ended no session')
   await t.rejects(rotate(past), late)
   await t.rejects(redis.revokeSession(...capacity, past, outcome('revoke'), ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
   t.equal(await addItem(future), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('replace'), 'i1', item,
+  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, keys.users, ...capacity, past, outcome('replace'), 'i1', item,
     '{}', 'u1', 0), late)
   await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1', 0), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
@@ -147,7 +150,7 @@ t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is i
 t.test('Redis forgets an ended session by itself, every key of it: there is nothing to sweep', { skip }, async (t) => {
   const { prefix, store, other } = await storeBesideAnotherInstance(t)
   const keys = redisKeys(prefix)
-  const session = { id: randomUUID(), userId: randomUUID(), expiresAt: Date.now() + 100 }
+  const session = { id: randomUUID(), userId: await account(store.users), expiresAt: Date.now() + 100 }
   await store.sessions.open(session, 'token-hash', 20)
   const held = [keys.session + session.id, keys.refreshToken + 'token-hash', keys.userSessions + session.userId]
   t.equal(await other.exists(...held), 3, 'held while it lives')
@@ -179,7 +182,7 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
 
 t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
   const { prefix, store } = await storeBesideAnotherInstance(t)
-  const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  const added = await store.items.add({ id: randomUUID(), name: '0', description: null, status: 'active', contributorId: await account(store.users), createdAt: '', updatedAt: '' })
   let tries = 0
   // Each try, "another instance" writes the item first.
   await t.rejects(store.items.update(added!.id, (current) => {
@@ -207,7 +210,8 @@ t.test('sessions are kept only while Redis tracks them for the instance, which i
   t.teardown(() => { other.disconnect() })
   const id = randomUUID()
   const now = Date.now()
-  const open = async (): Promise<void> => { await store.sessions.open({ id, userId: randomUUID(), expiresAt: now + 60_000 }, randomUUID(), 10) }
+  // A user of its own each time: a flush below takes the first with it.
+  const open = async (): Promise<void> => { await store.sessions.open({ id, userId: await account(store.users), expiresAt: now + 60_000 }, randomUUID(), 10) }
   const kept = async (): Promise<boolean> => await readTwiceAlike(store, id, now)
   await open()
   // The invalidation of the session's own writes may still be on its way, and a read it overtakes is not kept.
@@ -227,7 +231,7 @@ t.test('sessions are kept only while Redis tracks them for the instance, which i
 
 t.test('a delete that another instance beat re-reads the item and confirms again', { skip }, async (t) => {
   const { prefix, store } = await storeBesideAnotherInstance(t)
-  const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: randomUUID(), createdAt: '', updatedAt: '' })
+  const added = await store.items.add({ id: randomUUID(), name: 'before', description: null, status: 'active', contributorId: await account(store.users), createdAt: '', updatedAt: '' })
   const confirmed: string[] = []
   const removed = await store.items.remove(added!.id, (current) => {
     confirmed.push(current.name)
@@ -282,7 +286,7 @@ t.test('each instance keeps the users and sessions it read within its bounds, an
   t.equal(small.sessions.cached(sessions[0]!, now), undefined, 'and no longer at hand')
   t.ok(Date.now() - revokedAt < 100, `within ${Date.now() - revokedAt} ms`)
 
-  const contributorId = randomUUID()
+  const contributorId = await account(writer.users)
   const item = await writer.items.add({ id: randomUUID(), name: 'n', description: 'd'.repeat(200), status: 'active', contributorId, createdAt: '', updatedAt: '' })
   t.equal(String((await small.items.get(item!.id))?.[TEXT]), item![TEXT], 'an item is read as Redis holds it')
   await writer.items.update(item!.id, (current) => ({ ...current, name: 'changed elsewhere' }))
@@ -318,6 +322,18 @@ t.test('an item is handed out as the bytes Redis holds when they are framed as t
   }
 })
 
+/**
+ * A user as 1.1.0 kept it, with neither floor nor charge (one its start could not admit, no floor being left): the
+ * user's id.
+ */
+async function unadmittedUser (url: string, keyPrefix: string): Promise<string> {
+  const redis = new Redis(url)
+  const added = user()
+  await redis.hset(redisKeys(keyPrefix).users, added.id, JSON.stringify(added))
+  redis.disconnect()
+  return added.id
+}
+
 t.test('the room for accounts: every instance reads the bounds the last start set; the budget comes from the configuration, else from maxmemory, else nothing is guaranteed, said once', { skip }, async (t) => {
   const bounds = { floorBytes: 64 * 1024, sessionsBytes: 32 * 1024, ceilingBytes: 1024 * 1024 }
   const started = async (url: string, capacity: CapacitySettings = bounds): Promise<{ store: Store, warnings: string[] }> => {
@@ -337,14 +353,15 @@ t.test('the room for accounts: every instance reads the bounds the last start se
   t.match(await fromMaxmemory.store.capacity(), { floorsBytes: 64 * 1024, accounts: 1 }, 'an account admitted on one instance is seen on another')
   for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 500, budgetBytes: 10_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 10_000, budgetBytes: 500 }]] as const) {
     const { store } = await started(limited.url, capacity)
-    const claim = { userId: randomUUID(), key: 'k', fingerprint: 'f', token: randomUUID() }
+    const claim = { userId: await unadmittedUser(limited.url, 'capacity:'), key: 'k', fingerprint: 'f', token: randomUUID() }
     t.same(await store.idempotencyKeys.claim(claim, 60_000), { status: 'claimed' }, `a claim past the ${limit}'s room is claimed all the same`)
     await t.rejects(store.items.add(item(claim.userId), undefined, claim), { name: 'StoreFullError', limit }, `its create past the ${limit}'s room is refused`)
   }
   // Room for a small item, not for it grown.
   for (const [limit, capacity] of [['account', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 3_000, budgetBytes: 100_000 }], ['shared', { floorBytes: 0, sessionsBytes: 0, ceilingBytes: 100_000, budgetBytes: 3_000 }]] as const) {
-    const { store } = await started((await ownRedis(t)).url, capacity)
-    const added = item(randomUUID())
+    const { url } = await ownRedis(t)
+    const { store } = await started(url, capacity)
+    const added = item(await unadmittedUser(url, 'capacity:'))
     await store.items.add(added)
     await t.rejects(store.items.update(added.id, (current) => ({ ...current, description: 'd'.repeat(2_000) })), { name: 'StoreFullError', limit }, `an edit past the ${limit}'s room`)
     t.equal(itemFields((await store.items.get(added.id))!).description, added.description, 'and the item is as it was')
@@ -395,7 +412,7 @@ t.test('a session ended by this instance\'s own write (a sign-in past the bound,
   const store = await connectRedisStore({ url: proxy.url, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10, heartbeat })
   t.teardown(async () => { await store.close() })
   const now = Date.now()
-  const userId = randomUUID()
+  const userId = await account(store.users)
   const open = async (index: number): Promise<string> => {
     const id = randomUUID()
     await store.sessions.open({ id, userId, expiresAt: now + 60_000 + index }, `hash-${id}`, 1)
