@@ -76,9 +76,17 @@ const ROOM_REFUSED: Readonly<Record<RoomLimit, string>> = {
 /** A write refused for room: the caller's own, the part every account shares, or the room kept for new accounts. */
 export const storeFull = (limit: RoomLimit): ApiError => new ApiError(507, 'STORE_FULL', ROOM_REFUSED[limit])
 
-/** A registration held back by the service-wide pace on registrations (src/store/capacity.ts). */
-export const registrationPaced = (retryAfterSeconds: number): ApiError =>
-  new ApiError(429, 'RATE_LIMITED', 'Too many registrations to the service at once; try again later.', { 'retry-after': String(retryAfterSeconds) })
+/**
+ * A registration held back by the service-wide pace on registrations (src/store/capacity.ts): named in the RateLimit
+ * field beside the limits that counted the request (`counted`, the field as they set it).
+ */
+export function registrationPaced (retryAfterSeconds: number, counted: string | undefined): ApiError {
+  const pace = `"registration-pace";r=0;t=${retryAfterSeconds}`
+  return new ApiError(429, 'RATE_LIMITED', 'Registrations to the whole service are paced while most of its room for new accounts is taken; try again later.', {
+    'retry-after': String(retryAfterSeconds),
+    ratelimit: counted === undefined ? pace : `${counted}, ${pace}`
+  })
+}
 
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })

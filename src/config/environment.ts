@@ -104,7 +104,7 @@ export const variables = {
     replaces: 'REQUEST_TIMEOUT',
     description: 'How long a request\'s headers and body together may take to arrive (on `OPS_PORT` too); a slower client gets 408 and its connection closed, at most one second later than this.'
   },
-  RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off (for test rigs that register hundreds of accounts a minute).' },
+  RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off, the pace on registrations (`REGISTRATION_ROOM_SECONDS`) too (for test rigs that register hundreds of accounts a minute).' },
   RATE_LIMIT_WINDOW_SECONDS: { type: 'integer', minimum: 1, default: 60, replaces: 'RATE_LIMIT_WINDOW', description: 'Window of every rate limit but the account limit.' },
   RATE_LIMIT_LOGIN: { type: 'integer', minimum: 1, default: 10, description: 'Sign-in attempts per window per client address and email.' },
   RATE_LIMIT_LOGIN_ADDRESS: { type: 'integer', minimum: 1, default: 60, description: 'Sign-in attempts per window per client address, whatever the email; checked before the body is read.' },
@@ -185,7 +185,7 @@ export const variables = {
     type: 'integer',
     minimum: 0,
     default: 86400,
-    description: 'The least time a flood of registrations, from any number of addresses, takes to reserve every floor left (a day): registrations for the whole service are paced at the floors left over this time, an hour of it at once; one past the pace is 429 `RATE_LIMITED` with `Retry-After`. `0` paces nothing.'
+    description: 'Once half of the floors are taken, the least time a flood of registrations, from any number of addresses, takes to reserve every floor left (a day): registrations for the whole service are then paced at the floors left over this time, an hour of it at once; one past the pace is 429 `RATE_LIMITED` with `Retry-After`, before its password is hashed. `0` (or `RATE_LIMIT=off`) paces nothing.'
   },
   ACCOUNT_FLOOR_KIB: {
     type: 'integer',

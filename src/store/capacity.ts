@@ -5,10 +5,11 @@
 // heavy accounts never leave a newcomer without a floor, and registrations never shrink what is shared.
 // Part of each floor is kept for the account's sessions and refresh tokens, which are never refused: a sign-in or a
 // refresh that would pass that part ends the account's own oldest sessions instead.
-// Registrations are paced for the whole service, so that no flood reserves the floors left in less than
+// Registrations are paced for the whole service once half of the floors are taken (before, room is plentiful and a
+// burst of newcomers is never held back), so that no flood reserves the floors left in less than
 // `registrationRoomMs`: a token bucket whose rate is the floors left over that time and whose size is a 24th of
 // them (an hour's worth when the time is a day), so that each floor reserved slows the next ones: under any flood
-// the floors left shrink no faster than (23/24)·e^(−t/room) of what was left, never to none within it.
+// the floors left shrink no faster than (23/24)·e^(−t/room) of those left when the pace began, never to none within it.
 
 export interface CapacityBounds {
   /** Bytes the store keeps at most for all accounts: the floors' part and the shared part. */
@@ -74,15 +75,19 @@ export interface RegistrationPace {
 
 // The bucket holds this share of the floors left: a burst of newcomers is let through at once.
 export const PACE_BURST_SHARE = 1 / 24
+// The pace begins once the floors left are at most this share of all the floors' part admits.
+export const PACE_FROM_FLOORS_LEFT_SHARE = 1 / 2
 
 /**
  * Takes one registration from the pace's bucket: the bucket as it is after, or how long (ms) until one is let
  * through. `floorsLeft` (at least 1) spread over `roomMs` is the bucket's rate; PACE_BURST_SHARE of them its size.
- * Said again in Lua, in the Redis store's admission (src/store/redis/capacity.ts).
+ * While more than PACE_FROM_FLOORS_LEFT_SHARE of `floorsAllowed` are left nothing is paced, and the bucket stays
+ * full. Said again in Lua, in the Redis store's admission (src/store/redis/capacity.ts).
  */
-export function takeRegistration (pace: RegistrationPace | undefined, floorsLeft: number, roomMs: number, now: number): RegistrationPace | number {
+export function takeRegistration (pace: RegistrationPace | undefined, floorsLeft: number, floorsAllowed: number, roomMs: number, now: number): RegistrationPace | number {
   const perMs = floorsLeft / roomMs
   const size = Math.max(1, floorsLeft * PACE_BURST_SHARE)
+  if (floorsLeft > floorsAllowed * PACE_FROM_FLOORS_LEFT_SHARE) return { tokens: size, at: now }
   const tokens = pace === undefined ? size : Math.min(size, pace.tokens + Math.max(0, now - pace.at) * perMs)
   if (tokens < 1) return Math.ceil((1 - tokens) / perMs)
   return { tokens: tokens - 1, at: now }

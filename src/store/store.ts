@@ -19,6 +19,12 @@ export interface UserStore {
   /** The user, when this process has it at hand (no round trip); undefined means only: ask `get`. See `Store`. */
   cached (id: string): User | undefined
   findByEmailKey (emailKey: string): Promise<User | undefined>
+  /**
+   * How long (ms) the service-wide pace on registrations (src/store/capacity.ts) would hold a registration back now:
+   * 0 when `add` would let it through. Read only, so that a registration the pace refuses is refused before its
+   * password is hashed; `add` takes the pace in its own atomic step.
+   */
+  registrationWait (): Promise<number>
 }
 
 /**

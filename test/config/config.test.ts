@@ -85,6 +85,8 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
   t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '48', ACCOUNT_CEILING_MIB: '2', ACCOUNT_FLOORS_PERCENT: '25', REGISTRATION_ROOM_SECONDS: '0' }).store.capacity,
     { budgetBytes: 64 * 1024 * 1024, floorBytes: 64 * 1024, sessionsBytes: 48 * 1024, ceilingBytes: 2 * 1024 * 1024, floorsShare: 0.25, registrationRoomMs: 0 })
+  t.equal(loadConfig({ RATE_LIMIT: 'off' }).store.capacity.registrationRoomMs, 0, 'RATE_LIMIT=off paces no registration')
+  t.equal(loadConfig({ RATE_LIMIT: 'off', REGISTRATION_ROOM_SECONDS: '60' }).store.capacity.registrationRoomMs, 0, 'whatever the room says')
   t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '2048', ACCOUNT_CEILING_MIB: '1' }), { message: 'Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB' })
   t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '61' }),
     { message: 'Invalid configuration: ACCOUNT_FLOOR_KIB must be at least ACCOUNT_SESSIONS_KIB + 4 (the floor holds the sessions\' part and a user)' })

@@ -279,7 +279,7 @@ t.test('a store that has nothing at hand (a Redis instance that has just started
   const { users, sessions } = store
   const nothingAtHand: Store = {
     ...store,
-    users: { add: async (user) => await users.add(user), get: async (id) => await users.get(id), findByEmailKey: async (key) => await users.findByEmailKey(key), cached: () => undefined },
+    users: { add: async (user) => await users.add(user), get: async (id) => await users.get(id), findByEmailKey: async (key) => await users.findByEmailKey(key), registrationWait: async () => await users.registrationWait(), cached: () => undefined },
     sessions: {
       open: async (session, hash, max) => { await sessions.open(session, hash, max) },
       get: async (id, now) => await sessions.get(id, now),

@@ -6,9 +6,11 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { REDIS_URL } from '../../harness/redis-keys.js'
+import { HashingProcess } from '../../src/auth/hashing-process.js'
+import { loadConfig } from '../../src/config/config.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../support/api.js'
-import { build } from '../support/app.js'
+import { build, testEnvironment } from '../support/app.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 // A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
@@ -27,6 +29,7 @@ const PASSWORD = 'correct horse battery staple'
 const ROOM_SECONDS = 24
 const FLOOD = { registrations: 150, addresses: 50 }
 
+const FLOOR_BYTES = 64 * 1024
 // Half of 4 MiB kept for 32 floors of 64 KiB (half of each for sessions), half shared; an account may grow to
 // 1 MiB, so a couple of heavy accounts use up what is shared. Every limit is on, the write limit low enough for
 // attackers to pass it; the per-address registration limit does not stop a flood from many addresses.
@@ -99,8 +102,9 @@ async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers =
   const full = await api.app.store.capacity()
   t.ok(full.floorsBytes < full.floorsKeptBytes, 'and left the floors kept for newcomers alone')
 
-  // A flood of registrations from many addresses at once: the pace lets through a 24th of the floors left and one
-  // more each time the rate allows; every other is asked to retry, none refused for room.
+  // A flood of registrations from many addresses at once: unpaced while more than half of the floors are left, then
+  // the pace lets through a 24th of the floors left and one more each time the rate allows; every other is asked
+  // to retry, none refused for room.
   const floodBegins = performance.now()
   const beforeFlood = await api.app.store.capacity()
   const flood: Awaited<ReturnType<Api['call']>>[] = []
@@ -112,9 +116,13 @@ async function attack (t: Test, store: NodeJS.ProcessEnv, leftovers: Leftovers =
   const answered = flood.map((response) => response.statusCode)
   t.same(answered.filter((status) => status !== 201 && status !== 429), [], 'a flood is answered 201 or 429, never 507')
   t.ok(flood.every((response) => response.statusCode !== 429 || (Number(response.headers['retry-after']) >= 1 && response.json().code === 'RATE_LIMITED')), 'each 429 with its Retry-After')
-  const floorsLeft = (beforeFlood.floorsKeptBytes - beforeFlood.floorsBytes) / (64 * 1024)
+  const floorsLeft = (beforeFlood.floorsKeptBytes - beforeFlood.floorsBytes) / FLOOR_BYTES
+  const unpaced = Math.max(0, floorsLeft - beforeFlood.floorsKeptBytes / FLOOR_BYTES / 2)
+  const pacedFrom = floorsLeft - unpaced
   const admitted = answered.filter((status) => status === 201).length
-  t.ok(admitted <= Math.max(1, floorsLeft / 24) + floodSeconds * floorsLeft / ROOM_SECONDS + 1, `${admitted} of ${FLOOD.registrations} registered in ${floodSeconds.toFixed(1)} s, within the pace`)
+  t.ok(admitted <= unpaced + Math.max(1, pacedFrom / 24) + floodSeconds * pacedFrom / ROOM_SECONDS + 1,
+    `${admitted} of ${FLOOD.registrations} registered in ${floodSeconds.toFixed(1)} s, within the pace (${unpaced} unpaced)`)
+  t.ok(flood.some((response) => response.statusCode === 429), 'the flood met the pace')
   const after = await api.app.store.capacity()
   t.ok(after.floorsBytes < after.floorsKeptBytes, 'floors are left for newcomers')
 
@@ -254,3 +262,55 @@ const EXPIRED = 'an expired idempotency record gives its room back within the sw
 t.test(`memory: ${EXPIRED}`, async (t) => { await expiredRecords(t, { STORE: 'memory' }) })
 
 t.test(`Redis: ${EXPIRED}`, { skip: await redisSkip() }, async (t) => { await expiredRecords(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
+/** A real hashing process that counts the passwords it hashes. */
+class CountingHashing extends HashingProcess {
+  hashed = 0
+
+  override async hash (password: string): Promise<string> {
+    this.hashed += 1
+    return await super.hash(password)
+  }
+}
+
+async function pacedOnlyOnceHalfTaken (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const hashing = new CountingHashing(loadConfig(testEnvironment()).passwordHashCost)
+  t.teardown(async () => { await hashing.close() })
+  // 32 floors; an hour's room, so that nothing the pace holds back comes free while the test runs.
+  const api = await build(t, { ...SCALED, ...store, REGISTRATION_ROOM_SECONDS: '3600' }, { hashingProcess: hashing })
+  const floors = (await api.app.store.capacity()).floorsKeptBytes / FLOOR_BYTES
+  const register = async (): Promise<Awaited<ReturnType<Api['call']>>> => await api.call('registerUser', { body: newUser() })
+  const burst = await Promise.all(Array.from({ length: floors / 2 }, register))
+  t.same(burst.map((response) => response.statusCode), burst.map(() => 201), `a burst of ${floors / 2} registrations at once, half of the floors: none paced`)
+  // Half the floors left: a 24th of them (at least one) at once, then one each hour / 16.
+  const paced = [await register(), await register()]
+  t.same(paced.map((response) => response.statusCode), [201, 429], 'past half, the pace')
+  const refused = paced[1]!
+  t.match(refused.json(), { code: 'RATE_LIMITED', message: /Registrations to the whole service are paced/ }, 'its message names the pace')
+  t.match(refused.headers.ratelimit, new RegExp(`^"register";r=\\d+;t=\\d+, "registration-pace";r=0;t=${String(refused.headers['retry-after'])}$`), 'and so does RateLimit')
+  t.ok(Number(refused.headers['retry-after']) > 60, 'asked to retry once the pace allows one')
+  t.equal(hashing.hashed, floors / 2 + 1, 'the registration the pace refused hashed no password')
+}
+
+const HALF = 'registrations are paced only once half of the floors are taken, before the password is hashed, the 429 naming the pace'
+
+t.test(`memory: ${HALF}`, async (t) => { await pacedOnlyOnceHalfTaken(t, { STORE: 'memory' }) })
+
+t.test(`Redis: ${HALF}`, { skip: await redisSkip() }, async (t) => { await pacedOnlyOnceHalfTaken(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
+async function unpacedForTestRigs (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const api = await build(t, { ...SCALED, ...store, RATE_LIMIT: 'off' })
+  const floors = (await api.app.store.capacity()).floorsKeptBytes / FLOOR_BYTES
+  const answered: number[] = []
+  for (let wave = 0; wave < floors / 16; wave += 1) {
+    answered.push(...(await Promise.all(Array.from({ length: 16 }, async () => await api.call('registerUser', { body: newUser() })))).map((response) => response.statusCode))
+  }
+  t.same(answered, answered.map(() => 201), `${answered.length} registrations, 16 at a time from one address, every floor: none paced`)
+  t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 507, 'then the floors are all taken')
+}
+
+const OFF = 'RATE_LIMIT=off paces no registration either: a test rig takes every floor, 16 at a time'
+
+t.test(`memory: ${OFF}`, async (t) => { await unpacedForTestRigs(t, { STORE: 'memory' }) })
+
+t.test(`Redis: ${OFF}`, { skip: await redisSkip() }, async (t) => { await unpacedForTestRigs(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })

@@ -92,22 +92,39 @@ export class MemoryCapacity {
    * RegistrationPacedError when the pace on registrations holds it back.
    */
   admit (accountId: string, bytes: number): void {
-    const { floorBytes, registrationRoomMs = 0 } = this.#bounds
+    const { floorBytes } = this.#bounds
     if (floorBytes > 0) {
-      const floorsLeft = Math.floor((this.#floorsKeptBytes - this.#floorsBytes) / floorBytes)
+      const floorsLeft = this.#floorsLeft()
       if (floorsLeft < 1) {
         throw new StoreFullError(`no floor of ${floorBytes} bytes is left: ${this.#admitted} accounts' floors take ${this.#floorsBytes} of ${this.#floorsKeptBytes}`, 'registration')
       }
-      if (registrationRoomMs > 0 && Number.isFinite(floorsLeft)) {
-        const pace = takeRegistration(this.#pace, floorsLeft, registrationRoomMs, this.#now())
-        if (typeof pace === 'number') throw new RegistrationPacedError(pace)
-        this.#pace = pace
-      }
+      const pace = this.#paced(floorsLeft)
+      if (typeof pace === 'number') throw new RegistrationPacedError(pace)
+      if (pace !== undefined) this.#pace = pace
     }
     this.#accounts.set(accountId, { bytes: 0, sessions: 0, floor: floorBytes })
     this.#floorsBytes += floorBytes
     this.#admitted += 1
     this.charge(accountId, bytes)
+  }
+
+  /** How long (ms) the pace on registrations holds the next one back: 0 when it would let it through. Changes nothing. */
+  registrationWait (): number {
+    if (this.#bounds.floorBytes === 0) return 0
+    const floorsLeft = this.#floorsLeft()
+    const pace = floorsLeft < 1 ? undefined : this.#paced(floorsLeft)
+    return typeof pace === 'number' ? pace : 0
+  }
+
+  #floorsLeft (): number {
+    return Math.floor((this.#floorsKeptBytes - this.#floorsBytes) / this.#bounds.floorBytes)
+  }
+
+  // The pace's bucket once one more registration is let through now, or the ms to wait; undefined when unpaced.
+  #paced (floorsLeft: number): RegistrationPace | number | undefined {
+    const { floorBytes, registrationRoomMs = 0 } = this.#bounds
+    if (registrationRoomMs === 0 || !Number.isFinite(floorsLeft)) return undefined
+    return takeRegistration(this.#pace, floorsLeft, Math.floor(this.#floorsKeptBytes / floorBytes), registrationRoomMs, this.#now())
   }
 
   /**

@@ -64,6 +64,10 @@ export class MemoryUserStore implements UserStore {
     return this.#byId.get(id)
   }
 
+  async registrationWait (): Promise<number> {
+    return this.#capacity.registrationWait()
+  }
+
   async findByEmailKey (emailKey: string): Promise<User | undefined> {
     return this.#byEmailKey.get(emailKey)
   }

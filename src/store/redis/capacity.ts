@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, sharedPart } from '../capacity.js'
+import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, sharedPart } from '../capacity.js'
 import { type RoomLimit, StoreFullError } from '../store.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
@@ -84,17 +84,29 @@ local function charge (account, bytes, unrefused)
   redis.call('HSET', capacity.totals, 'shared', nextShared)
   return false
 end
--- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken, else the ms
--- until one is let through.
-local function takeRegistration (floorsLeft, room, at)
+-- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken (or, \`peek\`,
+-- would be; nothing is then kept), else the ms until one is let through.
+local function takeRegistration (floorsLeft, allowed, room, at, peek)
   local pace = redis.call('HMGET', capacity.totals, 'paceTokens', 'paceAt')
   local perMs = floorsLeft / room
   local size = math.max(1, floorsLeft * ${PACE_BURST_SHARE})
   local tokens = size
-  if pace[1] then tokens = math.min(size, tonumber(pace[1]) + math.max(0, at - tonumber(pace[2])) * perMs) end
+  if floorsLeft <= allowed * ${PACE_FROM_FLOORS_LEFT_SHARE} and pace[1] then
+    tokens = math.min(size, tonumber(pace[1]) + math.max(0, at - tonumber(pace[2])) * perMs)
+  end
   if tokens < 1 then return math.ceil((1 - tokens) / perMs) end
-  redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens - 1), 'paceAt', at)
+  if floorsLeft <= allowed * ${PACE_FROM_FLOORS_LEFT_SHARE} then tokens = tokens - 1 end
+  if not peek then redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens), 'paceAt', at) end
   return false
+end
+-- How long the pace holds the next registration back at \`at\` (ms; 0 when it would let it through), changing nothing.
+local function registrationWait (at)
+  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
+  local floor, floors, kept, room = tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or UNBOUNDED), tonumber(totals[4] or '0')
+  if floor == 0 or room == 0 or kept >= tonumber(UNBOUNDED) then return 0 end
+  local floorsLeft = math.floor((kept - floors) / floor)
+  if floorsLeft < 1 then return 0 end
+  return takeRegistration(floorsLeft, math.floor(kept / floor), room, at, true) or 0
 end
 -- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
 -- 'at' is given: a start that admits 1.1.0's accounts is not paced).
@@ -106,7 +118,7 @@ local function admit (account, bytes, at)
     if floorsLeft < 1 then return 'registration' end
     local room = tonumber(totals[4] or '0')
     if at and room > 0 and kept < tonumber(UNBOUNDED) then
-      local wait = takeRegistration(floorsLeft, room, at)
+      local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at, false)
       if wait then return 'pace', wait end
     end
   end
@@ -207,6 +219,14 @@ export const CAPACITY_KEYS: CapacityKeys['length'] = 6
 const ACCOUNTS_ADMITTED_PER_CALL = 100
 
 export const capacityScripts = {
+  // KEYS: the capacity keys. How long the pace on registrations holds the next one back (ms; 0: it would not).
+  registrationWait: {
+    numberOfKeys: CAPACITY_KEYS,
+    lua: `${CAPACITY}
+capacityAt(1)
+local time = redis.call('TIME')
+return registrationWait(tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))`
+  },
   // KEYS: the capacity keys. ARGV: how many at most. Gives back the charges of keys Redis has expired: how many.
   releaseExpiredCharges: {
     numberOfKeys: CAPACITY_KEYS,
@@ -237,6 +257,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     admitAccounts (users: string, ...args: [...CapacityKeys, ...ids: string[]]): Result<number, Context>
     releaseExpiredCharges (...args: [...CapacityKeys, limit: number]): Result<number, Context>
+    registrationWait (...keys: CapacityKeys): Result<number, Context>
   }
 }
 

@@ -90,6 +90,10 @@ export class RedisUserStore implements UserStore {
     return json === null ? undefined : parseUser(json)
   }
 
+  async registrationWait (): Promise<number> {
+    return await call(this.#redis.registrationWait(...capacityKeys(this.#keys)))
+  }
+
   cached (id: string): User | undefined {
     return this.#byId.get(id)
   }

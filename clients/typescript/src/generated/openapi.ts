@@ -740,9 +740,10 @@ export interface components {
             };
         };
         /**
-         * @description Too many requests from this client, or item changes by this user, or (for a registration) too many
-         *     registrations to the whole service at once, which are paced so that no flood takes the room kept for new
-         *     accounts; try again after `Retry-After` seconds (`RATE_LIMITED`).
+         * @description Too many requests from this client, or item changes by this user, or (for a registration, once half of the
+         *     room kept for new accounts is taken) too many registrations to the whole service, which are then paced so
+         *     that no flood takes the rest, and named `registration-pace` in `RateLimit`; try again after `Retry-After`
+         *     seconds (`RATE_LIMITED`).
          */
         TooManyRequests: {
             headers: {
@@ -967,7 +968,8 @@ export interface components {
          * @description What is left of each limit that counted this request (same draft): the limit's name, the requests `r` it
          *     still allows and the seconds `t` until its window ends (none while it has counted nothing). Missing when
          *     the request was answered before any limit counted it (an item write refused by authentication, its role
-         *     or validation); a sign-in whose body is invalid lists only the limit of its address.
+         *     or validation); a sign-in whose body is invalid lists only the limit of its address. A registration held
+         *     back by the service-wide pace on registrations adds `"registration-pace";r=0;t=` and its `Retry-After`.
          * @example "login-address";r=59;t=60, "login";r=9;t=60
          */
         RateLimit: string;
