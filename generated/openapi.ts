@@ -879,31 +879,22 @@ export interface components {
          * @example 20
          */
         pageSize: number;
-        /**
-         * @description Only the items in this lifecycle state.
-         * @example active
-         */
+        /** @description Only the items in this lifecycle state (`active` or `archived`). */
         statusFilter: components["schemas"]["ItemStatus"];
-        /**
-         * @description Only the items of this contributor (a user's `id`).
-         * @example 5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f
-         */
+        /** @description Only the items of this contributor (a user's `id`, such as `5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f`). */
         contributorIdFilter: string;
-        /**
-         * @description `*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.
-         * @example "2026-11-21T09:31:00.000Z"
-         */
+        /** @description `*` or entity tags (`ETag`s, such as `"2026-11-21T09:31:00.000Z"`), comma-separated: while the item's is among them, the answer is 304. */
         ifNoneMatch: string;
         /**
-         * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
-         *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
-         * @example "2026-11-21T09:31:00.000Z"
+         * @description `*` or entity tags (`ETag`s, such as `"2026-11-21T09:31:00.000Z"`), comma-separated: the change is made
+         *     only while the item's is among them (compared strongly: a weak `W/` tag never matches), and is otherwise
+         *     refused with 412.
          */
         ifMatch: string;
         /**
          * @description A key the client makes for this create (a UUID, say) and sends again, unchanged, with every retry of it;
-         *     keys are the caller's own, so two callers never collide. See `createItem`.
-         * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+         *     keys are the caller's own, so two callers never collide (such as `8e03978e-40d5-43e8-bc93-6894a57f9324`).
+         *     See `createItem`.
          */
         idempotencyKey: string;
         /**
@@ -955,21 +946,12 @@ export interface components {
          */
         "Idempotent-Replayed": "true";
         /**
-         * @description The rate limits the operation counts against (its `x-rate-limits`), per the IETF draft "RateLimit header
-         *     fields for HTTP" (draft-ietf-httpapi-ratelimit-headers-10; a Structured Fields list): each limit's name, its
-         *     quota `q` and its window `w` in seconds. Sent on every response of a rate-limited operation while
-         *     `RATE_LIMIT` is on, the same on each, but the 503 of a service that sheds load or shuts down (which refuses
-         *     before any limit is looked at). Only the limits keyed by the caller are named: `loginUser`'s account limit
-         *     (`login-failures`), which counts everyone's failed sign-ins to an account, is not.
+         * @description The rate limits the operation counts against, each with its quota `q` and window `w` (the `auth` tag says more).
          * @example "login-address";q=60;w=60, "login";q=10;w=60
          */
         "RateLimit-Policy": string;
         /**
-         * @description What is left of each limit that counted this request (same draft): the limit's name, the requests `r` it
-         *     still allows and the seconds `t` until its window ends (none while it has counted nothing). Missing when
-         *     the request was answered before any limit counted it (an item write refused by authentication, its role
-         *     or validation); a sign-in whose body is invalid lists only the limit of its address. A registration held
-         *     back by the service-wide pace on registrations adds `"registration-pace";r=0;t=` and its `Retry-After`.
+         * @description What is left of each limit that counted this request, `r` requests for `t` seconds (the `auth` tag says more).
          * @example "login-address";r=59;t=60, "login";r=9;t=60
          */
         RateLimit: string;
@@ -1202,15 +1184,9 @@ export interface operations {
                  * @example 20
                  */
                 pageSize?: components["parameters"]["pageSize"];
-                /**
-                 * @description Only the items in this lifecycle state.
-                 * @example active
-                 */
+                /** @description Only the items in this lifecycle state (`active` or `archived`). */
                 status?: components["parameters"]["statusFilter"];
-                /**
-                 * @description Only the items of this contributor (a user's `id`).
-                 * @example 5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f
-                 */
+                /** @description Only the items of this contributor (a user's `id`, such as `5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f`). */
                 contributorId?: components["parameters"]["contributorIdFilter"];
             };
             header?: never;
@@ -1260,8 +1236,8 @@ export interface operations {
             header?: {
                 /**
                  * @description A key the client makes for this create (a UUID, say) and sends again, unchanged, with every retry of it;
-                 *     keys are the caller's own, so two callers never collide. See `createItem`.
-                 * @example 8e03978e-40d5-43e8-bc93-6894a57f9324
+                 *     keys are the caller's own, so two callers never collide (such as `8e03978e-40d5-43e8-bc93-6894a57f9324`).
+                 *     See `createItem`.
                  */
                 "Idempotency-Key"?: components["parameters"]["idempotencyKey"];
             };
@@ -1324,10 +1300,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /**
-                 * @description `*` or entity tags (`ETag`s), comma-separated: while the item's is among them, the answer is 304.
-                 * @example "2026-11-21T09:31:00.000Z"
-                 */
+                /** @description `*` or entity tags (`ETag`s, such as `"2026-11-21T09:31:00.000Z"`), comma-separated: while the item's is among them, the answer is 304. */
                 "If-None-Match"?: components["parameters"]["ifNoneMatch"];
             };
             path: {
@@ -1362,9 +1335,9 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
-                 *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
-                 * @example "2026-11-21T09:31:00.000Z"
+                 * @description `*` or entity tags (`ETag`s, such as `"2026-11-21T09:31:00.000Z"`), comma-separated: the change is made
+                 *     only while the item's is among them (compared strongly: a weak `W/` tag never matches), and is otherwise
+                 *     refused with 412.
                  */
                 "If-Match"?: components["parameters"]["ifMatch"];
             };
@@ -1404,9 +1377,9 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description `*` or entity tags (`ETag`s), comma-separated: the change is made only while the item's is among them
-                 *     (compared strongly: a weak `W/` tag never matches), and is otherwise refused with 412.
-                 * @example "2026-11-21T09:31:00.000Z"
+                 * @description `*` or entity tags (`ETag`s, such as `"2026-11-21T09:31:00.000Z"`), comma-separated: the change is made
+                 *     only while the item's is among them (compared strongly: a weak `W/` tag never matches), and is otherwise
+                 *     refused with 412.
                  */
                 "If-Match"?: components["parameters"]["ifMatch"];
             };

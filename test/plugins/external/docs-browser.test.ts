@@ -67,7 +67,8 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   await page.locator('.modal-ux .auth-btn-wrapper .authorize').click()
   await page.locator('.modal-ux .auth-btn-wrapper .btn-done').click()
 
-  const tryItOut = async (operationId: string, tag: string): Promise<string> => {
+  // Runs an operation with what Swagger UI fills in, and `itemId` typed in where the path has one.
+  const tryItOut = async (operationId: string, tag: string, itemId?: string): Promise<string> => {
     const operation = page.locator(`#operations-${tag}-${operationId}`)
     const tryOut = operation.locator('.try-out__btn')
     // Swagger UI may render again while it starts (it did after a reload, on a busy machine) and fold an operation
@@ -77,7 +78,13 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
       if (!await operation.evaluate((element) => element.classList.contains('is-open'))) await operation.locator('.opblock-summary').click()
       await tryOut.waitFor({ timeout: 2000 }).catch(() => undefined)
     }
-    await tryOut.click()
+    // Once tried out, an operation stays so (its button says Cancel) until it is cancelled.
+    if (!await tryOut.evaluate((element) => element.classList.contains('cancel'))) await tryOut.click()
+    for (const optional of ['If-Match', 'If-None-Match', 'Idempotency-Key', 'contributorId', 'status']) {
+      const input = operation.locator(`tr[data-param-name="${optional}"] input`)
+      if (await input.count() > 0) t.equal(await input.inputValue(), '', `${operationId}: ${optional} is not filled in`)
+    }
+    if (itemId !== undefined) await operation.locator('tr[data-param-name="itemId"] input').fill(itemId)
     await operation.locator('.execute').click()
     const status = operation.locator('.live-responses-table .response .response-col_status').first()
     await status.waitFor()
@@ -85,8 +92,16 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   }
   t.equal(await tryItOut('listItems', 'items'), '200', 'Try it out on listItems')
   t.equal(await tryItOut('createItem', 'items'), '201', 'Try it out on createItem, with the example body')
-  const listed = await (await fetch(`${baseUrl}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })).json() as { pagination: { total: number } }
+  const listed = await (await fetch(`${baseUrl}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })).json() as { pagination: { total: number }, data: Array<{ id: string }> }
   t.equal(listed.pagination.total, 1, 'the item created from Swagger UI is in the catalogue')
+  const [created] = listed.data
+  t.equal(await tryItOut('listItems', 'items'), '200', 'listItems again, its filters left empty')
+  t.match(await page.locator('#operations-items-listItems .live-responses-table .response .response-col_description').first().innerText(), /"total": 1/, 'and it lists the item')
+  t.equal(await tryItOut('getItem', 'items', created!.id), '200', 'Try it out on getItem, the id typed in')
+  t.equal(await tryItOut('updateItem', 'items', created!.id), '200', 'Try it out on updateItem, with the example body')
+  await mkdir('test-artifacts', { recursive: true })
+  await page.locator('#operations-items-updateItem').screenshot({ path: 'test-artifacts/swagger-ui-update-item.png' })
+  t.equal(await tryItOut('deleteItem', 'items', created!.id), '204', 'Try it out on deleteItem')
 
   // The authorization survives a reload (persistAuthorization): a request right after it still gets a 200.
   await page.reload({ waitUntil: 'networkidle' })
