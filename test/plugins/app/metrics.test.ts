@@ -1,4 +1,5 @@
 // The operations API on OPS_PORT: metrics in the Prometheus text format, read as Prometheus reads them, over HTTP.
+import { readFileSync } from 'node:fs'
 import { getHeapStatistics } from 'node:v8'
 import t, { type Test } from 'tap'
 import { responseValidators } from '../../../generated/operations/response-validator-lookup.js'
@@ -260,4 +261,21 @@ t.test('the operations API listens on loopback whatever HOST is, and warns at st
   const open = await instance(t, { OPS_HOST: '0.0.0.0' })
   t.match(logged(open.lines, /^OPS_HOST/), [{ level: 40, msg: /OPS_TOKEN is not set/ }])
   t.equal((await fetch(`${open.ops}/metrics`)).status, 200, 'served on every interface, loopback included')
+})
+
+t.test('docs/operations.md\'s metrics table names every metric the service exposes, and every part of the store\'s room', { skip: await redisSkip() }, async (t) => {
+  const receiver = await startReceiver()
+  t.teardown(receiver.stop)
+  const webhooks = JSON.stringify([{ url: receiver.url, secret: `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}` }])
+  const { ops } = await instance(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t), WEBHOOKS: webhooks })
+  const exposition = await (await fetch(`${ops}/metrics`)).text()
+  const table = readFileSync('docs/operations.md', 'utf8').split('\n').filter((line) => line.startsWith('| `'))
+  const documented = new Set(table.flatMap((line) => [.../^\| `(\w+)`/.exec(line) ?? []].slice(1)))
+  const exposed = [...new Set([...exposition.matchAll(/^# TYPE (items_service_\w+) /gm)].map(([, name = '']) => name))]
+  t.ok(exposed.length >= 19, `${exposed.length} metrics of the service's own`)
+  for (const name of exposed) t.ok(documented.has(name), `${name} has its row`)
+  const capacityRow = table.find((line) => line.startsWith('| `items_service_store_capacity_bytes`')) ?? ''
+  for (const [, part = ''] of exposition.matchAll(/^items_service_store_capacity_bytes\{part="(\w+)"\}/gm)) {
+    t.match(capacityRow, `\`${part}\``, `its part ${part} is named`)
+  }
 })
