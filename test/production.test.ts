@@ -155,6 +155,15 @@ t.test('compose.yaml runs three instances on Redis, named only by variables the 
     t.match(service.environment, { OPS_HOST: '0.0.0.0', OPS_TOKEN: /^\$\{OPS_TOKEN:\?/ }, `${name}'s operations port, open to the network, takes a token from the environment`)
   }
   t.ok(compose.services.redis, 'with Redis')
+  const servers = Object.entries(compose.services as Record<string, { command?: string[] }>).filter(([name]) => /^redis(-replica-\d)?$/.test(name))
+  for (const [name, { command = [] }] of servers) {
+    const setting = (option: string): string | undefined => command[command.indexOf(option) + 1]
+    t.match(setting('--maxmemory'), /^\$\{REDIS_MAXMEMORY:-\d+gb\}$/, `${name} is sized: every bound of the store derives from it`)
+    t.equal(setting('--maxmemory-policy'), 'noeviction', `${name} evicts nothing`)
+    t.match([setting('--min-replicas-to-write'), setting('--min-replicas-max-lag')], [/^\$\{REDIS_MIN_REPLICAS_TO_WRITE:-0\}$/, '10'],
+      `${name} takes docs/redis.md's settings for replicas when they are asked for`)
+  }
+  t.equal(servers.length, 3, 'the primary and its two replicas')
   const highAvailability = Object.entries(compose.services as Record<string, Service & { profiles?: string[], command?: string | string[] }>)
     .filter(([, service]) => service.profiles?.includes('ha'))
   t.same(highAvailability.map(([name]) => name), ['redis-replica-1', 'redis-replica-2', 'sentinel-1', 'sentinel-2', 'sentinel-3'], 'and, in the ha profile, two replicas and three sentinels')
