@@ -80,8 +80,10 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   t.same(listed.accounts.map((account) => account.id), [newest.user.id, viewer.user.id], 'no longer listed')
 
   t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${removed.user.id}`)).status, 204, 'removed again: idempotent')
-  t.match(lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'account removed').at(-1),
-    { accountId: removed.user.id, userRemoved: false, itemsRemoved: 0 })
+  const audited = lines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.msg === 'account removed')
+  t.match(audited.at(-1), { accountId: removed.user.id, userRemoved: false, itemsRemoved: 0 })
+  t.match(audited.map((line) => line.reqId), [/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, /^[0-9a-f-]{36}$/],
+    'each audit line names its request by a uuid, unique across instances and restarts')
   t.equal((await api.app.store.capacity()).floorsBytes, after.floorsBytes, 'no floor given back twice')
   t.equal((await api.call('registerUser', { body: removedUser })).statusCode, 201, 'its email registers again')
   t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', '/accounts/not-a-uuid')).status, 400)

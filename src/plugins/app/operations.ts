@@ -9,6 +9,7 @@ import { operationsHandlers } from '../../handlers/operations.js'
 import { authentication, opsToken } from '../../pipeline/authentication.js'
 import { generatedValidators, registerContractRoutes } from '../../pipeline/index.js'
 import { contractSerializers } from '../../domain/serialized.js'
+import { randomUuid } from '../../runtime/uuid.js'
 import { subscriberName, type Subscription } from '../../webhooks/subscriptions.js'
 import errorsPlugin, { handleClientError, handleError } from './errors.js'
 
@@ -41,6 +42,8 @@ const BODY_LIMIT_BYTES = 64 * 1024
 async function operationsPlugin (app: FastifyInstance, options: OperationsPluginOptions): Promise<void> {
   const server = Fastify({
     loggerInstance: app.log.child({ api: 'operations' }),
+    // Unique across instances and restarts, as the public API's: an audit line names its request alone.
+    genReqId: () => randomUuid(),
     exposeHeadRoutes: false,
     bodyLimit: BODY_LIMIT_BYTES,
     ...connectionLimits(options.requestTimeoutMs),
