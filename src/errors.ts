@@ -78,15 +78,14 @@ export const storeFull = (limit: RoomLimit): ApiError => new ApiError(507, 'STOR
 
 /**
  * A registration held back by the service-wide pace on registrations (src/store/capacity.ts): named in the RateLimit
- * field beside the limits that counted the request (`counted`, the field as they set it).
+ * field after the limit of its address, which counted it first (`counted`, the field as that limit set it; the pace
+ * is on only while rate limits are).
  */
-export function registrationPaced (retryAfterSeconds: number, counted: string | undefined): ApiError {
-  const pace = `"registration-pace";r=0;t=${retryAfterSeconds}`
-  return new ApiError(429, 'RATE_LIMITED', 'Registrations to the whole service are paced while most of its room for new accounts is taken; try again later.', {
+export const registrationPaced = (retryAfterSeconds: number, counted: string): ApiError =>
+  new ApiError(429, 'RATE_LIMITED', 'Registrations to the whole service are paced while most of its room for new accounts is taken; try again later.', {
     'retry-after': String(retryAfterSeconds),
-    ratelimit: counted === undefined ? pace : `${counted}, ${pace}`
+    ratelimit: `${counted}, "registration-pace";r=0;t=${retryAfterSeconds}`
   })
-}
 
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })

@@ -274,6 +274,34 @@ t.test('access tokens', async (t) => {
   })
 })
 
+t.test('an account removed between its registration and its first session answers 503 and leaves nothing: registering again works', async (t) => {
+  const memory = createMemoryStore()
+  let removeNext = true
+  // An operator's DELETE /accounts/{id} landing the moment the user is stored, before its session opens.
+  const store: Store = {
+    ...memory,
+    users: {
+      add: async (user) => {
+        const added = await memory.users.add(user)
+        if (removeNext) await memory.accounts.remove(user.id)
+        removeNext = false
+        return added
+      },
+      get: async (id) => await memory.users.get(id),
+      cached: (id) => memory.users.cached(id),
+      findByEmailKey: async (key) => await memory.users.findByEmailKey(key),
+      registrationWait: async () => await memory.users.registrationWait()
+    }
+  }
+  const api = await build(t, {}, { store })
+  const body = newUser()
+  const raced = await api.call('registerUser', { body })
+  t.equal(raced.statusCode, 503)
+  t.match(raced.json(), { code: 'SERVICE_UNAVAILABLE', message: /removed as it was registered/ })
+  t.equal((await memory.accounts.list(undefined, 10)).accounts.length, 0, 'no account left')
+  t.equal((await api.call('registerUser', { body })).statusCode, 201, 'the same email registers again')
+})
+
 t.test('a store that has nothing at hand (a Redis instance that has just started) is asked on every request, with the same outcomes', async (t) => {
   const store = createMemoryStore()
   const { users, sessions } = store

@@ -57,10 +57,7 @@ export function handleError (error: FastifyError | ApiError | InvalidRequestErro
   }
   // The account was removed while the request was on its way: its session ended with it.
   if (error instanceof UserRemovedError) return sendApiError(reply, sessionEnded())
-  if (error instanceof RegistrationPacedError) {
-    const counted = reply.getHeader('ratelimit')
-    return sendApiError(reply, registrationPaced(Math.ceil(error.retryAfterMs / 1000), typeof counted === 'string' ? counted : undefined))
-  }
+  if (error instanceof RegistrationPacedError) return sendApiError(reply, registrationPaced(Math.ceil(error.retryAfterMs / 1000), String(reply.getHeader('ratelimit'))))
   if (error instanceof OutcomeUnknownError) {
     request.log.warn({ err: error }, 'a write\'s reply from the store was lost and its outcome could not be learnt in time')
     return sendApiError(reply, outcomeUnknown())

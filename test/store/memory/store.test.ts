@@ -5,6 +5,7 @@ import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { itemBytes, keyBytes, MemoryCapacity, sessionBytes, userBytes } from '../../../src/store/memory/capacity.js'
+import { takeRegistration } from '../../../src/store/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { item, user } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
@@ -140,4 +141,22 @@ t.test('an idempotency record keeps its item\'s fields, which its claim counted,
   t.equal(asCreated.deref(), undefined, 'the item as created, and its text, are no longer held')
   const replay = await store.idempotencyKeys.claim({ ...claim, token: randomUUID() }, 60_000)
   t.equal(replay.status === 'recorded' ? replay.item[TEXT] : replay.status, createdText, 'a replay still sends it as it was created')
+})
+
+t.test('the ledger: the sessions of an account it never admitted (a store used without its users) are charged, and given back', async (t) => {
+  const ledger = new MemoryCapacity({ budgetBytes: 40_000, floorBytes: 20_000, sessionsBytes: 8_000, ceilingBytes: 20_000 })
+  ledger.chargeSessions('never-admitted', sessionBytes(1))
+  t.match(ledger.reading(), { heldBytes: sessionBytes(1), accounts: 0 })
+  t.equal(ledger.sessionsRoom('never-admitted'), 8_000 - sessionBytes(1))
+  ledger.chargeSessions('never-admitted', -sessionBytes(1))
+  t.match(ledger.reading(), { heldBytes: 0 })
+  t.equal(ledger.sessionsRoom('never-admitted'), 8_000, 'and forgotten once it holds nothing')
+})
+
+t.test('the pace on registrations: its first registration, paced from the start (a store that opens with half its floors taken), finds the bucket full', async (t) => {
+  // 4 floors left of 10: paced; a full bucket is one registration (a 24th of 4, at least one).
+  const first = takeRegistration(undefined, 4, 10, 86_400_000, 1_000)
+  t.same(first, { tokens: 0, at: 1_000 })
+  t.equal(takeRegistration(typeof first === 'number' ? undefined : first, 4, 10, 86_400_000, 1_000), 21_600_000, 'the next waits for the rate: a day over 4 floors')
+  t.same(takeRegistration(undefined, 6, 10, 86_400_000, 1_000), { tokens: 1, at: 1_000 }, 'more than half left: unpaced, the bucket kept full')
 })
