@@ -4,7 +4,8 @@ import type { ValidateFunction } from 'ajv'
 import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const listItems_querystring: ValidateFunction = validate52;
-const schema19 = {"type":"object","properties":{"page":{"type":"integer","minimum":1,"maximum":2147483647,"default":1,"x-finite":true},"pageSize":{"type":"integer","minimum":1,"maximum":100,"default":20,"x-finite":true},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":[]};
+const schema19 = {"type":"object","properties":{"page":{"type":"integer","minimum":1,"maximum":2147483647,"default":1,"x-finite":true},"pageSize":{"type":"integer","minimum":1,"maximum":100,"default":20,"x-finite":true},"status":{"$ref":"ItemStatus"},"contributorId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":[],"x-decimal":{"page":"integer","pageSize":"integer"}};
+const pattern3 = new RegExp("^[-+]?[0-9]+$", "u");
 const schema20 = {"$id":"ItemStatus","type":"string","description":"An item is `active` when created; its owner may archive and re-activate it any number of times.","enum":["active","archived"]};
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -80,6 +81,26 @@ data.page = 1;
 if(data.pageSize === undefined){
 data.pageSize = 20;
 }
+if(typeof data["page"] == "string" && !isNaN(data["page"]) && !pattern3.test(data["page"])){
+const err0 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "page"},message:"must be a number written in decimal digits"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(typeof data["pageSize"] == "string" && !isNaN(data["pageSize"]) && !pattern3.test(data["pageSize"])){
+const err1 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "pageSize"},message:"must be a number written in decimal digits"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
 let data0 = data.page;
 if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
 let dataType0 = typeof data0;
@@ -90,12 +111,12 @@ if(dataType0 === "boolean" || data0 === null
 coerced0 = +data0;
 }
 else {
-const err0 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const err2 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
-vErrors = [err0];
+vErrors = [err2];
 }
 else {
-vErrors.push(err0);
+vErrors.push(err2);
 }
 errors++;
 }
@@ -108,33 +129,33 @@ data["page"] = coerced0;
 }
 }
 if(typeof data0 == "number" && !isFinite(data0)){
-const err1 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 2147483647 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+const err3 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
 if(vErrors === null){
 vErrors = [err3];
 }
 else {
 vErrors.push(err3);
+}
+errors++;
+}
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 2147483647 || isNaN(data0)){
+const err4 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/maximum",keyword:"maximum",params:{comparison: "<=", limit: 2147483647},message:"must be <= 2147483647"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data0 < 1 || isNaN(data0)){
+const err5 = {instancePath:instancePath+"/page",schemaPath:"#/properties/page/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
 }
 errors++;
 }
@@ -149,12 +170,12 @@ if(dataType1 === "boolean" || data1 === null
 coerced1 = +data1;
 }
 else {
-const err4 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const err6 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
-vErrors = [err4];
+vErrors = [err6];
 }
 else {
-vErrors.push(err4);
+vErrors.push(err6);
 }
 errors++;
 }
@@ -167,33 +188,33 @@ data["pageSize"] = coerced1;
 }
 }
 if(typeof data1 == "number" && !isFinite(data1)){
-const err5 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
-if(vErrors === null){
-vErrors = [err5];
-}
-else {
-vErrors.push(err5);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err6 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
-if(vErrors === null){
-vErrors = [err6];
-}
-else {
-vErrors.push(err6);
-}
-errors++;
-}
-if(data1 < 1 || isNaN(data1)){
-const err7 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+const err7 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
 if(vErrors === null){
 vErrors = [err7];
 }
 else {
 vErrors.push(err7);
+}
+errors++;
+}
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err8 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err9 = {instancePath:instancePath+"/pageSize",schemaPath:"#/properties/pageSize/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
 }
 errors++;
 }
@@ -217,12 +238,12 @@ else if(data3 === null){
 coerced2 = "";
 }
 else {
-const err8 = {instancePath:instancePath+"/contributorId",schemaPath:"#/properties/contributorId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err10 = {instancePath:instancePath+"/contributorId",schemaPath:"#/properties/contributorId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err8];
+vErrors = [err10];
 }
 else {
-vErrors.push(err8);
+vErrors.push(err10);
 }
 errors++;
 }
@@ -239,12 +260,12 @@ data["contributorId"] = data3.slice(-36).toLowerCase();
 }
 if(typeof data3 === "string"){
 if(!(formats0.test(data3))){
-const err9 = {instancePath:instancePath+"/contributorId",schemaPath:"#/properties/contributorId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+const err11 = {instancePath:instancePath+"/contributorId",schemaPath:"#/properties/contributorId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
 if(vErrors === null){
-vErrors = [err9];
+vErrors = [err11];
 }
 else {
-vErrors.push(err9);
+vErrors.push(err11);
 }
 errors++;
 }
@@ -252,12 +273,12 @@ errors++;
 }
 }
 else {
-const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err12 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err10];
+vErrors = [err12];
 }
 else {
-vErrors.push(err10);
+vErrors.push(err12);
 }
 errors++;
 }

@@ -1,9 +1,14 @@
+import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { appendFile, cp, mkdtemp, readdir, rm, stat, symlink } from 'node:fs/promises'
 import { Agent, request } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import t from 'tap'
 import { newUser } from './support/api.js'
+import { testEnvironment } from './support/app.js'
 import { until } from './support/wait.js'
 import { failedStart, start } from './support/processes.js'
 import { redisKeyPrefix, redisSkip } from './support/redis.js'
@@ -21,7 +26,7 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
   t.equal((await register()).status, 201)
   const inFlight = Array.from({ length: 12 }, register)
   const arrived = (): number => server.output().split('\n').filter((line) => line.includes('"msg":"incoming request"') && line.includes('"url":"/v1/auth/register"')).length
-  await until(() => arrived() === 13)
+  await until('the 13 requests to arrive', () => arrived() === 13)
   const exited = once(server.process, 'exit')
   server.process.kill('SIGTERM')
   const responses = await Promise.all(inFlight)
@@ -58,13 +63,54 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
   const outcomes = Array.from({ length: 10 }, () => ({ ok: 0, failed: [] as string[], toldToClose: false }))
   const clients = outcomes.map(client)
   // Each client served before the signal, however long a busy machine takes to start them.
-  await until(() => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
+  await until('every client to be answered or refused', () => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
   const exited = once(server.process, 'exit')
   signalled = true
   server.process.kill('SIGTERM')
   await Promise.all(clients)
   t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed')
   t.ok(outcomes.every((outcome) => outcome.toldToClose && outcome.ok > 1), 'every client served, then told to close')
+  const [code] = await exited
+  t.equal(code, 0)
+})
+
+// As a load generator or a pool does: a client told to close opens a new connection for its next request. Once
+// shutdown begins, no new connection is taken (refused: nothing was sent, a client may send it elsewhere), so none
+// is closed under a request it carries.
+t.test('SIGTERM during write load from clients that connect again: no request sent is reset, new connections are refused', async (t) => {
+  const server = await start({})
+  let signalled = false
+  const client = async (outcome: { ok: number, failed: string[] }): Promise<void> => {
+    const registered = await fetch(`${server.url}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser({ role: 'contributor' })) })
+    const { accessToken } = await registered.json() as { accessToken: string }
+    const body = JSON.stringify({ name: 'written while shutting down', description: 'd'.repeat(2000) })
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    for (;;) {
+      const answer = await new Promise<{ status: number } | NodeJS.ErrnoException>((resolve) => {
+        const sent = request(`${server.url}/v1/items`, { agent, method: 'POST', headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' } }, (response) => {
+          response.resume()
+          response.on('end', () => { resolve({ status: response.statusCode ?? 0 }) })
+        }).on('error', resolve)
+        sent.end(body)
+      })
+      // Refused, or reset as it connects (the listener closed with it in its backlog): nothing was sent.
+      if (answer instanceof Error && answer.syscall === 'connect' && signalled) break
+      if (answer instanceof Error || answer.status !== 201) {
+        outcome.failed.push(answer instanceof Error ? `${answer.code ?? ''} ${answer.message}` : String(answer.status))
+        break
+      }
+      outcome.ok += 1
+    }
+    agent.destroy()
+  }
+  const outcomes = Array.from({ length: 64 }, () => ({ ok: 0, failed: [] as string[] }))
+  const clients = outcomes.map(client)
+  await until('every client to be answered or refused', () => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
+  const exited = once(server.process, 'exit')
+  signalled = true
+  server.process.kill('SIGTERM')
+  await Promise.all(clients)
+  t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed once sent')
   const [code] = await exited
   t.equal(code, 0)
 })
@@ -89,6 +135,48 @@ t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 
   t.equal(code, 0, 'exited 0: the stuck clients did not hold the shutdown past SHUTDOWN_TIMEOUT_MS')
   await closedByServer
   t.pass('the server closed both stuck connections')
+})
+
+// The README's `npm start`, in a copy of the sources of its own (the package's build, which other tests make, is in
+// the repository's dist/): stopped as a supervisor stops it, by the pid it started.
+t.test('npm start builds only what changed, and stopping its process stops the server', async (t) => {
+  const copy = await mkdtemp(join(tmpdir(), 'items-start-'))
+  t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
+  for (const entry of ['package.json', 'tsconfig.json', 'openapi.yaml', 'src', 'generated']) await cp(entry, join(copy, entry), { recursive: true })
+  await symlink(join(process.cwd(), 'node_modules'), join(copy, 'node_modules'))
+  const npmStart = async (): Promise<{ child: ChildProcess, url: string }> => {
+    const child = spawn('npm', ['start'], { cwd: copy, env: { ...process.env, ...testEnvironment(), PORT: '0', LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] })
+    t.teardown(() => { child.kill('SIGKILL') })
+    let output = ''
+    child.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stdout.on('data', (chunk: Buffer) => {
+        output += chunk.toString()
+        const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
+        if (match?.[1] !== undefined) resolve(match[1])
+      })
+      child.once('exit', (code) => { reject(new Error(`npm start exited with ${code}: ${output}`)) })
+    })
+    return { child, url }
+  }
+  const stopped = async ({ child, url }: { child: ChildProcess, url: string }): Promise<void> => {
+    const exited = once(child, 'exit')
+    child.kill('SIGTERM')
+    t.same(await exited, [0, null], 'npm start exits 0 on SIGTERM')
+    await t.rejects(fetch(`${url}/health/live`), 'and the server with it')
+  }
+  const built = async (): Promise<Map<string, number>> => new Map(await Promise.all((await readdir(join(copy, 'dist'), { recursive: true })).map(async (file) => [file, (await stat(join(copy, 'dist', file))).mtimeMs] as const)))
+  const first = await npmStart()
+  t.equal((await fetch(`${first.url}/health/live`)).status, 200, 'serves')
+  await stopped(first)
+  const afterFirst = await built()
+  await stopped(await npmStart())
+  t.same(await built(), afterFirst, 'a start with nothing changed writes nothing')
+  await appendFile(join(copy, 'src/handlers/health.ts'), '// changed\n')
+  await stopped(await npmStart())
+  const afterChange = await built()
+  t.same([...afterChange].filter(([file, at]) => afterFirst.get(file) !== at && !file.endsWith('.tsbuildinfo')).map(([file]) => file).sort(),
+    ['src/handlers/health.d.ts', 'src/handlers/health.js', 'src/handlers/health.js.map'].filter((file) => afterChange.has(file)), 'a start after one change writes that file\'s output alone')
 })
 
 t.test('a bad setting stops the start with one line naming the variable', async (t) => {

@@ -86,7 +86,8 @@ export interface paths {
          * @description Every account the store keeps, the newest first, each with what it makes the store keep (its user, items,
          *     idempotency keys and sessions, in bytes as the store holds them: docs/security.md, "Room for each account")
          *     and how many items it owns. On Redis, every instance lists the same. A page with more after it says `next`:
-         *     ask for the next page with `before=<next>`.
+         *     ask for the next page with `before=<next>`. An erasure request names an email: `email` lists its account
+         *     alone, or none.
          */
         get: operations["listAccounts"];
         put?: never;
@@ -410,6 +411,11 @@ export interface operations {
     listAccounts: {
         parameters: {
             query?: {
+                /**
+                 * @description Only the account of this email, compared as registration compares emails (its letters' case aside),
+                 *     for instance `ada@example.com`.
+                 */
+                email?: string;
                 /**
                  * @description Accounts listed at most.
                  * @example 50

@@ -4,9 +4,10 @@ import type { ValidateFunction } from 'ajv'
 import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 
 export const listDeadLetters_querystring: ValidateFunction = validate52;
-const schema19 = {"type":"object","properties":{"subscriber":{"type":"string","maxLength":2048},"limit":{"type":"integer","minimum":1,"maximum":100,"default":100,"x-finite":true},"after":{"type":"string","pattern":"^[0-9]{1,15}$"},"events":{"type":"boolean","default":false}},"required":[]};
+const schema19 = {"type":"object","properties":{"subscriber":{"type":"string","maxLength":2048},"limit":{"type":"integer","minimum":1,"maximum":100,"default":100,"x-finite":true},"after":{"type":"string","pattern":"^[0-9]{1,15}$"},"events":{"type":"boolean","default":false}},"required":[],"x-decimal":{"limit":"integer"}};
+const pattern3 = new RegExp("^[-+]?[0-9]+$", "u");
+const pattern4 = new RegExp("^[0-9]{1,15}$", "u");
 const func1 = runtime0.default;
-const pattern3 = new RegExp("^[0-9]{1,15}$", "u");
 
 function validate52(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -25,6 +26,16 @@ data.limit = 100;
 if(data.events === undefined){
 data.events = false;
 }
+if(typeof data["limit"] == "string" && !isNaN(data["limit"]) && !pattern3.test(data["limit"])){
+const err0 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "limit"},message:"must be a number written in decimal digits"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
 if(data.subscriber !== undefined){
 let data0 = data.subscriber;
 if(typeof data0 !== "string"){
@@ -38,12 +49,12 @@ else if(data0 === null){
 coerced0 = "";
 }
 else {
-const err0 = {instancePath:instancePath+"/subscriber",schemaPath:"#/properties/subscriber/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err1 = {instancePath:instancePath+"/subscriber",schemaPath:"#/properties/subscriber/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err0];
+vErrors = [err1];
 }
 else {
-vErrors.push(err0);
+vErrors.push(err1);
 }
 errors++;
 }
@@ -57,12 +68,12 @@ data["subscriber"] = coerced0;
 }
 if(typeof data0 === "string"){
 if(func1(data0) > 2048){
-const err1 = {instancePath:instancePath+"/subscriber",schemaPath:"#/properties/subscriber/maxLength",keyword:"maxLength",params:{limit: 2048},message:"must NOT have more than 2048 characters"};
+const err2 = {instancePath:instancePath+"/subscriber",schemaPath:"#/properties/subscriber/maxLength",keyword:"maxLength",params:{limit: 2048},message:"must NOT have more than 2048 characters"};
 if(vErrors === null){
-vErrors = [err1];
+vErrors = [err2];
 }
 else {
-vErrors.push(err1);
+vErrors.push(err2);
 }
 errors++;
 }
@@ -78,12 +89,12 @@ if(dataType1 === "boolean" || data1 === null
 coerced1 = +data1;
 }
 else {
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
-vErrors = [err2];
+vErrors = [err3];
 }
 else {
-vErrors.push(err2);
+vErrors.push(err3);
 }
 errors++;
 }
@@ -96,18 +107,7 @@ data["limit"] = coerced1;
 }
 }
 if(typeof data1 == "number" && !isFinite(data1)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-if((typeof data1 == "number") && (isFinite(data1))){
-if(data1 > 100 || isNaN(data1)){
-const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -116,13 +116,24 @@ vErrors.push(err4);
 }
 errors++;
 }
-if(data1 < 1 || isNaN(data1)){
-const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
 if(vErrors === null){
 vErrors = [err5];
 }
 else {
 vErrors.push(err5);
+}
+errors++;
+}
+if(data1 < 1 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
 }
 errors++;
 }
@@ -140,12 +151,12 @@ else if(data2 === null){
 coerced2 = "";
 }
 else {
-const err6 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err7 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err6];
+vErrors = [err7];
 }
 else {
-vErrors.push(err6);
+vErrors.push(err7);
 }
 errors++;
 }
@@ -158,13 +169,13 @@ data["after"] = coerced2;
 }
 }
 if(typeof data2 === "string"){
-if(!pattern3.test(data2)){
-const err7 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,15}$"},message:"must match pattern \""+"^[0-9]{1,15}$"+"\""};
+if(!pattern4.test(data2)){
+const err8 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,15}$"},message:"must match pattern \""+"^[0-9]{1,15}$"+"\""};
 if(vErrors === null){
-vErrors = [err7];
+vErrors = [err8];
 }
 else {
-vErrors.push(err7);
+vErrors.push(err8);
 }
 errors++;
 }
@@ -181,12 +192,12 @@ else if(data3 === "true" || data3 === 1){
 coerced3 = true;
 }
 else {
-const err8 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
+const err9 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "boolean"},message:"must be boolean"};
 if(vErrors === null){
-vErrors = [err8];
+vErrors = [err9];
 }
 else {
-vErrors.push(err8);
+vErrors.push(err9);
 }
 errors++;
 }
@@ -200,12 +211,12 @@ data["events"] = coerced3;
 }
 }
 else {
-const err9 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err9];
+vErrors = [err10];
 }
 else {
-vErrors.push(err9);
+vErrors.push(err10);
 }
 errors++;
 }
@@ -215,7 +226,8 @@ return errors === 0;
 validate52.evaluated = {"props":{"subscriber":true,"limit":true,"after":true,"events":true},"dynamicProps":false,"dynamicItems":false};
 
 export const listAccounts_querystring: ValidateFunction = validate53;
-const schema20 = {"type":"object","properties":{"limit":{"type":"integer","minimum":1,"maximum":100,"default":50,"x-finite":true},"before":{"type":"string","pattern":"^[0-9]{1,15}$"}},"required":[]};
+const schema20 = {"type":"object","properties":{"email":{"type":"string","format":"email","maxLength":254},"limit":{"type":"integer","minimum":1,"maximum":100,"default":50,"x-finite":true},"before":{"type":"string","pattern":"^[0-9]{1,15}$"}},"required":[],"x-decimal":{"limit":"integer"}};
+const formats0 = /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/i;
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -231,17 +243,8 @@ if(data && typeof data == "object" && !Array.isArray(data)){
 if(data.limit === undefined){
 data.limit = 50;
 }
-let data0 = data.limit;
-if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
-let dataType0 = typeof data0;
-let coerced0 = undefined;
-if(!(coerced0 !== undefined)){
-if(dataType0 === "boolean" || data0 === null
-              || (dataType0 === "string" && data0 && data0 == +data0 && !(data0 % 1))){
-coerced0 = +data0;
-}
-else {
-const err0 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(typeof data["limit"] == "string" && !isNaN(data["limit"]) && !pattern3.test(data["limit"])){
+const err0 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "limit"},message:"must be a number written in decimal digits"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -250,16 +253,20 @@ vErrors.push(err0);
 }
 errors++;
 }
+if(data.email !== undefined){
+let data0 = data.email;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
 }
-if(coerced0 !== undefined){
-data0 = coerced0;
-if(data !== undefined){
-data["limit"] = coerced0;
+else if(data0 === null){
+coerced0 = "";
 }
-}
-}
-if(typeof data0 == "number" && !isFinite(data0)){
-const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
+else {
+const err1 = {instancePath:instancePath+"/email",schemaPath:"#/properties/email/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -268,9 +275,17 @@ vErrors.push(err1);
 }
 errors++;
 }
-if((typeof data0 == "number") && (isFinite(data0))){
-if(data0 > 100 || isNaN(data0)){
-const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["email"] = coerced0;
+}
+}
+}
+if(typeof data0 === "string"){
+if(func1(data0) > 254){
+const err2 = {instancePath:instancePath+"/email",schemaPath:"#/properties/email/maxLength",keyword:"maxLength",params:{limit: 254},message:"must NOT have more than 254 characters"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -279,8 +294,8 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(data0 < 1 || isNaN(data0)){
-const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(!(formats0.test(data0))){
+const err3 = {instancePath:instancePath+"/email",schemaPath:"#/properties/email/format",keyword:"format",params:{format: "email"},message:"must match format \""+"email"+"\""};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -290,20 +305,18 @@ vErrors.push(err3);
 errors++;
 }
 }
-if(data.before !== undefined){
-let data1 = data.before;
-if(typeof data1 !== "string"){
+}
+let data1 = data.limit;
+if(!(((typeof data1 == "number") && (!(data1 % 1) && !isNaN(data1))) && (isFinite(data1)))){
 let dataType1 = typeof data1;
 let coerced1 = undefined;
 if(!(coerced1 !== undefined)){
-if(dataType1 == "number" || dataType1 == "boolean"){
-coerced1 = "" + data1;
-}
-else if(data1 === null){
-coerced1 = "";
+if(dataType1 === "boolean" || data1 === null
+              || (dataType1 === "string" && data1 && data1 == +data1 && !(data1 % 1))){
+coerced1 = +data1;
 }
 else {
-const err4 = {instancePath:instancePath+"/before",schemaPath:"#/properties/before/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err4];
 }
@@ -316,13 +329,12 @@ errors++;
 if(coerced1 !== undefined){
 data1 = coerced1;
 if(data !== undefined){
-data["before"] = coerced1;
+data["limit"] = coerced1;
 }
 }
 }
-if(typeof data1 === "string"){
-if(!pattern3.test(data1)){
-const err5 = {instancePath:instancePath+"/before",schemaPath:"#/properties/before/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,15}$"},message:"must match pattern \""+"^[0-9]{1,15}$"+"\""};
+if(typeof data1 == "number" && !isFinite(data1)){
+const err5 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
 if(vErrors === null){
 vErrors = [err5];
 }
@@ -331,11 +343,9 @@ vErrors.push(err5);
 }
 errors++;
 }
-}
-}
-}
-else {
-const err6 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if((typeof data1 == "number") && (isFinite(data1))){
+if(data1 > 100 || isNaN(data1)){
+const err6 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
 if(vErrors === null){
 vErrors = [err6];
 }
@@ -344,14 +354,79 @@ vErrors.push(err6);
 }
 errors++;
 }
+if(data1 < 1 || isNaN(data1)){
+const err7 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+if(data.before !== undefined){
+let data2 = data.before;
+if(typeof data2 !== "string"){
+let dataType2 = typeof data2;
+let coerced2 = undefined;
+if(!(coerced2 !== undefined)){
+if(dataType2 == "number" || dataType2 == "boolean"){
+coerced2 = "" + data2;
+}
+else if(data2 === null){
+coerced2 = "";
+}
+else {
+const err8 = {instancePath:instancePath+"/before",schemaPath:"#/properties/before/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(coerced2 !== undefined){
+data2 = coerced2;
+if(data !== undefined){
+data["before"] = coerced2;
+}
+}
+}
+if(typeof data2 === "string"){
+if(!pattern4.test(data2)){
+const err9 = {instancePath:instancePath+"/before",schemaPath:"#/properties/before/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,15}$"},message:"must match pattern \""+"^[0-9]{1,15}$"+"\""};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err10 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
 validate53.errors = vErrors;
 return errors === 0;
 }
-validate53.evaluated = {"props":{"limit":true,"before":true},"dynamicProps":false,"dynamicItems":false};
+validate53.evaluated = {"props":{"email":true,"limit":true,"before":true},"dynamicProps":false,"dynamicItems":false};
 
 export const removeAccount_params: ValidateFunction = validate54;
 const schema21 = {"type":"object","properties":{"accountId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["accountId"]};
-const formats0 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
+const formats2 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
 
 function validate54(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -408,7 +483,7 @@ if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
 data["accountId"] = data0.slice(-36).toLowerCase();
 }
 if(typeof data0 === "string"){
-if(!(formats0.test(data0))){
+if(!(formats2.test(data0))){
 const err2 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
 if(vErrors === null){
 vErrors = [err2];

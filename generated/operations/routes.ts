@@ -211,6 +211,11 @@ export const routes: readonly RouteDefinition[] = [
       "querystring": {
         "type": "object",
         "properties": {
+          "email": {
+            "type": "string",
+            "format": "email",
+            "maxLength": 254
+          },
           "limit": {
             "type": "integer",
             "minimum": 1,

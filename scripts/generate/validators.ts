@@ -1,6 +1,8 @@
 // The request and response validators, compiled ahead of time by Ajv, and the typed lookups of them.
 import { Ajv2020, type Options as AjvOptions } from 'ajv/dist/2020.js'
 import { _, type KeywordCxt } from 'ajv/dist/2020.js'
+import type { KeywordErrorCxt } from 'ajv/dist/types/index.js'
+import { usePattern } from 'ajv/dist/vocabularies/code.js'
 import ajvStandalone from 'ajv/dist/standalone/index.js'
 import ajvFormats from 'ajv-formats'
 import { type GeneratedFile, isObject, type JsonObject } from './contract.js'
@@ -38,6 +40,29 @@ const FINITE_KEYWORD = {
 } as const
 
 /**
+ * Ajv coerces a parameter's text to a number as JavaScript's Number() reads it: "0x10", "1e2" and " 1" would pass
+ * as 16, 100 and 1. A numeric parameter is written in decimal digits (with a sign, and a fraction where its type is
+ * number): each parameters object names its numeric parameters under this keyword, which checks their text before
+ * `properties` coerces it.
+ */
+const DECIMAL_KEYWORD = {
+  keyword: 'x-decimal',
+  type: 'object',
+  schemaType: 'object',
+  before: 'properties',
+  error: { message: 'must be a number written in decimal digits', params: ({ params }: KeywordErrorCxt) => _`{property: ${params.property}}` },
+  code (cxt: KeywordCxt) {
+    for (const [name, type] of Object.entries(cxt.schema as Record<string, 'integer' | 'number'>)) {
+      const value = _`${cxt.data}[${name}]`
+      const decimal = usePattern(cxt, type === 'integer' ? '^[-+]?[0-9]+$' : '^[-+]?[0-9]+(\\.[0-9]+)?$')
+      cxt.setParams({ property: name })
+      // Text that is no number at all fails the type alone.
+      cxt.fail(_`typeof ${value} == "string" && !isNaN(${value}) && !${decimal}.test(${value})`)
+    }
+  }
+} as const
+
+/**
  * A uuid has one value however it is written (RFC 9562: hex digits in either case; its URN, `urn:uuid:…`), but the
  * stores compare ids as strings. Every uuid a request carries (a parameter, or anywhere in a body, through the
  * component schemas it refers to) is marked with this keyword, which writes it back in the canonical form the
@@ -64,11 +89,13 @@ function withCanonicalUuids (schema: unknown): unknown {
   return schema.type === 'string' && schema.format === 'uuid' ? { ...marked, 'x-canonical-uuid': true } : marked
 }
 
-// What a parameter's schema alone cannot say: numbers that are finite (Ajv coerces them from text).
-function withFiniteNumbers (parameters: JsonObject): JsonObject {
-  const keywordsOf = (schema: JsonObject): JsonObject => schema.type === 'integer' || schema.type === 'number' ? { ...schema, 'x-finite': true } : schema
-  const properties = Object.fromEntries(Object.entries(parameters.properties as Record<string, JsonObject>).map(([name, schema]) => [name, keywordsOf(schema)]))
-  return { ...parameters, properties }
+// What a parameter's schema alone cannot say: numbers written in decimal, and finite (Ajv coerces them from text).
+function withDecimalNumbers (parameters: JsonObject): JsonObject {
+  const numeric = (schema: JsonObject): boolean => schema.type === 'integer' || schema.type === 'number'
+  const entries = Object.entries(parameters.properties as Record<string, JsonObject>)
+  const properties = Object.fromEntries(entries.map(([name, schema]) => [name, numeric(schema) ? { ...schema, 'x-finite': true } : schema]))
+  const decimal = Object.fromEntries(entries.filter(([, schema]) => numeric(schema)).map(([name, schema]) => [name, schema.type]))
+  return { ...parameters, properties, ...(Object.keys(decimal).length === 0 ? {} : { 'x-decimal': decimal }) }
 }
 
 /** The name under which a validator module exports the validator of one part of one operation. */
@@ -82,6 +109,7 @@ function validatorModule (banner: string, file: string, options: AjvOptions, com
   const ajv = new Ajv2020({ ...options, allErrors: true, removeAdditional: false, strict: true, inlineRefs: false, code: { source: true, esm: true, lines: true } })
   ajvFormats.default(ajv)
   ajv.addKeyword(FINITE_KEYWORD)
+  ajv.addKeyword(DECIMAL_KEYWORD)
   ajv.addKeyword(CANONICAL_UUID_KEYWORD)
   // An annotation for clients and the gate (an enum that may gain values); it validates nothing.
   ajv.addKeyword({ keyword: 'x-extensible-enum', schemaType: 'boolean' })
@@ -95,7 +123,7 @@ function requestSchemas (routes: RouteEntry[], parts: ReadonlyArray<typeof REQUE
   return Object.fromEntries(routes.flatMap((route) => parts.flatMap((part) => {
     const schema = route.schema[part]
     if (schema === undefined) return []
-    return [[exportName(route.operationId, part), withCanonicalUuids(part === 'body' ? schema : withFiniteNumbers(schema)) as JsonObject]]
+    return [[exportName(route.operationId, part), withCanonicalUuids(part === 'body' ? schema : withDecimalNumbers(schema)) as JsonObject]]
   })))
 }
 

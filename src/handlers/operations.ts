@@ -1,5 +1,6 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
+import { emailKey } from '../auth/email.js'
 import { InvalidRequestError, notFound } from '../errors.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
@@ -60,8 +61,8 @@ export const redeliverDeadLetters: OperationsHandler<'redeliverDeadLetters'> = a
 }
 
 export const listAccounts: OperationsHandler<'listAccounts'> = async (request, reply) => {
-  const { limit, before } = request.query
-  const page = await request.server.store.accounts.list(before === undefined ? undefined : Number(before), limit)
+  const { limit, before, email } = request.query
+  const page = await request.server.store.accounts.list(before === undefined ? undefined : Number(before), limit, email === undefined ? undefined : emailKey(email))
   const accounts = page.accounts.map(({ user: { id, email, role, createdAt }, heldBytes, items }) => ({ id, email, role, createdAt, heldBytes, items }))
   return await reply.code(200).send(page.next === undefined ? { accounts } : { accounts, next: String(page.next) })
 }

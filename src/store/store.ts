@@ -156,8 +156,11 @@ export interface AccountPage {
 
 /** Accounts as an operator sees them: listed, and removed with what they keep. */
 export interface AccountStore {
-  /** Accounts, newest first, at most `limit`: those registered before `before` (a page's `next`) when it is given. */
-  list (before: number | undefined, limit: number): Promise<AccountPage>
+  /**
+   * Accounts, newest first, at most `limit`: those registered before `before` (a page's `next`) when it is given,
+   * and only the account of `emailKey` (User.emailKey) when that is.
+   */
+  list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage>
   /**
    * Removes the account's user, its sessions, its recorded idempotency keys and its floor, at once: false when it has
    * no user (removed already). Its items stay for the caller to remove, each with its event; what they hold stays

@@ -44,16 +44,20 @@ t.test('a caller\'s request id is kept only when it is short and of a safe alpha
   t.notOk(lines.some((line) => line.includes('forged')), 'the hostile id reaches no log line')
 })
 
-t.test('numbers that are not finite, in any parameter, are a 400 VALIDATION_ERROR, never a 500', async (t) => {
+t.test('numbers that are not finite, or not written in decimal digits, in any parameter, are a 400 VALIDATION_ERROR, never a 500', async (t) => {
   const api = await build(t)
   const { accessToken } = await api.register()
-  for (const hostile of ['Infinity', '-Infinity', 'NaN', '1e400', '1e309', '-1e309', '9'.repeat(5000)]) {
+  // Each a number to JavaScript's Number(), and so to Ajv's coercion: hex, binary, an exponent, padding, a
+  // fraction of an integer.
+  const notDecimal = ['0x10', '0b1', '0o7', '1e2', ' 1', '1 ', '\t2', '1.0', '.5']
+  for (const hostile of ['Infinity', '-Infinity', 'NaN', '1e400', '1e309', '-1e309', '9'.repeat(5000), ...notDecimal]) {
     for (const name of ['page', 'pageSize']) {
       const response = await api.call('listItems', { token: accessToken, query: { [name]: hostile } })
-      t.equal(response.statusCode, 400, `${name}=${hostile.slice(0, 12)}`)
-      t.match(response.json().details, [{ field: name, issue: /must be (integer|a finite number)/ }])
+      t.equal(response.statusCode, 400, `${name}=${JSON.stringify(hostile.slice(0, 12))}`)
+      t.match(response.json().details, [{ field: name, issue: /must be (integer|a finite number|a number written in decimal digits)/ }])
     }
   }
+  t.equal((await api.call('listItems', { token: accessToken, query: { page: '2', pageSize: '007' } })).statusCode, 200, 'decimal digits, leading zeros and all, are a number')
 })
 
 // Writes raw bytes to a listening app and reads what comes back until the server closes the connection.

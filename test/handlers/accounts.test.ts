@@ -58,6 +58,13 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   const none = (await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?before=${first.next!.replace(/\d+/, '1')}`)).json as AccountList
   t.same(none, { accounts: [] }, 'none before the first')
   t.ok(second.accounts[0]!.heldBytes > first.accounts[0]!.heldBytes, 'what each holds: items and sessions count')
+  // As an erasure request names it: in another case than it registered with.
+  const byEmail = async (query: string): Promise<string[]> => ((await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?${query}`)).json as AccountList).accounts.map(({ id }) => id)
+  t.same(await byEmail(`email=${encodeURIComponent(removedUser.email.toUpperCase())}`), [removed.user.id], 'found by its email, its letters\' case aside')
+  t.same(await byEmail(`email=${encodeURIComponent(removedUser.email)}&before=${first.next!}`), [removed.user.id], 'within a page that holds it')
+  t.same(await byEmail(`email=${encodeURIComponent(removedUser.email)}&before=${first.next!.replace(/\d+/, '1')}`), [], 'and not past it')
+  t.same(await byEmail('email=nobody%40example.com'), [], 'an email no account has: none')
+  t.equal((await opsCall(t, ops, 'listAccounts', 'GET', '/accounts?email=not-an-email')).status, 400, 'no email at all: 400')
 
   // Its id written in upper case: a uuid is one id however it is written.
   t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${removed.user.id.toUpperCase()}`)).status, 204)
@@ -89,7 +96,7 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', '/accounts/not-a-uuid')).status, 400)
 }
 
-const WHAT = 'accounts are listed newest first with what each holds; one removed goes with its user, sessions, keys, floor and items (each with its event), audited, idempotently'
+const WHAT = 'accounts are listed newest first with what each holds, or by email; one removed goes with its user, sessions, keys, floor and items (each with its event), audited, idempotently'
 
 t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) })
 

@@ -63,6 +63,7 @@ t.test('a delivery given up is listed with its event and failure, and delivered 
 
   t.match(await opsCall(t, ops, 'listDeadLetters', `/webhooks/dead-letters?subscriber=${encodeURIComponent('http://127.0.0.1:1/other')}`), { status: 404, json: { code: 'NOT_FOUND' } })
   t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?limit=0'), { status: 400, json: { details: [{ field: 'limit' }] } })
+  t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?limit=0x10'), { status: 400, json: { details: [{ field: 'limit', issue: 'must be a number written in decimal digits' }] } }, 'decimal digits only')
   t.match(await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters?after=1'), { status: 400, json: { details: [{ field: 'after', issue: 'requires subscriber' }] } })
   t.notOk('event' in ((await opsCall(t, ops, 'listDeadLetters', '/webhooks/dead-letters')).json as DeadLetterList).subscribers[0]!.deadLetters[0]!,
     'an event only when asked for')

@@ -172,7 +172,7 @@ t.test('a key that cannot be freed after a failed create is logged, and the fail
   }
   t.same(answers, [201, 403])
   // Said once every try has failed, in the background.
-  await until(() => lines.join('').includes('freeing an idempotency key failed; it is free again when its claim\'s lease ends'))
+  await until('the failed release to be logged', () => lines.join('').includes('freeing an idempotency key failed; it is free again when its claim\'s lease ends'))
   t.equal(lines.filter((line) => line.includes('freeing an idempotency key failed')).length, 1, 'once')
 })
 

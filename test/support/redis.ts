@@ -1,11 +1,14 @@
 // Tests that need Redis: where it is (REDIS_URL), and a key prefix of their own that is deleted afterwards.
 import { type ChildProcess, spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import { freePort } from '../../harness/net.js'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { type RedisProxy, redisProxy } from './redis-proxy.js'
+import { until } from './wait.js'
 
 // How long the probe waits for Redis to answer, or (under CI=true) to start answering: a busy machine answers late.
 const PATIENCE_MS = 30_000
@@ -82,15 +85,15 @@ export interface OwnRedis {
   stop: () => Promise<void>
 }
 
-export async function ownRedis (t: Test, settings: readonly string[] = []): Promise<OwnRedis> {
+export async function ownRedis (t: Test, settings: readonly string[] = [], { password }: { password?: string } = {}): Promise<OwnRedis> {
   const port = await freePort()
   let server: ChildProcess | undefined
   const own: OwnRedis = {
-    url: `redis://127.0.0.1:${port}`,
+    url: `redis://${password === undefined ? '' : `:${password}@`}127.0.0.1:${port}`,
     start: async () => {
       // A replica loads what its primary sends without writing it to a file (in the working directory) first; a
       // primary sends it at once rather than waiting 5 s for more replicas to share the transfer.
-      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', '--repl-diskless-sync-delay', '0', ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
+      const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--repl-diskless-load', 'swapdb', '--repl-diskless-sync-delay', '0', ...(password === undefined ? [] : ['--requirepass', password, '--masterauth', password]), ...settings], { stdio: ['ignore', 'pipe', 'inherit'] })
       server = child
       let output = ''
       await new Promise<void>((resolve, reject) => {
@@ -125,8 +128,10 @@ export async function primaryAndReplica (t: Test): Promise<{ primary: OwnRedis, 
   const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
   const client = new Redis(primary.url)
   try {
-    do await client.incr('test:replicated')
-    while (await client.wait(1, 100) < 1)
+    await until('the replica to acknowledge a write', async () => {
+      await client.incr('test:replicated')
+      return await client.wait(1, 100) >= 1
+    })
   } finally {
     client.disconnect()
   }
@@ -142,6 +147,8 @@ export async function primaryAndReplica (t: Test): Promise<{ primary: OwnRedis, 
  */
 export interface SentinelDeployment {
   readonly name: string
+  /** REDIS_URL for an instance that follows it: the servers' password (the sentinels ask for none). */
+  readonly redisUrl: string
   /** With `behindProxy`, what the replicas and the sentinels reach the first primary through (and name it by). */
   readonly proxy: RedisProxy | undefined
   /** `host:port` of each sentinel, as REDIS_SENTINELS takes them. */
@@ -156,6 +163,12 @@ export interface SentinelDeployment {
   signalSentinels: (signal: NodeJS.Signals) => void
   /** How many connections each sentinel has, but for the other sentinels' (the test's and the service's). */
   connections: () => Promise<number[]>
+  /**
+   * Kills one of its servers, and holds its port for as long as the deployment lives: a server another test started
+   * there would be taken by the sentinels, which remember the address, for the lost server come back, and made a
+   * replica of this deployment (and the two deployments' sentinels would then find each other).
+   */
+  kill: (server: OwnRedis) => Promise<void>
   /** Runs a command on the first sentinel. */
   ask: (...args: string[]) => Promise<unknown>
   /** Until every sentinel sees the other two and a replica of the primary, and a replica is in sync with it. */
@@ -178,13 +191,16 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
   const { tmpdir } = await import('node:os')
   const { join } = await import('node:path')
   const name = 'items-primary'
-  const primary = await ownRedis(t, primarySettings)
+  // The deployment's own password, on its servers and in its sentinels: sentinels of another deployment (another
+  // test's, running beside this one) that find one of its servers at an address they remember cannot take it.
+  const password = randomUUID()
+  const primary = await ownRedis(t, primarySettings, { password })
   const proxy = behindProxy ? await redisProxy(primary.url) : undefined
   if (proxy !== undefined) t.teardown(proxy.close)
   // The port the others know the first primary by.
   const primaryPort = Number(new URL(proxy?.url ?? primary.url).port)
   const servers = [primary]
-  for (let index = 0; index < 3; index += 1) servers.push(await ownRedis(t, ['--replicaof', '127.0.0.1', String(primaryPort)]))
+  for (let index = 0; index < 3; index += 1) servers.push(await ownRedis(t, ['--replicaof', '127.0.0.1', String(primaryPort)], { password }))
   const directory = mkdtempSync(join(tmpdir(), 'items-sentinel-'))
   t.teardown(() => { rmSync(directory, { recursive: true, force: true }) })
   const ports: number[] = []
@@ -199,6 +215,7 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
       'bind 127.0.0.1',
       `dir ${directory}`,
       `sentinel monitor ${name} 127.0.0.1 ${primaryPort} 2`,
+      `sentinel auth-pass ${name} ${password}`,
       `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
       `sentinel failover-timeout ${name} 3000`,
       ''
@@ -235,6 +252,7 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
   }
   return {
     name,
+    redisUrl: `redis://:${password}@127.0.0.1`,
     proxy,
     sentinels: ports.map((port) => `127.0.0.1:${port}`).join(','),
     servers,
@@ -245,12 +263,19 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
       const announced = Promise.race(listeners.map(async (listener) => await once(listener, 'message').then(() => performance.now())))
       return { announced: announced.finally(() => { for (const listener of listeners) listener.disconnect() }) }
     },
+    kill: async (server) => {
+      await server.stop()
+      const holder = createServer((socket) => { socket.destroy() })
+      await new Promise<void>((resolve, reject) => holder.once('error', reject).listen(Number(new URL(server.url).port), '127.0.0.1', resolve))
+      t.teardown(() => { holder.close() })
+    },
     ask,
     signalSentinels: (signal) => { for (const child of processes) child.kill(signal) },
     // Each sentinel's links to the others (named sentinel-…) come up in their own time: not counted.
     connections: async () => await Promise.all(clients.map(async (client) => (await client.client('LIST') as string).split('\n').filter((line) => line !== '' && !line.includes(' name=sentinel-')).length)),
     settled: async () => {
-      for (;;) {
+      let last = ''
+      await until(() => `the sentinels to settle (${last})`, async () => {
         const port = await primaryPortNow()
         const field = (fields: string[], key: string): string | undefined => fields[fields.indexOf(key) + 1]
         const views = await Promise.all(clients.map(async (client) => [
@@ -264,9 +289,9 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
           server.disconnect()
           return info.includes(`master_port:${port}\r`) && info.includes('master_link_status:up')
         }))
-        if (views.every(([others, seen]) => others === 2 && seen !== undefined && seen >= 1) && inSync.some(Boolean)) return
-        await new Promise((resolve) => setTimeout(resolve, 100))
-      }
+        last = `primary ${port}, each sentinel's [sentinels, replicas] ${JSON.stringify(views)}, replicas in sync ${inSync.filter(Boolean).length}`
+        return views.every(([others, seen]) => others === 2 && seen !== undefined && seen >= 1) && inSync.some(Boolean)
+      }, { everyMs: 100 })
     }
   }
 }

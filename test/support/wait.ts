@@ -1,9 +1,33 @@
 // Waiting for what a test needs, never for a time a busy machine may not keep.
 import type { FastifyInstance } from 'fastify'
 
-/** Resolves once `holds()` does, looking again every `everyMs`: tap's timeout bounds the wait, not a guess at the machine's speed. */
-export async function until (holds: () => boolean, everyMs = 10): Promise<void> {
-  while (!holds()) await new Promise((resolve) => setTimeout(resolve, everyMs))
+// A wait this long is a hang, not a slow machine: it fails saying what it waited for, where tap's timeout would end
+// the whole file without a word of where.
+export const HANG_MS = 60_000
+
+export interface Patience {
+  /** Between two tries. */
+  everyMs?: number
+  withinMs?: number
+}
+
+/** What a wait is for: a function says it as it stands when the wait gives up. */
+export type WaitedFor = string | (() => string)
+
+/** The first result of `attempt()` that `accepted` takes, trying again every `everyMs`; rejects after `withinMs` naming `what` it waited for. */
+export async function retryUntil<T> (what: WaitedFor, attempt: () => T | Promise<T>, accepted: (result: T) => boolean, { everyMs = 10, withinMs = HANG_MS }: Patience = {}): Promise<T> {
+  const givesUpAt = performance.now() + withinMs
+  for (;;) {
+    const result = await attempt()
+    if (accepted(result)) return result
+    if (performance.now() > givesUpAt) throw new Error(`waited ${withinMs / 1000} s for ${typeof what === 'string' ? what : what()}`)
+    await new Promise((resolve) => setTimeout(resolve, everyMs))
+  }
+}
+
+/** Resolves once `holds()` does, looking again every `everyMs`; rejects after `withinMs` naming `what` it waited for. */
+export async function until (what: WaitedFor, holds: () => boolean | Promise<boolean>, patience: Patience = {}): Promise<void> {
+  await retryUntil(what, holds, (held) => held, patience)
 }
 
 /**

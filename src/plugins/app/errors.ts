@@ -33,7 +33,7 @@ function issueText (issue: ValidationIssue): string {
 // `body` for the body as a whole.
 function fieldPath (issue: ValidationIssue, context: string): string {
   const segments = issue.instancePath.split('/').slice(1)
-  const property = issue.params.missingProperty ?? issue.params.additionalProperty
+  const property = issue.params.missingProperty ?? issue.params.additionalProperty ?? issue.params.property
   if (typeof property === 'string') segments.push(property)
   return (context === 'body' || context === 'headers' ? [context, ...segments] : segments).join('.')
 }
@@ -72,7 +72,14 @@ export function handleError (error: FastifyError | ApiError | InvalidRequestErro
   if (error instanceof InvalidRequestError) return reply.code(400).send(validationError(error.details))
   if (error.validation) {
     const context = String(error.validationContext)
-    const details = error.validation.map((issue) => ({ field: fieldPath(issue, context), issue: issueText(issue) }))
+    // One detail a field, its first issue: text that is not a decimal number may break its bounds too, once read.
+    const seen = new Set<string>()
+    const details = error.validation.flatMap((issue) => {
+      const field = fieldPath(issue, context)
+      if (seen.has(field)) return []
+      seen.add(field)
+      return [{ field, issue: issueText(issue) }]
+    })
     return reply.code(400).send(validationError(details))
   }
   const statusCode = error.statusCode ?? 500

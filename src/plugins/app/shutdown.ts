@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http'
-import type { Socket } from 'node:net'
+import { Server, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
@@ -27,7 +27,7 @@ const DRAIN_POLL_MS = 10
 const SHUTDOWN_SHARE_BEFORE_FORCE = 0.8
 
 /**
- * Shutdown drains: readiness turns false; every response still to be written, or written while draining, says
+ * Shutdown drains: readiness turns false, and new connections are refused; every response still to be written, or written while draining, says
  * Connection: close, so no client sends another request over a connection about to close; kept-alive connections
  * get a short grace for requests already on their way; then the connections with no request in progress (idle, or
  * a client stuck in its headers) are closed, the others when their response is written, and any left at 80 % of
@@ -57,6 +57,10 @@ async function shutdownPlugin (app: FastifyInstance, options: ShutdownPluginOpti
   let forceClose: NodeJS.Timeout | undefined
   app.addHook('preClose', async () => {
     app.lifecycle.draining = true
+    // No new connection from now on: one taken during the grace would be closed at its end with its first request
+    // on the way. Refused, a connection has sent nothing, and its client may send it elsewhere. net's close, not
+    // http's, which would also close the idle kept-alive connections at once, under requests on their way.
+    if (app.server.listening) Server.prototype.close.call(app.server)
     const forceCloseAfterMs = options.shutdownTimeoutMs * SHUTDOWN_SHARE_BEFORE_FORCE
     app.lifecycle.shutdownDeadline = Date.now() + forceCloseAfterMs
     forceClose = setTimeout(() => { for (const socket of connections) socket.destroy() }, forceCloseAfterMs).unref()

@@ -5,7 +5,7 @@ import { heapUsedLimit } from '../../runtime/heap.js'
 import { floorsAllowed, sharedPart } from '../../store/capacity.js'
 import { createMemoryStore } from '../../store/memory/index.js'
 import { type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
-import type { ReplicationObserver } from '../../store/redis/connection.js'
+import type { RedisObserver } from '../../store/redis/connection.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -50,7 +50,7 @@ async function openStore (app: FastifyInstance, { config, timeCommands, maxHeapU
     url: config.redisUrl,
     sentinel: config.redisSentinel,
     replicasToAcknowledge: config.redisReplicasToAcknowledge,
-    observeReplication: replicationMetrics(app, config.redisReplicasToAcknowledge),
+    observe: redisMetrics(app, config.redisReplicasToAcknowledge),
     keyPrefix: config.redisKeyPrefix,
     maxItemsPerContributor: config.maxItemsPerUser,
     idempotencyKeys: config.idempotencyKeys,
@@ -70,7 +70,7 @@ function commandTimer (app: FastifyInstance): (command: string, seconds: number)
   return (command, seconds) => { duration.observe({ command }, seconds) }
 }
 
-function replicationMetrics (app: FastifyInstance, replicas: number): ReplicationObserver {
+function redisMetrics (app: FastifyInstance, replicas: number): RedisObserver {
   const primaryChanges = app.metrics.counter({
     name: 'items_service_redis_primary_changes_total',
     help: 'Times this instance found the Redis primary on another server than before: failovers it followed.'
@@ -87,12 +87,17 @@ function replicationMetrics (app: FastifyInstance, replicas: number): Replicatio
     name: 'items_service_redis_replicas_acknowledging',
     help: 'Replicas that had the latest write within its deadline (WAIT\'s count); fewer than required answers writes 504 OUTCOME_UNKNOWN. The time writes wait for them is items_service_redis_command_duration_seconds{command="wait"}.'
   })
+  const boundsRestored = app.metrics.counter({
+    name: 'items_service_redis_bounds_restored_total',
+    help: 'Times this instance found that Redis had lost its data (restarted without persistence, or flushed) and set the bounds for accounts again; writes are refused (503) from the loss until then.'
+  })
   return {
     primaryChanged: (seconds) => {
       primaryChanges.inc()
       withoutPrimary.inc(seconds)
     },
-    acknowledged: (count) => { acknowledging.set(count) }
+    acknowledged: (count) => { acknowledging.set(count) },
+    boundsRestored: () => { boundsRestored.inc() }
   }
 }
 

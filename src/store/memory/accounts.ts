@@ -15,9 +15,9 @@ export class MemoryAccounts implements AccountStore {
     readonly capacity: MemoryCapacity
   ) {}
 
-  async list (before: number | undefined, limit: number): Promise<AccountPage> {
+  async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
     // One more than the page, to tell whether another follows.
-    const listed = this.users.newestFirst(before, limit + 1)
+    const listed = emailKey === undefined ? this.users.newestFirst(before, limit + 1) : this.users.placedByEmailKey(emailKey, before)
     const page = listed.slice(0, limit)
     return {
       accounts: page.map(({ user }) => ({ user, heldBytes: this.capacity.heldBy(user.id), items: this.items.ownedBy(user.id) })),

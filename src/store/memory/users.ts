@@ -43,6 +43,14 @@ export class MemoryUserStore implements UserStore {
     return this.#order.slice(Math.max(0, end - limit), end).reverse().map(({ position, id }) => ({ position, user: this.#byId.get(id)! }))
   }
 
+  /** The user of `emailKey` with its place, as `newestFirst` lists it, when there is one placed before `before`. */
+  placedByEmailKey (emailKey: string, before: number | undefined): Array<{ position: number, user: User }> {
+    const user = this.#byEmailKey.get(emailKey)
+    const position = user === undefined ? undefined : this.#positions.get(user.id)
+    if (user === undefined || position === undefined || (before !== undefined && position >= before)) return []
+    return [{ position, user }]
+  }
+
   /** Forgets the user and gives its record's bytes back; false when there was none. */
   delete (id: string): boolean {
     const user = this.#byId.get(id)

@@ -10,13 +10,21 @@ import type { RedisUserStore } from './users.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const accountScripts = {
-  // KEYS: user order, users, account bytes, account session bytes, items owned. ARGV: the highest place listed
-  // ('+inf', or '(' and a place), how many. {ids, their places, then for each id: its user as JSON, its bytes, its
-  // sessions' bytes, its items}, in one step, so that every id listed has its user.
+  // KEYS: user order, users, account bytes, account session bytes, items owned, user emails. ARGV: the highest place
+  // listed ('+inf', or '(' and a place), how many, an email key ('' for every account). {ids, their places, then for
+  // each id: its user as JSON, its bytes, its sessions' bytes, its items}, in one step, so that every id listed has
+  // its user.
   listAccounts: {
-    numberOfKeys: 5,
+    numberOfKeys: 6,
     lua: `
-local listed = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+local listed = {}
+if ARGV[3] == '' then
+  listed = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+else
+  local id = redis.call('HGET', KEYS[6], ARGV[3])
+  local place = id and redis.call('ZSCORE', KEYS[1], id)
+  if place and (ARGV[1] == '+inf' or tonumber(place) < tonumber(string.sub(ARGV[1], 2))) then listed = {id, place} end
+end
 local ids, places = {}, {}
 for index = 1, #listed, 2 do
   ids[#ids + 1] = listed[index]
@@ -52,7 +60,7 @@ if floor then
   -- What it held within its floor now counts against the shared part, as all it holds without one does (as the
   -- memory store's MemoryCapacity.release).
   local held = tonumber(redis.call('HGET', capacity.bytes, userId) or '0')
-  local besideSessions = math.max(0, tonumber(floor) - tonumber(redis.call('HGET', capacity.totals, 'sessions') or UNBOUNDED))
+  local besideSessions = math.max(0, tonumber(floor) - tonumber(redis.call('HGET', capacity.totals, 'sessions')))
   redis.call('HINCRBY', capacity.totals, 'shared', math.min(held, besideSessions))
   redis.call('HDEL', capacity.floors, userId)
   -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
@@ -68,7 +76,7 @@ type Listed = Array<string | null>
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    listAccounts (order: string, users: string, bytes: string, sessionBytes: string, owned: string, highest: string, count: number
+    listAccounts (order: string, users: string, bytes: string, sessionBytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
     ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, sessionBytes: Listed, owned: Listed], Context>
     removeAccount (users: string, emails: string, order: string, userSessions: string, userKeys: string, ...args: [...CapacityKeys, deadline: number,
       outcomeKey: string, ...SessionFamilies, userId: string, emailKey: string]): Result<[0 | 1, string], Context>
@@ -117,11 +125,11 @@ export class RedisAccounts implements AccountStore {
     this.#sessions = sessions
   }
 
-  async list (before: number | undefined, limit: number): Promise<AccountPage> {
+  async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
     const keys = this.#keys
     // One more than the page, to tell whether another follows.
     const [ids, places, users, bytes, sessions, owned] = await call(this.#redis.listAccounts(keys.userOrder, keys.users, keys.accountBytes,
-      keys.accountSessionBytes, keys.itemsOwned, before === undefined ? '+inf' : `(${before}`, limit + 1))
+      keys.accountSessionBytes, keys.itemsOwned, keys.userEmails, before === undefined ? '+inf' : `(${before}`, limit + 1, emailKey ?? ''))
     // Number(null) is 0: an account with no sessions, or no items.
     const accounts = ids.slice(0, limit).map((_id, index) =>
       ({ user: JSON.parse(users[index]!) as User, heldBytes: Number(bytes[index]) + Number(sessions[index]), items: Number(owned[index]) }))

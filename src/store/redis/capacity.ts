@@ -1,6 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, sharedPart } from '../capacity.js'
 import { type RoomLimit, StoreFullError } from '../store.js'
+import { randomUuid } from '../../runtime/uuid.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
@@ -31,11 +32,15 @@ const UNBOUNDED_BYTES = 2 ** 53
  */
 export const CAPACITY = `
 local capacity
--- Bounds no deployment reaches: what a store whose bounds were never set (or were flushed) keeps to.
 local UNBOUNDED = '${UNBOUNDED_BYTES}'
+-- Bounds are read from the totals, which setCapacity fills at every start: a Redis come back empty (restarted
+-- without persistence, or flushed) has none, and no write is made unbounded before an instance sets them again.
 local function capacityAt (index)
   capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4],
     sessions = KEYS[index + 5]}
+  if redis.call('HEXISTS', capacity.totals, 'budget') == 0 then
+    error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})
+  end
 end
 local function stored (length) return math.ceil(length * 1.25) end
 -- An item: its JSON in the items hash, and its id in itemOrder and its three sets (keys.ts).
@@ -52,11 +57,11 @@ local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 6
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
 local function chargeRefused (account, bytes)
   local totals = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions')
-  local ceiling, sharedPart = tonumber(totals[1] or UNBOUNDED), tonumber(totals[2] or UNBOUNDED)
+  local ceiling, sharedPart = tonumber(totals[1]), tonumber(totals[2])
   local shared = tonumber(totals[3] or '0')
   local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
   local floor = tonumber(redis.call('HGET', capacity.floors, account) or '0')
-  local besideSessions = math.max(0, floor - tonumber(totals[4] or UNBOUNDED))
+  local besideSessions = math.max(0, floor - tonumber(totals[4]))
   local nextHeld = held + bytes
   local nextShared = shared + math.max(0, nextHeld - besideSessions) - math.max(0, held - besideSessions)
   local refused = false
@@ -102,7 +107,7 @@ end
 -- How long the pace holds the next registration back at \`at\` (ms; 0 when it would let it through), changing nothing.
 local function registrationWait (at)
   local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
-  local floor, floors, kept, room = tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or UNBOUNDED), tonumber(totals[4] or '0')
+  local floor, floors, kept, room = tonumber(totals[1]), tonumber(totals[2] or '0'), tonumber(totals[3]), tonumber(totals[4])
   if floor == 0 or room == 0 or kept >= tonumber(UNBOUNDED) then return 0 end
   local floorsLeft = math.floor((kept - floors) / floor)
   if floorsLeft < 1 then return 0 end
@@ -112,11 +117,11 @@ end
 -- 'at' is given: a start that admits 1.1.0's accounts is not paced).
 local function admit (account, bytes, at)
   local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
-  local floor, floors, kept = tonumber(totals[1] or '0'), tonumber(totals[2] or '0'), tonumber(totals[3] or UNBOUNDED)
+  local floor, floors, kept = tonumber(totals[1]), tonumber(totals[2] or '0'), tonumber(totals[3])
   if floor > 0 then
     local floorsLeft = math.floor((kept - floors) / floor)
     if floorsLeft < 1 then return 'registration' end
-    local room = tonumber(totals[4] or '0')
+    local room = tonumber(totals[4])
     if at and room > 0 and kept < tonumber(UNBOUNDED) then
       local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at, false)
       if wait then return 'pace', wait end
@@ -137,7 +142,7 @@ local function chargeSessions (account, bytes)
   redis.call('HINCRBY', capacity.totals, 'held', bytes)
 end
 local function sessionsRoom (account)
-  return tonumber(redis.call('HGET', capacity.totals, 'sessions') or UNBOUNDED) - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
+  return tonumber(redis.call('HGET', capacity.totals, 'sessions')) - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
 end
 -- A charge's entry: its account, its bytes, and 'session' for a session's.
 local function chargeOf (name)
@@ -314,6 +319,20 @@ export async function setCapacity (redis: Redis, keys: RedisKeys, settings: Capa
     'sessions', bounded(bounds.sessionsBytes), 'floorsKept', bounded(floorsKept(bounds)), 'sharedPart', bounded(sharedPart(bounds)),
     'room', bounds.registrationRoomMs ?? 0))
   return budgetBytes
+}
+
+/**
+ * The id of the data the bounds were set for, made by the first start on an empty Redis: one made again means
+ * Redis lost the data and the bounds with it (a restart without persistence, a flush) since an instance last read it.
+ */
+export async function storeId (redis: Redis, keys: RedisKeys): Promise<string> {
+  await call(redis.hsetnx(keys.capacity, 'storeId', randomUuid()))
+  return String(await call(redis.hget(keys.capacity, 'storeId')))
+}
+
+/** The id `storeId` made, or null once Redis has lost it. */
+export async function readStoreId (redis: Redis, keys: RedisKeys): Promise<string | null> {
+  return await call(redis.hget(keys.capacity, 'storeId'))
 }
 
 export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<CapacityReading> {

@@ -4,11 +4,11 @@ import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
 import { accountScripts, orderUsers, RedisAccounts } from './accounts.js'
-import { admitAccounts, capacityScripts, readCapacity, setCapacity } from './capacity.js'
+import { admitAccounts, capacityScripts, readCapacity, readStoreId, setCapacity, storeId } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
 import { indexItems, itemScripts, RedisItemStore } from './items.js'
-import { redisKeys } from './keys.js'
+import { type RedisKeys, redisKeys } from './keys.js'
 import { outboxScripts, RedisOutbox } from './outbox.js'
 import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
 import { RedisSessionStore, sessionScripts } from './sessions.js'
@@ -33,12 +33,14 @@ export interface RedisStoreLogger {
   info: (message: string) => void
 }
 
-/** Told what the instance sees of failovers and of its writes' replicas (the store plugin's metrics). */
-export interface ReplicationObserver {
+/** Told what the instance sees of failovers, of its writes' replicas and of Redis losing its data (the store plugin's metrics). */
+export interface RedisObserver {
   /** The primary is another server than before, after `withoutPrimarySeconds` without one. */
   primaryChanged: (withoutPrimarySeconds: number) => void
   /** A write reached this many replicas (at least the number asked for is enough) within its deadline. */
   acknowledged: (replicas: number) => void
+  /** Redis was found to have lost its data, and the bounds for accounts were set again. */
+  boundsRestored: () => void
 }
 
 export interface RedisStoreOptions {
@@ -48,7 +50,7 @@ export interface RedisStoreOptions {
   sentinel?: RedisSentinel | undefined
   /** Replicas that must have each write before it is answered (RedisWrites; 0 by default). */
   replicasToAcknowledge?: number
-  observeReplication?: ReplicationObserver
+  observe?: RedisObserver
   /** Starts every key the store writes. */
   keyPrefix: string
   /** Items one contributor may own at once. */
@@ -127,6 +129,57 @@ function timeCommands (redis: Redis, observe: NonNullable<RedisStoreOptions['obs
 }
 
 /**
+ * What a start makes of the data before serving, and again once Redis is found to have lost it: the items indexed
+ * and the users ordered (a catalogue of 1.0.0 or 1.1.0), the bounds for accounts set, every account admitted. The id
+ * of the data (capacity.ts, `storeId`).
+ */
+async function prepare (redis: Redis, keys: RedisKeys, options: RedisStoreOptions): Promise<string> {
+  await indexItems(redis, keys)
+  if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
+    options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
+  }
+  await orderUsers(redis, keys)
+  const unadmitted = await admitAccounts(redis, keys)
+  if (unadmitted > 0) {
+    options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
+  }
+  return await storeId(redis, keys)
+}
+
+/**
+ * Finds out, at each connection made again and every heartbeat, whether Redis still holds the data the instance
+ * prepared: one that keeps nothing on disk comes back from a restart empty, bounds for accounts and all, and so does
+ * one flushed. Then it prepares the data again (meanwhile every write script refuses, for want of bounds: 503,
+ * nothing done), says so and counts it. `confirmed`: whether the data was found prepared since the connection was
+ * last made (the store is unavailable until it is). One check at a time.
+ */
+function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions, heartbeat: Heartbeat, prepared: string): { confirmed: () => boolean, stop: () => void } {
+  let dataId = prepared
+  let confirmed = true
+  let checking = false
+  const check = (): void => {
+    if (checking || redis.status !== 'ready') return
+    checking = true
+    readStoreId(redis, keys).then(async (found) => {
+      if (found !== dataId) {
+        confirmed = false
+        const lost = dataId
+        dataId = await prepare(redis, keys, options)
+        options.logger.warn({ lost, found, now: dataId }, 'Redis has lost the bounds for accounts with its data (restarted empty, or flushed): they are set again from this instance\'s configuration; writes were refused (503) until then')
+        options.observe?.boundsRestored()
+      }
+      confirmed = true
+    }).catch(() => {}).finally(() => { checking = false })
+  }
+  redis.on('ready', () => {
+    confirmed = false
+    check()
+  })
+  const checks = setInterval(check, heartbeat.intervalMs).unref()
+  return { confirmed: () => confirmed, stop: () => { clearInterval(checks) } }
+}
+
+/**
  * The store on Redis: any number of instances of the service share one catalogue, its users, sessions and rate
  * limits. Round trips per operation (one unless said):
  *
@@ -191,16 +244,27 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     if (previous !== '' && previous !== server) {
       const withoutPrimarySeconds = (performance.now() - lostAt) / 1000
       options.logger.warn({ primary: server, previous, withoutPrimaryMs: Math.round(withoutPrimarySeconds * 1000) }, 'the Redis primary changed (a failover); sessions kept by this instance were forgotten')
-      options.observeReplication?.primaryChanged(withoutPrimarySeconds)
+      options.observe?.primaryChanged(withoutPrimarySeconds)
     }
     if (!unreachable) return
     unreachable = false
     options.logger.info('Redis is reachable again')
   })
+  // Until the store is closed, or its start has failed.
+  let closed = false
+  // A client ends for good ('end') only when told to, but for one case: with Sentinel, a failover announced while
+  // the connection is being made again closes it mid-way, and the client gives up. It is made again here.
+  let connectingAgain: NodeJS.Timeout | undefined
+  redis.on('end', () => {
+    if (closed) return
+    options.logger.warn({}, 'the Redis client gave up its connection (a failover announced while it was connecting again); connecting again')
+    connectingAgain = setTimeout(() => { redis.connect().catch(() => {}) }, reconnectDelay(1)).unref()
+  })
   try {
     await redis.connect()
     connected = true
   } catch (error) {
+    closed = true
     redis.disconnect()
     // Both have settled by now; the event, which came first, wins the race.
     const reason = await Promise.race([firstError, Promise.resolve(new Error(String(error)))])
@@ -213,11 +277,8 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   redis.on('ready', checkClock)
   const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
   const keys = redisKeys(options.keyPrefix)
-  await indexItems(redis, keys)
-  if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
-    options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
-  }
-  await orderUsers(redis, keys)
+  const heartbeat = options.heartbeat ?? HEARTBEAT
+  const prepared = keepPrepared(redis, keys, options, heartbeat, await prepare(redis, keys, options))
   const replicasToAcknowledge = options.replicasToAcknowledge ?? 0
   if (replicasToAcknowledge > 0) {
     const online = replicationOf(await redis.info('replication')).replicas.length
@@ -225,19 +286,14 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       options.logger.warn({ replicasToAcknowledge, replicasOnline: online }, 'fewer Redis replicas are online than REDIS_REPLICAS_TO_ACKNOWLEDGE: writes will be answered 504, then refused (503), until enough are')
     }
   }
-  const unadmitted = await admitAccounts(redis, keys)
-  if (unadmitted > 0) {
-    options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
-  }
   const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
-  const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat: options.heartbeat ?? HEARTBEAT, logger: options.logger })
-  let closed = false
+  const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat, logger: options.logger })
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,
     replication: {
       replicas: replicasToAcknowledge,
-      ...(options.observeReplication === undefined ? {} : { acknowledged: options.observeReplication.acknowledged }),
+      ...(options.observe === undefined ? {} : { acknowledged: options.observe.acknowledged }),
       shortOfReplicas: (short) => {
         if (short) options.logger.warn({ replicasToAcknowledge }, 'fewer Redis replicas than REDIS_REPLICAS_TO_ACKNOWLEDGE had a write: writes are refused (503) until enough are in sync')
         else options.logger.info('enough Redis replicas are in sync again: writes are taken')
@@ -258,12 +314,15 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
     capacity: async () => await readCapacity(redis, keys),
-    // The connection is 'ready' until QUIT's reply has closed it.
-    available: () => !closed && redis.status === 'ready',
+    // The connection is 'ready' until QUIT's reply has closed it, and while a stalled server keeps it open; a
+    // connection made again serves once its data is found prepared.
+    available: () => !closed && redis.status === 'ready' && tracking.proven() && prepared.confirmed(),
     now: () => clock.now(),
     close: async () => {
       closed = true
+      clearTimeout(connectingAgain)
       clearInterval(clockChecks)
+      prepared.stop()
       tracking.stop()
       tracking.invalidations.disconnect()
       // With Sentinel, QUIT would leave open the connections to the sentinels that listen for a failover, which

@@ -94,9 +94,11 @@ export interface TrackingOptions {
  * connection, and hears of it on the second. Both connections, and tracking between them, are proven when its
  * invalidation arrives, and the main one when its reply does. Past the deadline without either proof, the
  * instance forgets every session it kept and makes the silent connection again; meanwhile it reads from Redis.
- * Resolves to the second connection, for the store to close; `stop` ends the heartbeat.
+ * Resolves to the second connection, for the store to close; `proven`, whether the main connection has answered
+ * within the deadline (a stalled server keeps its connection open, and the client calls it ready); `stop` ends the
+ * heartbeat.
  */
-export async function trackSessions (redis: Redis, sessions: TrackedSessions, options: TrackingOptions): Promise<{ invalidations: Redis, stop: () => void }> {
+export async function trackSessions (redis: Redis, sessions: TrackedSessions, options: TrackingOptions): Promise<{ invalidations: Redis, proven: () => boolean, stop: () => void }> {
   const { keyPrefix, heartbeatPrefix, heartbeat, logger } = options
   const invalidations = redis.duplicate({ protocol: 2, autoResubscribe: false, lazyConnect: true })
   const heartbeatKey = heartbeatPrefix + randomUUID()
@@ -104,7 +106,8 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   let target = 'none'
   // When each was last proven (performance.now()): the sending of the latest heartbeat heard of, the reply.
   let heardAt = -Infinity
-  let answeredAt = -Infinity
+  // The main connection has just answered the start's commands.
+  let answeredAt = performance.now()
   // The heartbeats sent and not yet heard of, oldest first: each invalidation is the oldest's.
   const unheard: number[] = []
   const maxUnheard = Math.ceil(heartbeat.deadlineMs / heartbeat.intervalMs) + 1
@@ -152,6 +155,13 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   })
   // The main connection reports outages.
   invalidations.on('error', ignore)
+  // Given up mid-way as the main connection may be (connection.ts), and made again the same way, until stopped.
+  let stopped = false
+  let connectingAgain: NodeJS.Timeout | undefined
+  invalidations.on('end', () => {
+    if (stopped) return
+    connectingAgain = setTimeout(() => { invalidations.connect().catch(ignore) }, heartbeat.intervalMs).unref()
+  })
   // A connection just made has answered: its silence is counted from now, not from before the outage (else a
   // recovered instance would make it again at once); tracking, made again below, is proven by the heartbeats.
   redis.on('ready', () => {
@@ -188,5 +198,13 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   // Serving starts with tracking on, unless its connection fails; then it starts when that connection is made.
   await invalidations.connect().catch(ignore)
   await established
-  return { invalidations, stop: () => { clearInterval(beats) } }
+  return {
+    invalidations,
+    proven: () => performance.now() - answeredAt <= heartbeat.deadlineMs,
+    stop: () => {
+      stopped = true
+      clearTimeout(connectingAgain)
+      clearInterval(beats)
+    }
+  }
 }

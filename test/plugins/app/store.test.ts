@@ -65,7 +65,7 @@ t.test('Sentinel: the server started from the environment writes to the primary 
   const deployment = await sentinelDeployment(t)
   await deployment.settled()
   const keyPrefix = redisKeyPrefix(t)
-  const server = await start({ STORE: 'redis', REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix })
+  const server = await start({ STORE: 'redis', REDIS_URL: deployment.redisUrl, REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix })
   t.teardown(() => { server.process.kill('SIGKILL') })
   const registered = await fetch(`${server.url}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser({ role: 'contributor' })) })
   t.equal(registered.status, 201)
@@ -82,7 +82,7 @@ t.test('Sentinel: the server started from the environment writes to the primary 
 t.test('Sentinel: with every sentinel silent when the connection is lost, the instance keeps asking them, and serves again once they answer', { skip }, async (t) => {
   const deployment = await sentinelDeployment(t)
   await deployment.settled()
-  const api = await build(t, { STORE: 'redis', REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
+  const api = await build(t, { STORE: 'redis', REDIS_URL: deployment.redisUrl, REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
   const { accessToken } = await api.register({ role: 'contributor' })
   const primary = new Redis((await deployment.primary()).url)
   t.teardown(() => { primary.disconnect() })
@@ -90,12 +90,12 @@ t.test('Sentinel: with every sentinel silent when the connection is lost, the in
   t.teardown(() => { deployment.signalSentinels('SIGCONT') })
   // Every connection but this one: the instance's, made again through the sentinels.
   await primary.call('CLIENT', 'KILL', 'SKIPME', 'yes', 'TYPE', 'normal')
-  await until(() => !api.app.store.available())
+  await until('the store to be unavailable', () => !api.app.store.available())
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 503, 'unavailable meanwhile')
   // Long enough for every sentinel to have been asked and timed out (1 s each), and the asking begun again.
   await sleep(3 * COMMAND_TIMEOUT_MS + 500)
   deployment.signalSentinels('SIGCONT')
-  await until(() => api.app.store.available())
+  await until('the store to be available again', () => api.app.store.available())
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'and serving again')
 })
 
@@ -192,7 +192,7 @@ t.test('expired charges are swept every few seconds while the store answers; a s
       }
     }
   })
-  await until(() => sweeps >= 1 && lines.some((line) => line.includes('the sweep of expired charges failed')))
+  await until('a failed sweep to be logged', () => sweeps >= 1 && lines.some((line) => line.includes('the sweep of expired charges failed')))
   t.equal(sweeps, checks - 1, 'none while the store was unreachable, then one each time it answers')
 })
 
@@ -220,6 +220,6 @@ t.test('Redis: a refund of an item kept from before items were charged is counte
   t.ok(driftBytes > 0, 'any other is a drift')
   const drifted = 'the room for accounts drifted: refunds found less charged to their account than they give back (docs/operations.md, "Capacity")'
   const said = (): Record<string, unknown> | undefined => lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.msg === drifted)
-  await until(() => said() !== undefined)
+  await until('the drift to be logged', () => said() !== undefined)
   t.match(said(), { level: 50, driftBytes, risenBy: driftBytes })
 })

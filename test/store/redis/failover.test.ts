@@ -7,7 +7,7 @@
 // serve again soon after the announcement. Beside it, a promotion made by hand shows what the matrix would see
 // without replication before the answer: a lost write; and a partition shows what each setting loses.
 import { randomUUID } from 'node:crypto'
-import { createServer } from 'node:net'
+import { type AddressInfo, connect, createServer } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import { Redis } from 'ioredis'
@@ -17,6 +17,7 @@ import { freePort } from '../../../harness/net.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
+import { HANG_MS, retryUntil, until } from '../../support/wait.js'
 import { ownRedis, primaryAndReplica, redisSkip, type SentinelDeployment, sentinelDeployment } from '../../support/redis.js'
 
 const skip = await redisSkip()
@@ -59,23 +60,16 @@ async function client (apis: readonly Api[], seen: Acknowledged, running: () => 
   }
   const user = newUser({ role: 'contributor' })
   // Until it is answered: a 503 or 504 is sent again (a registration met with 409 was made by the lost attempt).
-  for (;;) {
-    const { status } = await send('registerUser', { body: user })
-    if (status === 201 || status === 409) break
-    await sleep(50)
-  }
+  await until('a registration answered', async () => [201, 409].includes((await send('registerUser', { body: user })).status), { everyMs: 50 })
   seen.users.push({ email: user.email, password: user.password })
   while (running()) {
     const signedIn = await send<Schemas['AuthResponse']>('loginUser', { body: { email: user.email, password: user.password } })
     if (signedIn.status !== 200) { await sleep(50); continue }
     let session: Schemas['AuthResponse'] = signedIn.body
     const key = randomUUID()
-    let created: Schemas['Item'] | undefined
-    while (created === undefined) {
-      const answer = await send<Schemas['Item']>('createItem', { token: session.accessToken, headers: { 'idempotency-key': key }, body: { name: `made under ${key}` } })
-      if (answer.status === 201) created = answer.body
-      else await sleep(50)
-    }
+    const { body: created } = await retryUntil(`a create under ${key} answered 201`,
+      async () => await send<Schemas['Item']>('createItem', { token: session.accessToken, headers: { 'idempotency-key': key }, body: { name: `made under ${key}` } }),
+      ({ status }) => status === 201, { everyMs: 50 })
     const ids = seen.keys.get(key) ?? new Set()
     seen.keys.set(key, ids.add(created.id))
     const item = { names: new Set([created.name]), deleted: 'no' as 'no' | 'maybe' | 'yes' }
@@ -100,13 +94,8 @@ async function client (apis: readonly Api[], seen: Acknowledged, running: () => 
 async function holdsEverything (t: Test, api: Api, seen: Acknowledged): Promise<void> {
   // A sign-in is a write: while the new primary's replicas catch up it may be refused (503) or unknown (504), and
   // is sent again, as a client would.
-  const answered = async (...request: Parameters<Api['call']>): ReturnType<Api['call']> => {
-    for (;;) {
-      const response = await api.call(...request)
-      if (response.statusCode !== 503 && response.statusCode !== 504) return response
-      await sleep(50)
-    }
-  }
+  const answered = async (...request: Parameters<Api['call']>): ReturnType<Api['call']> =>
+    await retryUntil(`${request[0]} answered otherwise than 503 or 504`, async () => await api.call(...request), ({ statusCode }) => statusCode !== 503 && statusCode !== 504, { everyMs: 50 })
   const lost: string[] = []
   for (const { email, password } of seen.users) {
     const { statusCode } = await answered('loginUser', { body: { email, password } })
@@ -147,15 +136,7 @@ async function instance (t: Test, store: Record<string, string>): Promise<Instan
 
 // The settings of an instance that follows the deployment's primary.
 function following (deployment: SentinelDeployment, keyPrefix: string): Record<string, string> {
-  return { REDIS_URL: 'redis://127.0.0.1', REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix }
-}
-
-// A killed server's port, held by the test until it ends: a server another test started there would be taken by the
-// sentinels, which remember the address, for the lost primary come back, and made a replica of this deployment.
-async function holdPort (t: Test, port: number): Promise<void> {
-  const holder = createServer((socket) => { socket.destroy() })
-  await new Promise<void>((resolve, reject) => holder.once('error', reject).listen(port, '127.0.0.1', resolve))
-  t.teardown(() => { holder.close() })
+  return { REDIS_URL: deployment.redisUrl, REDIS_SENTINELS: deployment.sentinels, REDIS_SENTINEL_NAME: deployment.name, REDIS_KEY_PREFIX: keyPrefix }
 }
 
 type Failover = 'kill' | 'pause' | 'manual'
@@ -177,23 +158,19 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
       const seen = new Acknowledged()
       let running = true
       const clients = Array.from({ length: 6 }, async (_, index) => { await client(apis, seen, () => running, index) })
-      while (seen.items.size < 6) await sleep(20)
+      await until('six items created before the failover', () => seen.items.size >= 6, { everyMs: 20 })
       const old = await deployment.primary()
       const { announced } = await deployment.switched()
       if (failover === 'kill') {
-        await old.stop()
-        await holdPort(t, Number(new URL(old.url).port))
+        await deployment.kill(old)
       } else if (failover === 'pause') old.signal('SIGSTOP')
       else await deployment.ask('SENTINEL', 'FAILOVER', deployment.name)
-      const at = await announced
+      const at = await Promise.race([announced, sleep(HANG_MS).then(() => { throw new Error(`waited ${HANG_MS / 1000} s for the sentinels to announce the new primary`) })])
       // Serving again: each instance answers a read from the new primary (a write waits for a replica, which the
       // old primary becomes once it is back).
-      const servedAfterMs = await Promise.all(apis.map(async (api) => {
-        for (;;) {
-          const { statusCode } = await api.call('getItem', { token: reader, params: { itemId: readItem.id } })
-          if (statusCode === 200) return performance.now() - at
-          await sleep(10)
-        }
+      const servedAfterMs = await Promise.all(apis.map(async (api, index) => {
+        await retryUntil(`instance ${index} to read again`, async () => await api.call('getItem', { token: reader, params: { itemId: readItem.id } }), ({ statusCode }) => statusCode === 200)
+        return performance.now() - at
       }))
       t.comment(`${failover}: both instances read again ${servedAfterMs.map((ms) => `${Math.round(ms)} ms`).join(' and ')} after the announcement`)
       t.ok(Math.max(...servedAfterMs) < SERVE_AGAIN_WITHIN_MS, `both within ${SERVE_AGAIN_WITHIN_MS} ms of the announcement`)
@@ -201,7 +178,7 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
       if (failover === 'pause') old.signal('SIGCONT')
       await deployment.settled()
       const before = seen.items.size
-      while (seen.items.size < before + 6) await sleep(20)
+      await until('six items created after the failover', () => seen.items.size >= before + 6, { everyMs: 20 })
       running = false
       await Promise.all(clients)
       t.notOk(seen.statuses.has(500), `no 500 among ${JSON.stringify(Object.fromEntries(seen.statuses))}`)
@@ -228,21 +205,85 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
   t.ok(noneLeft(), `closed, the instances leave no connection to the sentinels (one left open keeps the process alive): ${left.join()} after, ${sentinelConnections.join()} before`)
 })
 
+/**
+ * A TCP proxy in front of a sentinel that can hold every connection made from now on (its bytes kept, both ways,
+ * until `release`), while those already open flow: a sentinel that answers its subscribers but not the question
+ * where the primary is. It counts the announcements of a new primary it has passed to its clients.
+ */
+async function sentinelProxy (t: Test, target: string): Promise<{ address: string, hold: () => void, release: () => void, announcements: () => number }> {
+  const [host = '', port = ''] = target.split(':')
+  let holding = false
+  let announcements = 0
+  const held: Array<() => void> = []
+  const server = createServer((client) => {
+    const upstream = connect(Number(port), host)
+    const pipe = (): void => {
+      client.pipe(upstream)
+      upstream.on('data', (chunk: Buffer) => {
+        if (chunk.includes('+switch-master')) announcements += 1
+        client.write(chunk)
+      })
+    }
+    if (holding) held.push(pipe)
+    else pipe()
+    client.on('error', () => { upstream.destroy() })
+    upstream.on('error', () => { client.destroy() })
+    client.on('close', () => { upstream.destroy() })
+    upstream.on('close', () => { client.destroy() })
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  t.teardown(() => { server.close() })
+  const { port: own } = server.address() as AddressInfo
+  return {
+    address: `127.0.0.1:${own}`,
+    hold: () => { holding = true },
+    release: () => {
+      holding = false
+      for (const pipe of held.splice(0)) pipe()
+    },
+    announcements: () => announcements
+  }
+}
+
+// ioredis's failover detector, kept from the connection's last stream, closes the connector at a `+switch-master`:
+// one that arrives while the connection is being made again (asking the sentinels where the primary is) makes the
+// client give it up for good. The sentinels below answer their subscribers but hold every question, so that the
+// announcement always comes in the middle of one.
+t.test('a failover announced while an instance is connecting again: the connection given up is made again, and the instance serves', { skip }, async (t) => {
+  const deployment = await sentinelDeployment(t)
+  await deployment.settled()
+  const proxies = await Promise.all(deployment.sentinels.split(',').map(async (sentinel) => await sentinelProxy(t, sentinel)))
+  const { api, lines } = await instance(t, { ...following(deployment, `items-given-up:${randomUUID()}:`), REDIS_SENTINELS: proxies.map(({ address }) => address).join(',') })
+  const { accessToken } = await api.register({ role: 'contributor' })
+  const item = await api.createItem(accessToken)
+  for (const proxy of proxies) proxy.hold()
+  const primary = new Redis((await deployment.primary()).url)
+  t.teardown(() => { primary.disconnect() })
+  // The instance's connections end, its commands' and its invalidations' (the primary stays): each is made again,
+  // and asks the held sentinels.
+  await primary.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
+  await primary.call('CLIENT', 'KILL', 'TYPE', 'pubsub', 'SKIPME', 'yes')
+  const { announced } = await deployment.switched()
+  await deployment.ask('SENTINEL', 'FAILOVER', deployment.name)
+  await announced
+  await until('the announcement to reach the instance\'s subscriptions', () => proxies.some((proxy) => proxy.announcements() > 0))
+  const givenUp = 'the Redis client gave up its connection (a failover announced while it was connecting again); connecting again'
+  await until('the connection to be given up and made again', () => lines.some((line) => line.includes(givenUp)))
+  for (const proxy of proxies) proxy.release()
+  await retryUntil('the instance to read again', async () => await api.call('getItem', { token: accessToken, params: { itemId: item.id } }), ({ statusCode }) => statusCode === 200)
+  t.pass('it serves again, from the new primary')
+  await deployment.settled()
+})
+
 // A contributor signed up and an item made, each sent again while answered 503 or 504 (under its key): on a loaded
 // machine a replica may acknowledge a setup write later than a write waits for it.
 async function contributorWithItem (api: Api): Promise<{ accessToken: string, item: Schemas['Item'] }> {
   const user = newUser({ role: 'contributor' })
-  let registered = await api.call('registerUser', { body: user })
-  while (registered.statusCode === 503 || registered.statusCode === 504) registered = await api.call('registerUser', { body: user })
-  let signedIn = await api.call('loginUser', { body: { email: user.email, password: user.password } })
-  while (signedIn.statusCode !== 200) signedIn = await api.call('loginUser', { body: { email: user.email, password: user.password } })
+  await retryUntil('a registration answered', async () => await api.call('registerUser', { body: user }), ({ statusCode }) => statusCode !== 503 && statusCode !== 504)
+  const signedIn = await retryUntil('a sign-in answered 200', async () => await api.call('loginUser', { body: { email: user.email, password: user.password } }), ({ statusCode }) => statusCode === 200)
   const { accessToken } = signedIn.json<Schemas['AuthResponse']>()
-  const create = async (): Promise<Awaited<ReturnType<Api['call']>>> => await api.call('createItem', { token: accessToken, headers: { 'idempotency-key': user.email }, body: { name: 'replicated' } })
-  let created = await create()
-  while (created.statusCode !== 201) {
-    await sleep(50)
-    created = await create()
-  }
+  const created = await retryUntil('a create answered 201',
+    async () => await api.call('createItem', { token: accessToken, headers: { 'idempotency-key': user.email }, body: { name: 'replicated' } }), ({ statusCode }) => statusCode === 201, { everyMs: 50 })
   return { accessToken, item: created.json<Schemas['Item']>() }
 }
 
@@ -258,7 +299,7 @@ t.test('without replication before the answer, a write acknowledged just before 
     const { accessToken, item: before } = await contributorWithItem(api)
     // Answered once the replica has it with one asked for; without, it gets there on replication's own time.
     if (replicas === 1) t.ok(await promotedHas(before.id), 'the write answered 201 is on the replica already')
-    while (!await promotedHas(before.id)) await sleep(10)
+    await until('the replica to have the write', async () => await promotedHas(before.id))
     await promoted.replicaof('NO', 'ONE')
     const late = await api.call('createItem', { token: accessToken, body: { name: 'only on the old primary' } })
     if (replicas === 0) {
@@ -300,25 +341,24 @@ t.test('a primary short of replicas refuses writes without sending them, and tak
   t.equal((await api.call('getItem', { token: accessToken, params: { itemId: replicated.id } })).statusCode, 200, 'reads are served')
   // Each refused write may ask Redis whether the replicas are back: until one has asked, the metric is the first write's count.
   const meanwhile = new Set<number>()
-  while (await metric('items_service_redis_replicas_acknowledging') !== 0 || meanwhile.size === 0) {
+  await until('the metric to say no replica is in sync', async () => {
     meanwhile.add((await api.call('createItem', { token: accessToken, body: { name: 'while the replica is silent' } })).statusCode)
-    await sleep(100)
-  }
+    return await metric('items_service_redis_replicas_acknowledging') === 0
+  }, { everyMs: 100 })
   t.same([...meanwhile], [503], 'refused for as long as the replica is silent, and the metric says none is in sync')
   // The primary silent too, past the time between two asks: the next refused write's ask goes unanswered.
   await sleep(REPLICAS_PROBED_EVERY_MS)
   primary.signal('SIGSTOP')
   t.equal((await api.call('createItem', { token: accessToken, body: { name: 'while Redis is silent' } })).statusCode, 503)
-  while (!lines.some((line) => line.includes('Redis is unreachable'))) await sleep(50)
+  await until('the silence to be logged', () => lines.some((line) => line.includes('Redis is unreachable')), { everyMs: 50 })
   primary.signal('SIGCONT')
   replica.signal('SIGCONT')
   const statuses = new Set<number>()
-  for (;;) {
+  await retryUntil('a create answered otherwise than 503', async () => {
     const { statusCode } = await api.call('createItem', { token: accessToken, body: { name: 'once the replica is back' } })
     statuses.add(statusCode)
-    if (statusCode !== 503) break
-    await sleep(50)
-  }
+    return statusCode
+  }, (statusCode) => statusCode !== 503, { everyMs: 50 })
   t.same([...statuses].filter((status) => status !== 503), [201], 'refused until the replica is in sync again, then made')
   t.equal(await metric('items_service_redis_replicas_acknowledging'), 1)
 })
@@ -398,14 +438,14 @@ t.test('a partition: a primary cut off from its replicas and the sentinels ackno
   const electedAfterMs = await announced - partitionedAt
   // Both instances write to the new primary.
   const again = (written: Answered): boolean => written.sentAt > partitionedAt + electedAfterMs && written.status === 201
-  while (!replicated.writes.some(again) || !unreplicated.writes.some(again)) await sleep(50)
+  await until('both instances to write to the new primary', () => replicated.writes.some(again) && unreplicated.writes.some(again), { everyMs: 50 })
   const healedAt = performance.now()
   deployment.proxy?.resume()
   // The old primary rejoins as a replica of the new one, its writes of the partition discarded.
   await deployment.settled()
   const oldPrimary = new Redis(old.url)
   t.teardown(() => { oldPrimary.disconnect() })
-  while (!/^role:slave\r$/m.test(await oldPrimary.info('replication'))) await sleep(100)
+  await until('the old primary to rejoin as a replica', async () => /^role:slave\r$/m.test(await oldPrimary.info('replication')), { everyMs: 100 })
   stopped = true
   await Promise.all(loads)
 

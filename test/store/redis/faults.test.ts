@@ -45,7 +45,7 @@ async function faulty (t: Test, env: NodeJS.ProcessEnv = {}, url = REDIS_URL): P
   t.teardown(() => { raw.disconnect() })
   const up = async (): Promise<void> => {
     proxy.up()
-    await until(() => store.available())
+    await until('the store to be available', () => store.available())
   }
   return { api, keys: redisKeys(keyPrefix), raw, arm: proxy.arm, up }
 }

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { HEARTBEAT } from '../../../src/store/redis/tracking.js'
-import { newUser } from '../../support/api.js'
+import { newUser, type Schemas } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { freePort } from '../../../harness/net.js'
@@ -32,19 +32,19 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
       await sleep(10)
     }
   })()
-  await until(() => seen.length >= 3)
+  await until('three requests served', () => seen.length >= 3)
   t.ok(seen.every(({ status }) => status === 200), 'served while Redis is up')
 
   await redis.stop()
   const stoppedAt = performance.now()
   const sentSinceStopped = (): typeof seen => seen.filter(({ began }) => began > stoppedAt)
-  await until(() => sentSinceStopped().length >= 3)
+  await until('three requests sent since Redis stopped', () => sentSinceStopped().length >= 3)
   const down = sentSinceStopped()
   t.ok(down.every(({ status, retryAfter }) => status === 503 && retryAfter === '2'), `503 with Retry-After while Redis is down: ${JSON.stringify(down.slice(0, 3))}`)
   t.equal((await api.call('checkReadiness')).statusCode, 503, 'not ready')
   t.same((await api.call('registerUser', { body: newUser() })).json(), { code: 'SERVICE_UNAVAILABLE', message: 'The data store is unavailable; try again shortly.' })
   // The outage is logged when the first attempt to reconnect fails.
-  await until(() => lines.some((line) => line.includes('Redis is unreachable; reconnecting')))
+  await until('the outage to be logged', () => lines.some((line) => line.includes('Redis is unreachable; reconnecting')))
 
   await redis.start()
   const restartedAt = Date.now()
@@ -64,7 +64,9 @@ t.test('Redis stopped mid-traffic: 503 with Retry-After within a bounded time, n
   t.equal(lines.filter((line) => line.includes('Redis is unreachable; reconnecting')).length, 1, 'one warning for the outage')
   t.equal(lines.filter((line) => line.includes('Redis is reachable again')).length, 1)
   const warnings = lines.map((line) => JSON.parse(line) as { level: number, msg: string }).filter(({ level }) => level >= 40)
-  t.same(warnings.map(({ msg }) => msg), ['Redis is unreachable; reconnecting'], 'that warning alone, not one a refused request')
+  // Redis came back empty (it keeps nothing on disk): the bounds are set again, and said once.
+  t.same(warnings.map(({ msg }) => msg), ['Redis is unreachable; reconnecting', 'Redis has lost the bounds for accounts with its data (restarted empty, or flushed): they are set again from this instance\'s configuration; writes were refused (503) until then'],
+    'those warnings alone, not one a refused request')
 })
 
 t.test('a connection Redis drops and the client restores before its first retry fails is logged as an outage too', { skip }, async (t) => {
@@ -77,7 +79,7 @@ t.test('a connection Redis drops and the client restores before its first retry 
   const admin = new Redis(redis.url)
   t.teardown(() => { admin.disconnect() })
   await admin.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
-  await until(() => lines.some((line) => line.includes('Redis is reachable again')))
+  await until('the recovery to be logged', () => lines.some((line) => line.includes('Redis is reachable again')))
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again')
   const logged = lines.map((line) => JSON.parse(line) as { level: number, msg: string, reason?: string }).filter(({ msg }) => /^Redis is/.test(msg))
   t.same(logged.map(({ level, msg, reason }) => [level, msg, reason]), [
@@ -131,6 +133,23 @@ t.test('a frozen Redis (SIGSTOP) fails requests with 503 after the command timeo
   t.equal((await api.call('listItems', { token: accessToken })).statusCode, 200, 'served again once it thaws')
 })
 
+t.test('a frozen Redis (SIGSTOP): readiness turns 503 within the heartbeat\'s bound, and 200 again once it thaws', { skip }, async (t) => {
+  const redis = await ownRedis(t)
+  const api = await build(t, { STORE: 'redis', REDIS_URL: redis.url })
+  t.equal((await api.call('checkReadiness')).statusCode, 200)
+  redis.signal('SIGSTOP')
+  t.teardown(() => { redis.signal('SIGCONT') })
+  const frozenAt = performance.now()
+  await until('readiness to turn 503', async () => (await api.call('checkReadiness')).statusCode === 503)
+  const notReadyAfterMs = performance.now() - frozenAt
+  // The heartbeat's deadline and an interval, and a second for a busy machine's timers: the connection's own
+  // close, which a stalled server never sends, is not waited for.
+  t.ok(notReadyAfterMs < HEARTBEAT.deadlineMs + HEARTBEAT.intervalMs + 1000, `not ready ${Math.round(notReadyAfterMs)} ms after the freeze`)
+  redis.signal('SIGCONT')
+  await until('readiness to turn 200 again', async () => (await api.call('checkReadiness')).statusCode === 200)
+  t.pass('ready again')
+})
+
 t.test('a write sent to a frozen Redis that thaws after the write\'s deadline is answered 503, and is never applied: a retry neither duplicates nor is taken for a replay', { skip }, async (t) => {
   const redis = await ownRedis(t)
   // No reuse leeway: a refresh that had rotated the token would make the retry a replay, and revoke the session.
@@ -181,6 +200,59 @@ t.test('items evicted from Redis (maxmemory-policy allkeys-*) are skipped by eve
   const warnings = lines.filter((line) => line.includes('missing from items'))
   t.equal(warnings.length, 1, 'logged once an interval')
   t.match(warnings[0], /"skipped":1/)
+})
+
+// A Redis that keeps nothing on disk (the spec's volatile store) comes back from a restart empty, and so does one
+// flushed: the bounds every script reads (budget, floors, ceilings) are gone with the data.
+t.test('Redis restarted empty, or flushed: the instances set the bounds for accounts again before a write is admitted, say so at warn, and count it', { skip }, async (t) => {
+  const maxmemory = 48 * 1024 * 1024
+  const redis = await ownRedis(t, ['--maxmemory', String(maxmemory)])
+  const raw = new Redis(redis.url)
+  t.teardown(() => { raw.disconnect() })
+  // The budget derived from maxmemory (no STORE_CAPACITY_MIB), an account's ceiling a dozen heavy items.
+  const env = { STORE: 'redis', REDIS_URL: redis.url, REDIS_KEY_PREFIX: 'emptied:', STORE_CAPACITY_MIB: undefined, ACCOUNT_CEILING_MIB: '1', LOG_LEVEL: 'warn' }
+  const instances = await Promise.all([0, 1].map(async () => {
+    const opsPort = await freePort()
+    const { lines, logStream } = captureLogs()
+    const api = await build(t, { ...env, OPS_PORT: String(opsPort) }, { logStream })
+    const restored = async (): Promise<number> => Number(/^items_service_redis_bounds_restored_total (\S+)$/m.exec(await (await fetch(`http://127.0.0.1:${opsPort}/metrics`)).text())?.[1])
+    return { api, lines, restored }
+  }))
+  const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
+  // Until answered otherwise than 503, which a write meets until the bounds are set again; bounded, and saying so.
+  const answered = async (send: () => ReturnType<typeof instances[number]['api']['call']>, what: string): ReturnType<typeof send> => {
+    for (const givesUp = performance.now() + 30_000; ; await sleep(20)) {
+      const response = await send()
+      if (response.statusCode !== 503) return response
+      if (performance.now() > givesUp) throw new Error(`${what}: still 503 after 30 s (${response.body})`)
+    }
+  }
+  // How many heavy items one new account is let keep, created on both instances in turn (at most a few past `bound`).
+  const kept = async (bound: number): Promise<number> => {
+    const user = newUser({ role: 'contributor' })
+    const { accessToken } = (await answered(async () => await instances[0]!.api.call('registerUser', { body: user }), 'a registration')).json<Schemas['AuthResponse']>()
+    for (let made = 0; made < bound + 3; made += 1) {
+      const response = await answered(async () => await instances[made % 2]!.api.call('createItem', { token: accessToken, body: heavy }), 'a create')
+      if (response.statusCode === 507) return made
+      if (response.statusCode !== 201) throw new Error(`a create answered ${response.statusCode} ${response.body}`)
+    }
+    return Infinity
+  }
+  const budgetBytes = Math.floor(maxmemory * 2 / 3)
+  const ceiling = await kept(Infinity)
+  t.ok(ceiling > 5 && ceiling < 20, `the ceiling refuses the account's item ${ceiling + 1}`)
+  for (const [emptied, restoredBefore] of [['restarted', 0], ['flushed', 1]] as const) {
+    if (emptied === 'restarted') {
+      await redis.stop()
+      await redis.start()
+    } else await raw.flushall()
+    t.equal(await kept(ceiling), ceiling, `${emptied}: the same ceiling, on either instance`)
+    for (const { api, lines, restored } of instances) {
+      t.match(await api.app.store.capacity(), { budgetBytes, accounts: 1 }, 'the budget derived again, the account admitted')
+      t.equal(await restored(), restoredBefore + 1, 'each instance counts it')
+      t.equal(lines.filter((line) => line.includes('"level":40') && line.includes('Redis has lost the bounds for accounts')).length, restoredBefore + 1, 'and says it at warn')
+    }
+  }
 })
 
 t.test('a Redis that cannot be reached stops the start, in one line that keeps the password out', { skip }, async (t) => {

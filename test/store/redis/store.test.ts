@@ -4,8 +4,8 @@ import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:t
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
-import type { CapacitySettings } from '../../../src/store/capacity.js'
-import { capacityKeys, type Refusal } from '../../../src/store/redis/capacity.js'
+import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
+import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
@@ -98,6 +98,11 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
+  // Before the bounds every write script reads are set, as a start sets them (or after Redis lost them), in time or
+  // not, a write is refused.
+  await t.rejects(addUser(future), { name: 'ReplyError', message: /^NOBOUNDS the bounds for accounts are not set/ })
+  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written without bounds')
+  await setCapacity(redis, keys, UNBOUNDED)
   t.equal(await addUser(future), 1)
   t.equal(await openSession(future), '', 'it ended no session')
   await t.rejects(rotate(past), late)
@@ -221,7 +226,8 @@ t.test('sessions are kept only while Redis tracks them for the instance, which i
   await eventually(t, kept, 'until that connection is made again and tracked')
   await other.flushall()
   await eventually(t, async () => await store.sessions.get(id, now) === undefined, 'a flush empties the cache')
-  await open()
+  // Writes are refused until the store has set the bounds the flush took again.
+  await eventually(t, async () => await open().then(() => true, () => false), 'a session opens again')
   await other.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes')
   await eventually(t, async () => !await kept().catch(() => false), 'once the store\'s connection drops, none is kept')
   await eventually(t, async () => await kept().catch(() => false), 'until that connection is made again and tracked')
