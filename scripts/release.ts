@@ -13,7 +13,7 @@ import { copyFileSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parse } from 'yaml'
 import { breakingChanges, type Document } from './contract-breaking.js'
-import { contractChanges } from './contract-changes.js'
+import { contractChanges, withoutProse } from './contract-changes.js'
 
 export const RELEASE_KINDS = ['patch', 'minor', 'major'] as const
 export type ReleaseKind = typeof RELEASE_KINDS[number]
@@ -46,14 +46,6 @@ export function nextVersion (version: string, kind: ReleaseKind): string {
   const [major, minor, patch] = partsOf(version)
   if (kind === 'major') return `${major + 1}.0.0`
   return kind === 'minor' ? `${major}.${minor + 1}.0` : `${major}.${minor}.${patch + 1}`
-}
-
-// What a client cannot see: the words, the examples, and the version itself.
-const PROSE = new Set(['description', 'summary', 'example', 'examples', 'info'])
-function withoutProse (value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(withoutProse)
-  if (typeof value !== 'object' || value === null) return value
-  return Object.fromEntries(Object.entries(value).filter(([key]) => !PROSE.has(key)).map(([key, entry]) => [key, withoutProse(entry)]))
 }
 
 /** The smallest kind of release that the change from `base` to `head` needs. */

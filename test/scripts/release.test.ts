@@ -85,6 +85,33 @@ t.test('the contract\'s changes, as the release lists them: operations, response
   t.same(contractChanges(base, base), [], 'none between a contract and itself')
 })
 
+t.test('every change a client can see is listed, one mutation at a time, and needs at least a minor release', async (t) => {
+  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
+  const cases: Array<[string, (contract: Record<string, any>) => void, string]> = [
+    ['a query parameter', (c) => { c.paths['/things'].get.parameters.push({ name: 'colour', in: 'query', schema: { type: 'string' } }) }, 'Added optional query parameter `colour` to `GET /things`.'],
+    ['a parameter made required', (c) => { c.paths['/things'].get.parameters[0].required = true }, 'Made query parameter `limit` of `GET /things` required.'],
+    ['a parameter\'s bound', (c) => { c.paths['/things'].get.parameters[0].schema.maximum = 50 }, 'Changed `maximum` of query parameter `limit` of `GET /things` from `100` to `50`.'],
+    ['a response header', (c) => { c.paths['/things'].post.responses['201'].headers.ETag = { schema: { type: 'string' } } }, 'Added response header `ETag` to 201 of `POST /things`.'],
+    ['a property\'s maxLength', (c) => { c.components.schemas.Thing.properties.name.maxLength = 300 }, 'Changed `maxLength` of `Thing.name` from `200` to `300`.'],
+    ['a property\'s type', (c) => { c.components.schemas.Thing.properties.size.type = 'number' }, 'Changed `type` of `Thing.size` from `"integer"` to `"number"`.'],
+    ['a property made required', (c) => { c.components.schemas.NewThing.required.push('note') }, 'Made property `NewThing.note` required.'],
+    ['a property named as a prose keyword', (c) => { c.components.schemas.Thing.properties.description = { type: 'string' } }, 'Added optional property `Thing.description`.'],
+    ['a property named summary', (c) => { c.components.schemas.Thing.properties.summary = { type: 'string' } }, 'Added optional property `Thing.summary`.'],
+    ['a request body made optional', (c) => { c.paths['/things'].post.requestBody.required = false }, 'Changed `/paths/~1things/post/requestBody/required`.']
+  ]
+  for (const [what, change, line] of cases) {
+    const head = structuredClone(base) as Record<string, any>
+    change(head)
+    t.same(contractChanges(base, head as Document), [line], what)
+    t.not(neededKind(base, head as Document), 'patch', `${what}: not a patch`)
+  }
+  const reworded = structuredClone(base) as Record<string, any>
+  reworded.components.schemas.Thing.properties.name.description = 'Reworded.'
+  reworded.paths['/things'].get.parameters[0].description = 'Reworded.'
+  t.same(contractChanges(base, reworded as Document), [], 'prose alone: nothing listed')
+  t.equal(neededKind(base, reworded as Document), 'patch', 'and a patch')
+})
+
 t.test('in a copy of the repository with an additive change: a patch release is refused, a minor one is coherent and tagged', async (t) => {
   // Outside the repository (t.testdir is inside it): a copy cannot go into a folder of what it copies.
   const copy = mkdtempSync(join(tmpdir(), 'items-service-release-'))
