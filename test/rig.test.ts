@@ -1,0 +1,59 @@
+// docs/testing.md's "A test rig's settings", run as a team's rig runs it: the service started from the recipe's
+// environment, and 16 workers at once, each registering its user, creating, listing by its own contributorId and
+// removing its account on the operations API. The figures it prints are docs/testing.md's.
+import { readFileSync } from 'node:fs'
+import t from 'tap'
+import { newUser, type Schemas } from './support/api.js'
+import { start } from './support/processes.js'
+
+const WORKERS = 16
+const ITEMS_EACH = 3
+
+/** The variables the recipe's command sets, as written in docs/testing.md. */
+function recipeEnvironment (): Record<string, string> {
+  const docs = readFileSync('docs/testing.md', 'utf8')
+  const section = docs.slice(docs.indexOf("### A test rig's settings"))
+  const command = /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? ''
+  const started = command.slice(command.indexOf('&&') + 2).replace(/\\\n/g, ' ')
+  return Object.fromEntries([...started.matchAll(/\b([A-Z_]+)=(\S+)/g)].map(([, name, value]) => [name!, value!]))
+}
+
+t.test('the test rig\'s recipe: 16 workers register, create, list their own and remove their accounts, none refused', async (t) => {
+  const recipe = recipeEnvironment()
+  t.match(recipe, { NODE_ENV: 'test', RATE_LIMIT: 'off', PASSWORD_HASH_MEMORY_KIB: '8', PASSWORD_HASH_PASSES: '1', SEED_FILE: 'test/fixtures.json' }, 'the recipe says its settings')
+  const began = performance.now()
+  // Its store is the run's (STORE), its ports free ones.
+  const server = await start({ ...recipe, OPS_PORT: '0' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const readyMs = performance.now() - began
+  const ops = server.opsUrl ?? ''
+  const call = async (path: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> => {
+    const response = await fetch(`${server.url}${path}`, {
+      ...init,
+      headers: { 'content-type': 'application/json', ...(init.token === undefined ? {} : { authorization: `Bearer ${init.token}` }) }
+    })
+    const text = await response.text()
+    return { status: response.status, body: text === '' ? undefined : JSON.parse(text) }
+  }
+  const statuses: number[] = []
+  let registeredMs = 0
+  const worker = async (): Promise<void> => {
+    const registering = performance.now()
+    const registered = await call('/v1/auth/register', { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
+    registeredMs = Math.max(registeredMs, performance.now() - registering)
+    statuses.push(registered.status)
+    const { accessToken, user } = registered.body as Schemas['AuthResponse']
+    for (let index = 0; index < ITEMS_EACH; index += 1) {
+      statuses.push((await call('/v1/items', { method: 'POST', token: accessToken, body: JSON.stringify({ name: `rig item ${index}` }) })).status)
+    }
+    const own = await call(`/v1/items?contributorId=${user.id}`, { token: accessToken })
+    t.equal((own.body as Schemas['ItemList']).pagination.total, ITEMS_EACH, 'a worker\'s list by its contributorId is its own, exactly')
+    statuses.push((await fetch(`${ops}/accounts/${user.id}`, { method: 'DELETE' })).status)
+    t.equal((await call('/v1/items', { token: accessToken })).status, 401, 'and its token is refused once its account is removed')
+  }
+  const running = performance.now()
+  await Promise.all(Array.from({ length: WORKERS }, worker))
+  const ranMs = performance.now() - running
+  t.same([...new Set(statuses)].sort(), [201, 204], 'every registration and create 201, every removal 204: nothing refused')
+  t.comment(`started ready in ${Math.round(readyMs)} ms; ${WORKERS} registrations at once, the slowest answered in ${Math.round(registeredMs)} ms (${Math.round(WORKERS / (registeredMs / 1000))} a second); the whole rig in ${Math.round(ranMs)} ms`)
+})
