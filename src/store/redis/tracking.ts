@@ -108,6 +108,8 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   let heardAt = -Infinity
   // The main connection has just answered the start's commands.
   let answeredAt = performance.now()
+  // Found silent, until it is made again: its socket may stay open a while after.
+  let mainSilent = false
   // The heartbeats sent and not yet heard of, oldest first: each invalidation is the oldest's.
   const unheard: number[] = []
   const maxUnheard = Math.ceil(heartbeat.deadlineMs / heartbeat.intervalMs) + 1
@@ -165,6 +167,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   // A connection just made has answered: its silence is counted from now, not from before the outage (else a
   // recovered instance would make it again at once); tracking, made again below, is proven by the heartbeats.
   redis.on('ready', () => {
+    mainSilent = false
     heardAt = answeredAt = performance.now()
     track().catch(ignore)
   })
@@ -173,6 +176,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   const silent = (connection: Redis, since: number, which: string, now: number): boolean => {
     if (connection.status !== 'ready' || now - since <= heartbeat.deadlineMs) return false
     logger.warn({ connection: which, silentMs: Math.round(now - since) }, `the Redis ${which} connection has not been heard of within the deadline; connecting again, and reading sessions from Redis meanwhile`)
+    if (connection === redis) mainSilent = true
     sessions.lost()
     connection.disconnect(true)
     return true
@@ -200,7 +204,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   await established
   return {
     invalidations,
-    proven: () => performance.now() - answeredAt <= heartbeat.deadlineMs,
+    proven: () => !mainSilent && performance.now() - answeredAt <= heartbeat.deadlineMs,
     stop: () => {
       stopped = true
       clearTimeout(connectingAgain)
