@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { appendFile, cp, mkdtemp, readdir, rm, stat, symlink } from 'node:fs/promises'
-import { Agent, request } from 'node:http'
+import { Agent, request, type RequestOptions } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { tmpdir } from 'node:os'
@@ -36,41 +36,64 @@ t.test('SIGTERM during load: every in-flight request completes, then the process
   t.match(server.output(), /"signal":"SIGTERM".*"msg":"shutting down"/)
 })
 
-t.test('SIGTERM during keep-alive load: no request fails, no connection is reset, every client is told to close', async (t) => {
-  const server = await start({})
+type Answer = { status: number, connection: string | undefined } | NodeJS.ErrnoException
+
+/** One request over `agent`: its status and Connection field, or the error that ended it. */
+const send = async (url: string, agent: Agent, options: RequestOptions = {}, body?: string): Promise<Answer> => await new Promise((resolve) => {
+  request(url, { agent, ...options }, (response) => {
+    response.resume()
+    response.on('end', () => { resolve({ status: response.statusCode ?? 0, connection: response.headers.connection }) })
+  }).on('error', resolve).end(body)
+})
+
+interface Outcome { ok: number, failed: string[] }
+
+/**
+ * `count` clients, each running `client` (requests one after another, on a kept-alive connection of its own) until
+ * it returns, SIGTERM sent once each has been answered or refused (however long a busy machine takes to start
+ * them): what each met, and the exit code.
+ */
+async function throughShutdown (server: Awaited<ReturnType<typeof start>>, count: number,
+  client: (outcome: Outcome, agent: Agent, signalled: () => boolean) => Promise<void>): Promise<{ outcomes: Outcome[], code: unknown }> {
   let signalled = false
-  // Each client sends one request after another on its own kept-alive connection, as a balancer does, and stops
-  // once a response says Connection: close.
-  const client = async (outcome: { ok: number, failed: string[], toldToClose: boolean }): Promise<void> => {
+  const outcomes = Array.from({ length: count }, () => ({ ok: 0, failed: [] as string[] }))
+  const clients = outcomes.map(async (outcome) => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 })
-    while (!outcome.toldToClose) {
-      const answer = await new Promise<{ status: number, connection?: string } | Error>((resolve) => {
-        request(`${server.url}/health/live`, { agent }, (response) => {
-          response.resume()
-          response.on('end', () => { resolve({ status: response.statusCode ?? 0, connection: response.headers.connection }) })
-        }).on('error', resolve).end()
-      })
-      if (answer instanceof Error || answer.status !== 200) {
-        outcome.failed.push(answer instanceof Error ? String(answer) : String(answer.status))
-        break
-      }
-      outcome.ok += 1
-      outcome.toldToClose = answer.connection === 'close'
-      if (!signalled && outcome.toldToClose) outcome.failed.push('told to close before the signal')
-    }
+    await client(outcome, agent, () => signalled)
     agent.destroy()
-  }
-  const outcomes = Array.from({ length: 10 }, () => ({ ok: 0, failed: [] as string[], toldToClose: false }))
-  const clients = outcomes.map(client)
-  // Each client served before the signal, however long a busy machine takes to start them.
+  })
   await until('every client to be answered or refused', () => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
   const exited = once(server.process, 'exit')
   signalled = true
   server.process.kill('SIGTERM')
   await Promise.all(clients)
-  t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed')
-  t.ok(outcomes.every((outcome) => outcome.toldToClose && outcome.ok > 1), 'every client served, then told to close')
   const [code] = await exited
+  return { outcomes, code }
+}
+
+const failure = (answer: NodeJS.ErrnoException): string => `${answer.code ?? ''} ${answer.message}`
+
+t.test('SIGTERM during keep-alive load: no request fails, no connection is reset, every client is told to close', async (t) => {
+  const server = await start({})
+  // Each client sends one request after another, as a balancer does, and stops once a response says Connection: close.
+  let toldToClose = 0
+  const { outcomes, code } = await throughShutdown(server, 10, async (outcome, agent, signalled) => {
+    for (;;) {
+      const answer = await send(`${server.url}/health/live`, agent)
+      if (answer instanceof Error || answer.status !== 200) {
+        outcome.failed.push(answer instanceof Error ? failure(answer) : String(answer.status))
+        return
+      }
+      outcome.ok += 1
+      if (answer.connection === 'close') {
+        if (!signalled()) outcome.failed.push('told to close before the signal')
+        toldToClose += 1
+        return
+      }
+    }
+  })
+  t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed')
+  t.ok(toldToClose === outcomes.length && outcomes.every((outcome) => outcome.ok > 1), 'every client served, then told to close')
   t.equal(code, 0)
 })
 
@@ -79,39 +102,23 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
 // is closed under a request it carries.
 t.test('SIGTERM during write load from clients that connect again: no request sent is reset, new connections are refused', async (t) => {
   const server = await start({})
-  let signalled = false
-  const client = async (outcome: { ok: number, failed: string[] }): Promise<void> => {
+  const body = JSON.stringify({ name: 'written while shutting down', description: 'd'.repeat(2000) })
+  const { outcomes, code } = await throughShutdown(server, 64, async (outcome, agent, signalled) => {
     const registered = await fetch(`${server.url}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser({ role: 'contributor' })) })
     const { accessToken } = await registered.json() as { accessToken: string }
-    const body = JSON.stringify({ name: 'written while shutting down', description: 'd'.repeat(2000) })
-    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    const headers = { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' }
     for (;;) {
-      const answer = await new Promise<{ status: number } | NodeJS.ErrnoException>((resolve) => {
-        const sent = request(`${server.url}/v1/items`, { agent, method: 'POST', headers: { authorization: `Bearer ${accessToken}`, 'content-type': 'application/json' } }, (response) => {
-          response.resume()
-          response.on('end', () => { resolve({ status: response.statusCode ?? 0 }) })
-        }).on('error', resolve)
-        sent.end(body)
-      })
+      const answer = await send(`${server.url}/v1/items`, agent, { method: 'POST', headers }, body)
       // Refused, or reset as it connects (the listener closed with it in its backlog): nothing was sent.
-      if (answer instanceof Error && answer.syscall === 'connect' && signalled) break
+      if (answer instanceof Error && answer.syscall === 'connect' && signalled()) return
       if (answer instanceof Error || answer.status !== 201) {
-        outcome.failed.push(answer instanceof Error ? `${answer.code ?? ''} ${answer.message}` : String(answer.status))
-        break
+        outcome.failed.push(answer instanceof Error ? failure(answer) : String(answer.status))
+        return
       }
       outcome.ok += 1
     }
-    agent.destroy()
-  }
-  const outcomes = Array.from({ length: 64 }, () => ({ ok: 0, failed: [] as string[] }))
-  const clients = outcomes.map(client)
-  await until('every client to be answered or refused', () => outcomes.every((outcome) => outcome.ok >= 1 || outcome.failed.length > 0))
-  const exited = once(server.process, 'exit')
-  signalled = true
-  server.process.kill('SIGTERM')
-  await Promise.all(clients)
+  })
   t.same(outcomes.flatMap((outcome) => outcome.failed), [], 'no request failed once sent')
-  const [code] = await exited
   t.equal(code, 0)
 })
 
