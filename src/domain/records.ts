@@ -1,9 +1,22 @@
 import type { components } from '../../generated/openapi.js'
+import { schemas } from '../../generated/schemas.js'
 import type { Item, User } from './index.js'
 import { isoTimestamp } from '../runtime/timestamps.js'
 import { randomUuid } from '../runtime/uuid.js'
 
 type Schemas = components['schemas']
+type Creation = Schemas['CreateItemRequest']
+type OptionalKeys<T> = { [K in keyof T]-?: object extends Pick<T, K> ? K : never }[keyof T]
+/** The properties an item must have that a create may leave out: null until an edit sets them. */
+type LeftOutAsNull = { readonly [K in Exclude<keyof Item, OptionalKeys<Item>> & OptionalKeys<Creation>]: null }
+
+const itemRequired = new Set<string>(schemas.Item.required)
+const creationRequired = new Set<string>(schemas.CreateItemRequest.required)
+const LEFT_OUT_AS_NULL = Object.freeze(Object.fromEntries(Object.keys(schemas.CreateItemRequest.properties)
+  .filter((name) => itemRequired.has(name) && !creationRequired.has(name)).map((name) => [name, null]))) as LeftOutAsNull
+
+/** What a create or an edit may set of an item, in the contract's words: every other property the service sets. */
+export const ITEM_REQUEST_PROPERTIES: readonly string[] = [...new Set([...Object.keys(schemas.CreateItemRequest.properties), ...Object.keys(schemas.UpdateItemRequest.properties)])]
 
 /** A new user, as registering makes one (and SEED_FILE too, with the id it may give), its password already hashed. */
 export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string, id = randomUuid()): User => ({
@@ -17,16 +30,11 @@ export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password
   createdAt: isoTimestamp()
 })
 
-/** A new item of `contributorId`, as creating one makes it (and SEED_FILE too, with the id and status it gives). */
-export function newItem (creation: Schemas['CreateItemRequest'], contributorId: string, status: Schemas['ItemStatus'] = 'active', id = randomUuid()): Item {
+/**
+ * A new item of `contributorId`, as creating one makes it (and SEED_FILE too, with the id and status it gives): what
+ * the creation says, whatever properties the contract gives it.
+ */
+export function newItem (creation: Creation, contributorId: string, status: Schemas['ItemStatus'] = 'active', id = randomUuid()): Item {
   const now = isoTimestamp()
-  return {
-    id,
-    name: creation.name,
-    description: creation.description ?? null,
-    status,
-    contributorId,
-    createdAt: now,
-    updatedAt: now
-  }
+  return { ...LEFT_OUT_AS_NULL, ...creation, id, status, contributorId, createdAt: now, updatedAt: now }
 }

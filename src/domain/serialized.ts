@@ -70,32 +70,30 @@ export function framedItemSchema<Item extends { readonly $id: string, readonly r
 const itemSerializer = contractSerializer(framedItemSchema(schemas.Item))
 const itemListSerializer = contractSerializer(schemas.ItemList)
 
+// The contract's Item properties, in its order: what a stored item keeps.
+const ITEM_PROPERTIES = Object.keys(schemas.Item.properties)
+
+// The class's fields are the contract's Item, whatever properties it gives: the constructor copies them.
+interface StoredItemRecord extends Readonly<ItemFields> {}
+
 /**
- * Its fields in the contract's order, then its text: every stored item has one hidden class, with every field in
- * the object itself (a spread gives objects of the same fields different classes; a property added later goes to
- * a store of its own). The text is in private fields, read through the prototype's getters: no spread of an item,
- * serializer or comparison of items meets it as a field of the item's (and a frozen item's may still be set).
+ * Its fields in the contract's order, then its text: every stored item of the same properties has one hidden class,
+ * with every field in the object itself (a spread gives objects of the same fields different classes; a property
+ * added later goes to a store of its own). The text is in private fields, read through the prototype's getters: no
+ * spread of an item, serializer or comparison of items meets it as a field of the item's (and a frozen item's may
+ * still be set).
  */
 class StoredItemRecord implements StoredItem {
-  readonly id: string
-  readonly name: string
-  readonly description: string | null
-  readonly status: ItemFields['status']
-  readonly contributorId: string
-  readonly createdAt: string
-  readonly updatedAt: string
   readonly #text: StoredItem[typeof TEXT]
   // Measured when a page first counts it (a write's own answer is measured by Fastify as it is sent); -1 until then.
   #bytes = -1
 
   constructor (item: ItemFields) {
-    this.id = item.id
-    this.name = item.name
-    this.description = item.description
-    this.status = item.status
-    this.contributorId = item.contributorId
-    this.createdAt = item.createdAt
-    this.updatedAt = item.updatedAt
+    const fields: Readonly<Record<string, unknown>> = item
+    for (const name of ITEM_PROPERTIES) {
+      const value = fields[name]
+      if (value !== undefined) Reflect.set(this, name, value)
+    }
     this.#text = itemSerializer(this) as StoredItem[typeof TEXT]
   }
 

@@ -1,4 +1,5 @@
 import type { Item, User } from '../../domain/index.js'
+import { ITEM_REQUEST_PROPERTIES } from '../../domain/records.js'
 import { type StoredItem, TEXT } from '../../domain/serialized.js'
 import { type CapacityBounds, type CapacityReading, floorsKept, type RegistrationPace, sharedPart, takeRegistration } from '../capacity.js'
 import { RegistrationPacedError, StoreFullError } from '../store.js'
@@ -35,22 +36,38 @@ const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- t
 /** Bytes a string takes on V8's heap: a character one byte while all are Latin-1, two otherwise; and a header. */
 export const stringBytes = (text: string): number => STRING_HEADER_BYTES + (TWO_BYTE.test(text) ? 2 * text.length : text.length)
 
-const fieldBytes = (item: Item): number => stringBytes(item.name) + (item.description === null ? 0 : stringBytes(item.description))
+// What a create or an edit wrote into an item: the strings it keeps of its request properties.
+function writtenStrings (item: Item): string[] {
+  const fields: Readonly<Record<string, unknown>> = item
+  const strings: string[] = []
+  for (const name of ITEM_REQUEST_PROPERTIES) {
+    const value = fields[name]
+    if (typeof value === 'string') strings.push(value)
+  }
+  return strings
+}
+
+const fieldBytes = (item: Item): number => writtenStrings(item).reduce((bytes, text) => bytes + stringBytes(text), 0)
 
 /**
- * What a stored item keeps on the heap: its fields and its text. The text is one byte a character when both fields
- * are (the rest of it is ASCII, and JSON keeps Latin-1 as it is), so only the fields are scanned; when either is
- * not, all three are reckoned at two bytes a character, an upper bound. Reading a character of the text flattens
- * it: the serializer makes it as a tree of concatenated pieces, which V8 otherwise keeps as they are, at nearly
- * twice the bytes of a typical item (docs/performance.md).
+ * What a stored item keeps on the heap: the strings written into it and its text. The text is one byte a character
+ * when every string written is (the rest of it is ASCII, and JSON keeps Latin-1 as it is), so only those are
+ * scanned; when any is not, all are reckoned at two bytes a character, an upper bound. Reading a character of the
+ * text flattens it: the serializer makes it as a tree of concatenated pieces, which V8 otherwise keeps as they are,
+ * at nearly twice the bytes of a typical item (docs/performance.md).
  */
 export function itemBytes (item: StoredItem): number {
-  const { name, description } = item
+  const strings = writtenStrings(item)
   const text = item[TEXT]
   // Read for its effect, above.
   text.charCodeAt(0)
-  const perCharacter = TWO_BYTE.test(name) || (description !== null && TWO_BYTE.test(description)) ? 2 : 1
-  return ITEM_OVERHEAD_BYTES + 3 * STRING_HEADER_BYTES + perCharacter * (name.length + (description?.length ?? 0) + text.length)
+  let characters = text.length
+  let perCharacter = 1
+  for (const written of strings) {
+    characters += written.length
+    if (TWO_BYTE.test(written)) perCharacter = 2
+  }
+  return ITEM_OVERHEAD_BYTES + (strings.length + 1) * STRING_HEADER_BYTES + perCharacter * characters
 }
 
 export const userBytes = (user: User): number =>
