@@ -1,5 +1,5 @@
 // Embedding: another project builds the service with a few typed settings, or registers it as a plugin
-// (test/production.test.ts installs the packed package into another project).
+// (test/production.release.test.ts installs the packed package into another project).
 import t from 'tap'
 import { buildApp } from '../src/app/app.js'
 import { type AppSettings, loadConfig } from '../src/config/config.js'

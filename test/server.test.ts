@@ -1,14 +1,9 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { appendFile, cp, mkdtemp, readdir, rm, stat, symlink } from 'node:fs/promises'
 import { Agent, request, type RequestOptions } from 'node:http'
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import t from 'tap'
 import { newUser } from './support/api.js'
-import { testEnvironment } from './support/app.js'
 import { until } from './support/wait.js'
 import { failedStart, start } from './support/processes.js'
 import { redisKeyPrefix, redisSkip } from './support/redis.js'
@@ -146,46 +141,6 @@ t.test('clients stuck in their headers or body do not hold the shutdown: exit 0 
 
 // The README's `npm start`, in a copy of the sources of its own (the package's build, which other tests make, is in
 // the repository's dist/): stopped as a supervisor stops it, by the pid it started.
-t.test('npm start builds only what changed, and stopping its process stops the server', async (t) => {
-  const copy = await mkdtemp(join(tmpdir(), 'items-start-'))
-  t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
-  for (const entry of ['package.json', 'tsconfig.json', 'openapi.yaml', 'src', 'generated']) await cp(entry, join(copy, entry), { recursive: true })
-  await symlink(join(process.cwd(), 'node_modules'), join(copy, 'node_modules'))
-  const npmStart = async (): Promise<{ child: ChildProcess, url: string }> => {
-    const child = spawn('npm', ['start'], { cwd: copy, env: { ...process.env, ...testEnvironment(), PORT: '0', LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] })
-    t.teardown(() => { child.kill('SIGKILL') })
-    let output = ''
-    child.stderr.on('data', (chunk: Buffer) => { output += chunk.toString() })
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stdout.on('data', (chunk: Buffer) => {
-        output += chunk.toString()
-        const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(output)
-        if (match?.[1] !== undefined) resolve(match[1])
-      })
-      child.once('exit', (code) => { reject(new Error(`npm start exited with ${code}: ${output}`)) })
-    })
-    return { child, url }
-  }
-  const stopped = async ({ child, url }: { child: ChildProcess, url: string }): Promise<void> => {
-    const exited = once(child, 'exit')
-    child.kill('SIGTERM')
-    t.same(await exited, [0, null], 'npm start exits 0 on SIGTERM')
-    await t.rejects(fetch(`${url}/health/live`), 'and the server with it')
-  }
-  const built = async (): Promise<Map<string, number>> => new Map(await Promise.all((await readdir(join(copy, 'dist'), { recursive: true })).map(async (file) => [file, (await stat(join(copy, 'dist', file))).mtimeMs] as const)))
-  const first = await npmStart()
-  t.equal((await fetch(`${first.url}/health/live`)).status, 200, 'serves')
-  await stopped(first)
-  const afterFirst = await built()
-  await stopped(await npmStart())
-  t.same(await built(), afterFirst, 'a start with nothing changed writes nothing')
-  await appendFile(join(copy, 'src/handlers/health.ts'), '// changed\n')
-  await stopped(await npmStart())
-  const afterChange = await built()
-  t.same([...afterChange].filter(([file, at]) => afterFirst.get(file) !== at && !file.endsWith('.tsbuildinfo')).map(([file]) => file).sort(),
-    ['src/handlers/health.d.ts', 'src/handlers/health.js', 'src/handlers/health.js.map'].filter((file) => afterChange.has(file)), 'a start after one change writes that file\'s output alone')
-})
-
 t.test('a bad setting stops the start with one line naming the variable', async (t) => {
   const { code, stderr } = await failedStart({ PORT: 'eighty' })
   t.equal(code, 1)
@@ -273,7 +228,7 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
 })
 
 t.test('a start loads only what its configuration uses: no Redis client, HTTP client or metrics library it was not asked for', { skip: await redisSkip() }, async (t) => {
-  const OPTIONAL = ['ioredis', 'undici', 'standardwebhooks', 'prom-client']
+  const OPTIONAL = ['ioredis', 'undici', 'prom-client']
   const loadedBy = async (env: NodeJS.ProcessEnv): Promise<string[]> => {
     const server = await start(env, { nodeOptions: ['--import', './test/fixtures/loaded-packages.mjs'] })
     t.equal((await fetch(`${server.url}/health/ready`)).status, 200)

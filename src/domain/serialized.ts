@@ -70,8 +70,12 @@ export function framedItemSchema<Item extends { readonly $id: string, readonly r
 const itemSerializer = contractSerializer(framedItemSchema(schemas.Item))
 const itemListSerializer = contractSerializer(schemas.ItemList)
 
-// The contract's Item properties, in its order: what a stored item keeps.
-const ITEM_PROPERTIES = Object.keys(schemas.Item.properties)
+// Copies the contract's Item properties from an item onto a stored one, in the contract's order: compiled from the
+// contract's list of them, as Fastify's serializer and validators are compiled from their schemas, so that each
+// property is a named store (a loop over the names would be keyed stores, several times as slow to make and spread).
+// eslint-disable-next-line no-new-func -- its text is the contract's property names, each written as a JSON string
+const copyItemFields = new Function('target', 'item', Object.keys(schemas.Item.properties)
+  .map((name) => `if (item[${JSON.stringify(name)}] !== undefined) target[${JSON.stringify(name)}] = item[${JSON.stringify(name)}]`).join('\n')) as (target: object, item: ItemFields) => void
 
 // The class's fields are the contract's Item, whatever properties it gives: the constructor copies them.
 interface StoredItemRecord extends Readonly<ItemFields> {}
@@ -89,11 +93,7 @@ class StoredItemRecord implements StoredItem {
   #bytes = -1
 
   constructor (item: ItemFields) {
-    const fields: Readonly<Record<string, unknown>> = item
-    for (const name of ITEM_PROPERTIES) {
-      const value = fields[name]
-      if (value !== undefined) Reflect.set(this, name, value)
-    }
+    copyItemFields(this, item)
     this.#text = itemSerializer(this) as StoredItem[typeof TEXT]
   }
 

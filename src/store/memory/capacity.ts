@@ -36,18 +36,16 @@ const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- t
 /** Bytes a string takes on V8's heap: a character one byte while all are Latin-1, two otherwise; and a header. */
 export const stringBytes = (text: string): number => STRING_HEADER_BYTES + (TWO_BYTE.test(text) ? 2 * text.length : text.length)
 
-// What a create or an edit wrote into an item: the strings it keeps of its request properties.
-function writtenStrings (item: Item): string[] {
+// The strings a create or an edit wrote into an item: the values of its request properties that are strings.
+function writtenStringBytes (item: Item): number {
   const fields: Readonly<Record<string, unknown>> = item
-  const strings: string[] = []
+  let bytes = 0
   for (const name of ITEM_REQUEST_PROPERTIES) {
     const value = fields[name]
-    if (typeof value === 'string') strings.push(value)
+    if (typeof value === 'string') bytes += stringBytes(value)
   }
-  return strings
+  return bytes
 }
-
-const fieldBytes = (item: Item): number => writtenStrings(item).reduce((bytes, text) => bytes + stringBytes(text), 0)
 
 /**
  * What a stored item keeps on the heap: the strings written into it and its text. The text is one byte a character
@@ -57,24 +55,28 @@ const fieldBytes = (item: Item): number => writtenStrings(item).reduce((bytes, t
  * at nearly twice the bytes of a typical item (docs/performance.md).
  */
 export function itemBytes (item: StoredItem): number {
-  const strings = writtenStrings(item)
+  const fields: Readonly<Record<string, unknown>> = item
   const text = item[TEXT]
   // Read for its effect, above.
   text.charCodeAt(0)
+  let strings = 1
   let characters = text.length
   let perCharacter = 1
-  for (const written of strings) {
-    characters += written.length
-    if (TWO_BYTE.test(written)) perCharacter = 2
+  for (const name of ITEM_REQUEST_PROPERTIES) {
+    const value = fields[name]
+    if (typeof value !== 'string') continue
+    strings += 1
+    characters += value.length
+    if (perCharacter === 1 && TWO_BYTE.test(value)) perCharacter = 2
   }
-  return ITEM_OVERHEAD_BYTES + (strings.length + 1) * STRING_HEADER_BYTES + perCharacter * characters
+  return ITEM_OVERHEAD_BYTES + strings * STRING_HEADER_BYTES + perCharacter * characters
 }
 
 export const userBytes = (user: User): number =>
   USER_OVERHEAD_BYTES + stringBytes(user.email) + stringBytes(user.emailKey) + stringBytes(user.passwordHash) + stringBytes(user.firstName) + stringBytes(user.lastName)
 
 /** What an idempotency key keeps: its name (with its user's), and the fields of the item recorded under it, if any. */
-export const keyBytes = (entryKey: string, item?: Item): number => KEY_OVERHEAD_BYTES + stringBytes(entryKey) + (item === undefined ? 0 : fieldBytes(item))
+export const keyBytes = (entryKey: string, item?: Item): number => KEY_OVERHEAD_BYTES + stringBytes(entryKey) + (item === undefined ? 0 : writtenStringBytes(item))
 
 /** What a session keeps with `tokenHashes` refresh-token hashes remembered. */
 export const sessionBytes = (tokenHashes: number): number => SESSION_OVERHEAD_BYTES + tokenHashes * TOKEN_HASH_BYTES
