@@ -188,11 +188,20 @@ t.test('a failover loses nothing acknowledged, and both instances follow the new
       const reading = await apis[0]!.app.store.capacity()
       t.equal(reading.driftBytes, 0, 'no refund went missing from the ledger')
       followed += 1
-      for (const { metric, lines } of instances) {
-        t.same([await metric('items_service_redis_primary_changes_total'), await metric('items_service_redis_replicas_required'), await metric('items_service_redis_replicas_acknowledging') >= 1],
-          [followed, 1, true], 'each instance counts the failovers it followed, and sees its writes replicated again')
+      // A failover is at least one change of primary for each instance; the sentinels may make more (an election
+      // they time out and make again, on a loaded machine), and each instance follows and says each.
+      for (const [index, { api, metric, lines }] of instances.entries()) {
+        const changes = lines.filter((line) => line.includes('the Redis primary changed')).map((line) => JSON.parse(line) as { primary: string, previous: string })
+        t.ok(changes.length >= followed, `instance ${index} logs each primary change it followed: ${changes.length} after ${followed} failovers`, { changes })
+        t.ok(changes.every(({ primary, previous }) => /^127\.0\.0\.1:\d+$/.test(primary) && /^127\.0\.0\.1:\d+$/.test(previous) && primary !== previous), 'each from one server to another')
+        t.equal(await metric('items_service_redis_primary_changes_total'), changes.length, 'and counts each')
+        t.equal(await metric('items_service_redis_replicas_required'), 1)
+        // Measured by its writes: one is made until a replica has it.
+        await until(`instance ${index} to see its writes replicated again`, async () => {
+          await api.call('createItem', { token: reader, body: { name: 'replicated again' } })
+          return await metric('items_service_redis_replicas_acknowledging') >= 1
+        })
         t.ok(await metric('items_service_redis_without_primary_seconds_total') > 0)
-        t.equal(lines.filter((line) => line.includes('the Redis primary changed')).length, followed, 'and logs each')
       }
     })
   }
