@@ -3,7 +3,7 @@
 # the lock, so the layer is reused until they change), another compiles (its install, too, before the sources are
 # copied, so that an edit reinstalls nothing); the runtime stage holds only their
 # results (node_modules, dist/, the contract it serves) and runs as the image's unprivileged `node` user.
-# test/production.test.ts runs the dependencies stage as written, assembles the runtime tree as its COPY lines say
+# test/production.release.test.ts runs the dependencies stage as written, assembles the runtime tree as its COPY lines say
 # and starts it, as this file does.
 
 FROM node:22-bookworm-slim AS dependencies
