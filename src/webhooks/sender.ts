@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto'
 import { Agent } from 'undici'
 import type { OutboxEvent } from '../store/store.js'
-import type { Subscription } from './subscriptions.js'
+import { secretKey, type Subscription } from './subscriptions.js'
 
 export type AttemptOutcome =
   | { readonly delivered: true, readonly status: number }
@@ -9,8 +9,6 @@ export type AttemptOutcome =
 
 // What is read of a subscriber's answer at most: only its status matters.
 const MAX_RESPONSE_BYTES = 64 * 1024
-// Standard Webhooks' secrets: the key in base64 after this prefix.
-const SECRET_PREFIX = 'whsec_'
 
 /**
  * POSTs events to one subscriber as CloudEvents structured JSON, signed per Standard Webhooks 1.0, over a keep-alive
@@ -29,7 +27,7 @@ export class WebhookSender {
    */
   constructor (subscription: Subscription, options: { timeoutMs: number, connections: number }) {
     this.#url = new URL(subscription.url)
-    this.#key = Buffer.from(subscription.secret.slice(SECRET_PREFIX.length), 'base64')
+    this.#key = secretKey(subscription.secret)
     this.#timeoutMs = options.timeoutMs
     this.#agent = new Agent({ connections: options.connections, keepAliveTimeout: 30_000 })
   }

@@ -21,6 +21,12 @@ const MIN_SECRET_BYTES = 24
 const MAX_SECRET_BYTES = 64
 const MAX_SUBSCRIPTIONS = 16
 
+/** The key a secret signs with: the bytes its base64 gives; none when it is not `whsec_` and base64. */
+export function secretKey (secret: string): Buffer {
+  const key = SECRET.exec(secret)?.[1]
+  return key === undefined ? Buffer.alloc(0) : Buffer.from(key, 'base64')
+}
+
 const isChannel = (value: unknown): value is Channel => CHANNELS.some((channel) => channel === value)
 
 /**
@@ -46,8 +52,7 @@ function subscription (entry: unknown, index: number): Subscription {
   if (new URL(url).username !== '' || new URL(url).password !== '') {
     throw problem('url must not hold credentials (user:password@); the signature authenticates each delivery')
   }
-  const key = typeof secret === 'string' ? SECRET.exec(secret)?.[1] : undefined
-  const bytes = key === undefined ? 0 : Buffer.from(key, 'base64').length
+  const bytes = typeof secret === 'string' ? secretKey(secret).length : 0
   if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) {
     throw problem(`secret must be whsec_ followed by ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes in base64`)
   }
