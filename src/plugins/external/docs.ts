@@ -3,6 +3,7 @@ import fastifySwagger, { type StaticDocumentSpec } from '@fastify/swagger'
 import fastifySwaggerUi from '@fastify/swagger-ui'
 import type { FastifyInstance } from 'fastify'
 import { contractDocument } from '../../../generated/document.js'
+import { FOLDED_RESPONSES_CSS, foldedResponses } from './swagger-ui-responses.js'
 
 // Helmet's own default.
 const STRICT_TRANSPORT_SECURITY = 'max-age=31536000; includeSubDomains'
@@ -31,11 +32,11 @@ export default async function docsPlugin (app: FastifyInstance): Promise<void> {
   })
   // The page is the contract's, by its title; the standalone top bar (Swagger's logo and a box that loads any other
   // document) is left out. The token given to Authorize is kept in the browser's local storage, so a reload does
-  // not lose it.
+  // not lose it. Error responses and headers are folded, so that an operation reads in a screen or two.
   await app.register(fastifySwaggerUi, {
     routePrefix: '/docs',
-    theme: { title: app.swagger().info.title },
-    uiConfig: { layout: 'BaseLayout', persistAuthorization: true }
+    theme: { title: app.swagger().info.title, css: [{ filename: 'folded-responses.css', content: FOLDED_RESPONSES_CSS }] },
+    uiConfig: { layout: 'BaseLayout', persistAuthorization: true, plugins: [foldedResponses] }
   })
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger())
   app.get('/openapi.yaml', { schema: { hide: true } }, async (_request, reply) =>

@@ -44,6 +44,26 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
     t.pass(`${route.operationId} is listed under ${tag}`)
   }
 
+  // An operation reads in a screen or two: its error responses and headers folded, one click opening each.
+  const viewportHeight = 900
+  for (const route of routes) {
+    const operation = page.locator(`[id$="-${route.operationId}"]`).first()
+    await operation.locator('.opblock-summary').click()
+    await operation.locator('.responses-wrapper').waitFor()
+    const height = (await operation.boundingBox())?.height ?? Infinity
+    t.ok(height <= 2 * viewportHeight, `${route.operationId} opened is at most two screens high (${Math.round(height)} px)`)
+    await operation.locator('.opblock-summary').click()
+  }
+  const createItem = page.locator('#operations-items-createItem')
+  await createItem.locator('.opblock-summary').click()
+  const reused = createItem.locator('.folded-error[data-code="422"]')
+  t.equal(await reused.locator('.highlight-code').isVisible(), false, 'an error response is folded to its status and description')
+  await reused.locator('summary').first().click()
+  t.match(await reused.locator('.highlight-code').innerText(), /"code": "IDEMPOTENCY_KEY_REUSED"/, 'and a click opens it, its example shown')
+  await mkdir('test-artifacts', { recursive: true })
+  await createItem.screenshot({ path: 'test-artifacts/swagger-ui-create-item.png' })
+  await createItem.locator('.opblock-summary').click()
+
   t.equal(await page.title(), 'Items Service', 'the page is named by the contract\'s title')
   t.match(await page.locator('.information-container .title').innerText(), /^Items Service/)
   t.equal(await page.locator('.topbar').count(), 0, 'no top bar: neither Swagger\'s logo nor a box that loads another document')
