@@ -105,8 +105,9 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
  * (its address, its address and the email it gives, its own account) only. The account limit of a sign-in counts
  * the failures of whoever tried that email, so no field says it, or a stranger would read them.
  *
- * Hand-written rather than @fastify/rate-limit: it counts every request it sees before the handler, and cannot
- * count only the failed sign-ins (peek first, count the 401) nor take back the hit of a request answered 503.
+ * Hand-written rather than @fastify/rate-limit (which can count only failed sign-ins, with `increment: false`): its
+ * store cannot take back the hit of a request answered 503, and it writes the draft's older separate fields
+ * (RateLimit-Limit, -Remaining, -Reset), not the RateLimit and RateLimit-Policy lists of a route's several limits.
  */
 export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): RateLimitSteps {
   if (limits === null) return { byAddress: () => undefined, byCaller: () => undefined }

@@ -1,6 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
+import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
@@ -185,8 +186,9 @@ export class RedisItemStore implements ItemStore {
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
   readonly #idempotencyKeys: IdempotencyKeyBounds
-  // The last change of each item in progress here, which the next one waits for; an entry leaves with its last change.
-  readonly #inProgress = new Map<string, Promise<void>>()
+  // The changes of one item that this instance has in progress run one after another, so that they never retry
+  // against each other: only changes made by other instances can make one try again.
+  readonly #changesInProgress = new PerKeyQueue()
   readonly #logger: RedisItemStoreOptions['logger']
   // Items in the creation order but gone from the items hash, skipped by pages: counted, and logged at most once
   // an interval.
@@ -250,7 +252,7 @@ export class RedisItemStore implements ItemStore {
 
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
     const keys = this.#keys
-    return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
+    return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       const stored = storedItem(change(current))
       const next = stored[TEXT]
       const event = announce?.(stored)
@@ -269,7 +271,7 @@ export class RedisItemStore implements ItemStore {
 
   async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
     const keys = this.#keys
-    return await this.#oneAtATime(id, async () => await this.#change(id, async (current, json) => {
+    return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
       const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned,
@@ -279,21 +281,6 @@ export class RedisItemStore implements ItemStore {
       this.#outbox.recorded(event)
       return current
     }))
-  }
-
-  /**
-   * Runs the changes of one item that this instance has in progress one after another, so that they never retry
-   * against each other: only changes made by other instances can make one try again.
-   */
-  async #oneAtATime<T> (id: string, task: () => Promise<T>): Promise<T> {
-    const running = (this.#inProgress.get(id) ?? Promise.resolve()).then(task)
-    const settled = running.then(() => {}, () => {})
-    this.#inProgress.set(id, settled)
-    try {
-      return await running
-    } finally {
-      if (this.#inProgress.get(id) === settled) this.#inProgress.delete(id)
-    }
   }
 
   /**
