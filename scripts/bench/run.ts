@@ -10,6 +10,7 @@
 // subscriber (a receiver in this process), compared with the create with none, with the events it delivers a second.
 import { mkdir, writeFile } from 'node:fs/promises'
 import autocannon from 'autocannon'
+import { Redis } from 'ioredis'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { startReceiver } from '../../harness/webhook-receiver.js'
 import { median } from '../statistics.js'
@@ -32,6 +33,8 @@ interface Load {
 
 interface Measurement {
   requestsPerSecond: number
+  /** Requests answered, the warm-up's included. */
+  requests: number
   p50: number
   p99: number
   non2xx: number
@@ -49,10 +52,11 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
     },
     ...(load.body === undefined ? {} : { body: JSON.stringify(load.body) })
   }
-  await autocannon({ ...options, duration: 1 })
+  const warmUp = await autocannon({ ...options, duration: 1 })
   const result = await autocannon({ ...options, duration })
   return {
     requestsPerSecond: Math.round(result.requests.average),
+    requests: warmUp.requests.total + result.requests.total,
     p50: result.latency.p50,
     p99: result.latency.p99,
     non2xx: result.non2xx,
@@ -60,7 +64,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 27
+const SCENARIOS = 29
 // The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
 // default headers, serving the same routes as the bare baseline.
 const USUAL = {
@@ -74,6 +78,12 @@ const USUAL = {
 const REDIS = {
   list: 'baseline: bare Fastify + ioredis, GET /v1/items',
   get: 'baseline: bare Fastify + ioredis, GET /v1/items/{id}'
+}
+// Bare Fastify with ioredis writing items under keys of its own, the body validated with the contract's schema and
+// one EVALSHA a write: what a write on Redis costs at the least.
+const REDIS_WRITE = {
+  create: 'baseline: bare Fastify + ioredis, one EVALSHA, POST /v1/items',
+  edit: 'baseline: bare Fastify + ioredis, one EVALSHA, PATCH /v1/items/{id}'
 }
 const REDIS_PARSED = {
   list: 'baseline: bare Fastify + ioredis, parsed and serialized, GET /v1/items',
@@ -118,6 +128,18 @@ const baselines = await Promise.all([startBaseline('bare'), startBaseline('logge
   start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis', ...redisAnchor }),
   start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis-parsed', ...redisAnchor })])
 const [bare, withLogger, usualJwt, usualSetup, bareRedis, parsedRedis] = baselines as [Server, Server, Server, Server, Server, Server]
+const anchorItem = await call(`${bareRedis.url}/v1/items`, 'POST', { name: 'Anchor', ...BENCH_ITEM }) as { id: string }
+const redisStats = new Redis(REDIS_URL)
+// Microseconds Redis spent in commands (INFO commandstats, every command's usec), over a scenario's requests.
+const redisMicrosPerRequest: Record<string, number[]> = {}
+const redisCommandMicros = async (): Promise<number> =>
+  [...(await redisStats.info('commandstats')).matchAll(/[:,]usec=(\d+)/g)].reduce((sum, [, usec]) => sum + Number(usec), 0)
+async function measureRedisCpu (name: string, load: Load): Promise<Measurement> {
+  const before = await redisCommandMicros()
+  const measurement = await measure(load)
+  redisMicrosPerRequest[name] = [...redisMicrosPerRequest[name] ?? [], (await redisCommandMicros() - before) / Math.max(measurement.requests, 1)]
+  return measurement
+}
 const pageOf = (server: Server): Load => ({ url: `${server.url}/v1/items?pageSize=20`, token })
 
 const list: Load = { url: `${v1}/items?pageSize=20`, token }
@@ -160,9 +182,11 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'POST /v1/items with one webhook subscriber': async () => await measureWithDeliveries(createWithWebhook),
   'baseline: bare Fastify, PATCH /v1/items/{id}': async () => await measure(onBare(edit)),
   'PATCH /v1/items/{id}': async () => await measure(edit),
-  'POST /v1/items with STORE=redis': async () => await measure(createOnRedis),
+  [REDIS_WRITE.create]: async () => await measureRedisCpu(REDIS_WRITE.create, onRedisAnchor(createOnRedis, bareRedis)),
+  'POST /v1/items with STORE=redis': async () => await measureRedisCpu('POST /v1/items with STORE=redis', createOnRedis),
   'POST /v1/items with STORE=redis, a replica acknowledging': async () => await measure(createReplicated),
-  'PATCH /v1/items/{id} with STORE=redis': async () => await measure(editOnRedis),
+  [REDIS_WRITE.edit]: async () => await measureRedisCpu(REDIS_WRITE.edit, { ...edit, url: `${bareRedis.url}/v1/items/${anchorItem.id}` }),
+  'PATCH /v1/items/{id} with STORE=redis': async () => await measureRedisCpu('PATCH /v1/items/{id} with STORE=redis', editOnRedis),
   'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': async () => await measure(editReplicated),
   'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
   'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
@@ -185,9 +209,11 @@ const baselineOf: Record<string, string> = {
   'POST /v1/items': 'baseline: bare Fastify, POST /v1/items',
   'POST /v1/items with one webhook subscriber': 'POST /v1/items',
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}',
-  'POST /v1/items with STORE=redis': 'baseline: bare Fastify, POST /v1/items',
+  [REDIS_WRITE.create]: 'baseline: bare Fastify, POST /v1/items',
+  'POST /v1/items with STORE=redis': REDIS_WRITE.create,
   'POST /v1/items with STORE=redis, a replica acknowledging': 'POST /v1/items with STORE=redis',
-  'PATCH /v1/items/{id} with STORE=redis': 'baseline: bare Fastify, PATCH /v1/items/{id}',
+  [REDIS_WRITE.edit]: 'baseline: bare Fastify, PATCH /v1/items/{id}',
+  'PATCH /v1/items/{id} with STORE=redis': REDIS_WRITE.edit,
   'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': 'PATCH /v1/items/{id} with STORE=redis'
 }
 const baselineNameOf = (name: string): string => baselineOf[name] ?? 'baseline: bare Fastify, GET /v1/items'
@@ -221,6 +247,7 @@ await stop(onRedisReplicated)
 replica.stop()
 await stop(withWebhook)
 await receiver.stop()
+redisStats.disconnect()
 await deleteKeys(redisKeyPrefix, REDIS_URL)
 
 const redisMemory = await redisBytesPerItem(redisKeyPrefix, BENCH_ITEM)
@@ -239,6 +266,7 @@ const signInFloods = { oneCore: await floodSignIns(true, floodOptions), twoCores
 // Medians of the rounds; a single non-2xx response or error in any round shows.
 const summarise = (measurements: Measurement[]): Measurement => ({
   requestsPerSecond: median(measurements.map((m) => m.requestsPerSecond)),
+  requests: measurements.reduce((sum, m) => sum + m.requests, 0),
   p50: median(measurements.map((m) => m.p50)),
   p99: median(measurements.map((m) => m.p99)),
   non2xx: measurements.reduce((sum, m) => sum + m.non2xx, 0),
@@ -277,6 +305,7 @@ const report = {
   loginStormP99Ratio: Number((listDuringStorm / Math.max(listAlone, 1)).toFixed(2)),
   signInFloods,
   redisMemory,
+  redisMicrosPerRequest: Object.fromEntries(Object.entries(redisMicrosPerRequest).map(([name, rounds]) => [name, { median: Number(median(rounds).toFixed(1)), rounds: rounds.map((micros) => Number(micros.toFixed(1))) }])),
   webhookDeliveriesPerSecond: median(deliveryRates),
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
@@ -290,6 +319,7 @@ const table = [
   ...Object.entries(signInFloods).map(([cores, flood]) => `Sign-in from 127.0.0.2 while 127.0.0.1 floods ${flood.floodRequests} sign-ins with unknown emails (${cores === 'oneCore' ? 'service on one core' : 'service on two cores'}): p50 ${flood.flooded.p50} ms, p99 ${flood.flooded.p99} ms (idle: p50 ${flood.idle.p50} ms, p99 ${flood.idle.p99} ms; p99 ${(flood.flooded.p99 / Math.max(flood.idle.p99, 1)).toFixed(2)}× idle); ${flood.failedSignIns} of ${FLOOD_SIGN_INS * 2} real sign-ins failed`),
   `Webhook deliveries while creating with one subscriber: median ${report.webhookDeliveriesPerSecond} events/s (rounds: ${deliveryRates.join(', ')}); that row is compared with the create with none`,
   `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with bare Fastify + ioredis on the same keys, and their last column with it parsing and serializing`,
+  ...Object.entries(report.redisMicrosPerRequest).map(([name, micros]) => `Redis CPU per request (INFO commandstats), ${name}: median ${micros.median} µs (rounds: ${micros.rounds.join(', ')})`),
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })

@@ -1,13 +1,17 @@
 // The benchmark's baseline must serve the service's page with the service's serializer, or every ratio
 // `npm run bench` prints is wrong (or, as once, the benchmark does not start at all).
 import { spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
+import { REDIS_URL } from '../../harness/redis-keys.js'
 import { type Schemas } from '../support/api.js'
 import { build, TEST_JWT_SECRET } from '../support/app.js'
+import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
-async function startBaseline (t: Test, kind: string, page: unknown): Promise<string> {
+async function startBaseline (t: Test, kind: string, page: unknown, env: Record<string, string> = {}): Promise<string> {
   const baseline = spawn(process.execPath, [...process.execArgv, 'scripts/bench/baseline-server.ts'], {
-    env: { ...process.env, BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET: TEST_JWT_SECRET },
+    env: { ...process.env, BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET: TEST_JWT_SECRET, ...env },
     stdio: ['ignore', 'pipe', 'inherit']
   })
   t.teardown(() => { baseline.kill() })
@@ -55,4 +59,27 @@ t.test('the usual-setup baseline verifies the service\'s access token and counts
   t.same(await answer.json(), page)
   t.match(Object.fromEntries(answer.headers), { 'x-ratelimit-limit': /^\d+$/, 'x-ratelimit-remaining': /^\d+$/, 'x-ratelimit-reset': /^\d+$/ })
   t.equal((await fetch(`${url}/v1/items`)).status, 401, 'no token, no page')
+})
+
+t.test('the Redis write anchor validates as the service does and stores each create and edit by one script', { skip: await redisSkip() }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const url = await startBaseline(t, 'redis', {}, { REDIS_URL, REDIS_KEY_PREFIX: prefix })
+  const send = async (target: string, method: string, body: unknown): Promise<Response> =>
+    await fetch(target, { method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  const created = await send(`${url}/v1/items`, 'POST', { name: 'Anchored', description: null })
+  t.equal(created.status, 201)
+  const item = await created.json() as Schemas['Item']
+  t.match(item, { name: 'Anchored', description: null, status: 'active', id: /^[0-9a-f-]{36}$/ })
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  t.same(JSON.parse(String(await redis.hget(`${prefix}anchor:items`, item.id))), item, 'the item is stored')
+  t.same(await redis.lrange(`${prefix}anchor:item-order`, 0, -1), [item.id], 'and listed')
+  const edited = await send(`${url}/v1/items/${item.id}`, 'PATCH', { name: 'Edited' })
+  t.equal(edited.status, 200)
+  const changed = await edited.json() as Schemas['Item']
+  t.match(changed, { ...item, name: 'Edited', updatedAt: /^\d{4}-/ })
+  t.same(JSON.parse(String(await redis.hget(`${prefix}anchor:items`, item.id))), changed, 'the edit is stored')
+  t.equal((await send(`${url}/v1/items`, 'POST', { name: '' })).status, 400, 'a create body is validated with the contract\'s schema')
+  t.equal((await send(`${url}/v1/items/${item.id}`, 'PATCH', {})).status, 400, 'so is an edit\'s')
+  t.equal((await send(`${url}/v1/items/${randomUUID()}`, 'PATCH', { name: 'Nothing' })).status, 404)
 })
