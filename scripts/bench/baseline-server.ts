@@ -16,11 +16,11 @@ import '../../src/runtime/tick-object-pin.js'
 import fastifyJwt from '@fastify/jwt'
 import fastifyRateLimit from '@fastify/rate-limit'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { randomUUID } from 'node:crypto'
 import { Redis, type Result } from 'ioredis'
 import type { components } from '../../generated/openapi.js'
 import { type RouteOperationId, routes } from '../../generated/routes.js'
 import { schemas } from '../../generated/schemas.js'
+import { newItem } from '../../src/domain/records.js'
 import { itemScripts } from '../../src/store/redis/items.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
 
@@ -106,8 +106,7 @@ function answerFromRedis (app: FastifyInstance, parsed: boolean): void {
     url: create.url,
     schema: { body: create.schema.body },
     handler: async (request, reply) => {
-      const now = new Date().toISOString()
-      const item = { id: randomUUID(), ...request.body, status: 'active', contributorId: ANCHOR_CONTRIBUTOR, createdAt: now, updatedAt: now }
+      const item = newItem(request.body, ANCHOR_CONTRIBUTOR)
       const text = JSON.stringify(item)
       await redis.addAnchorItem(anchorItems, anchorOrder, item.id, text)
       return await reply.code(201).type(JSON_CONTENT).send(text)

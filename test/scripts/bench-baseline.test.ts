@@ -79,6 +79,8 @@ t.test('the Redis write anchor validates as the service does and stores each cre
   const changed = await edited.json() as Schemas['Item']
   t.match(changed, { ...item, name: 'Edited', updatedAt: /^\d{4}-/ })
   t.same(JSON.parse(String(await redis.hget(`${prefix}anchor:items`, item.id))), changed, 'the edit is stored')
+  const withoutDescription = await (await send(`${url}/v1/items`, 'POST', { name: 'No description' })).json() as Schemas['Item']
+  t.equal(withoutDescription.description, null, 'an item is made as the service makes it: a description left out is null')
   t.equal((await send(`${url}/v1/items`, 'POST', { name: '' })).status, 400, 'a create body is validated with the contract\'s schema')
   t.equal((await send(`${url}/v1/items/${item.id}`, 'PATCH', {})).status, 400, 'so is an edit\'s')
   t.equal((await send(`${url}/v1/items/${randomUUID()}`, 'PATCH', { name: 'Nothing' })).status, 404)
