@@ -132,14 +132,19 @@ const baselines = await Promise.all([startBaseline('bare'), startBaseline('logge
 const [bare, withLogger, usualJwt, usualSetup, bareRedis, parsedRedis] = baselines as [Server, Server, Server, Server, Server, Server]
 const anchorItem = await call(`${bareRedis.url}/v1/items`, 'POST', { name: 'Anchor', ...BENCH_ITEM }) as { id: string }
 const redisStats = new Redis(REDIS_URL)
-// Microseconds Redis spent in commands (INFO commandstats, every command's usec), over a scenario's requests.
+// Microseconds Redis spent in commands, and the commands it ran (INFO commandstats, every command's usec and calls;
+// a script is one call), over a scenario's requests.
 const redisMicrosPerRequest: Record<string, number[]> = {}
-const redisCommandMicros = async (): Promise<number> =>
-  [...(await redisStats.info('commandstats')).matchAll(/[:,]usec=(\d+)/g)].reduce((sum, [, usec]) => sum + Number(usec), 0)
+const redisCommandsPerRequest: Record<string, number[]> = {}
+const commandStat = (stats: string, field: 'usec' | 'calls'): number =>
+  [...stats.matchAll(new RegExp(`[:,]${field}=(\\d+)`, 'g'))].reduce((sum, [, value]) => sum + Number(value), 0)
 async function measureRedisCpu (name: string, load: Load): Promise<Measurement> {
-  const before = await redisCommandMicros()
+  const before = await redisStats.info('commandstats')
   const measurement = await measure(load)
-  redisMicrosPerRequest[name] = [...redisMicrosPerRequest[name] ?? [], (await redisCommandMicros() - before) / Math.max(measurement.requests, 1)]
+  const after = await redisStats.info('commandstats')
+  const perRequest = (field: 'usec' | 'calls'): number => (commandStat(after, field) - commandStat(before, field)) / Math.max(measurement.requests, 1)
+  redisMicrosPerRequest[name] = [...redisMicrosPerRequest[name] ?? [], perRequest('usec')]
+  redisCommandsPerRequest[name] = [...redisCommandsPerRequest[name] ?? [], perRequest('calls')]
   return measurement
 }
 const pageOf = (server: Server): Load => ({ url: `${server.url}/v1/items?pageSize=20`, token })
@@ -308,6 +313,7 @@ const report = {
   signInFloods,
   redisMemory,
   redisMicrosPerRequest: Object.fromEntries(Object.entries(redisMicrosPerRequest).map(([name, rounds]) => [name, { median: Number(median(rounds).toFixed(1)), rounds: rounds.map((micros) => Number(micros.toFixed(1))) }])),
+  redisCommandsPerRequest: Object.fromEntries(Object.entries(redisCommandsPerRequest).map(([name, rounds]) => [name, { median: Number(median(rounds).toFixed(2)), rounds: rounds.map((calls) => Number(calls.toFixed(2))) }])),
   webhookDeliveriesPerSecond: median(deliveryRates),
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
@@ -322,6 +328,7 @@ const table = [
   `Webhook deliveries while creating with one subscriber: median ${report.webhookDeliveriesPerSecond} events/s (rounds: ${deliveryRates.join(', ')}); that row is compared with the create with none`,
   `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with bare Fastify + ioredis on the same keys, and their last column with it parsing and serializing`,
   ...Object.entries(report.redisMicrosPerRequest).map(([name, micros]) => `Redis CPU per request (INFO commandstats), ${name}: median ${micros.median} µs (rounds: ${micros.rounds.join(', ')})`),
+  ...Object.entries(report.redisCommandsPerRequest).map(([name, calls]) => `Redis commands per request (INFO commandstats), ${name}: median ${calls.median} (rounds: ${calls.rounds.join(', ')})`),
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })

@@ -166,8 +166,10 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
 
 /** The public API's routes, each with its pipeline. */
 async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
-  // The request state the steps keep, declared for Fastify's request shape: what each limit left, the key's claim.
+  // The request state the steps keep, declared for Fastify's request shape: what each limit left, the limit a write
+  // counts against, the key's claim.
   app.decorateRequest('rateLimitStatus', null)
+  app.decorateRequest('writeLimit', null)
   app.decorateRequest('idempotencyKey', null)
   app.decorateRequest('idempotencyClaim', null)
   await registerContractRoutes(app, { routes, validators: generatedValidator, serializer: contractSerializer, handlers: options.handlers, pipeline: await publicPipeline(app, options) })

@@ -3,7 +3,7 @@ import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config/config.js'
 import { ApiError, rateLimited } from '../errors.js'
-import type { Counted, Store } from '../store/store.js'
+import type { Counted, Store, WriteLimit } from '../store/store.js'
 import type { StepFor } from './step.js'
 import type { Metrics } from '../observability/metrics.js'
 
@@ -11,6 +11,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** What is left of each limit that counted this request, in the order they counted it; null before any did. */
     rateLimitStatus: RateLimitStatus[] | null
+    /** The limit that the store counts the request's write against, in the write's own step; null when none does. */
+    writeLimit: WriteLimit | null
   }
 }
 
@@ -73,11 +75,13 @@ interface Counting {
   /** The key a request counts under. */
   readonly keyOf: (request: FastifyRequest) => string
   /**
-   * Keyed by the client address alone: counted in `onRequest`, before authentication and before any body is read
-   * or password checked. The others are counted after authentication, the role guard and validation (so that a
-   * write counts only when it can succeed, and the sign-in limit has its validated email).
+   * When the request counts. Keyed by the client address alone: in `onRequest`, before authentication and before
+   * any body is read or password checked. The sign-in's: after authentication, the role guard and validation, once
+   * its email is valid. An item write's: by the store, in the write's own atomic step (so that it costs no step of
+   * its own), once nothing but the store's room stands in its way (a write refused for its item, its owner, its
+   * If-Match or the quota counts against nothing).
    */
-  readonly beforeAuthentication: boolean
+  readonly counts: 'on arrival' | 'once valid' | 'in the write'
   /** A sign-in or registration answered 503 was not served, so its hit is taken back: a client refused in a burst is not locked out. */
   readonly refundable: boolean
 }
@@ -85,12 +89,12 @@ interface Counting {
 // How each limit the contract names counts (an IPv6 client by its network, `request.clientAddress`). The account
 // limit, login-failures, counts only failed sign-ins, once answered, and is not among them.
 const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
-  register: { keyOf: byAddress, beforeAuthentication: true, refundable: true },
-  'login-address': { keyOf: byAddress, beforeAuthentication: true, refundable: true },
-  login: { keyOf: (request) => `${request.clientAddress}|${signInEmail(request)}`, beforeAuthentication: false, refundable: true },
-  refresh: { keyOf: byAddress, beforeAuthentication: true, refundable: false },
+  register: { keyOf: byAddress, counts: 'on arrival', refundable: true },
+  'login-address': { keyOf: byAddress, counts: 'on arrival', refundable: true },
+  login: { keyOf: (request) => `${request.clientAddress}|${signInEmail(request)}`, counts: 'once valid', refundable: true },
+  refresh: { keyOf: byAddress, counts: 'on arrival', refundable: false },
   // Creates, edits and deletes count together against one limit per user: they are what makes the store grow.
-  'item-writes': { keyOf: (request) => request.user.id, beforeAuthentication: false, refundable: false }
+  'item-writes': { keyOf: (request) => request.user.id, counts: 'in the write', refundable: false }
 }
 
 /**
@@ -135,6 +139,32 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
         if (isRateLimited(refused)) refusals.inc({ limit: name })
         done(refused)
       })
+    }
+  }
+  // Hands the limit to the store, which counts it in the write's own step. A create with an Idempotency-Key is
+  // counted here, before its key is claimed, so that a create over its limit claims nothing.
+  const writeLimitFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
+    const { max, windowSeconds } = limitsByName[name]
+    const { keyOf } = COUNTING[name]
+    const windowMs = windowSeconds * 1000
+    const countNow = hookFor(name)
+    return function (request, reply, done) {
+      if (request.idempotencyKey !== null) {
+        countNow.call(this, request, reply, done)
+        return
+      }
+      request.writeLimit = {
+        name,
+        key: keyOf(request),
+        max,
+        windowMs,
+        counted: (counted) => {
+          recordStatus(request, reply, { policy: name, max, counted, refundKey: undefined })
+          if (counted.current > max) refusals.inc({ limit: name })
+        },
+        refusal: (counted) => rateLimited(name, Math.ceil(counted.ttl / 1000))
+      }
+      done()
     }
   }
   const warnIfFailed = (request: FastifyRequest, what: string) => (err: unknown): void => {
@@ -182,20 +212,24 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
       done()
     }
   }
-  const counted = (names: readonly RateLimitName[], beforeAuthentication: boolean): Array<Exclude<RateLimitName, 'login-failures'>> =>
-    names.flatMap((name) => name !== 'login-failures' && COUNTING[name].beforeAuthentication === beforeAuthentication ? [name] : [])
+  const counting = (names: readonly RateLimitName[], when: Counting['counts']): Array<Exclude<RateLimitName, 'login-failures'>> =>
+    names.flatMap((name) => name !== 'login-failures' && COUNTING[name].counts === when ? [name] : [])
   return {
     byAddress: ({ rateLimits: names }) => {
       if (names.length === 0) return undefined
       const refundable = names.some((name) => name !== 'login-failures' && COUNTING[name].refundable)
       return {
-        onRequest: [namePolicies(names), ...counted(names, true).map(hookFor)],
+        onRequest: [namePolicies(names), ...counting(names, 'on arrival').map(hookFor)],
         ...(refundable ? { onResponse: [refundUnserved] } : {})
       }
     },
     byCaller: ({ rateLimits: names }) => {
       const countsFailures = names.includes('login-failures')
-      const preHandler = [...counted(names, false).map(hookFor), ...(countsFailures ? [accountNotLocked] : [])]
+      const preHandler = [
+        ...counting(names, 'once valid').map(hookFor),
+        ...counting(names, 'in the write').map(writeLimitFor),
+        ...(countsFailures ? [accountNotLocked] : [])
+      ]
       if (preHandler.length === 0) return undefined
       return { preHandler, ...(countsFailures ? { onSend: [countFailure] } : {}) }
     }

@@ -179,9 +179,10 @@ export interface ItemStore {
    * Adds the item and records its event, unless its contributor already owns as many as the store allows each
    * one (then undefined, and no event); rejects with an IdTakenError when another item has its id, and with a
    * UserRemovedError when its contributor has no account (removed). With a claim, records the item under its key
-   * too, or, when the claim no longer holds the key, adds nothing and rejects with a ClaimLostError. Atomic.
+   * too, or, when the claim no longer holds the key, adds nothing and rejects with a ClaimLostError. With a limit,
+   * counts against it once nothing but room stands in the item's way, and adds nothing over it. Atomic.
    */
-  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined>
+  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined>
   /** The item as a read sends it: its text (a store may keep no parsed item at hand). */
   get (id: string): Promise<ItemText | undefined>
   /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */
@@ -192,14 +193,31 @@ export interface ItemStore {
    * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
    * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller;
    * when the item's contributor has no account (removed, its items going with it), it rejects with a
-   * UserRemovedError, changing nothing.
+   * UserRemovedError, changing nothing. With a limit, counts against it once `change` has returned, and changes
+   * nothing over it.
    */
-  update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined>
+  update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined>
   /**
    * Atomically removes the item once `confirm(current)` returns, records its event, and returns it as it was;
    * undefined when there is no such item. When `confirm` throws, nothing is removed and the error reaches the caller.
+   * With a limit, counts against it once `confirm` has returned, and removes nothing over it.
    */
-  remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined>
+  remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined>
+}
+
+/**
+ * A rate limit counted in the same atomic step as the write it limits (the write costs no step of its own): its
+ * hit is counted in the limit's counter (`Store.rateCounter(name)`) under `key`, in fixed windows of `windowMs`. A
+ * write that makes it more than `max` is not done: the store rejects with what `refusal` answers.
+ */
+export interface WriteLimit {
+  readonly name: string
+  readonly key: string
+  readonly max: number
+  readonly windowMs: number
+  /** Told what the limit counted, whether the write goes on or is refused. */
+  readonly counted: (counted: Counted) => void
+  readonly refusal: (counted: Counted) => Error
 }
 
 /** One event on its way to one subscriber. */

@@ -384,11 +384,12 @@ t.test('the spec\'s permission matrix, row by row', async (t) => {
 
 t.test('item writes are bounded per user', async (t) => {
   t.test('creates, edits and deletes share one limit per user, answered 429 with Retry-After', async (t) => {
-    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '3' })
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '4' })
     const { accessToken } = await api.register()
     const item = await api.createItem(accessToken)
     t.equal((await api.call('updateItem', { token: accessToken, params: { itemId: item.id }, body: { name: 'b' } })).statusCode, 200)
-    t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId: item.id } })).statusCode, 204)
+    const removed = await api.createItem(accessToken)
+    t.equal((await api.call('deleteItem', { token: accessToken, params: { itemId: removed.id } })).statusCode, 204)
     for (const [operationId, options] of [
       ['createItem', { body: { name: 'c' } }],
       ['updateItem', { params: { itemId: item.id }, body: { name: 'c' } }],
@@ -421,6 +422,34 @@ t.test('item writes are bounded per user', async (t) => {
     }
     const listed = await api.call('listItems', { token: accessToken })
     t.same([listed.headers['ratelimit-policy'], listed.headers.ratelimit], [undefined, undefined], 'a read is not limited')
+  })
+
+  t.test('a write counts against the limit only once nothing but the store\'s room refuses it: not for its item, its owner or its If-Match; past it, 429 and nothing written', async (t) => {
+    const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2', RATE_LIMIT_WINDOW_SECONDS: '60' })
+    const [owner, other] = [await api.register(), await api.register()]
+    const created = await api.call('createItem', { token: owner.accessToken, body: { name: 'a' } })
+    t.match(rateLimitItems(created.headers.ratelimit), { 'item-writes': { r: 1 } })
+    const itemId = created.json().id
+    for (const [what, response, status] of [
+      ['no such item', await api.call('updateItem', { token: owner.accessToken, params: { itemId: MISSING_ID }, body: { name: 'b' } }), 404],
+      ['another\'s edit', await api.call('updateItem', { token: other.accessToken, params: { itemId }, body: { name: 'b' } }), 403],
+      ['another\'s delete', await api.call('deleteItem', { token: other.accessToken, params: { itemId } }), 403],
+      ['a stale If-Match', await api.call('updateItem', { token: owner.accessToken, params: { itemId }, headers: { 'if-match': '"stale"' }, body: { name: 'b' } }), 412],
+      ['a delete of no such item', await api.call('deleteItem', { token: owner.accessToken, params: { itemId: MISSING_ID } }), 404]
+    ] as const) {
+      t.equal(response.statusCode, status, what)
+      t.equal(response.headers.ratelimit, undefined, `${what}: counted nothing`)
+    }
+    const edited = await api.call('updateItem', { token: owner.accessToken, params: { itemId }, body: { name: 'b' } })
+    t.match(rateLimitItems(edited.headers.ratelimit), { 'item-writes': { r: 0 } }, 'the second write counted is the edit')
+    const refused = await api.call('createItem', { token: owner.accessToken, body: { name: 'c' } })
+    t.same([refused.statusCode, refused.json().code], [429, 'RATE_LIMITED'])
+    t.match(rateLimitItems(refused.headers.ratelimit), { 'item-writes': { r: 0, t: Number(refused.headers['retry-after']) } }, 'saying when it ends')
+    const deleted = await api.call('deleteItem', { token: owner.accessToken, params: { itemId } })
+    t.equal(deleted.statusCode, 429, 'a delete counts too')
+    const listed = await api.call('listItems', { token: owner.accessToken })
+    t.same(listed.json().data.map((item: { name: string }) => item.name), ['b'], 'nothing written past the limit')
+    t.match(rateLimitItems((await api.call('createItem', { token: other.accessToken, body: { name: 'd' } })).headers.ratelimit), { 'item-writes': { r: 1 } }, 'each user has a limit of their own')
   })
 
   t.test('the memory store keeps room for each account: 507 STORE_FULL, saying whose room, past an account\'s ceiling or once no floor is left; a delete makes room', async (t) => {

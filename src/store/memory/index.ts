@@ -45,7 +45,12 @@ export function createMemoryStore ({
   const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity)
   const users = new MemoryUserStore(capacity)
   const sessions = new MemorySessionStore(capacity, users)
-  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users)
+  const rateCounter = (name: string): MemoryRateCounter => {
+    const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
+    rateCounters.set(name, counter)
+    return counter
+  }
+  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users, rateCounter)
   let open = true
   return {
     users,
@@ -54,11 +59,7 @@ export function createMemoryStore ({
     idempotencyKeys: keys,
     accounts: new MemoryAccounts(users, sessions, keys, items, capacity),
     outbox,
-    rateCounter: (name) => {
-      const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
-      rateCounters.set(name, counter)
-      return counter
-    },
+    rateCounter,
     capacity: async () => capacity.reading(),
     available: () => open,
     now: () => Date.now(),

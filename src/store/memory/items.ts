@@ -1,9 +1,10 @@
 import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError } from '../store.js'
+import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
 import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
+import type { MemoryRateCounter } from './rate-counter.js'
 import type { MemoryUserStore } from './users.js'
 
 interface ItemEntry {
@@ -49,6 +50,7 @@ export class MemoryItemStore implements ItemStore {
   readonly #capacity: MemoryCapacity
   readonly #users: MemoryUserStore
   readonly #maxPerContributor: number
+  readonly #rateCounter: (name: string) => MemoryRateCounter
   readonly #byId = new Map<string, ItemEntry>()
   // A page is a slice of one list of the catalogue's or of a contributor's, so it costs O(pageSize) whatever its
   // number and filter. A contributor's lists (their length, the count they own) leave with their last item.
@@ -56,20 +58,22 @@ export class MemoryItemStore implements ItemStore {
   readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
-  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity, users: MemoryUserStore) {
+  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity, users: MemoryUserStore, rateCounter: (name: string) => MemoryRateCounter) {
     this.#maxPerContributor = maxPerContributor
+    this.#rateCounter = rateCounter
     this.#users = users
     this.#outbox = outbox
     this.#idempotencyKeys = idempotencyKeys
     this.#capacity = capacity
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
     if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
     this.#assertAccount(item.contributorId)
     if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
+    this.#count(limit)
     const stored = storedItem(item)
     const bytes = itemBytes(stored)
     // Room for the item and its record made first, all or nothing; then charged before anything is kept: a refusal
@@ -97,6 +101,14 @@ export class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
+  // The memory counter answers at once, so the hit is counted in the write's own step.
+  #count (limit: WriteLimit | undefined): void {
+    if (limit === undefined) return
+    const counted = this.#rateCounter(limit.name).count(limit.key, limit.windowMs, limit.max)
+    limit.counted(counted)
+    if (counted.current > limit.max) throw limit.refusal(counted)
+  }
+
   #assertAccount (contributorId: string): void {
     if (this.#users.cached(contributorId) === undefined) throw new UserRemovedError(`contributor ${contributorId} has no account`)
   }
@@ -120,12 +132,13 @@ export class MemoryItemStore implements ItemStore {
     return this.#byContributor.get(contributorId)?.all.length ?? 0
   }
 
-  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
+  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     const previous = entry.item
     this.#assertAccount(previous.contributorId)
     const next = storedItem(change(previous))
+    this.#count(limit)
     const bytes = itemBytes(next)
     this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)
     this.#capacity.charge(previous.contributorId, bytes - entry.bytes)
@@ -142,10 +155,11 @@ export class MemoryItemStore implements ItemStore {
     return entry.item
   }
 
-  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
+  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     confirm(entry.item)
+    this.#count(limit)
     this.#byId.delete(id)
     this.#capacity.refund(entry.item.contributorId, entry.bytes)
     const { contributorId, status } = entry.item

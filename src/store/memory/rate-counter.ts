@@ -34,6 +34,11 @@ export class MemoryRateCounter implements RateCounter {
 
   /** Counts a request of `key`; answers at once, never with an error. */
   incr (key: string, windowMs: number, max: number, callback: (counted: Counted) => void): void {
+    callback(this.count(key, windowMs, max))
+  }
+
+  /** Counts a request of `key`, and answers what its window has counted. */
+  count (key: string, windowMs: number, max: number): Counted {
     const now = Date.now()
     const existing = this.#locked.get(key) ?? this.#open.get(key)
     const counter = existing !== undefined && existing.startedAt + windowMs > now ? existing : { current: 0, startedAt: now }
@@ -45,7 +50,7 @@ export class MemoryRateCounter implements RateCounter {
       this.#open.delete(key)
       this.#open.set(key, counter)
     }
-    callback({ current: counter.current, ttl: counter.startedAt + windowMs - now })
+    return { current: counter.current, ttl: counter.startedAt + windowMs - now }
   }
 
   peek (key: string, windowMs: number, callback: (counted: Counted | undefined) => void): void {

@@ -2,23 +2,25 @@ import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError } from '../store.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
+import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const itemScripts = {
-  // KEYS: items, order, sequence, owned per contributor, outbox, the item's sets by status, by contributor and by
-  // both (itemListKeys), the claim's keys (RECORD_CLAIM), the contributor's idempotency records (idempotencyKeys),
-  // users, and the capacity keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own,
-  // the claim's arguments, and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its
-  // key, 3 when another item has the id, 4 when the contributor has no account (removed), 'account' or 'shared'
-  // when the contributor's room cannot take the item and its record, even once their own older records are gone.
+  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, order, sequence,
+  // owned per contributor, outbox, the item's sets by status, by contributor and by both (itemListKeys), the
+  // claim's keys (RECORD_CLAIM), the contributor's idempotency records (idempotencyKeys), users, and the capacity
+  // keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own, the claim's arguments,
+  // and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its key, 3 when another item
+  // has the id, 4 when the contributor has no account (removed), 'account' or 'shared' when the contributor's room
+  // cannot take the item and its record, even once their own older records are gone, -1 over the write limit.
   addItem: {
-    numberOfKeys: 12 + CAPACITY_KEYS,
+    numberOfKeys: 13 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
 capacityAt(13)
 if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return 4 end
@@ -26,6 +28,7 @@ releaseExpired(now)
 if not holdsClaim(9, 5) then return 2 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
+if overLimit() then return -1 end
 local bytes = itemBytes(ARGV[3])
 local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9])
 if refused then return refused end
@@ -38,7 +41,7 @@ redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 recordClaim(9, 5)
 appendEvent(KEYS[5], 9)
-return 1`)
+return 1`, { limited: true })
   },
   // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
   pageItems: {
@@ -49,21 +52,23 @@ local total = redis.call('ZCARD', KEYS[2])
 if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
   },
-  // KEYS: items, outbox, order, the sets by status and by contributor and status of the item as read, then of the
-  // item to store (the same when its status stays), the contributor's idempotency records (idempotencyKeys), users,
-  // and the capacity keys (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id,
-  // its creation (ms: itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone,
-  // the item as it is now when it changed since it was read, 2 when its contributor has no account (removed), or
-  // 'account' or 'shared' when the contributor's room cannot take what the item grows by, even once their own
-  // older records are gone.
+  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, outbox, order,
+  // the sets by status and by contributor and status of the item as read, then of the item to store (the same when
+  // its status stays), the contributor's idempotency records (idempotencyKeys), users, and the capacity keys
+  // (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id, its creation (ms:
+  // itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone, the item as it is
+  // now when it changed since it was read, 2 when its contributor has no account (removed), 'account' or 'shared'
+  // when the contributor's room cannot take what the item grows by, even once their own older records are gone,
+  // -1 over the write limit.
   replaceItem: {
-    numberOfKeys: 9 + CAPACITY_KEYS,
+    numberOfKeys: 10 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(10)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
 if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return 2 end
+if overLimit() then return -1 end
 itemKeptBeforeCharges(ARGV[5])
 local grows = itemBytes(ARGV[3]) - itemBytes(current)
 local refused = makeRoom(ARGV[4], grows, KEYS[8], '') or charge(ARGV[4], grows)
@@ -77,20 +82,21 @@ if KEYS[4] ~= KEYS[6] then
   redis.call('ZADD', KEYS[7], sequence, ARGV[1])
 end
 appendEvent(KEYS[2], 6)
-return 1`)
+return 1`, { limited: true })
   },
-  // KEYS: items, order, owned per contributor, outbox, the item's sets by status, by contributor and by both, and
-  // the capacity keys (CAPACITY). ARGV: id, the item as it was read, its contributor's id and its creation (ms:
-  // itemKeptBeforeCharges), both read by the service (no
-  // script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the item is gone, or the
-  // item as it is now when it changed since it was read.
+  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, order, owned per
+  // contributor, outbox, the item's sets by status, by contributor and by both, and the capacity keys (CAPACITY).
+  // ARGV: id, the item as it was read, its contributor's id and its creation (ms: itemKeptBeforeCharges), both read
+  // by the service (no script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the
+  // item is gone, the item as it is now when it changed since it was read, -1 over the write limit.
   removeItem: {
-    numberOfKeys: 7 + CAPACITY_KEYS,
+    numberOfKeys: 8 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
 if not current then return 0 end
 if current ~= ARGV[2] then return current end
+if overLimit() then return -1 end
 local contributorId = ARGV[3]
 itemKeptBeforeCharges(ARGV[4])
 charge(contributorId, -itemBytes(current))
@@ -99,7 +105,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
 if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
 appendEvent(KEYS[4], 5)
-return 1`)
+return 1`, { limited: true })
   },
   // Puts items into their sets by status and contributor, for a catalogue stored before those sets were kept
   // (1.0.0). KEYS: order. ARGV: the families of the sets by status, by contributor and by both (keys.ts), which the
@@ -123,17 +129,18 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addItem (items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string,
-        contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number, perUser: number, ...event: EventArguments]
-    ): Result<0 | 1 | 2 | 3 | 4 | Refusal, Context>
+    addItem (limitCounter: string, items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string,
+        limitMax: number, limitWindowMs: number, id: string, contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number,
+        perUser: number, ...event: EventArguments]
+    ): Result<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
-    replaceItem (items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, next: string,
-        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<0 | 1 | 2 | string, Context>
-    removeItem (items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, expected: string, contributorId: string, createdAtMs: number,
-        ...event: EventArguments]): Result<0 | 1 | string, Context>
+    replaceItem (limitCounter: string, items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
+      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number,
+        limitWindowMs: number, id: string, expected: string, next: string, contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | 2 | string>, Context>
+    removeItem (limitCounter: string, items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
+      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number, limitWindowMs: number, id: string, expected: string,
+        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | string>, Context>
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
@@ -205,16 +212,17 @@ export class RedisItemStore implements ItemStore {
     this.#idempotencyKeys = options.idempotencyKeys
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim): Promise<StoredItem | undefined> {
+  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
     const stored = storedItem(item)
     const json = stored[TEXT]
     const event = announce?.(stored)
     const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
-    const added = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(keys.items, keys.itemOrder, keys.itemSequence,
-      keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, keys.users, ...capacityKeys(keys),
-      deadline, outcomeKey, item.id, item.contributorId,
-      json, this.#maxPerContributor, ...recorded.arguments, ...eventArguments(event)))
+    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
+    const added = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(limitCounter, keys.items, keys.itemOrder,
+      keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, keys.users,
+      ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments,
+      ...eventArguments(event))), limit)
     if (isRefusal(added)) throw refusal(added)
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
@@ -250,17 +258,19 @@ export class RedisItemStore implements ItemStore {
       'items in item-order are missing from items (evicted? Redis needs maxmemory-policy noeviction); pages skip them')
   }
 
-  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement): Promise<StoredItem | undefined> {
+  async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
+    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
     return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       const stored = storedItem(change(current))
       const next = stored[TEXT]
       const event = announce?.(stored)
       const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
       const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
-      const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(keys.items, keys.outbox, keys.itemOrder,
-        byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, keys.users, ...capacityKeys(keys),
-        deadline, outcomeKey, id, json, next, current.contributorId, Date.parse(current.createdAt), ...eventArguments(event)))
+      const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(limitCounter, keys.items, keys.outbox,
+        keys.itemOrder, byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, keys.users,
+        ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json, next, current.contributorId, Date.parse(current.createdAt),
+        ...eventArguments(event))), limit)
       if (isRefusal(outcome)) throw refusal(outcome)
       if (outcome === 2) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return outcome
@@ -269,14 +279,15 @@ export class RedisItemStore implements ItemStore {
     }))
   }
 
-  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement): Promise<StoredItem | undefined> {
+  async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
+    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
     return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
-      const outcome = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned,
-        keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, id, json, current.contributorId,
-        Date.parse(current.createdAt), ...eventArguments(event)))
+      const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(limitCounter, keys.items, keys.itemOrder,
+        keys.itemsOwned, keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json,
+        current.contributorId, Date.parse(current.createdAt), ...eventArguments(event))), limit)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

@@ -1,16 +1,62 @@
 import type { Redis, Result } from 'ioredis'
-import type { Counted, RateCounter } from '../store.js'
+import type { Counted, RateCounter, WriteLimit } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import type { RedisKeys } from './keys.js'
+
+// Lua: one hit in the counter `key`, whose window of `windowMs` begins with its first. {hits so far, ms until the
+// window ends}.
+const COUNT_HIT = `
+local function countHit (key, windowMs)
+  local hits = redis.call('INCR', key)
+  if hits == 1 then redis.call('PEXPIRE', key, windowMs) end
+  return {hits, redis.call('PTTL', key)}
+end
+`
+
+/**
+ * Lua for a write script counted against a WriteLimit in its own step (writeScript's `limited`): KEYS[1] is the
+ * limit's counter, ARGV[1] and ARGV[2] its max (negative when no limit counts the write) and window (ms), all three
+ * taken off. `overLimit()` counts the write, and is true when the write is over the limit and must not be done;
+ * `counted` is then what it counted, or false.
+ */
+export const WRITE_LIMIT = `${COUNT_HIT}
+local limitKey = table.remove(KEYS, 1)
+local limitMax = tonumber(table.remove(ARGV, 1))
+local limitWindowMs = table.remove(ARGV, 1)
+local counted = false
+local function overLimit ()
+  if limitMax < 0 then return false end
+  counted = countHit(limitKey, limitWindowMs)
+  return counted[1] > limitMax
+end
+`
+
+/** The counter key and the max and window that a limited write script takes first (WRITE_LIMIT). */
+export function limitArguments (keys: RedisKeys, limit: WriteLimit | undefined): [key: string, max: number, windowMs: number] {
+  return limit === undefined ? [keys.rateLimit, -1, 0] : [`${keys.rateLimit}${limit.name}:${limit.key}`, limit.max, limit.windowMs]
+}
+
+/** A limited write script's reply: what its body answered, and what its limit counted (null when none did). */
+export type Limited<Outcome> = [outcome: Outcome, counted: [current: number, ttl: number] | null]
+
+/** What a limited write script did, once its limit is told what it counted; throws the limit's refusal over it. */
+export function limitedOutcome<Outcome> ([outcome, counted]: Limited<Outcome>, limit: WriteLimit | undefined): Exclude<Outcome, -1> {
+  if (counted !== null && limit !== undefined) {
+    const [current, ttl] = counted
+    limit.counted({ current, ttl })
+    if (current > limit.max) throw limit.refusal({ current, ttl })
+  }
+  // A script answers -1 only over its limit, whose refusal was thrown.
+  return outcome as Exclude<Outcome, -1>
+}
 
 export const rateCounterScripts = {
   // KEYS: the counter. ARGV: window (ms). {count, ms until the window ends}.
   countHit: {
     numberOfKeys: 1,
-    lua: `${WRITE_DEADLINE}
-local current = redis.call('INCR', KEYS[1])
-if current == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-return {current, redis.call('PTTL', KEYS[1])}`
+    lua: `${WRITE_DEADLINE}${COUNT_HIT}
+return countHit(KEYS[1], ARGV[1])`
   },
   // KEYS: the counter. {count, ms until the window ends}, or nil when the window has no hit.
   peekHits: {

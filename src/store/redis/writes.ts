@@ -3,6 +3,7 @@ import type { Redis, Result } from 'ioredis'
 import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
+import { WRITE_LIMIT } from './rate-counter.js'
 import { type Script, unavailable, WRITE_DEADLINE } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
@@ -37,20 +38,27 @@ export interface Replication {
   readonly shortOfReplicas?: (short: boolean) => void
 }
 
+// The reply of a limited script (limitedOutcome): recorded, unless the limit refused the write.
+const LIMITED_OUTCOME = `local outcome = {write(), counted}
+if outcome[1] == -1 then return outcome end`
+
 /**
  * A write script whose outcome is known even when its reply is lost: after WRITE_DEADLINE's ARGV[1] (its
  * deadline), ARGV[2] is the key to record its reply under, also taken off ARGV. `definitions` (functions the body
  * calls) may use WRITE_DEADLINE's `now`. The reply is recorded in the same atomic step as the change, so that it is
- * there exactly when the change is.
+ * there exactly when the change is. A `limited` script takes a WriteLimit's keys and arguments next (WRITE_LIMIT),
+ * its body calls `overLimit()` where the write would be counted and answers -1 over it, and it replies {what the
+ * body answered, `counted`} (limitedOutcome). A write refused by its limit records no reply: it changed nothing but
+ * the count, so that a flood over a limit leaves nothing behind it, and a lost reply is answered as a write undone.
  */
-export function writeScript (definitions: string, body: string): string {
+export function writeScript (definitions: string, body: string, { limited = false } = {}): string {
   return `${WRITE_DEADLINE}
 local outcomeKey = table.remove(ARGV, 1)
-${definitions}
+${limited ? WRITE_LIMIT : ''}${definitions}
 local function write ()
 ${body}
 end
-local outcome = write()
+${limited ? LIMITED_OUTCOME : 'local outcome = write()'}
 redis.call('SET', outcomeKey, cjson.encode({outcome}), 'PX', ${OUTCOME_TTL_MS})
 return outcome`
 }

@@ -2,9 +2,9 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
-import { type ItemFilter, UserRemovedError } from '../../../src/store/store.js'
+import { type Counted, type ItemFilter, UserRemovedError, type WriteLimit } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/domain/serialized.js'
-import { account, ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, read, readPage, REMOVED, user } from './fixtures.js'
+import { account, ADDED, announce, bodies, count, EDITED, type FreshStore, HOUR, item, type OpenStore, read, readPage, REMOVED, user } from './fixtures.js'
 
 export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('items: added, got, paged in creation order with the total', async (t) => {
@@ -138,6 +138,40 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     t.equal(await items.get(raced!.id), undefined)
     t.ok(edited === undefined || edited.name === 'edited', 'the edit happened before it, or found nothing')
     t.ok(removed?.name === (edited === undefined ? 'An item' : 'edited'), 'the delete removed what the edit left')
+  })
+
+  t.test('items: a write limit counts in the write\'s own step, on its rate counter; over it, nothing is written and its refusal rejects; a write refused before counts nothing', async (t) => {
+    const store = await fresh(t)
+    const { users, items, outbox } = store
+    await outbox.subscribe('s', [ADDED, EDITED, REMOVED])
+    const contributorId = await account(users)
+    const told: Counted[] = []
+    const limit: WriteLimit = {
+      name: 'writes',
+      key: contributorId,
+      max: 3,
+      windowMs: HOUR,
+      counted: (counted) => { told.push(counted) },
+      refusal: ({ current }) => new Error(`over, at ${current}`)
+    }
+    const first = (await items.add(item(contributorId), announce(ADDED), undefined, limit))!
+    const edited = await items.update(first.id, (current) => ({ ...current, name: 'edited' }), announce(EDITED), limit)
+    t.same(told.map(({ current }) => current), [1, 2], 'an add and an edit count together')
+    t.ok(told.every(({ ttl }) => ttl > 0 && ttl <= HOUR), 'each with what is left of its window')
+    await t.rejects(items.update(first.id, () => { throw new Error('not yours') }, announce(EDITED), limit), { message: 'not yours' })
+    t.equal(await items.update(randomUUID(), (current) => current, announce(EDITED), limit), undefined)
+    await t.rejects(items.remove(first.id, () => { throw new Error('not yours') }, announce(REMOVED), limit), { message: 'not yours' })
+    t.equal(await items.remove(randomUUID(), () => {}, announce(REMOVED), limit), undefined)
+    t.equal(told.length, 2, 'a change or confirm that throws, or no item, counts nothing')
+    const second = (await items.add(item(contributorId), announce(ADDED), undefined, limit))!
+    await t.rejects(items.add(item(contributorId), announce(ADDED), undefined, limit), { message: 'over, at 4' })
+    await t.rejects(items.update(second.id, (current) => ({ ...current, name: 'late' }), announce(EDITED), limit), { message: 'over, at 5' })
+    await t.rejects(items.remove(second.id, () => {}, announce(REMOVED), limit), { message: 'over, at 6' })
+    t.same(told.map(({ current }) => current), [1, 2, 3, 4, 5, 6], 'each told, refused or not')
+    t.same(readPage(await items.page(0, 10)), { items: [edited, second], total: 2 }, 'nothing written over the limit')
+    t.same(bodies((await outbox.take('s', Date.now(), 10, HOUR)).deliveries).map((body) => (body as { channel: string }).channel), [ADDED, EDITED, ADDED], 'and no event')
+    t.equal((await count(store, 'writes', contributorId, HOUR)).current, 7, 'on the rate counter of its name')
+    t.ok(await items.add(item(contributorId), announce(ADDED)), 'a write no limit counts is done')
   })
 
   t.test('items: none is added or edited for a contributor whose account is removed, or was never made; its items can still be removed', async (t) => {

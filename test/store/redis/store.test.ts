@@ -6,6 +6,7 @@ import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
 import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
+import type { Limited } from '../../../src/store/redis/rate-counter.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
@@ -87,8 +88,8 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
     ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
   const rotate = async (deadline: number): Promise<[string, string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  const addItem = async (deadline: number): Promise<0 | 1 | 2 | 3 | 4 | Refusal> => await redis.addItem(keys.items, keys.itemOrder, keys.itemSequence, keys.itemsOwned,
-    keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), 'i1', 'u1', item, 10, '', '', 0, 0)
+  const addItem = async (deadline: number): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
+    keys.itemsOwned, keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), -1, 0, 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
   const addUser = async (deadline: number): Promise<unknown> =>
     await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
@@ -109,13 +110,14 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(redis.revokeSession(...capacity, past, outcome('revoke'), ...families, 's1'), late)
   t.same(await rotate(future), ['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
     'the token was still current: the late rotation changed nothing')
-  t.equal(await addItem(future), 1)
-  await t.rejects(redis.replaceItem(keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, keys.users, ...capacity, past, outcome('replace'), 'i1', item,
-    '{}', 'u1', 0), late)
-  await t.rejects(redis.removeItem(keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), 'i1', item, 'u1', 0), late)
+  t.same(await addItem(future), [1, null])
+  await t.rejects(redis.replaceItem(keys.rateLimit, keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, keys.users,
+    ...capacity, past, outcome('replace'), -1, 0, 'i1', item, '{}', 'u1', 0), late)
+  await t.rejects(redis.removeItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), -1, 0, 'i1', item,
+    'u1', 0), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
   t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
-    ['[""]', JSON.stringify([['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[1]', null],
+    ['[""]', JSON.stringify([['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[[1,false]]', null],
     'each write that ran recorded its reply; none that did not')
   t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
 })
