@@ -3,14 +3,12 @@ import type { FastifyBaseLogger, FastifyReply, onErrorHookHandler, preHandlerHoo
 import stringify from 'safe-stable-stringify'
 import type { RouteDefinition } from '../../generated/routes.js'
 import type { Item } from '../domain/index.js'
-import { idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
+import { ApiError, idempotencyKeyInUse, idempotencyKeyReused } from '../errors.js'
 import type { HeldKey, IdempotencyClaim, IdempotencyKeyStore } from '../store/store.js'
 import type { StepFor } from './step.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** The claim the request makes on its Idempotency-Key once its limits have counted it; null without a key. */
-    idempotencyKey: IdempotencyClaim | null
     /** The request's claim on its Idempotency-Key, which the handler records with what it makes; null until made. */
     idempotencyClaim: IdempotencyClaim | null
   }
@@ -58,11 +56,12 @@ function replayOf (route: RouteDefinition, fields: IdempotencyOptions['fields'])
   }
 }
 
-/** The two steps of the IETF draft's Idempotency-Key, one before the limits by caller and one after. */
+/** The step of the IETF draft's Idempotency-Key. */
 export interface IdempotencySteps {
-  /** The replay of a create recorded under the request's key, or its refusal (409, 422), from a read only. */
-  readonly replay: StepFor
-  /** The claim on the key, once the limits have counted the request: nothing is kept for a request they refuse. */
+  /**
+   * The replay of a create recorded under the request's key, or its refusal (409, 422), or else the key claimed,
+   * in one step of the store, which counts the create against its write limit (never a replay or a refusal).
+   */
   readonly claim: StepFor
   /** Ends the releases still to be tried (the app closes). */
   readonly stop: () => void
@@ -72,8 +71,9 @@ export interface IdempotencySteps {
  * The IETF draft's Idempotency-Key on the operations that declare it. A retry with the key and body of a recorded
  * create gets that response again, with `Idempotent-Replayed: true`, and runs nothing else: no limit counts it, no
  * handler runs, no event is emitted. The same key with another body is 422; while its first request runs, 409.
- * Otherwise the request claims the key once its limits have counted it, and the store records what it made with
- * it; a request that fails frees its key, so a retry runs again.
+ * Otherwise the request claims the key, in the same step of the store that counts it against its write limit (so
+ * that the create's own write counts nothing again, and a create over its limit claims nothing), and the store
+ * records what it made with it; a request that fails frees its key, so a retry runs again.
  */
 export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencySteps {
   const answer = (replay: Replay, reply: FastifyReply, held: HeldKey, done: (error?: Error) => void): void => {
@@ -89,27 +89,16 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
         done(idempotencyKeyReused())
     }
   }
-  const findKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
+  const claimKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
     const key = request.headers['idempotency-key']
     if (typeof key !== 'string') {
       done()
       return
     }
     const claim = { userId: request.user.id, key, fingerprint: digestOf(String(stringify(request.body))), token: randomUUID() }
-    request.idempotencyKey = claim
-    keys.find(claim).then((held) => {
-      if (held === undefined) done()
-      else answer(replay, reply, held, done)
-    }, done)
-  }
-  // Another request may have claimed or recorded the key since it was read.
-  const claimKey = (replay: Replay): preHandlerHookHandler => (request, reply, done) => {
-    const claim = request.idempotencyKey
-    if (claim === null) {
-      done()
-      return
-    }
-    keys.claim(claim, CLAIM_LEASE_MS).then((outcome) => {
+    const limit = request.writeLimit ?? undefined
+    request.writeLimit = null
+    keys.claim(claim, CLAIM_LEASE_MS, limit).then((outcome) => {
       if (outcome.status !== 'claimed') {
         answer(replay, reply, outcome, done)
         return
@@ -117,9 +106,9 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       request.idempotencyClaim = claim
       done()
     }, (error: Error) => {
-      // The claim may have been made (an unknown outcome): freed as a failed request's is, so that the retry the
-      // answer asks for is not refused while the claim's lease lasts.
-      request.idempotencyClaim = claim
+      // Refused by its limit, nothing was claimed. Otherwise the claim may have been made (an unknown outcome): freed
+      // as a failed request's is, so that the retry the answer asks for is not refused while the claim's lease lasts.
+      if (!(error instanceof ApiError && error.statusCode === 429)) request.idempotencyClaim = claim
       done(error)
     })
   }
@@ -151,7 +140,6 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
     release(claim, request.log, RELEASE_TRIES).then(() => { done() }, done)
   }
   return {
-    replay: (route) => route.idempotent ? { preHandler: [findKey(replayOf(route, fields))] } : undefined,
     claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined,
     stop: () => {
       for (const retry of retries) clearTimeout(retry)

@@ -129,12 +129,13 @@ interface RoutesPluginOptions {
  *  3. authentication         onRequest   the operation's security scheme (401)
  *  4. role                   onRequest   `x-roles` (403)
  *     (Fastify)                          body parsing (400, 413, 415), the generated validators (400)
- *  5. idempotency            preHandler  the replay of the `Idempotency-Key`'s create (409, 422), from a read
- *  6. limits by caller       preHandler  the `x-rate-limits` keyed by email or user (429); onSend counts a failed sign-in
- *  7. idempotency claim      preHandler  the key claimed, once the limits counted the request; onError frees it
+ *  5. limits by caller       preHandler  the `x-rate-limits` keyed by email or user (429), the item writes' handed to
+ *                                        the store, which counts them in the write's own step; onSend counts a failed sign-in
+ *  6. idempotency            preHandler  the replay of the `Idempotency-Key`'s create (409, 422), or the key claimed, in
+ *                                        the store step that counts the create's limit; onError frees it
  *     (handler)                          then serialization with the contract's response schema
- *  8. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
- *  9. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
+ *  7. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
+ *  8. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
  *
  * A capability adds hooks to no route itself; a route that a capability does not apply to runs none of its code.
  * Each step is made here from what it needs: the app's store, metrics and token signer, the configuration.
@@ -156,9 +157,8 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
       bearerAuth: bearerAuth({ jwt: app.jwt, store: app.store, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
     })],
     ['role', roleGuard],
-    ['idempotency', keys.replay],
     ['limits by caller', limits.byCaller],
-    ['idempotency claim', keys.claim],
+    ['idempotency', keys.claim],
     ['response contract', (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }],
     ['metrics', requestMetrics(app.metrics, options.metricsExposed)]
   ]
@@ -170,7 +170,6 @@ async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions)
   // counts against, the key's claim.
   app.decorateRequest('rateLimitStatus', null)
   app.decorateRequest('writeLimit', null)
-  app.decorateRequest('idempotencyKey', null)
   app.decorateRequest('idempotencyClaim', null)
   await registerContractRoutes(app, { routes, validators: generatedValidator, serializer: contractSerializer, handlers: options.handlers, pipeline: await publicPipeline(app, options) })
 }

@@ -141,18 +141,12 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
       })
     }
   }
-  // Hands the limit to the store, which counts it in the write's own step. A create with an Idempotency-Key is
-  // counted here, before its key is claimed, so that a create over its limit claims nothing.
+  // Hands the limit to the store, which counts it in the write's own step (a keyed create's, its key's claim).
   const writeLimitFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]
     const { keyOf } = COUNTING[name]
     const windowMs = windowSeconds * 1000
-    const countNow = hookFor(name)
-    return function (request, reply, done) {
-      if (request.idempotencyKey !== null) {
-        countNow.call(this, request, reply, done)
-        return
-      }
+    return (request, reply, done) => {
       request.writeLimit = {
         name,
         key: keyOf(request),

@@ -124,11 +124,10 @@ export type HeldKey = Exclude<ClaimOutcome, { readonly status: 'claimed' }>
 export interface IdempotencyKeyStore {
   /**
    * Claims the key for the claim's request until `leaseMs` from now (a request that dies holding it frees it then),
-   * unless it is held: see ClaimOutcome.
+   * unless it is held: see ClaimOutcome. With a limit, a claim made counts against it (what holds the key counts
+   * against nothing), and none is made over it: the create it is for is counted by its claim.
    */
-  claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome>
-  /** What holds the claim's key, read only (it keeps nothing): undefined while it is free. */
-  find (claim: IdempotencyClaim): Promise<HeldKey | undefined>
+  claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome>
   /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
   release (claim: IdempotencyClaim): Promise<void>
   /**

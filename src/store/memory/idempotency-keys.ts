@@ -1,7 +1,8 @@
 import type { Item } from '../../domain/index.js'
 import { storedItem } from '../../domain/serialized.js'
-import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
+import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
+import { countWrite, type MemoryRateCounter } from './rate-counter.js'
 
 interface Held {
   readonly userId: string
@@ -49,17 +50,20 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   // Each user's keys, in the order they were claimed or recorded: the first is the oldest.
   readonly #byUser = new Map<string, Set<string>>()
   readonly #capacity: MemoryCapacity
+  readonly #rateCounter: (name: string) => MemoryRateCounter
 
-  constructor (bounds: MemoryIdempotencyKeyBounds, capacity: MemoryCapacity) {
+  constructor (bounds: MemoryIdempotencyKeyBounds, capacity: MemoryCapacity, rateCounter: (name: string) => MemoryRateCounter) {
     this.#bounds = bounds
     this.#capacity = capacity
+    this.#rateCounter = rateCounter
   }
 
-  async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
+  async claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome> {
     const now = Date.now()
     this.#forgetExpired(now, Infinity)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
+      countWrite(this.#rateCounter, limit)
       const bytes = keyBytes(entryKey(claim))
       for (let own = this.#byUser.get(claim.userId); own !== undefined && own.size >= this.#bounds.perUser; own = this.#byUser.get(claim.userId)) {
         this.#forget(own.values().next().value!, claim.userId)
@@ -69,11 +73,6 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
       return { status: 'claimed' }
     }
     return heldKey(held, claim)
-  }
-
-  async find (claim: IdempotencyClaim): Promise<HeldKey | undefined> {
-    const held = this.#entries.get(entryKey(claim))
-    return held === undefined || held.until <= Date.now() ? undefined : heldKey(held, claim)
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

@@ -42,14 +42,14 @@ export function createMemoryStore ({
   const capacity = new MemoryCapacity(bounds)
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
-  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity)
-  const users = new MemoryUserStore(capacity)
-  const sessions = new MemorySessionStore(capacity, users)
   const rateCounter = (name: string): MemoryRateCounter => {
     const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
     rateCounters.set(name, counter)
     return counter
   }
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity, rateCounter)
+  const users = new MemoryUserStore(capacity)
+  const sessions = new MemorySessionStore(capacity, users)
   const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users, rateCounter)
   let open = true
   return {

@@ -4,7 +4,7 @@ import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter
 import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
-import type { MemoryRateCounter } from './rate-counter.js'
+import { countWrite, type MemoryRateCounter } from './rate-counter.js'
 import type { MemoryUserStore } from './users.js'
 
 interface ItemEntry {
@@ -73,7 +73,7 @@ export class MemoryItemStore implements ItemStore {
     if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
     const owned = this.#byContributor.get(item.contributorId)
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
-    this.#count(limit)
+    countWrite(this.#rateCounter, limit)
     const stored = storedItem(item)
     const bytes = itemBytes(stored)
     // Room for the item and its record made first, all or nothing; then charged before anything is kept: a refusal
@@ -99,14 +99,6 @@ export class MemoryItemStore implements ItemStore {
     }
     if (announce !== undefined) this.#outbox.record(announce(entry.item))
     return entry.item
-  }
-
-  // The memory counter answers at once, so the hit is counted in the write's own step.
-  #count (limit: WriteLimit | undefined): void {
-    if (limit === undefined) return
-    const counted = this.#rateCounter(limit.name).count(limit.key, limit.windowMs, limit.max)
-    limit.counted(counted)
-    if (counted.current > limit.max) throw limit.refusal(counted)
   }
 
   #assertAccount (contributorId: string): void {
@@ -138,7 +130,7 @@ export class MemoryItemStore implements ItemStore {
     const previous = entry.item
     this.#assertAccount(previous.contributorId)
     const next = storedItem(change(previous))
-    this.#count(limit)
+    countWrite(this.#rateCounter, limit)
     const bytes = itemBytes(next)
     this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)
     this.#capacity.charge(previous.contributorId, bytes - entry.bytes)
@@ -159,7 +151,7 @@ export class MemoryItemStore implements ItemStore {
     const entry = this.#byId.get(id)
     if (entry === undefined) return undefined
     confirm(entry.item)
-    this.#count(limit)
+    countWrite(this.#rateCounter, limit)
     this.#byId.delete(id)
     this.#capacity.refund(entry.item.contributorId, entry.bytes)
     const { contributorId, status } = entry.item

@@ -1,5 +1,5 @@
 import { FifoMap } from 'toad-cache'
-import type { Counted, RateCounter } from '../store.js'
+import type { Counted, RateCounter, WriteLimit } from '../store.js'
 
 interface Counter {
   current: number
@@ -83,4 +83,15 @@ export class MemoryRateCounter implements RateCounter {
     this.#locked.set(key, counter)
     return true
   }
+}
+
+/**
+ * Counts a write against its limit (none when undefined) in the write's own step, the memory counter answering at
+ * once: throws the limit's refusal over it.
+ */
+export function countWrite (rateCounter: (name: string) => MemoryRateCounter, limit: WriteLimit | undefined): void {
+  if (limit === undefined) return
+  const counted = rateCounter(limit.name).count(limit.key, limit.windowMs, limit.max)
+  limit.counted(counted)
+  if (counted.current > limit.max) throw limit.refusal(counted)
 }

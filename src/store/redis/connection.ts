@@ -189,7 +189,9 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
  * - items.update, remove: two (read, then a compare-and-set script), and one more each time another instance
  *   changed the item in between;
- * - a rate limit count: one; none for the item writes' limit, which the write's own script counts;
+ * - idempotencyKeys.claim, release: one each (a keyed create is its claim and its add);
+ * - a rate limit count: one; none for the item writes' limit, which the write's own script counts (a keyed
+ *   create's, its claim's);
  * - outbox.take, settle, pending: one each (take fans out new events first, in the same script); subscribe: none
  *   (the instance passes its subscribers to each take). The item writes append their event to the outbox stream in
  *   the script that makes the change, at no extra round trip.

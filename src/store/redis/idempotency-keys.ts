@@ -1,27 +1,30 @@
 import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore } from '../store.js'
+import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script } from './commands.js'
 import type { RedisKeys } from './keys.js'
+import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
 export const idempotencyKeyScripts = {
-  // KEYS: the key (idempotencyKey), the capacity keys (CAPACITY). ARGV: the claim as JSON, its lease (ms), the user
-  // id. What holds the key already, or nil when the claim now does: charged
-  // to the user whatever their room (MemoryCapacity.hold says why).
+  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: the key
+  // (idempotencyKey), the capacity keys (CAPACITY). ARGV: the claim as JSON, its lease (ms), the user id. What holds
+  // the key already (counted against no limit), -1 over the write limit, or nil when the claim now does: charged to
+  // the user whatever their room (MemoryCapacity.hold says why).
   claimIdempotencyKey: {
-    numberOfKeys: 1 + CAPACITY_KEYS,
+    numberOfKeys: 2 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
 capacityAt(2)
 releaseExpired(now)
 local held = redis.call('GET', KEYS[1])
-if held then return held end
+if held then return refuse(held) end
+if overLimit() then return refuse(-1) end
 local bytes, expiresAt = keyBytes(KEYS[1], ARGV[1]), now + tonumber(ARGV[2])
 chargeUntil(KEYS[1], ARGV[3], bytes, expiresAt, true)
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false`)
+return false`, { limited: true })
   },
   // KEYS: the key, the capacity keys. ARGV: the claim as JSON. Frees the key, and its charge, if the claim still
   // holds it.
@@ -39,8 +42,8 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (key: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, claim: string, leaseMs: number,
-      userId: string]): Result<string | null, Context>
+    claimIdempotencyKey (limitCounter: string, key: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number,
+      limitWindowMs: number, claim: string, leaseMs: number, userId: string]): Result<Limited<string | -1 | null>, Context>
     releaseIdempotencyKey (key: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
 }
@@ -131,15 +134,11 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
     this.#keys = keys
   }
 
-  async claim (claim: IdempotencyClaim, leaseMs: number): Promise<ClaimOutcome> {
-    const json = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(keyOf(this.#keys, claim),
-      ...capacityKeys(this.#keys), deadline, outcomeKey, claimJson(claim), leaseMs, claim.userId))
+  async claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome> {
+    const [limitCounter, limitMax, limitWindowMs] = limitArguments(this.#keys, limit)
+    const json = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(limitCounter,
+      keyOf(this.#keys, claim), ...capacityKeys(this.#keys), deadline, outcomeKey, limitMax, limitWindowMs, claimJson(claim), leaseMs, claim.userId)), limit)
     return json === null ? { status: 'claimed' } : heldKey(json, claim)
-  }
-
-  async find (claim: IdempotencyClaim): Promise<HeldKey | undefined> {
-    const json = await call(this.#redis.get(keyOf(this.#keys, claim)))
-    return json === null ? undefined : heldKey(json, claim)
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

@@ -23,15 +23,15 @@ export const itemScripts = {
     numberOfKeys: 13 + CAPACITY_KEYS,
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
 capacityAt(13)
-if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return 4 end
+if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return refuse(4) end
 releaseExpired(now)
-if not holdsClaim(9, 5) then return 2 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 3 end
-if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return 0 end
-if overLimit() then return -1 end
+if not holdsClaim(9, 5) then return refuse(2) end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return refuse(3) end
+if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return refuse(0) end
+if overLimit() then return refuse(-1) end
 local bytes = itemBytes(ARGV[3])
 local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9])
-if refused then return refused end
+if refused then return refuse(refused) end
 charge(ARGV[2], bytes)
 chargeRecord(9, 5, ARGV[2])
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
@@ -65,14 +65,14 @@ return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(10)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return 0 end
-if current ~= ARGV[2] then return current end
-if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return 2 end
-if overLimit() then return -1 end
+if not current then return refuse(0) end
+if current ~= ARGV[2] then return refuse(current) end
+if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return refuse(2) end
+if overLimit() then return refuse(-1) end
 itemKeptBeforeCharges(ARGV[5])
 local grows = itemBytes(ARGV[3]) - itemBytes(current)
 local refused = makeRoom(ARGV[4], grows, KEYS[8], '') or charge(ARGV[4], grows)
-if refused then return refused end
+if refused then return refuse(refused) end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if KEYS[4] ~= KEYS[6] then
   local sequence = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -94,9 +94,9 @@ return 1`, { limited: true })
     lua: writeScript(APPEND_EVENT + CAPACITY, `
 capacityAt(8)
 local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return 0 end
-if current ~= ARGV[2] then return current end
-if overLimit() then return -1 end
+if not current then return refuse(0) end
+if current ~= ARGV[2] then return refuse(current) end
+if overLimit() then return refuse(-1) end
 local contributorId = ARGV[3]
 itemKeptBeforeCharges(ARGV[4])
 charge(contributorId, -itemBytes(current))

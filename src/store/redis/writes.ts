@@ -38,27 +38,30 @@ export interface Replication {
   readonly shortOfReplicas?: (short: boolean) => void
 }
 
-// The reply of a limited script (limitedOutcome): recorded, unless the limit refused the write.
-const LIMITED_OUTCOME = `local outcome = {write(), counted}
-if outcome[1] == -1 then return outcome end`
-
 /**
  * A write script whose outcome is known even when its reply is lost: after WRITE_DEADLINE's ARGV[1] (its
  * deadline), ARGV[2] is the key to record its reply under, also taken off ARGV. `definitions` (functions the body
  * calls) may use WRITE_DEADLINE's `now`. The reply is recorded in the same atomic step as the change, so that it is
- * there exactly when the change is. A `limited` script takes a WriteLimit's keys and arguments next (WRITE_LIMIT),
- * its body calls `overLimit()` where the write would be counted and answers -1 over it, and it replies {what the
- * body answered, `counted`} (limitedOutcome). A write refused by its limit records no reply: it changed nothing but
- * the count, so that a flood over a limit leaves nothing behind it, and a lost reply is answered as a write undone.
+ * there exactly when the change is. A body that changes nothing answers `refuse(reply)`, which records no reply: a
+ * flood of refused writes leaves nothing behind it, and a lost reply is answered as a write undone, which it was.
+ * A `limited` script takes a WriteLimit's keys and arguments next (WRITE_LIMIT), its body calls `overLimit()` where
+ * the write would be counted and answers `refuse(-1)` over it, and it replies {what the body answered, `counted`}
+ * (limitedOutcome).
  */
 export function writeScript (definitions: string, body: string, { limited = false } = {}): string {
   return `${WRITE_DEADLINE}
 local outcomeKey = table.remove(ARGV, 1)
+local unchanged = false
+local function refuse (reply)
+  unchanged = true
+  return reply
+end
 ${limited ? WRITE_LIMIT : ''}${definitions}
 local function write ()
 ${body}
 end
-${limited ? LIMITED_OUTCOME : 'local outcome = write()'}
+local outcome = ${limited ? '{write(), counted}' : 'write()'}
+if unchanged then return outcome end
 redis.call('SET', outcomeKey, cjson.encode({outcome}), 'PX', ${OUTCOME_TTL_MS})
 return outcome`
 }

@@ -186,7 +186,6 @@ t.test('expired charges are swept every few seconds while the store answers; a s
       available: () => { checks += 1; return checks > 1 },
       idempotencyKeys: {
         claim: store.idempotencyKeys.claim.bind(store.idempotencyKeys),
-        find: store.idempotencyKeys.find.bind(store.idempotencyKeys),
         release: store.idempotencyKeys.release.bind(store.idempotencyKeys),
         sweep: async () => { sweeps += 1; throw new Error('the sweep broke') }
       }

@@ -2,8 +2,8 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { ClaimLostError, type IdempotencyClaim } from '../../../src/store/store.js'
-import { account, ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
+import { ClaimLostError, type IdempotencyClaim, type WriteLimit } from '../../../src/store/store.js'
+import { account, ADDED, announce, count, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   const claim = (userId: string, overrides: Partial<IdempotencyClaim> = {}): IdempotencyClaim =>
@@ -30,26 +30,31 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.equal((await items.page(0, 10)).total, 1)
   })
 
-  t.test('idempotency keys: find reads what holds a key, as a claim would answer, and keeps nothing', async (t) => {
-    const { users, items, idempotencyKeys, capacity } = await fresh(t)
+  t.test('idempotency keys: a claim made counts against its write limit; what holds the key counts nothing; over the limit, no claim is made and its refusal rejects', async (t) => {
+    const store = await fresh(t)
+    const { users, items, idempotencyKeys } = store
     const ada = await account(users)
-    t.equal(await idempotencyKeys.find(claim(ada)), undefined, 'free')
-    const held = (await capacity()).heldBytes
-    await idempotencyKeys.claim(claim(ada), HOUR)
-    t.equal(await idempotencyKeys.find(claim(ada, { key: 'never' })), undefined)
-    t.ok((await capacity()).heldBytes > held, 'the claim is charged')
-    const charged = (await capacity()).heldBytes
-    t.same(await idempotencyKeys.find(claim(ada)), { status: 'running' }, 'held while it runs')
-    t.same(await idempotencyKeys.find(claim(ada, { fingerprint: 'other' })), { status: 'mismatch' })
-    t.equal((await capacity()).heldBytes, charged, 'a find charges nothing')
-    const recorded = claim(ada, { key: 'recorded' })
-    await idempotencyKeys.claim(recorded, HOUR)
-    const added = await items.add(item(ada), undefined, recorded)
-    t.same(await idempotencyKeys.find(claim(ada, { key: 'recorded' })), { status: 'recorded', item: added })
-    const lapsed = claim(ada, { key: 'lapsed' })
-    await idempotencyKeys.claim(lapsed, 1)
-    await sleep(5)
-    t.equal(await idempotencyKeys.find(lapsed), undefined, 'a lapsed claim holds nothing')
+    const told: number[] = []
+    const limit: WriteLimit = {
+      name: 'writes',
+      key: ada,
+      max: 2,
+      windowMs: HOUR,
+      counted: ({ current }) => { told.push(current) },
+      refusal: ({ current }) => new Error(`over, at ${current}`)
+    }
+    const first = claim(ada)
+    t.same(await idempotencyKeys.claim(first, HOUR, limit), { status: 'claimed' })
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR, limit), { status: 'running' })
+    t.same(await idempotencyKeys.claim(claim(ada, { fingerprint: 'other' }), HOUR, limit), { status: 'mismatch' })
+    const added = await items.add(item(ada), undefined, first)
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR, limit), { status: 'recorded', item: added })
+    t.same(told, [1], 'only the claim made counted')
+    t.same(await idempotencyKeys.claim(claim(ada, { key: 'second' }), HOUR, limit), { status: 'claimed' })
+    await t.rejects(idempotencyKeys.claim(claim(ada, { key: 'third' }), HOUR, limit), { message: 'over, at 3' })
+    t.same(told, [1, 2, 3])
+    t.same(await idempotencyKeys.claim(claim(ada, { key: 'third' }), HOUR), { status: 'claimed' }, 'the key refused was not claimed')
+    t.equal((await count(store, 'writes', ada, HOUR)).current, 4, 'on the rate counter of its name')
   })
 
   t.test('idempotency keys: an add whose claim lapsed and was taken by another adds nothing; one that lapsed untaken still adds and records', async (t) => {

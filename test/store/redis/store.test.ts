@@ -69,6 +69,30 @@ t.test('the Store contract, on Redis', { skip }, async (t) => {
   })
 })
 
+t.test('a write refused (over its limit, its key held, its item gone or changed, over the quota) records no reply: a flood of refusals leaves nothing behind', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 1 })
+  t.teardown(async () => { await store.close() })
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  const outcomes = async (): Promise<number> => (await redis.keys(`${redisKeys(prefix).writeOutcome}*`)).length
+  const contributorId = await account(store.users)
+  const limit = { name: 'writes', key: contributorId, max: 1, windowMs: 60_000, counted: () => {}, refusal: () => new Error('over') }
+  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID() }
+  t.same(await store.idempotencyKeys.claim(claim, 60_000), { status: 'claimed' })
+  const kept = (await store.items.add(item(contributorId), undefined, claim))!
+  const written = await outcomes()
+  t.equal(written, 3, 'each write that changed something recorded its reply: the account, the claim, the add')
+  t.same((await store.idempotencyKeys.claim({ ...claim, token: randomUUID() }, 60_000)).status, 'recorded', 'a claim of a held key')
+  t.equal(await store.items.add(item(contributorId)), undefined, 'an add over the quota')
+  t.equal(await store.items.update(randomUUID(), (current) => current), undefined, 'an edit of no item')
+  t.equal(await store.items.remove(randomUUID(), () => {}), undefined, 'a delete of no item')
+  await store.items.update(kept.id, (current) => ({ ...current, name: 'counted' }), undefined, limit)
+  await t.rejects(store.items.update(kept.id, (current) => ({ ...current, name: 'over' }), undefined, limit), { message: 'over' }, 'an edit over its limit')
+  await t.rejects(store.idempotencyKeys.claim({ ...claim, key: 'other' }, 60_000, limit), { message: 'over' }, 'a claim over its limit')
+  t.equal(await outcomes(), written + 1, 'only the edit within its limit recorded one')
+})
+
 t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes, and records its reply', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
   const redis = new Redis(REDIS_URL, { scripts })
@@ -95,7 +119,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
     await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
   await t.rejects(addUser(past), late)
   await t.rejects(openSession(past), late)
-  await t.rejects(redis.claimIdempotencyKey(`${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), '{}', 60_000, 'u1'), late)
+  await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1'), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
