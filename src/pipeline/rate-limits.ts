@@ -71,6 +71,28 @@ function recordStatus (request: FastifyRequest, reply: FastifyReply, entry: Rate
 
 const byAddress = (request: FastifyRequest): string => request.clientAddress
 
+// A request's limit counted by the store in its write (WriteLimit): one object a write, its methods shared.
+class WriteLimitOfRequest implements WriteLimit {
+  readonly #request: FastifyRequest
+  readonly #reply: FastifyReply
+  readonly #refused: () => void
+
+  constructor (readonly name: RateLimitName, readonly key: string, readonly max: number, readonly windowMs: number, request: FastifyRequest, reply: FastifyReply, refused: () => void) {
+    this.#request = request
+    this.#reply = reply
+    this.#refused = refused
+  }
+
+  counted (counted: Counted): void {
+    recordStatus(this.#request, this.#reply, { policy: this.name, max: this.max, counted, refundKey: undefined })
+    if (counted.current > this.max) this.#refused()
+  }
+
+  refusal (counted: Counted): Error {
+    return rateLimited(this.name, Math.ceil(counted.ttl / 1000))
+  }
+}
+
 interface Counting {
   /** The key a request counts under. */
   readonly keyOf: (request: FastifyRequest) => string
@@ -110,8 +132,9 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
  * the failures of whoever tried that email, so no field says it, or a stranger would read them.
  *
  * Hand-written rather than @fastify/rate-limit (which can count only failed sign-ins, with `increment: false`): its
- * store cannot take back the hit of a request answered 503, and it writes the draft's older separate fields
- * (RateLimit-Limit, -Remaining, -Reset), not the RateLimit and RateLimit-Policy lists of a route's several limits.
+ * store cannot take back the hit of a request answered 503, nor count one inside the write's own atomic step, and it
+ * writes the draft's older separate fields (RateLimit-Limit, -Remaining, -Reset), not the RateLimit and
+ * RateLimit-Policy lists of a route's several limits.
  */
 export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): RateLimitSteps {
   if (limits === null) return { byAddress: () => undefined, byCaller: () => undefined }
@@ -146,18 +169,9 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
     const { max, windowSeconds } = limitsByName[name]
     const { keyOf } = COUNTING[name]
     const windowMs = windowSeconds * 1000
+    const limitRefused = (): void => { refusals.inc({ limit: name }) }
     return (request, reply, done) => {
-      request.writeLimit = {
-        name,
-        key: keyOf(request),
-        max,
-        windowMs,
-        counted: (counted) => {
-          recordStatus(request, reply, { policy: name, max, counted, refundKey: undefined })
-          if (counted.current > max) refusals.inc({ limit: name })
-        },
-        refusal: (counted) => rateLimited(name, Math.ceil(counted.ttl / 1000))
-      }
+      request.writeLimit = new WriteLimitOfRequest(name, keyOf(request), max, windowMs, request, reply, limitRefused)
       done()
     }
   }

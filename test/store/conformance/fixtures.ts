@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item, User } from '../../../src/domain/index.js'
 import { type ItemText, itemFields } from '../../../src/domain/serialized.js'
-import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore } from '../../../src/store/store.js'
+import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore, WriteLimit } from '../../../src/store/store.js'
 
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
@@ -59,6 +59,16 @@ export const peek = async (store: Store, name: string, key: string, windowMs: nu
   })
 
 export const HOUR = 3_600_000
+
+/** A write limit of `max` an hour on the counter `writes`, for `key`: each count is pushed to `told`; its refusal says at which. */
+export const writeLimit = (key: string, max: number, told: Counted[] = []): WriteLimit => ({
+  name: 'writes',
+  key,
+  max,
+  windowMs: HOUR,
+  counted: (counted) => { told.push(counted) },
+  refusal: ({ current }) => new Error(`over, at ${current}`)
+})
 
 export const announce = (channel: string): Announcement => (announced) => ({ id: randomUUID(), channel, body: JSON.stringify({ channel, item: announced }) })
 export const ADDED = 'items.item.added'

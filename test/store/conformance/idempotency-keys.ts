@@ -2,8 +2,8 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { ClaimLostError, type IdempotencyClaim, type WriteLimit } from '../../../src/store/store.js'
-import { account, ADDED, announce, count, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
+import { ClaimLostError, type Counted, type IdempotencyClaim } from '../../../src/store/store.js'
+import { account, ADDED, announce, count, type FreshStore, HOUR, item, type OpenStore, writeLimit } from './fixtures.js'
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   const claim = (userId: string, overrides: Partial<IdempotencyClaim> = {}): IdempotencyClaim =>
@@ -34,25 +34,18 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     const store = await fresh(t)
     const { users, items, idempotencyKeys } = store
     const ada = await account(users)
-    const told: number[] = []
-    const limit: WriteLimit = {
-      name: 'writes',
-      key: ada,
-      max: 2,
-      windowMs: HOUR,
-      counted: ({ current }) => { told.push(current) },
-      refusal: ({ current }) => new Error(`over, at ${current}`)
-    }
+    const told: Counted[] = []
+    const limit = writeLimit(ada, 2, told)
     const first = claim(ada)
     t.same(await idempotencyKeys.claim(first, HOUR, limit), { status: 'claimed' })
     t.same(await idempotencyKeys.claim(claim(ada), HOUR, limit), { status: 'running' })
     t.same(await idempotencyKeys.claim(claim(ada, { fingerprint: 'other' }), HOUR, limit), { status: 'mismatch' })
     const added = await items.add(item(ada), undefined, first)
     t.same(await idempotencyKeys.claim(claim(ada), HOUR, limit), { status: 'recorded', item: added })
-    t.same(told, [1], 'only the claim made counted')
+    t.same(told.map(({ current }) => current), [1], 'only the claim made counted')
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'second' }), HOUR, limit), { status: 'claimed' })
     await t.rejects(idempotencyKeys.claim(claim(ada, { key: 'third' }), HOUR, limit), { message: 'over, at 3' })
-    t.same(told, [1, 2, 3])
+    t.same(told.map(({ current }) => current), [1, 2, 3])
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'third' }), HOUR), { status: 'claimed' }, 'the key refused was not claimed')
     t.equal((await count(store, 'writes', ada, HOUR)).current, 4, 'on the rate counter of its name')
   })

@@ -2,9 +2,9 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
-import { type Counted, type ItemFilter, UserRemovedError, type WriteLimit } from '../../../src/store/store.js'
+import { type Counted, type ItemFilter, UserRemovedError } from '../../../src/store/store.js'
 import { TEXT } from '../../../src/domain/serialized.js'
-import { account, ADDED, announce, bodies, count, EDITED, type FreshStore, HOUR, item, type OpenStore, read, readPage, REMOVED, user } from './fixtures.js'
+import { account, ADDED, announce, bodies, count, EDITED, type FreshStore, HOUR, item, type OpenStore, read, readPage, REMOVED, user, writeLimit } from './fixtures.js'
 
 export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('items: added, got, paged in creation order with the total', async (t) => {
@@ -146,14 +146,7 @@ export function itemsConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     await outbox.subscribe('s', [ADDED, EDITED, REMOVED])
     const contributorId = await account(users)
     const told: Counted[] = []
-    const limit: WriteLimit = {
-      name: 'writes',
-      key: contributorId,
-      max: 3,
-      windowMs: HOUR,
-      counted: (counted) => { told.push(counted) },
-      refusal: ({ current }) => new Error(`over, at ${current}`)
-    }
+    const limit = writeLimit(contributorId, 3, told)
     const first = (await items.add(item(contributorId), announce(ADDED), undefined, limit))!
     const edited = await items.update(first.id, (current) => ({ ...current, name: 'edited' }), announce(EDITED), limit)
     t.same(told.map(({ current }) => current), [1, 2], 'an add and an edit count together')

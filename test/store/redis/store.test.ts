@@ -14,7 +14,7 @@ import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { redisProxy } from '../../support/redis-proxy.js'
 import { storeConformance } from '../conformance/index.js'
-import { account, item, user } from '../conformance/fixtures.js'
+import { account, item, user, writeLimit } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
 const silent = { warn: () => {}, info: () => {} }
@@ -77,7 +77,7 @@ t.test('a write refused (over its limit, its key held, its item gone or changed,
   t.teardown(() => { redis.disconnect() })
   const outcomes = async (): Promise<number> => (await redis.keys(`${redisKeys(prefix).writeOutcome}*`)).length
   const contributorId = await account(store.users)
-  const limit = { name: 'writes', key: contributorId, max: 1, windowMs: 60_000, counted: () => {}, refusal: () => new Error('over') }
+  const limit = writeLimit(contributorId, 1)
   const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID() }
   t.same(await store.idempotencyKeys.claim(claim, 60_000), { status: 'claimed' })
   const kept = (await store.items.add(item(contributorId), undefined, claim))!
@@ -88,8 +88,8 @@ t.test('a write refused (over its limit, its key held, its item gone or changed,
   t.equal(await store.items.update(randomUUID(), (current) => current), undefined, 'an edit of no item')
   t.equal(await store.items.remove(randomUUID(), () => {}), undefined, 'a delete of no item')
   await store.items.update(kept.id, (current) => ({ ...current, name: 'counted' }), undefined, limit)
-  await t.rejects(store.items.update(kept.id, (current) => ({ ...current, name: 'over' }), undefined, limit), { message: 'over' }, 'an edit over its limit')
-  await t.rejects(store.idempotencyKeys.claim({ ...claim, key: 'other' }, 60_000, limit), { message: 'over' }, 'a claim over its limit')
+  await t.rejects(store.items.update(kept.id, (current) => ({ ...current, name: 'over' }), undefined, limit), { message: 'over, at 2' }, 'an edit over its limit')
+  await t.rejects(store.idempotencyKeys.claim({ ...claim, key: 'other' }, 60_000, limit), { message: 'over, at 3' }, 'a claim over its limit')
   t.equal(await outcomes(), written + 1, 'only the edit within its limit recorded one')
 })
 
