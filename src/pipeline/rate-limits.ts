@@ -98,7 +98,7 @@ interface Counting {
   readonly keyOf: (request: FastifyRequest) => string
   /**
    * When the request counts. Keyed by the client address alone: in `onRequest`, before authentication and before
-   * any body is read or password checked. The sign-in's: after authentication, the role guard and validation, once
+   * any body is read or password checked. The sign-in's: after validation (a sign-in has no authentication), once
    * its email is valid. An item write's: by the store, in the write's own atomic step (so that it costs no step of
    * its own), once nothing but the store's room stands in its way (a write refused for its item, its owner, its
    * If-Match or the quota counts against nothing).
