@@ -159,9 +159,10 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
       while (await redis.set(`filler:${fillers}`, 'f'.repeat(size)).then(() => true, () => false)) fillers += 1
     }
   }
-  // Each create is refused 503 by Redis at its maxmemory, the first that reaches it said at error (the server
-  // writes its line as it answers: it may reach this process a moment after). Keys expiring meanwhile (the writes'
-  // outcomes, after 30 s) free room, which is filled again before each create.
+  // A create Redis refuses at its maxmemory is 503, the first said at error (the server writes its line as it
+  // answers: it may reach this process a moment after). Room freed meanwhile (keys expiring, the writes' outcomes
+  // after 30 s; Redis shrinking a client's buffers) lets a create through as a 201 now and then: filled again
+  // before each create, Redis is at its maxmemory again.
   const outOfMemory = 'Redis is at its maxmemory: writes are refused until it has room (docs/operations.md, "Capacity")'
   const statuses = new Set<number>()
   while (logged(server.output(), outOfMemory) === undefined) {
@@ -169,7 +170,8 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
     statuses.add((await post('/v1/items', { name: 'light' }, { authorization: `Bearer ${light}` })).status)
     await sleep(50)
   }
-  t.same([...statuses], [503], 'Redis at its maxmemory: 503')
+  t.ok(statuses.has(503), 'Redis at its maxmemory: 503')
+  t.same([...statuses].filter((status) => status !== 503 && status !== 201), [], 'and never another status (a 201 had room)')
   t.match(logged(server.output(), outOfMemory), { level: 50 }, 'said at error')
 })
 
