@@ -113,6 +113,8 @@ export class RedisWrites {
   #catchUpTo: { stream: string, offset: number } | undefined
   #probedAt = -Infinity
   #probing = false
+  // The WAIT the writes sent in this turn of the event loop share, until it is sent.
+  #nextWait: Promise<number | { failed: unknown }> | undefined
 
   constructor (redis: Redis, clock: RedisClock, outcomeFamily: string, { withinMs = OUTCOME_WITHIN_MS, replication = { replicas: 0 } }: { withinMs?: number | undefined, replication?: Replication | undefined } = {}) {
     this.#redis = redis
@@ -136,8 +138,6 @@ export class RedisWrites {
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
     const reply = send(deadline, outcomeKey)
-    // Sent right behind the script on the same connection, in the same round trip: WAIT counts the replicas that
-    // have every write this connection sent before it.
     const replicated = this.#waitForReplicas()
     let outcome: T
     try {
@@ -156,10 +156,19 @@ export class RedisWrites {
     return outcome
   }
 
-  // Settles at once to what WAIT said or why it failed: it may fail while the script's reply is awaited.
+  // One WAIT for every write sent in this turn of the event loop, behind them on the same connection: WAIT counts
+  // the replicas that have every write the connection sent before it, and Redis holds the connection until they
+  // answer, so a WAIT a write would serialize the writes. Settles at once to what WAIT said or why it failed: it may
+  // fail while a script's reply is awaited.
   #waitForReplicas (): Promise<number | { failed: unknown }> | undefined {
     if (this.#replication.replicas === 0) return undefined
-    return this.#redis.wait(this.#replication.replicas, REPLICATION_WITHIN_MS).catch((error: unknown) => ({ failed: error }))
+    this.#nextWait ??= new Promise((resolve) => {
+      setImmediate(() => {
+        this.#nextWait = undefined
+        this.#redis.wait(this.#replication.replicas, REPLICATION_WITHIN_MS).then(resolve, (error: unknown) => { resolve({ failed: error }) })
+      })
+    })
+    return this.#nextWait
   }
 
   async #replicated (waiting: Promise<number | { failed: unknown }> | undefined): Promise<void> {

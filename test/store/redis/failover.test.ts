@@ -321,6 +321,27 @@ t.test('without replication before the answer, a write acknowledged just before 
   }
 })
 
+// Redis holds a connection at its WAIT until the replicas answer: a WAIT a write would make the writes of every
+// request wait for each other's, one replica round trip each.
+t.test('writes made at once share their WAITs, and each is answered once the replica has it', { skip }, async (t) => {
+  const { primary, replica } = await primaryAndReplica(t)
+  const [direct, onReplica] = [new Redis(primary.url), new Redis(replica.url)]
+  t.teardown(() => { direct.disconnect(); onReplica.disconnect() })
+  const keyPrefix = `items-shared-wait:${randomUUID()}:`
+  const api = await build(t, { ...env, STORE: 'redis', REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
+  const { accessToken } = await contributorWithItem(api)
+  const waitsSent = async (): Promise<number> => Number(/cmdstat_wait:calls=(\d+)/.exec(await direct.info('commandstats'))?.[1])
+  const waitsBefore = await waitsSent()
+  const created = await Promise.all(Array.from({ length: 10 }, async (_, index) => {
+    const response = await api.call('createItem', { token: accessToken, body: { name: `made at once ${index}` } })
+    // Read as soon as this one is answered, before the others are.
+    return { statusCode: response.statusCode, onReplica: await onReplica.hexists(redisKeys(keyPrefix).items, response.json<Schemas['Item']>().id) }
+  }))
+  t.same(created, Array.from({ length: 10 }, () => ({ statusCode: 201, onReplica: 1 })), 'each answered 201 with the replica holding it')
+  const waits = await waitsSent() - waitsBefore
+  t.ok(waits < 10, `fewer WAITs than writes: ${waits} for 10`)
+})
+
 // A replica gone silent: each write would hold the shared connection, and every read queued behind it, for
 // REPLICATION_WITHIN_MS. Once a write has found too few replicas, the next are refused before they are sent, until
 // the replicas are seen in sync again.
