@@ -28,8 +28,9 @@ class Attempt implements Dispatcher.DispatchHandler {
   constructor (settle: (outcome: AttemptOutcome) => void, timeoutMs: number) {
     this.#settle = settle
     this.#deadline = setTimeout(() => {
-      this.#end(timedOut())
-      this.#controller?.abort(timedOut())
+      const error = timedOut()
+      this.#end(error)
+      this.#controller?.abort(error)
     }, timeoutMs).unref()
   }
 
