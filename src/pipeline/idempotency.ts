@@ -25,13 +25,11 @@ type Replay = (reply: FastifyReply, item: Item) => FastifyReply
 // A request that still holds its key this long after claiming it died with its instance: the key is free again.
 const CLAIM_LEASE_MS = 60_000
 
-// A claim whose release failed (the store out of reach, a failover under way) is freed again every RELEASE_RETRY_MS,
-// up to RELEASE_TRIES times in all (5 s: past a failover's few seconds), in the background: the retry its 503 or 504
-// asks for then finds the key free soon after the store is back, not at the lease's end. Each failed request's
-// claim is held that long at most, and at most PENDING_RELEASES are waiting to be tried again: past that (an outage
-// under a flood of keyed creates), a key is free again when its lease ends, as without the retries.
+// A claim whose release failed (the store out of reach, a failover under way) is freed again every RELEASE_RETRY_MS
+// in the background until its lease ends: the retry its 503 or 504 asks for then finds the key free soon after the
+// store is back, however long it was away. At most PENDING_RELEASES claims are waiting to be tried again: past that
+// (an outage under a flood of keyed creates), a key is free again when its lease ends, as without the retries.
 const RELEASE_RETRY_MS = 250
-const RELEASE_TRIES = 20
 export const PENDING_RELEASES = 1024
 
 // The same body, whatever the order of its fields, has the same digest.
@@ -115,17 +113,22 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
   // Claims whose freeing failed and is to be tried again (at most PENDING_RELEASES), and the timers that will.
   const pending = new Set<IdempotencyClaim>()
   const retries = new Set<NodeJS.Timeout>()
-  const release = async (claim: IdempotencyClaim, log: FastifyBaseLogger, triesLeft: number): Promise<void> => {
+  const release = async (claim: IdempotencyClaim, log: FastifyBaseLogger, leaseEndsAt: number): Promise<void> => {
     await keys.release(claim).then(() => { pending.delete(claim) }, (err: unknown) => {
-      if (triesLeft === 1 || (!pending.has(claim) && pending.size >= PENDING_RELEASES)) {
+      const triedAgain = pending.has(claim)
+      // Past its lease the key is free anyway; past the bound, it is left to its lease.
+      if (performance.now() + RELEASE_RETRY_MS >= leaseEndsAt || (!triedAgain && pending.size >= PENDING_RELEASES)) {
         pending.delete(claim)
-        log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
+        if (!triedAgain) log.warn({ err }, 'freeing an idempotency key failed; it is free again when its claim\'s lease ends')
         return
       }
-      pending.add(claim)
+      if (!triedAgain) {
+        pending.add(claim)
+        log.warn({ err }, 'freeing an idempotency key failed; it is tried again until its claim\'s lease ends')
+      }
       const retry = setTimeout(() => {
         retries.delete(retry)
-        void release(claim, log, triesLeft - 1)
+        void release(claim, log, leaseEndsAt)
       }, RELEASE_RETRY_MS)
       retries.add(retry)
     })
@@ -137,7 +140,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       done()
       return
     }
-    release(claim, request.log, RELEASE_TRIES).then(() => { done() }, done)
+    release(claim, request.log, performance.now() + CLAIM_LEASE_MS).then(() => { done() }, done)
   }
   return {
     claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined,

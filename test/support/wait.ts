@@ -11,22 +11,22 @@ export interface Patience {
   withinMs?: number
 }
 
-/** What a wait is for: a function says it as it stands when the wait gives up. */
-export type WaitedFor = string | (() => string)
+/** What a wait is for: a function says it as it stands when the wait gives up, from the last result it got. */
+export type WaitedFor<T = unknown> = string | ((last: T) => string)
 
 /** The first result of `attempt()` that `accepted` takes, trying again every `everyMs`; rejects after `withinMs` naming `what` it waited for. */
-export async function retryUntil<T> (what: WaitedFor, attempt: () => T | Promise<T>, accepted: (result: T) => boolean, { everyMs = 10, withinMs = HANG_MS }: Patience = {}): Promise<T> {
+export async function retryUntil<T> (what: WaitedFor<T>, attempt: () => T | Promise<T>, accepted: (result: T) => boolean, { everyMs = 10, withinMs = HANG_MS }: Patience = {}): Promise<T> {
   const givesUpAt = performance.now() + withinMs
   for (;;) {
     const result = await attempt()
     if (accepted(result)) return result
-    if (performance.now() > givesUpAt) throw new Error(`waited ${withinMs / 1000} s for ${typeof what === 'string' ? what : what()}`)
+    if (performance.now() > givesUpAt) throw new Error(`waited ${withinMs / 1000} s for ${typeof what === 'string' ? what : what(result)}`)
     await new Promise((resolve) => setTimeout(resolve, everyMs))
   }
 }
 
 /** Resolves once `holds()` does, looking again every `everyMs`; rejects after `withinMs` naming `what` it waited for. */
-export async function until (what: WaitedFor, holds: () => boolean | Promise<boolean>, patience: Patience = {}): Promise<void> {
+export async function until (what: WaitedFor<boolean>, holds: () => boolean | Promise<boolean>, patience: Patience = {}): Promise<void> {
   await retryUntil(what, holds, (held) => held, patience)
 }
 

@@ -142,7 +142,7 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {
-    await call(this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), ...capacityKeys(this.#keys), claimJson(claim)))
+    await this.#writes.runRepeatable(async () => await this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), ...capacityKeys(this.#keys), claimJson(claim)))
   }
 
   // Redis's clock decides what has expired, for every instance alike.

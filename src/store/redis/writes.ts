@@ -4,7 +4,7 @@ import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { WRITE_LIMIT } from './rate-counter.js'
-import { type Script, unavailable, WRITE_DEADLINE } from './commands.js'
+import { call, type Script, unavailable, WRITE_DEADLINE } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -129,12 +129,7 @@ export class RedisWrites {
    * replicas asked for have it: a write only the primary has would be lost if a replica took its place.
    */
   async run<T> (send: (deadline: number, outcomeKey: string) => Promise<T>): Promise<T> {
-    // The client sends nothing while it is not ready: nothing is done.
-    if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`Redis: the connection is ${this.#redis.status}; nothing was sent`)
-    if (this.#shortOfReplicas) {
-      this.#probeReplicas()
-      throw new StoreUnavailableError(`Redis: fewer than the ${this.#replication.replicas} replicas asked for are in sync; nothing was sent`)
-    }
+    this.#admit()
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
     const reply = send(deadline, outcomeKey)
@@ -154,6 +149,29 @@ export class RedisWrites {
     }
     await this.#replicated(replicated)
     return outcome
+  }
+
+  /**
+   * The reply of a write whose caller sends it again until it is answered (freeing an idempotency key): a lost reply
+   * is its failure, and it is answered once the replicas asked for have it, as `run`'s are.
+   */
+  async runRepeatable<T> (send: () => Promise<T>): Promise<T> {
+    this.#admit()
+    const reply = call(send())
+    const replicated = this.#waitForReplicas()
+    const outcome = await reply
+    await this.#replicated(replicated)
+    return outcome
+  }
+
+  // Throws, with nothing sent, what the write would meet: a client that sends nothing while it is not ready, or too
+  // few replicas to wait for.
+  #admit (): void {
+    if (this.#redis.status !== 'ready') throw new StoreUnavailableError(`Redis: the connection is ${this.#redis.status}; nothing was sent`)
+    if (this.#shortOfReplicas) {
+      this.#probeReplicas()
+      throw new StoreUnavailableError(`Redis: fewer than the ${this.#replication.replicas} replicas asked for are in sync; nothing was sent`)
+    }
   }
 
   // One WAIT for every write sent in this turn of the event loop, behind them on the same connection: WAIT counts
