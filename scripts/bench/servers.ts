@@ -29,11 +29,14 @@ export async function stop (server: Server): Promise<void> {
   await exited
 }
 
-/** Starts the built service (with `serviceEnv` unless told otherwise) and resolves once it answers its readiness check. */
-export async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned = true): Promise<Server & { startupMs: number }> {
+/**
+ * Starts the built service (with `serviceEnv` unless told otherwise; `entry`, another checkout's build) and resolves
+ * once it answers its readiness check.
+ */
+export async function startService (env: NodeJS.ProcessEnv = serviceEnv, pinned = true, entry = 'dist/src/server.js'): Promise<Server & { startupMs: number }> {
   const port = await freePort()
   const started = performance.now()
-  const command = ['node', 'dist/src/server.js']
+  const command = ['node', entry]
   const [executable = '', ...args] = pinned ? pin(command) : command
   const child = spawn(executable, args, { env: { ...process.env, ...env, PORT: String(port) }, stdio: ['ignore', 'ignore', 'inherit'] })
   const url = `http://127.0.0.1:${port}`

@@ -55,18 +55,7 @@ if not json then return {0, table.concat(ended, ' ')} end
 if redis.call('HGET', KEYS[2], emailKey) == userId then redis.call('HDEL', KEYS[2], emailKey) end
 redis.call('HDEL', KEYS[1], userId)
 redis.call('ZREM', KEYS[3], userId)
-local floor = redis.call('HGET', capacity.floors, userId)
-if floor then
-  -- What it held within its floor now counts against the shared part, as all it holds without one does (as the
-  -- memory store's MemoryCapacity.release).
-  local held = tonumber(redis.call('HGET', capacity.bytes, userId) or '0')
-  local besideSessions = math.max(0, tonumber(floor) - tonumber(redis.call('HGET', capacity.totals, 'sessions')))
-  redis.call('HINCRBY', capacity.totals, 'shared', math.min(held, besideSessions))
-  redis.call('HDEL', capacity.floors, userId)
-  -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
-  redis.call('HINCRBY', capacity.totals, 'floors', 0 - tonumber(floor))
-  redis.call('HINCRBY', capacity.totals, 'accounts', -1)
-end
+releaseFloor(userId)
 charge(userId, -userBytes(userId, emailKey, json))
 return {1, table.concat(ended, ' ')}`)
   }

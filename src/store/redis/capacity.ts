@@ -19,13 +19,14 @@ const UNBOUNDED_BYTES = 2 ** 53
  *   part than is left; refused, nothing changes. A refund past what was charged counts the rest in the totals'
  *   `uncharged` (an item kept before charges, `keptBeforeCharges(createdAt)`) or `drift` (anything else).
  * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
- *   left, 'pace' and the ms to wait when the pace on registrations holds it back.
+ *   left, 'pace' and the ms to wait when the pace on registrations holds it back. `releaseFloor(account)` gives the
+ *   floor back.
  * - `chargeUntil(name, account, bytes, expiresAt, unrefused)`: a charge that lasts as long as the key `name` (an
  *   idempotency key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
  * - `chargeSessionUntil(name, account, bytes, expiresAt)`: the same for a session (`name` its key), charged to the
  *   part of the account's floor kept for its sessions, never refused; `sessionsRoom(account)`, what is left of it.
- * - `makeRoom(account, bytes, records, keeping)`: pushes out the account's oldest idempotency records, all it needs
- *   or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
+ * - `makeRoom(account, bytes, records, keeping, now)`: pushes out the account's oldest idempotency records, all it
+ *   needs or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (16 when left out), the charges of keys Redis has
  *   expired: how many.
  * - `itemBytes`, `userBytes`, `keyBytes`, `sessionBytes`: what each thing kept is charged.
@@ -33,14 +34,31 @@ const UNBOUNDED_BYTES = 2 ** 53
 export const CAPACITY = `
 local capacity
 local UNBOUNDED = '${UNBOUNDED_BYTES}'
+-- The bounds and sums the charges read, once a script (capacityAt), and the ledger entries of the accounts it has
+-- read (accountOf): every change of them in the script goes through the functions below, which keep both as Redis
+-- has them.
+local totals
+local accounts = {}
 -- Bounds are read from the totals, which setCapacity fills at every start: a Redis come back empty (restarted
 -- without persistence, or flushed) has none, and no write is made unbounded before an instance sets them again.
 local function capacityAt (index)
   capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4],
     sessions = KEYS[index + 5]}
-  if redis.call('HEXISTS', capacity.totals, 'budget') == 0 then
+  local read = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions', 'chargedSince', 'held')
+  if not read[1] then
     error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})
   end
+  totals = {ceiling = tonumber(read[1]), sharedPart = tonumber(read[2]), shared = tonumber(read[3] or '0'), sessions = tonumber(read[4]),
+    chargedSince = tonumber(read[5] or '0'), held = tonumber(read[6] or '0')}
+end
+-- What the account is charged beside its sessions, and its floor.
+local function accountOf (account)
+  local entry = accounts[account]
+  if not entry then
+    entry = {held = tonumber(redis.call('HGET', capacity.bytes, account) or '0'), floor = tonumber(redis.call('HGET', capacity.floors, account) or '0')}
+    accounts[account] = entry
+  end
+  return entry
 end
 local function stored (length) return math.ceil(length * 1.25) end
 -- An item: its JSON in the items hash, and its id in itemOrder and its three sets (keys.ts).
@@ -56,25 +74,21 @@ local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 6
 -- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
 local function chargeRefused (account, bytes)
-  local totals = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions')
-  local ceiling, sharedPart = tonumber(totals[1]), tonumber(totals[2])
-  local shared = tonumber(totals[3] or '0')
-  local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
-  local floor = tonumber(redis.call('HGET', capacity.floors, account) or '0')
-  local besideSessions = math.max(0, floor - tonumber(totals[4]))
-  local nextHeld = held + bytes
-  local nextShared = shared + math.max(0, nextHeld - besideSessions) - math.max(0, held - besideSessions)
+  local entry = accountOf(account)
+  local besideSessions = math.max(0, entry.floor - totals.sessions)
+  local nextHeld = entry.held + bytes
+  local nextShared = totals.shared + math.max(0, nextHeld - besideSessions) - math.max(0, entry.held - besideSessions)
   local refused = false
-  if bytes > 0 and nextHeld > ceiling then refused = 'account'
-  elseif bytes > 0 and nextShared > shared and nextShared > sharedPart then refused = 'shared' end
-  return refused, nextHeld, nextShared, floor
+  if bytes > 0 and nextHeld > totals.ceiling then refused = 'account'
+  elseif bytes > 0 and nextShared > totals.shared and nextShared > totals.sharedPart then refused = 'shared' end
+  return refused, nextHeld, nextShared, entry
 end
 -- Set by a script that changes an item kept before items were charged (created before chargedSince): a refund of
 -- it that finds too little charged is counted as that, not as a drift of the ledger.
 local keptBeforeCharges = false
 -- \`unrefused\`: whatever the account's room (a claim: MemoryCapacity.hold says why).
 local function charge (account, bytes, unrefused)
-  local held = tonumber(redis.call('HGET', capacity.bytes, account) or '0')
+  local held = accountOf(account).held
   -- A refund is given back only as far as the account was charged; what is missing is counted, apart for items
   -- kept before charges (a catalogue of 1.1.0), which never were: any other is a drift of the ledger.
   if held + bytes < 0 then
@@ -82,11 +96,11 @@ local function charge (account, bytes, unrefused)
     -- Not -held: Lua writes a negative zero as "-0", which HINCRBY refuses.
     bytes = 0 - held
   end
-  local refused, nextHeld, nextShared, floor = chargeRefused(account, bytes)
+  local refused, nextHeld, nextShared, entry = chargeRefused(account, bytes)
   if refused and not unrefused then return refused end
-  if nextHeld == 0 and floor == 0 then redis.call('HDEL', capacity.bytes, account) else redis.call('HSET', capacity.bytes, account, nextHeld) end
-  redis.call('HINCRBY', capacity.totals, 'held', bytes)
-  redis.call('HSET', capacity.totals, 'shared', nextShared)
+  if nextHeld == 0 and entry.floor == 0 then redis.call('HDEL', capacity.bytes, account) else redis.call('HSET', capacity.bytes, account, nextHeld) end
+  redis.call('HSET', capacity.totals, 'held', totals.held + bytes, 'shared', nextShared)
+  entry.held, totals.held, totals.shared = nextHeld, totals.held + bytes, nextShared
   return false
 end
 -- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken (or, \`peek\`,
@@ -116,12 +130,12 @@ end
 -- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
 -- 'at' is given: a start that admits 1.1.0's accounts is not paced).
 local function admit (account, bytes, at)
-  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
-  local floor, floors, kept = tonumber(totals[1]), tonumber(totals[2] or '0'), tonumber(totals[3])
+  local read = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
+  local floor, floors, kept = tonumber(read[1]), tonumber(read[2] or '0'), tonumber(read[3])
   if floor > 0 then
     local floorsLeft = math.floor((kept - floors) / floor)
     if floorsLeft < 1 then return 'registration' end
-    local room = tonumber(totals[4])
+    local room = tonumber(read[4])
     if at and room > 0 and kept < tonumber(UNBOUNDED) then
       local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at, false)
       if wait then return 'pace', wait end
@@ -130,7 +144,22 @@ local function admit (account, bytes, at)
   redis.call('HSET', capacity.floors, account, floor)
   redis.call('HINCRBY', capacity.totals, 'floors', floor)
   redis.call('HINCRBY', capacity.totals, 'accounts', 1)
+  accountOf(account).floor = floor
   return charge(account, bytes)
+end
+-- Gives the account's floor back: what it held within it now counts against the shared part, as all it holds
+-- without one does (as the memory store's MemoryCapacity.release).
+local function releaseFloor (account)
+  local entry = accountOf(account)
+  if entry.floor == 0 and redis.call('HEXISTS', capacity.floors, account) == 0 then return end
+  local besideSessions = math.max(0, entry.floor - totals.sessions)
+  local shared = totals.shared + math.min(entry.held, besideSessions)
+  redis.call('HSET', capacity.totals, 'shared', shared)
+  redis.call('HDEL', capacity.floors, account)
+  -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
+  redis.call('HINCRBY', capacity.totals, 'floors', 0 - entry.floor)
+  redis.call('HINCRBY', capacity.totals, 'accounts', -1)
+  entry.floor, totals.shared = 0, shared
 end
 local function chargeSessions (account, bytes)
   local held = tonumber(redis.call('HGET', capacity.sessions, account) or '0')
@@ -139,10 +168,11 @@ local function chargeSessions (account, bytes)
     bytes = 0 - held
   end
   if held + bytes == 0 then redis.call('HDEL', capacity.sessions, account) else redis.call('HSET', capacity.sessions, account, held + bytes) end
-  redis.call('HINCRBY', capacity.totals, 'held', bytes)
+  totals.held = totals.held + bytes
+  redis.call('HSET', capacity.totals, 'held', totals.held)
 end
 local function sessionsRoom (account)
-  return tonumber(redis.call('HGET', capacity.totals, 'sessions')) - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
+  return totals.sessions - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
 end
 -- A charge's entry: its account, its bytes, and 'session' for a session's.
 local function chargeOf (name)
@@ -178,14 +208,24 @@ local function chargeUntil (name, account, bytes, expiresAt, unrefused)
 end
 -- Whether the item a script changes was created before items were charged (keptBeforeCharges).
 local function itemKeptBeforeCharges (createdAtMs)
-  keptBeforeCharges = tonumber(createdAtMs) < tonumber(redis.call('HGET', capacity.totals, 'chargedSince') or '0')
+  keptBeforeCharges = tonumber(createdAtMs) < totals.chargedSince
+end
+local function releaseExpired (now, limit)
+  local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or 16)
+  for _, name in ipairs(expired) do releaseCharge(name) end
+  return #expired
 end
 -- Makes room for charging the account \`bytes\`: when its room cannot take it, pushes out its own oldest records
 -- (\`records\`, a sorted set of their names, as the idempotency keys keep it; never \`keeping\`) until it can. All or
--- nothing: false once there is room, else the refusal, and nothing pushed out.
-local function makeRoom (account, bytes, records, keeping)
+-- nothing: false once there is room, else the refusal, and nothing pushed out. Charges past their time are given
+-- back before any record is pushed out for room they hold.
+local function makeRoom (account, bytes, records, keeping, now)
   local refused = chargeRefused(account, bytes)
   if not refused then return false end
+  if releaseExpired(now) > 0 then
+    refused = chargeRefused(account, bytes)
+    if not refused then return false end
+  end
   local pushedOut, freed = {}, 0
   for _, name in ipairs(redis.call('ZRANGE', records, 0, -1)) do
     local owner, held = chargeOf(name)
@@ -203,11 +243,6 @@ local function makeRoom (account, bytes, records, keeping)
     end
   end
   return refused
-end
-local function releaseExpired (now, limit)
-  local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or 16)
-  for _, name in ipairs(expired) do releaseCharge(name) end
-  return #expired
 end
 `
 

@@ -17,7 +17,6 @@ export const idempotencyKeyScripts = {
     numberOfKeys: 2 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
 capacityAt(2)
-releaseExpired(now)
 local held = redis.call('GET', KEYS[1])
 if held then return refuse(held) end
 if overLimit() then return refuse(-1) end

@@ -24,13 +24,12 @@ export const itemScripts = {
     lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
 capacityAt(13)
 if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return refuse(4) end
-releaseExpired(now)
 if not holdsClaim(9, 5) then return refuse(2) end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return refuse(3) end
 if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return refuse(0) end
 if overLimit() then return refuse(-1) end
 local bytes = itemBytes(ARGV[3])
-local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9])
+local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9], now)
 if refused then return refuse(refused) end
 charge(ARGV[2], bytes)
 chargeRecord(9, 5, ARGV[2])
@@ -71,7 +70,7 @@ if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return refuse(2) end
 if overLimit() then return refuse(-1) end
 itemKeptBeforeCharges(ARGV[5])
 local grows = itemBytes(ARGV[3]) - itemBytes(current)
-local refused = makeRoom(ARGV[4], grows, KEYS[8], '') or charge(ARGV[4], grows)
+local refused = makeRoom(ARGV[4], grows, KEYS[8], '', now) or charge(ARGV[4], grows)
 if refused then return refuse(refused) end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 if KEYS[4] ~= KEYS[6] then

@@ -48,7 +48,6 @@ export const sessionScripts = {
 capacityAt(5)
 local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 if redis.call('HEXISTS', KEYS[4], userId) == 0 then return false end
-releaseExpired(now)
 for _, ended in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do releaseCharge(families.session .. ended) end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local bytes = sessionBytes(KEYS[1], KEYS[2], 1)

@@ -16,7 +16,6 @@ export const userScripts = {
     numberOfKeys: 4 + CAPACITY_KEYS,
     lua: writeScript(CAPACITY, `
 capacityAt(5)
-releaseExpired(now)
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
 local refused, wait = admit(ARGV[1], userBytes(ARGV[1], ARGV[2], ARGV[3]), now)
