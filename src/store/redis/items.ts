@@ -33,8 +33,9 @@ local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9], 
 if refused then return refuse(refused) end
 charge(ARGV[2], bytes)
 chargeRecord(9, 5, ARGV[2])
-redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
-local sequence = redis.call('INCR', KEYS[3])
+redis.call('HINCRBY', KEYS[4], ARGV[2], '1')
+-- A text once: Redis formats a number it is given each time it is given one.
+local sequence = tostring(redis.call('INCR', KEYS[3]))
 for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
 redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])

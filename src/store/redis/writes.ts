@@ -62,7 +62,7 @@ ${body}
 end
 local outcome = ${limited ? '{write(), counted}' : 'write()'}
 if unchanged then return outcome end
-redis.call('SET', outcomeKey, cjson.encode({outcome}), 'PX', ${OUTCOME_TTL_MS})
+redis.call('SET', outcomeKey, cjson.encode({outcome}), 'PX', '${OUTCOME_TTL_MS}')
 return outcome`
 }
 
