@@ -5,9 +5,9 @@
 //
 // Only Redis runs under callgrind; the servers run at full speed, each request its own round trip. After WARM_UP
 // requests of a scenario, the counters are zeroed, exactly COUNTED requests are sent and the counters dumped: the
-// dump's total over COUNTED is the scenario's figure. REDIS_INSTRUCTIONS_WARM_UP and REDIS_INSTRUCTIONS_COUNTED set them (default 200 and 1 000).
-// REDIS_INSTRUCTIONS_SERVICE: the checkout whose built service is counted (default this one), to count a build
-// before a change beside the one after it.
+// dump's total over COUNTED is the scenario's figure. REDIS_INSTRUCTIONS_WARM_UP and REDIS_INSTRUCTIONS_COUNTED set
+// them (default 200 and 1 000). REDIS_INSTRUCTIONS_SERVICE: the checkout whose built service is counted (default
+// this one), to count a build before a change beside the one after it.
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'

@@ -27,5 +27,11 @@ export const DEAD_LETTER_BYTES = 8 * 1024 * 1024
  */
 export const IDEMPOTENCY_KEY_DEFAULTS = { ttlMs: 86_400_000, perUser: 1000 } as const
 
+/**
+ * Charges of idempotency keys past their time that a write its account's room cannot take gives back first, before
+ * it pushes out a record or is refused; the sweep gives back the rest.
+ */
+export const EXPIRED_CHARGES_PER_WRITE = 16
+
 /** A session serves until its end (milliseconds since the epoch), not at it. */
 export const isLive = (session: Session, now: number): boolean => session.expiresAt > now

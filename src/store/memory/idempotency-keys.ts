@@ -1,5 +1,6 @@
 import type { Item } from '../../domain/index.js'
 import { storedItem } from '../../domain/serialized.js'
+import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
 import { countWrite, type MemoryRateCounter } from './rate-counter.js'
@@ -38,11 +39,11 @@ const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key
 /**
  * The idempotency keys of one process. Every key is one entry of one map, in the order it was claimed or recorded,
  * and one of its user's set, in the same order: so a user's oldest goes first in O(1), and expired entries at the
- * front go with the next claim or sweep (any other when it is next looked up). Each key is charged to its user, a
- * claim when it is made (never refused: MemoryCapacity.hold) and a record with its item's fields, until it is
- * forgotten: past the user's count its oldest key goes; and whatever the user's room (src/store/capacity.ts) cannot
- * take (an item and its record, an edit) first pushes out the user's own oldest records, all that it needs or none
- * (`makeRoom`). No other user's record is ever forgotten before its time to live.
+ * front go with the next claim, sweep or write short of room (any other when it is next looked up). Each key is
+ * charged to its user, a claim when it is made (never refused: MemoryCapacity.hold) and a record with its item's
+ * fields, until it is forgotten: past the user's count its oldest key goes; and whatever the user's room
+ * (src/store/capacity.ts) cannot take (an item and its record, an edit) first pushes out the user's own oldest
+ * records, all that it needs or none (`makeRoom`). No other user's record is ever forgotten before its time to live.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #bounds: MemoryIdempotencyKeyBounds
@@ -110,11 +111,16 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   /**
    * Makes room for charging the user `bytes`: when their room cannot take it, pushes out their own oldest records
    * (never a claim whose request still runs, nor the key of `keeping`) until it can. All or nothing: when even
-   * every record gone would not make room, a StoreFullError, and nothing is pushed out.
+   * every record gone would not make room, a StoreFullError, and nothing is pushed out. Keys past their time are
+   * forgotten first (EXPIRED_CHARGES_PER_WRITE of them), their charges given back.
    */
   makeRoom (userId: string, bytes: number, keeping?: IdempotencyClaim): void {
-    const refused = this.#capacity.refusal(userId, bytes)
+    let refused = this.#capacity.refusal(userId, bytes)
     if (refused === undefined) return
+    if (this.#forgetExpired(Date.now(), EXPIRED_CHARGES_PER_WRITE) > 0) {
+      refused = this.#capacity.refusal(userId, bytes)
+      if (refused === undefined) return
+    }
     const pushedOut: string[] = []
     let freed = 0
     const kept = keeping === undefined ? undefined : entryKey(keeping)

@@ -1,5 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, sharedPart } from '../capacity.js'
+import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { type RoomLimit, StoreFullError } from '../store.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { call, type Script } from './commands.js'
@@ -27,8 +28,8 @@ const UNBOUNDED_BYTES = 2 ** 53
  *   part of the account's floor kept for its sessions, never refused; `sessionsRoom(account)`, what is left of it.
  * - `makeRoom(account, bytes, records, keeping, now)`: pushes out the account's oldest idempotency records, all it
  *   needs or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
- * - `releaseExpired(now, limit)`: gives back, `limit` at a time (16 when left out), the charges of keys Redis has
- *   expired: how many.
+ * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
+ *   charges of keys Redis has expired: how many.
  * - `itemBytes`, `userBytes`, `keyBytes`, `sessionBytes`: what each thing kept is charged.
  */
 export const CAPACITY = `
@@ -211,7 +212,7 @@ local function itemKeptBeforeCharges (createdAtMs)
   keptBeforeCharges = tonumber(createdAtMs) < totals.chargedSince
 end
 local function releaseExpired (now, limit)
-  local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or 16)
+  local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or ${EXPIRED_CHARGES_PER_WRITE})
   for _, name in ipairs(expired) do releaseCharge(name) end
   return #expired
 end

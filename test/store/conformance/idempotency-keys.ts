@@ -2,7 +2,8 @@
 import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
-import { ClaimLostError, type Counted, type IdempotencyClaim } from '../../../src/store/store.js'
+import type { Item } from '../../../src/domain/index.js'
+import { ClaimLostError, type Counted, type IdempotencyClaim, type Store } from '../../../src/store/store.js'
 import { account, ADDED, announce, count, type FreshStore, HOUR, item, type OpenStore, writeLimit } from './fixtures.js'
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
@@ -65,6 +66,47 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     await sleep(5)
     const added = await items.add(item(ada), undefined, untaken)
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'other' }), HOUR), { status: 'recorded', item: added })
+  })
+
+  t.test('idempotency keys: a write its room cannot take gives back the charges of records past their time before it is refused, with no sweep', async (t) => {
+    const TTL_MS = 200
+    const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
+    // Two users, the other's create under a key whose item is then removed: its record stays charged until its time.
+    const recordedBeside = async (store: Store): Promise<{ writer: string, recordedAt: number, usersBytes: number }> => {
+      const [writer, other] = [await account(store.users), await account(store.users)]
+      const usersBytes = await held(store)
+      const recordedClaim = claim(other)
+      await store.idempotencyKeys.claim(recordedClaim, HOUR)
+      const recorded = item(other)
+      await store.items.add(recorded, undefined, recordedClaim)
+      const recordedAt = Date.now()
+      await store.items.remove(recorded.id, () => {})
+      return { writer, recordedAt, usersBytes }
+    }
+    // What the users, the record, the other's item and a larger one are charged, as this store reckons them.
+    const measuring = await open(t, { maxItemsPerContributor: 10 })
+    const { writer: measured, usersBytes } = await recordedBeside(measuring)
+    const usersAndRecord = await held(measuring)
+    const bytesOf = async (added: Item): Promise<number> => {
+      const before = await held(measuring)
+      await measuring.items.add(added)
+      return await held(measuring) - before
+    }
+    const itemBytes = await bytesOf(item(measured))
+    const perCharacter = (await bytesOf(item(measured, { description: 'd'.repeat(1000) })) - itemBytes) / 1000
+    // Larger than the other's item by about half the record: it fits beside the users alone, not beside the record too.
+    const larger = { description: 'd'.repeat(Math.round((usersAndRecord - usersBytes) / 2 / perCharacter)) }
+    const largerBytes = await bytesOf(item(measured, larger))
+    t.ok(largerBytes > itemBytes && largerBytes <= usersAndRecord - usersBytes + itemBytes, 'the larger item is as large as the test needs')
+    // Room for the other's create under its key (the users, its record and its item), and nothing more.
+    const bounds = { budgetBytes: usersAndRecord + itemBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: usersAndRecord + itemBytes }
+    const store = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: TTL_MS }, capacity: bounds })
+    const { writer, recordedAt } = await recordedBeside(store)
+    t.equal(await held(store), usersAndRecord, 'the record is charged')
+    await t.rejects(store.items.add(item(writer, larger)), { name: 'StoreFullError', limit: 'shared' }, 'while the record lives, the larger item does not fit')
+    // Waits for time to pass, not for an answer: a slower machine only waits longer.
+    await sleep(recordedAt + TTL_MS + 50 - Date.now())
+    t.ok(await store.items.add(item(writer, larger)), 'once the record is past its time, the same create goes through')
   })
 
   t.test('idempotency keys: a user keeps the most recent of their recorded keys, as many as the store allows, each for its time to live', async (t) => {
