@@ -85,7 +85,7 @@ t.test(`fuzzing every operation, ${RUNS} cases each, seed ${SEED}`, async (t) =>
         const query = asStrings(request.query)
         // Signing out ends the session, so each case signs out of a session of its own.
         const token = route.operationId === 'logoutUser'
-          ? (await api.app.tokens.open(contributor.user.id)).accessToken
+          ? (await api.app.tokens.open(api.app.store, contributor.user.id)).accessToken
           : contributor.accessToken
         // The helper checks the response against the contract (status declared, headers, body schema).
         const response = await api.call(route.operationId, { token, params, query, ...(request.body === undefined ? {} : { body: request.body }) })

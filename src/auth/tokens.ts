@@ -17,7 +17,6 @@ export interface TokenPair {
 }
 
 export interface TokensOptions {
-  store: Store
   signAccessToken: (claims: AccessTokenClaims) => string
   accessTokenTtlSeconds: number
   refreshTokenTtlSeconds: number
@@ -30,7 +29,7 @@ export interface TokensOptions {
 const hashRefreshToken = (token: string): string => createHash('sha256').update(token).digest('base64url')
 const newRefreshToken = (): string => randomBytes(32).toString('base64url')
 
-/** Opens, refreshes and closes sessions: one per sign-in, each with a single-use refresh token. */
+/** Opens, refreshes and closes sessions in the store given: one per sign-in, each with a single-use refresh token. */
 export class Tokens {
   readonly #options: TokensOptions
 
@@ -38,11 +37,11 @@ export class Tokens {
     this.#options = options
   }
 
-  async open (userId: string): Promise<TokenPair> {
+  async open (store: Store, userId: string): Promise<TokenPair> {
     const sessionId = randomUuid()
     const refreshToken = newRefreshToken()
-    await this.#options.store.sessions.open(
-      { id: sessionId, userId, expiresAt: this.#options.store.now() + this.#options.refreshTokenTtlSeconds * 1000 },
+    await store.sessions.open(
+      { id: sessionId, userId, expiresAt: store.now() + this.#options.refreshTokenTtlSeconds * 1000 },
       hashRefreshToken(refreshToken),
       this.#options.maxSessionsPerUser
     )
@@ -50,17 +49,17 @@ export class Tokens {
   }
 
   /** A new pair for a valid refresh token; undefined for any other token (a reused one also ends its session). */
-  async refresh (refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
+  async refresh (store: Store, refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
     const nextRefreshToken = newRefreshToken()
-    const outcome = await this.#options.store.sessions.rotateRefreshToken(
-      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), this.#options.store.now(), this.#options.refreshReuseLeewaySeconds * 1000)
+    const outcome = await store.sessions.rotateRefreshToken(
+      hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), store.now(), this.#options.refreshReuseLeewaySeconds * 1000)
     if (outcome.status !== 'rotated') return undefined
     const { userId, id } = outcome.session
     return { userId, tokens: this.#pair(userId, id, nextRefreshToken) }
   }
 
-  async close (sessionId: string): Promise<void> {
-    await this.#options.store.sessions.revoke(sessionId)
+  async close (store: Store, sessionId: string): Promise<void> {
+    await store.sessions.revoke(sessionId)
   }
 
   #pair (userId: string, sessionId: string, refreshToken: string): TokenPair {

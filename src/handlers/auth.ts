@@ -31,7 +31,8 @@ async function afterWrite<T> (step: Promise<T>, made: string): Promise<T> {
 const NO_STORE = { 'cache-control': 'no-store', pragma: 'no-cache' }
 
 export const registerUser: Handler<'registerUser'> = async (request, reply) => {
-  const { store, passwords, tokens, registrations } = request.server
+  const { passwords, tokens, registrations } = request.server
+  const { store } = request
   const key = emailKey(request.body.email)
   // Registrations of one email run one at a time in this process: those that find it in flight wait for its
   // outcome, rather than each hashing a password only to be refused.
@@ -46,25 +47,26 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   if (user === undefined) throw emailAlreadyRegistered()
   // A retry finds the email registered, and the client signs in. An account removed before its first session opened
   // leaves nothing behind: registering again is the way on.
-  const session = await afterWrite(tokens.open(user.id), 'registered').catch((error: unknown) => {
+  const session = await afterWrite(tokens.open(store, user.id), 'registered').catch((error: unknown) => {
     throw error instanceof UserRemovedError ? serviceUnavailable('The account was removed as it was registered; register again.') : error
   })
   return reply.headers(NO_STORE).code(201).send(authResponse(user, session))
 }
 
 export const loginUser: Handler<'loginUser'> = async (request, reply) => {
-  const { store, passwords, tokens } = request.server
+  const { passwords, tokens } = request.server
+  const { store } = request
   const user = await store.users.findByEmailKey(emailKey(request.body.email))
   const passwordMatches = await passwords.verify(user?.passwordHash, request.body.password, requester(request))
   if (user === undefined || !passwordMatches) throw invalidCredentials()
   // An account removed while its password was checked has no credentials left.
-  const session = await tokens.open(user.id).catch((error: unknown) => { throw error instanceof UserRemovedError ? invalidCredentials() : error })
+  const session = await tokens.open(store, user.id).catch((error: unknown) => { throw error instanceof UserRemovedError ? invalidCredentials() : error })
   return reply.headers(NO_STORE).code(200).send(authResponse(user, session))
 }
 
 export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) => {
-  const { store, tokens } = request.server
-  const refreshed = await tokens.refresh(request.body.refreshToken)
+  const { store } = request
+  const refreshed = await request.server.tokens.refresh(store, request.body.refreshToken)
   // A retry within the reuse leeway gets a working pair again.
   const user = refreshed === undefined ? undefined : await afterWrite(store.users.get(refreshed.userId), 'the refresh token rotated')
   if (refreshed === undefined || user === undefined) throw invalidRefreshToken()
@@ -72,6 +74,6 @@ export const refreshTokens: Handler<'refreshTokens'> = async (request, reply) =>
 }
 
 export const logoutUser: Handler<'logoutUser'> = async (request, reply) => {
-  await request.server.tokens.close(request.user.sessionId)
+  await request.server.tokens.close(request.store, request.user.sessionId)
   return reply.code(204).send()
 }

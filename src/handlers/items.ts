@@ -38,12 +38,12 @@ const JSON_CONTENT = 'application/json; charset=utf-8'
 
 export const listItems: Handler<'listItems'> = async (request, reply) => {
   const { page, pageSize, status, contributorId } = request.query
-  const { items, total } = await request.server.store.items.page((page - 1) * pageSize, pageSize, { status, contributorId })
+  const { items, total } = await request.store.items.page((page - 1) * pageSize, pageSize, { status, contributorId })
   return reply.header('content-type', JSON_CONTENT).code(200).send(serializedItemList(items, { page, pageSize, total }))
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
-  const item = await request.server.store.items.add(newItem(request.body, request.user.id),
+  const item = await request.store.items.add(newItem(request.body, request.user.id),
     request.server.events.announce('items.item.added', request.user.id), request.idempotencyClaim ?? undefined, request.writeLimit ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
   // A retry with the same Idempotency-Key gets this again from the pipeline (src/pipeline/idempotency.ts).
@@ -51,7 +51,7 @@ export const createItem: Handler<'createItem'> = async (request, reply) => {
 }
 
 export const getItem: Handler<'getItem'> = async (request, reply) => {
-  const item = await request.server.store.items.get(request.params.itemId)
+  const item = await request.store.items.get(request.params.itemId)
   if (item === undefined) throw notFound('Item')
   const tag = entityTag(item)
   reply.header('etag', tag)
@@ -61,7 +61,7 @@ export const getItem: Handler<'getItem'> = async (request, reply) => {
 }
 
 export const updateItem: Handler<'updateItem'> = async (request, reply) => {
-  const updated = await request.server.store.items.update(request.params.itemId, (current) => {
+  const updated = await request.store.items.update(request.params.itemId, (current) => {
     assertOwner(request.user, current)
     assertUnchanged(request.headers['if-match'], current)
     return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt) }
@@ -71,7 +71,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
 }
 
 export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {
-  const removed = await request.server.store.items.remove(request.params.itemId, (current) => {
+  const removed = await request.store.items.remove(request.params.itemId, (current) => {
     assertOwner(request.user, current)
     assertUnchanged(request.headers['if-match'], current)
   }, request.server.events.announce('items.item.removed', request.user.id), request.writeLimit ?? undefined)

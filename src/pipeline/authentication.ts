@@ -87,7 +87,6 @@ function accessClaims (payload: Record<string, unknown>): VerifiedClaims | undef
 interface BearerAuthOptions {
   /** @fastify/jwt's signer and verifier, set up with the service's secret, algorithm, issuer and audience. */
   readonly jwt: Pick<JWT, 'sign' | 'verify'>
-  readonly store: Store
   readonly metrics: Metrics
   readonly accessTokenTtlSeconds: number
 }
@@ -96,7 +95,7 @@ interface BearerAuthOptions {
  * The `bearerAuth` scheme of openapi.yaml: rejects the request with 401 unless it carries a valid access token of a
  * live session, and sets `request.user` to the caller it speaks for.
  */
-export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: BearerAuthOptions): onRequestHookHandler {
+export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthOptions): onRequestHookHandler {
   // Revocation is still checked on every request, against the session: the cache only skips the signature. Every
   // token this service signs has the same length (uuids, and times of ten digits until 2286); a longer one was not
   // issued by it, and is refused before it is verified or kept.
@@ -134,7 +133,7 @@ export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: Bear
     session?.userId === claims.sub && user !== undefined ? { id: user.id, role: user.role, sessionId: session.id } : undefined
   // What the store cannot tell at once: a session or user that this instance has not read yet (Redis), a session
   // that has ended.
-  const askStore = async (claims: VerifiedClaims): Promise<Principal> => {
+  const askStore = async (store: Store, claims: VerifiedClaims): Promise<Principal> => {
     const session = await store.sessions.get(claims.sid, store.now())
     const user = session?.userId === claims.sub ? await store.users.get(claims.sub) : undefined
     const principal = principalOf(claims, session, user)
@@ -155,6 +154,7 @@ export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: Bear
       const token = accessToken(authorization)
       claims = verifiedTokens.get(token, authorization, connection, now) ?? verify(token, authorization, connection)
     }
+    const { store } = request
     return principalOf(claims, store.sessions.cached(claims.sid, store.now()), store.users.cached(claims.sub)) ?? claims
   }
 
@@ -173,7 +173,7 @@ export function bearerAuth ({ jwt, store, metrics, accessTokenTtlSeconds }: Bear
       done()
       return
     }
-    askStore(identified).then((principal) => {
+    askStore(request.store, identified).then((principal) => {
       request.user = principal
       done()
     }, done)

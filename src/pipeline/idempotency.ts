@@ -15,7 +15,6 @@ declare module 'fastify' {
 }
 
 interface IdempotencyOptions {
-  readonly keys: IdempotencyKeyStore
   /** How each header field the contract may require of a created item's response is made, by its lower-cased name. */
   readonly fields: Readonly<Record<string, (item: Item) => string>>
 }
@@ -73,7 +72,7 @@ export interface IdempotencySteps {
  * that the create's own write counts nothing again, and a create over its limit claims nothing), and the store
  * records what it made with it; a request that fails frees its key, so a retry runs again.
  */
-export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencySteps {
+export function idempotency ({ fields }: IdempotencyOptions): IdempotencySteps {
   const answer = (replay: Replay, reply: FastifyReply, held: HeldKey, done: (error?: Error) => void): void => {
     switch (held.status) {
       case 'recorded':
@@ -96,7 +95,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
     const claim = { userId: request.user.id, key, fingerprint: digestOf(String(stringify(request.body))), token: randomUUID() }
     const limit = request.writeLimit ?? undefined
     request.writeLimit = null
-    keys.claim(claim, CLAIM_LEASE_MS, limit).then((outcome) => {
+    request.store.idempotencyKeys.claim(claim, CLAIM_LEASE_MS, limit).then((outcome) => {
       if (outcome.status !== 'claimed') {
         answer(replay, reply, outcome, done)
         return
@@ -113,7 +112,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
   // Claims whose freeing failed and is to be tried again (at most PENDING_RELEASES), and the timers that will.
   const pending = new Set<IdempotencyClaim>()
   const retries = new Set<NodeJS.Timeout>()
-  const release = async (claim: IdempotencyClaim, log: FastifyBaseLogger, leaseEndsAt: number): Promise<void> => {
+  const release = async (keys: IdempotencyKeyStore, claim: IdempotencyClaim, log: FastifyBaseLogger, leaseEndsAt: number): Promise<void> => {
     await keys.release(claim).then(() => { pending.delete(claim) }, (err: unknown) => {
       const triedAgain = pending.has(claim)
       // Past its lease the key is free anyway; past the bound, it is left to its lease.
@@ -128,7 +127,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       }
       const retry = setTimeout(() => {
         retries.delete(retry)
-        void release(claim, log, leaseEndsAt)
+        void release(keys, claim, log, leaseEndsAt)
       }, RELEASE_RETRY_MS)
       retries.add(retry)
     })
@@ -140,7 +139,7 @@ export function idempotency ({ keys, fields }: IdempotencyOptions): IdempotencyS
       done()
       return
     }
-    release(claim, request.log, performance.now() + CLAIM_LEASE_MS).then(() => { done() }, done)
+    release(request.store.idempotencyKeys, claim, request.log, performance.now() + CLAIM_LEASE_MS).then(() => { done() }, done)
   }
   return {
     claim: (route) => route.idempotent ? { preHandler: [claimKey(replayOf(route, fields))], onError: [releaseClaim] } : undefined,

@@ -138,12 +138,13 @@ interface RoutesPluginOptions {
  *  8. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
  *
  * A capability adds hooks to no route itself; a route that a capability does not apply to runs none of its code.
- * Each step is made here from what it needs: the app's store, metrics and token signer, the configuration.
+ * Each step is made here from what it needs: the app's metrics and token signer, the configuration; the store is
+ * the request's (`request.store`).
  */
 async function publicPipeline (app: FastifyInstance, options: RoutesPluginOptions): Promise<Pipeline<typeof routes[number]>> {
   const { config } = options
-  const limits = rateLimits({ limits: config.rateLimits, store: app.store, metrics: app.metrics })
-  const keys = idempotency({ keys: app.store.idempotencyKeys, fields: ITEM_FIELDS })
+  const limits = rateLimits({ limits: config.rateLimits, metrics: app.metrics })
+  const keys = idempotency({ fields: ITEM_FIELDS })
   app.addHook('onClose', async () => { keys.stop() })
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = config.strictResponses ? (await import('./response-contract.js')).enforceResponseContract : undefined
@@ -154,7 +155,7 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
     ['load shedding', loadShedding({ readings: { eventLoopDelayMs: app.eventLoopDelayMs, memoryUsage: app.memoryUsage }, limits: config, metrics: app.metrics, log: app.log })],
     ['limits by address', limits.byAddress],
     ['authentication', authentication({
-      bearerAuth: bearerAuth({ jwt: app.jwt, store: app.store, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
+      bearerAuth: bearerAuth({ jwt: app.jwt, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
     })],
     ['role', roleGuard],
     ['limits by caller', limits.byCaller],

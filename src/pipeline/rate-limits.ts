@@ -3,7 +3,7 @@ import type { RateLimitName } from '../../generated/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { AppConfig, RateLimit } from '../config/config.js'
 import { ApiError, rateLimited } from '../errors.js'
-import type { Counted, Store, WriteLimit } from '../store/store.js'
+import type { Counted, RateCounter, WriteLimit } from '../store/store.js'
 import type { StepFor } from './step.js'
 import type { Metrics } from '../observability/metrics.js'
 
@@ -27,7 +27,6 @@ interface RateLimitStatus {
 interface RateLimitsOptions {
   /** The limits of the public auth operations and of item writes; none when RATE_LIMIT=off. */
   readonly limits: AppConfig['rateLimits']
-  readonly store: Store
   readonly metrics: Metrics
 }
 
@@ -121,7 +120,7 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
 
 /**
  * The limits of the operations that declare them (`x-rate-limits` in the contract), each counting in the
- * store's counter of its own name (in Redis, shared by every instance, with STORE=redis); see COUNTING for what
+ * request's store's counter of its own name (in Redis, shared by every instance, with STORE=redis); see COUNTING for what
  * each is keyed by and when it counts. The account limit (login-failures) counts failed sign-ins only, once
  * answered (before the answer leaves, so that any instance asked next sees it), and a success clears it: parallel
  * sign-ins with the right password are never refused by it.
@@ -136,7 +135,7 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
  * writes the draft's older separate fields (RateLimit-Limit, -Remaining, -Reset), not the RateLimit and
  * RateLimit-Policy lists of a route's several limits.
  */
-export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): RateLimitSteps {
+export function rateLimits ({ limits, metrics }: RateLimitsOptions): RateLimitSteps {
   if (limits === null) return { byAddress: () => undefined, byCaller: () => undefined }
   const { login, loginAddress, loginFailures, register, refresh, writes } = limits
   const limitsByName: Record<RateLimitName, RateLimit> = {
@@ -150,11 +149,10 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
   const hookFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]
     const { keyOf, refundable } = COUNTING[name]
-    const counter = store.rateCounter(name)
     const windowMs = windowSeconds * 1000
     return (request, reply, done) => {
       const key = keyOf(request)
-      counter.incr(key, windowMs, max, (outcome) => {
+      request.store.rateCounter(name).incr(key, windowMs, max, (outcome) => {
         const refused = verdict(name, outcome, max)
         if (!(outcome instanceof Error)) {
           recordStatus(request, reply, { policy: name, max, counted: outcome, refundKey: refused === undefined && refundable ? key : undefined })
@@ -182,15 +180,15 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
   const refundUnserved: onResponseHookHandler = (request, reply, done) => {
     if (reply.statusCode === 503) {
       for (const { policy, refundKey } of request.rateLimitStatus ?? []) {
-        if (refundKey !== undefined) store.rateCounter(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
+        if (refundKey !== undefined) request.store.rateCounter(policy).refund(refundKey).catch(warnIfFailed(request, 'taking back a rate-limit hit'))
       }
     }
     done()
   }
-  const failures = store.rateCounter('login-failures')
+  const failures = (request: FastifyRequest): RateCounter => request.store.rateCounter('login-failures')
   const failuresWindowMs = loginFailures.windowSeconds * 1000
   const accountNotLocked: Hook = (request, _reply, done) => {
-    failures.peek(signInEmail(request), failuresWindowMs, (outcome) => {
+    failures(request).peek(signInEmail(request), failuresWindowMs, (outcome) => {
       if (outcome instanceof Error) return done(outcome)
       const locked = outcome !== undefined && outcome.current >= loginFailures.max
       if (locked) refusals.inc({ limit: 'login-failures' })
@@ -201,12 +199,12 @@ export function rateLimits ({ limits, store, metrics }: RateLimitsOptions): Rate
   const countFailure: onSendHookHandler = (request, reply, payload, done) => {
     const warn = warnIfFailed(request, 'counting a sign-in failure')
     if (reply.statusCode === 401) {
-      failures.incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
+      failures(request).incr(signInEmail(request), failuresWindowMs, loginFailures.max, (outcome) => {
         if (outcome instanceof Error) warn(outcome)
         done(null, payload)
       })
     } else if (reply.statusCode === 200) {
-      failures.reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
+      failures(request).reset(signInEmail(request)).catch(warn).finally(() => { done(null, payload) })
     } else {
       done(null, payload)
     }

@@ -393,8 +393,7 @@ t.test('a replay is made from the contract\'s success response: an operation who
   const { ITEM_FIELDS } = await import('../../src/handlers/item-fields.js')
   const createItem = routes.find((route) => route.operationId === 'createItem')!
   const checkLiveness = routes.find((route) => route.operationId === 'checkLiveness')!
-  const keys = createMemoryStore().idempotencyKeys
-  const stepOf = (fields: Parameters<typeof idempotency>[0]['fields']) => idempotency({ keys, fields }).claim
+  const stepOf = (fields: Parameters<typeof idempotency>[0]['fields']) => idempotency({ fields }).claim
   t.ok(stepOf(ITEM_FIELDS)(createItem), 'the create\'s 201: its Location and ETag are made from the item')
   t.equal(stepOf(ITEM_FIELDS)({ ...createItem, idempotent: false }), undefined, 'an operation without the header runs none of it')
   t.throws(() => stepOf({ etag: ITEM_FIELDS.etag! })(createItem),

@@ -20,7 +20,7 @@ declare module 'fastify' {
     passwords: Passwords
     /** Registrations of one email key, one at a time. */
     registrations: PerKeyQueue
-    /** Issues, refreshes and revokes token pairs (the sessions they belong to are in `store.sessions`). */
+    /** Issues, refreshes and revokes token pairs (the sessions they belong to are in the request's `store.sessions`). */
     tokens: Tokens
   }
 }
@@ -78,7 +78,6 @@ async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Pr
   // onClose runs once the server has stopped and every request in flight has been answered.
   app.addHook('onClose', async () => { await app.passwords.close() })
   app.decorate('tokens', new Tokens({
-    store: app.store,
     signAccessToken: (claims) => app.jwt.sign(claims),
     accessTokenTtlSeconds,
     refreshTokenTtlSeconds: options.refreshTokenTtlSeconds,

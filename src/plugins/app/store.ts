@@ -1,4 +1,4 @@
-import type { FastifyInstance } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { StoreConfig } from '../../config/config.js'
 import { heapUsedLimit } from '../../runtime/heap.js'
@@ -10,6 +10,12 @@ import type { RedisObserver } from '../../store/redis/connection.js'
 declare module 'fastify' {
   interface FastifyInstance {
     store: Store
+  }
+  interface FastifyRequest {
+    /** The store this request reads and writes: `scopedStore` when set, else the app's. */
+    readonly store: Store
+    /** A store of its own that serves the request in place of the app's (a sandbox's); null for the app's. */
+    scopedStore: Store | null
   }
 }
 
@@ -173,6 +179,8 @@ async function logRoom (app: FastifyInstance, store: Store, config: StoreConfig)
 async function storePlugin (app: FastifyInstance, options: StorePluginOptions): Promise<void> {
   const store = options.store ?? await openStore(app, options)
   app.decorate('store', store)
+  app.decorateRequest('scopedStore', null)
+  app.decorateRequest('store', { getter (this: FastifyRequest) { return this.scopedStore ?? store } })
   storeMetrics(app, store)
   if (options.store === undefined) await logRoom(app, store, options.config)
   // What the ledger had found drifted when last read: each rise is said once.
