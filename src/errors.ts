@@ -61,6 +61,10 @@ export const itemQuotaExceeded = (): ApiError =>
 
 export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND', `${what} not found.`)
 
+export const sandboxesOff = (): ApiError => new ApiError(404, 'NOT_FOUND', 'Sandboxes are off on this instance (SANDBOXES=on turns them on).')
+
+export const sandboxLimitReached = (): ApiError => new ApiError(507, 'STORE_FULL', 'As many sandboxes as the service allows exist; delete one first.')
+
 export const preconditionFailed = (): ApiError =>
   new ApiError(412, 'PRECONDITION_FAILED', 'The item has changed since you read it; read it again and retry.')
 

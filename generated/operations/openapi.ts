@@ -122,10 +122,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a sandbox
+         * @description Makes an empty sandbox and answers where it is served. Its users register, sign in and write as on the
+         *     service's own catalogue; its rate limits count its own requests only, and registrations in it are not
+         *     paced.
+         */
+        post: operations["createSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sandboxes/{sandboxId}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a sandbox
+         * @description Deletes the sandbox with everything it keeps: its base answers 404 from then on, and its tokens are refused
+         *     everywhere.
+         */
+        delete: operations["deleteSandbox"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        Sandbox: {
+            /** Format: uuid */
+            id: string;
+            /** @description Where the sandbox is served on the public API's port: the base URL of a client bound to it is the public API's origin followed by this (the public contract's server `/sandboxes/{sandboxId}`). */
+            basePath: string;
+            /** @description How long the sandbox lives on while no request uses it. */
+            idleSeconds: number;
+            /** @description What the sandbox keeps at most for its accounts, as the store counts it. */
+            capacityBytes: number;
+        };
         DeadLetterList: {
             subscribers: {
                 /** @description The subscriber's name: its URL without the query, and a digest of the query when it has one (`?query-sha256=…`), so that two subscribers that differ only in their query have two names and neither query is shown. */
@@ -199,11 +252,12 @@ export interface components {
             /**
              * @description - `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.
              *     - `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.
-             *     - `NOT_FOUND` (404): the route, or the webhook subscriber, does not exist.
+             *     - `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.
+             *     - `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.
              *     - `INTERNAL_ERROR` (500): an unexpected failure.
              * @enum {string}
              */
-            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "INTERNAL_ERROR";
+            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "STORE_FULL" | "INTERNAL_ERROR";
             message: string;
         };
     };
@@ -242,6 +296,21 @@ export interface components {
                  *     }
                  */
                 "application/json": components["schemas"]["ValidationErrorResponse"];
+            };
+        };
+        /** @description Sandboxes are off (`SANDBOXES=on` turns them on). */
+        SandboxesOff: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "NOT_FOUND",
+                 *       "message": "Sandboxes are off on this instance (SANDBOXES=on turns them on)."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
             };
         };
         /** @description No configured subscriber has that URL. */
@@ -482,6 +551,89 @@ export interface operations {
             };
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
+        };
+    };
+    createSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox, empty; its base is the public API's origin followed by `basePath`. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03",
+                     *       "basePath": "/sandboxes/3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03",
+                     *       "idleSeconds": 3600,
+                     *       "capacityBytes": 2097152
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxesOff"];
+            /** @description As many sandboxes as `SANDBOX_LIMIT` allows exist; delete one, or wait for one to idle out. */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "STORE_FULL",
+                     *       "message": "As many sandboxes as the service allows exist; delete one first."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    deleteSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox is gone. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            /** @description No sandbox has that id (never made, deleted, or idled out), or sandboxes are off. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "NOT_FOUND",
+                     *       "message": "Sandbox not found."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
         };
     };
 }

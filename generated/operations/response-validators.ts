@@ -5,7 +5,7 @@ import runtime0 from 'ajv-formats/dist/formats.js'
 
 export const getMetrics_401: ValidateFunction = validate52;
 const schema19 = {"$ref":"ErrorResponse"};
-const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, or the webhook subscriber, does not exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","INTERNAL_ERROR"]},"message":{"type":"string"}}};
+const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","STORE_FULL","INTERNAL_ERROR"]},"message":{"type":"string"}}};
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorResponse" */;
@@ -51,7 +51,7 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(!((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "INTERNAL_ERROR"))){
+if(!(((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "STORE_FULL")) || (data0 === "INTERNAL_ERROR"))){
 const err3 = {instancePath:instancePath+"/code",schemaPath:"#/properties/code/enum",keyword:"enum",params:{allowedValues: schema20.properties.code.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
@@ -1332,4 +1332,315 @@ validate87.errors = vErrors;
 return errors === 0;
 }
 validate87.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_201: ValidateFunction = validate89;
+const schema40 = {"$ref":"Sandbox"};
+const schema41 = {"$id":"Sandbox","type":"object","required":["id","basePath","idleSeconds","capacityBytes"],"properties":{"id":{"type":"string","format":"uuid"},"basePath":{"type":"string","description":"Where the sandbox is served on the public API's port: the base URL of a client bound to it is the public API's origin followed by this (the public contract's server `/sandboxes/{sandboxId}`)."},"idleSeconds":{"type":"integer","minimum":1,"description":"How long the sandbox lives on while no request uses it."},"capacityBytes":{"type":"integer","minimum":1,"description":"What the sandbox keeps at most for its accounts, as the store counts it."}}};
+
+function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="Sandbox" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate90.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.id === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "id"},message:"must have required property '"+"id"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.basePath === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "basePath"},message:"must have required property '"+"basePath"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.idleSeconds === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idleSeconds"},message:"must have required property '"+"idleSeconds"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.capacityBytes === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "capacityBytes"},message:"must have required property '"+"capacityBytes"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.id !== undefined){
+let data0 = data.id;
+if(typeof data0 === "string"){
+if(!(formats0.test(data0))){
+const err4 = {instancePath:instancePath+"/id",schemaPath:"#/properties/id/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+else {
+const err5 = {instancePath:instancePath+"/id",schemaPath:"#/properties/id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(data.basePath !== undefined){
+if(typeof data.basePath !== "string"){
+const err6 = {instancePath:instancePath+"/basePath",schemaPath:"#/properties/basePath/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(data.idleSeconds !== undefined){
+let data2 = data.idleSeconds;
+if(!(((typeof data2 == "number") && (!(data2 % 1) && !isNaN(data2))) && (isFinite(data2)))){
+const err7 = {instancePath:instancePath+"/idleSeconds",schemaPath:"#/properties/idleSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if((typeof data2 == "number") && (isFinite(data2))){
+if(data2 < 1 || isNaN(data2)){
+const err8 = {instancePath:instancePath+"/idleSeconds",schemaPath:"#/properties/idleSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+}
+if(data.capacityBytes !== undefined){
+let data3 = data.capacityBytes;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err9 = {instancePath:instancePath+"/capacityBytes",schemaPath:"#/properties/capacityBytes/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 < 1 || isNaN(data3)){
+const err10 = {instancePath:instancePath+"/capacityBytes",schemaPath:"#/properties/capacityBytes/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err11 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+validate90.errors = vErrors;
+return errors === 0;
+}
+validate90.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+
+
+function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate89.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate90(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate90.errors : vErrors.concat(validate90.errors);
+errors = vErrors.length;
+}
+validate89.errors = vErrors;
+return errors === 0;
+}
+validate89.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_401: ValidateFunction = validate92;
+const schema42 = {"$ref":"ErrorResponse"};
+
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate92.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate92.errors = vErrors;
+return errors === 0;
+}
+validate92.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_404: ValidateFunction = validate94;
+const schema43 = {"$ref":"ErrorResponse"};
+
+function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate94.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate94.errors = vErrors;
+return errors === 0;
+}
+validate94.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_507: ValidateFunction = validate96;
+const schema44 = {"$ref":"ErrorResponse"};
+
+function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate96.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate96.errors = vErrors;
+return errors === 0;
+}
+validate96.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_400: ValidateFunction = validate98;
+const schema45 = {"$ref":"ValidationErrorResponse"};
+
+function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate98.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate98.errors = vErrors;
+return errors === 0;
+}
+validate98.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_401: ValidateFunction = validate100;
+const schema46 = {"$ref":"ErrorResponse"};
+
+function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate100.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate100.errors = vErrors;
+return errors === 0;
+}
+validate100.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_404: ValidateFunction = validate102;
+const schema47 = {"$ref":"ErrorResponse"};
+
+function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate102.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate102.errors = vErrors;
+return errors === 0;
+}
+validate102.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -55,6 +55,8 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   redeliverDeadLetters: never
   listAccounts: 'limit'
   removeAccount: never
+  createSandbox: never
+  deleteSandbox: never
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -267,6 +269,85 @@ export const routes: readonly RouteDefinition[] = [
         },
         "required": [
           "accountId"
+        ]
+      }
+    }
+  },
+  {
+    "operationId": "createSandbox",
+    "method": "POST",
+    "url": "/sandboxes",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "201",
+      "401",
+      "404",
+      "507"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "201": {
+          "$ref": "Sandbox"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        },
+        "507": {
+          "$ref": "ErrorResponse"
+        }
+      }
+    }
+  },
+  {
+    "operationId": "deleteSandbox",
+    "method": "DELETE",
+    "url": "/sandboxes/:sandboxId",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "204",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
         ]
       }
     }

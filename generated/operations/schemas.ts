@@ -4,6 +4,36 @@
  * them by that id (`{ "$ref": "Item" }`), so each is stated once.
  */
 export const schemas = {
+  "Sandbox": {
+    "$id": "Sandbox",
+    "type": "object",
+    "required": [
+      "id",
+      "basePath",
+      "idleSeconds",
+      "capacityBytes"
+    ],
+    "properties": {
+      "id": {
+        "type": "string",
+        "format": "uuid"
+      },
+      "basePath": {
+        "type": "string",
+        "description": "Where the sandbox is served on the public API's port: the base URL of a client bound to it is the public API's origin followed by this (the public contract's server `/sandboxes/{sandboxId}`)."
+      },
+      "idleSeconds": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "How long the sandbox lives on while no request uses it."
+      },
+      "capacityBytes": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "What the sandbox keeps at most for its accounts, as the store counts it."
+      }
+    }
+  },
   "DeadLetterList": {
     "$id": "DeadLetterList",
     "type": "object",
@@ -233,11 +263,12 @@ export const schemas = {
     "properties": {
       "code": {
         "type": "string",
-        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, or the webhook subscriber, does not exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
         "enum": [
           "AUTHENTICATION_REQUIRED",
           "INVALID_TOKEN",
           "NOT_FOUND",
+          "STORE_FULL",
           "INTERNAL_ERROR"
         ]
       },

@@ -29,6 +29,10 @@ export const validators = {
   },
   removeAccount: {
     params: parameters.removeAccount_params
+  },
+  createSandbox: {},
+  deleteSandbox: {
+    params: parameters.deleteSandbox_params
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

@@ -11,6 +11,8 @@ import type { Subscribers } from '../plugins/app/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Tracing } from '../plugins/external/tracing.js'
 import type { Store } from '../store/store.js'
+import { SandboxRouting } from '../plugins/app/sandboxes.js'
+import { Sandboxes } from '../store/sandboxes.js'
 import { randomUuid } from '../runtime/uuid.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
@@ -52,6 +54,10 @@ export interface BuildAppOptions {
  */
 export async function buildApp (settings: AppSettings = {}, options: BuildAppOptions = {}): Promise<FastifyInstance> {
   const config = withDefaults(settings)
+  const { maxItemsPerUser, idempotencyKeys, capacity } = config.store
+  const sandboxRouting = config.sandboxes === undefined
+    ? undefined
+    : new SandboxRouting(new Sandboxes(config.sandboxes, { maxItemsPerContributor: maxItemsPerUser, idempotencyKeys, capacity }))
   const app = Fastify({
     logger: {
       level: config.logLevel,
@@ -83,7 +89,9 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     exposeHeadRoutes: false,
     // Behind a balancer, the client's address (request.ip, which rate limits key on) comes from X-Forwarded-For
     // only when the operator says the proxy is trusted.
-    trustProxy: config.trustProxy
+    trustProxy: config.trustProxy,
+    // A request to a sandbox is routed by the path after its base; the service's own pay nothing while they are off.
+    ...(sandboxRouting === undefined ? {} : { rewriteUrl: sandboxRouting.rewriteUrl })
   })
   for (const warning of config.warnings) app.log.warn(warning)
   if (config.jwt.secretGenerated) {
@@ -95,7 +103,8 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
       store: options.store,
       subscribers: options.subscribers,
       hashingProcess: options.hashingProcess,
-      tracing: options.tracing
+      tracing: options.tracing,
+      sandboxRouting
     })
   } catch (error) {
     // What the plugins loaded so far hold (a store connection, the hashing process) is released.

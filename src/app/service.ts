@@ -11,6 +11,7 @@ import metricsPlugin from '../plugins/app/metrics.js'
 import operationsPlugin from '../plugins/app/operations.js'
 import seedPlugin from '../plugins/app/seed.js'
 import shutdownPlugin from '../plugins/app/shutdown.js'
+import sandboxesPlugin, { type SandboxRouting } from '../plugins/app/sandboxes.js'
 import storePlugin from '../plugins/app/store.js'
 import webhooksPlugin from '../plugins/app/webhooks.js'
 import corsPlugin from '../plugins/external/cors.js'
@@ -30,6 +31,11 @@ export interface ItemsServiceOptions {
   hashingProcess?: HashingProcess | undefined
   /** See BuildAppOptions.tracing. */
   tracing?: Tracing | undefined
+  /**
+   * How the server routes requests to sandboxes, when the configuration has them on: buildApp makes it with the
+   * server. Without it, sandboxes are off (a host's own server does not route by it).
+   */
+  sandboxRouting?: SandboxRouting | undefined
 }
 
 /**
@@ -58,6 +64,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(shutdownPlugin, config)
   await app.register(underPressurePlugin)
   await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, maxHeapUsedBytes: config.maxHeapUsedBytes, ...(options.store === undefined ? {} : { store: options.store }) })
+  await app.register(sandboxesPlugin, { routing: options.sandboxRouting ?? null })
   await app.register(eventsPlugin, {
     subscribers: options.subscribers,
     webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))

@@ -6,6 +6,7 @@ import { isPlainObject } from '../runtime/plain-object.js'
 import { ConfigError, delays, origins, proxies, redisUrl, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './values.js'
 import type { CapacitySettings } from '../store/capacity.js'
 import type { RedisSentinel } from '../store/redis/connection.js'
+import type { SandboxBounds } from '../store/sandboxes.js'
 import type { Subscription } from '../webhooks/subscriptions.js'
 import type { DeliverySettings } from '../webhooks/worker.js'
 
@@ -54,6 +55,8 @@ export interface AppConfig {
   operations: { host: string, port: number, token: string | undefined } | undefined
   /** OpenTelemetry tracing; off when undefined. */
   tracing: TracingConfig | undefined
+  /** Sandboxes (SANDBOXES=on); off when undefined. */
+  sandboxes: SandboxBounds | undefined
   logLevel: Environment['LOG_LEVEL']
   jwt: {
     secret: string
@@ -174,6 +177,12 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (environment === 'production' && strictResponses) {
     throw new ConfigError('Invalid configuration: CONTRACT_STRICT_RESPONSES is for development and test, not production')
   }
+  if (env.SANDBOXES === 'on' && env.OPS_PORT === undefined) {
+    throw new ConfigError('Invalid configuration: SANDBOXES=on needs OPS_PORT: sandboxes are created on the operations API')
+  }
+  if (env.SANDBOXES === 'on' && env.STORE === 'redis') {
+    throw new ConfigError('Invalid configuration: SANDBOXES=on is served on the memory store only, for now (STORE=memory)')
+  }
   const windowSeconds = env.RATE_LIMIT_WINDOW_SECONDS
   const trustProxy = proxies(env.TRUST_PROXY, 'TRUST_PROXY')
   // Trusting every hop lets each client name its own address in X-Forwarded-For, and with it its own rate-limit key.
@@ -214,6 +223,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     tracing: env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined && env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
       ? undefined
       : { protocol: env.OTEL_EXPORTER_OTLP_PROTOCOL, serviceName: env.OTEL_SERVICE_NAME },
+    sandboxes: env.SANDBOXES === 'off' ? undefined : { limit: env.SANDBOX_LIMIT, idleMs: env.SANDBOX_IDLE_SECONDS * 1000, capacityBytes: env.SANDBOX_CAPACITY_KIB * 1024 },
     logLevel: env.LOG_LEVEL,
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),
@@ -296,19 +306,23 @@ function merged<T> (defaults: T, settings: Settings<T> | undefined): T {
 
 /**
  * The defaults (what `loadConfig({})` gives: development, a random JWT secret) with `settings` laid over them, part
- * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing)
+ * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing,
+ * sandboxes)
  * and that the settings turn on keeps the defaults it has when on for what they leave out. Nothing
  * is derived here from one setting for another: a default that depends on others (the store's budget) is derived
  * where they are all known, after this.
  */
 export function withDefaults (settings: AppSettings = {}): AppConfig {
   const defaults = loadConfig({})
-  const turnedOn = (part: 'operations' | 'tracing'): boolean => settings[part] !== undefined
-  const on = turnedOn('operations') || turnedOn('tracing') ? loadConfig({ OPS_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1' }) : defaults
+  const turnedOn = (part: 'operations' | 'tracing' | 'sandboxes'): boolean => settings[part] !== undefined
+  const on = turnedOn('operations') || turnedOn('tracing') || turnedOn('sandboxes')
+    ? loadConfig({ OPS_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1', SANDBOXES: 'on' })
+    : defaults
   const config = merged<AppConfig>({
     ...defaults,
     operations: turnedOn('operations') ? on.operations : defaults.operations,
-    tracing: turnedOn('tracing') ? on.tracing : defaults.tracing
+    tracing: turnedOn('tracing') ? on.tracing : defaults.tracing,
+    sandboxes: turnedOn('sandboxes') ? on.sandboxes : defaults.sandboxes
   }, settings)
   // A secret that was given was not generated, unless the settings say so (a whole configuration from loadConfig).
   const secretGenerated = settings.jwt?.secretGenerated ?? settings.jwt?.secret === undefined

@@ -104,6 +104,21 @@ export const variables = {
     replaces: 'REQUEST_TIMEOUT',
     description: 'How long a request\'s headers and body together may take to arrive (on `OPS_PORT` too); a slower client gets 408 and its connection closed, at most one second later than this.'
   },
+  SANDBOXES: {
+    type: 'string',
+    enum: ['on', 'off'],
+    default: 'off',
+    description: '`on` serves sandboxes: isolated catalogues, each created on the operations API (`POST /sandboxes`, so `OPS_PORT` is required) and served under `/sandboxes/{sandboxId}` on `PORT` (docs/testing.md, "Sandboxes"). The memory store only, for now.'
+  },
+  SANDBOX_LIMIT: { type: 'integer', minimum: 1, maximum: 10000, default: 100, description: 'Sandboxes that may exist at once; one more is 507 `STORE_FULL` until one is deleted or idles out.' },
+  SANDBOX_IDLE_SECONDS: { type: 'integer', minimum: 1, default: 3600, description: 'A sandbox no request has used for this long is deleted, with everything it keeps.' },
+  SANDBOX_CAPACITY_KIB: {
+    type: 'integer',
+    minimum: 256,
+    maximum: 1048576,
+    default: 2048,
+    description: 'What each sandbox keeps at most for its accounts, as `STORE_CAPACITY_MIB` for the service (its floors and ceilings are the service\'s). All of them together keep at most `SANDBOX_LIMIT` times this.'
+  },
   RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off, the pace on registrations (`REGISTRATION_ROOM_SECONDS`) too (for test rigs that register hundreds of accounts a minute).' },
   RATE_LIMIT_WINDOW_SECONDS: { type: 'integer', minimum: 1, default: 60, replaces: 'RATE_LIMIT_WINDOW', description: 'Window of every rate limit but the account limit.' },
   RATE_LIMIT_LOGIN: { type: 'integer', minimum: 1, default: 10, description: 'Sign-in attempts per window per client address and email.' },

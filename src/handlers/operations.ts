@@ -1,7 +1,9 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
 import { emailKey } from '../auth/email.js'
-import { InvalidRequestError, notFound } from '../errors.js'
+import type { FastifyRequest } from 'fastify'
+import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
+import type { Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import type { ContractHandler } from './handler.js'
@@ -88,5 +90,26 @@ export const removeAccount: OperationsHandler<'removeAccount'> = async (request,
   return await reply.code(204).send()
 }
 
+function sandboxesOf (request: FastifyRequest): Sandboxes {
+  const { sandboxes } = request.server
+  if (sandboxes === null) throw sandboxesOff()
+  return sandboxes
+}
+
+export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
+  const sandbox = sandboxesOf(request).create(Date.now())
+  if (sandbox === undefined) throw sandboxLimitReached()
+  const { idleMs, capacityBytes } = sandboxesOf(request).settings
+  request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
+  return await reply.code(201).send({ id: sandbox.id, basePath: `/sandboxes/${sandbox.id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes })
+}
+
+export const deleteSandbox: OperationsHandler<'deleteSandbox'> = async (request, reply) => {
+  const { sandboxId } = request.params
+  if (!sandboxesOf(request).delete(sandboxId)) throw notFound('Sandbox')
+  request.log.info({ audit: 'deleteSandbox', sandboxId }, 'sandbox deleted')
+  return await reply.code(204).send()
+}
+
 /** Every operation of the operations API, by operationId. */
-export const operationsHandlers: OperationsHandlers = { getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount }
+export const operationsHandlers: OperationsHandlers = { getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, deleteSandbox }

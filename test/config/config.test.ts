@@ -263,6 +263,19 @@ t.test('OPS_PORT equal to PORT stops the start in one line, before anything list
   t.equal(loadConfig({ PORT: '0', OPS_PORT: '0' }).operations?.port, 0, 'both picked free, so never the same')
 })
 
+t.test('SANDBOXES=on needs the operations API, and the memory store, or the start stops in one line', async (t) => {
+  t.throws(() => loadConfig({ SANDBOXES: 'on' }), {
+    name: 'ConfigError',
+    message: 'Invalid configuration: SANDBOXES=on needs OPS_PORT: sandboxes are created on the operations API'
+  })
+  t.throws(() => loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', STORE: 'redis', JWT_SECRET: 'a'.repeat(32) }), {
+    name: 'ConfigError',
+    message: 'Invalid configuration: SANDBOXES=on is served on the memory store only, for now (STORE=memory)'
+  })
+  t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', SANDBOX_IDLE_SECONDS: '60' }).sandboxes, { limit: 100, idleMs: 60_000, capacityBytes: 2 * 1024 * 1024 })
+  t.equal(loadConfig({}).sandboxes, undefined, 'off by default')
+})
+
 t.test('a setting under the name it had before is still read, with a deprecation line at start; the new name wins', async (t) => {
   const config = loadConfig({ SHUTDOWN_TIMEOUT: '4000', ACCESS_TOKEN_TTL: '60', MAX_HEAP_USED: '64' })
   t.equal(config.shutdownTimeoutMs, 4000)

@@ -4,30 +4,17 @@ import { PassThrough } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
 import t, { type Test } from 'tap'
 import type { operations } from '../../generated/operations/openapi.js'
-import { responseValidators } from '../../generated/operations/response-validator-lookup.js'
-import type { RouteOperationId } from '../../generated/operations/routes.js'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
 import { HashingProcess } from '../../src/auth/hashing-process.js'
 import { loadConfig } from '../../src/config/config.js'
 import { Api, newUser } from '../support/api.js'
 import { assertMatchesContract } from '../support/contract-checks.js'
 import { build, buildTestApp, captureLogs, testEnvironment } from '../support/app.js'
+import { opsCall } from '../support/ops.js'
 import { freePort } from '../../harness/net.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 type AccountList = operations['listAccounts']['responses'][200]['content']['application/json']
-
-/** Calls the operations API and checks the answer against its contract. */
-async function opsCall (t: Test, base: string, operationId: RouteOperationId, method: string, path: string): Promise<{ status: number, json: unknown }> {
-  const response = await fetch(`${base}${path}`, { method })
-  const text = await response.text()
-  const json: unknown = text === '' ? undefined : JSON.parse(text)
-  // The contract's one answer without a body is removeAccount's 204, which has no validator.
-  const validate = responseValidators[operationId][String(response.status)]
-  const inShape = json === undefined ? operationId === 'removeAccount' && response.status === 204 : validate?.(json) === true
-  t.ok(inShape, `${operationId} ${response.status} in the operations contract's shape: ${JSON.stringify(validate?.errors ?? 'undeclared status')}`)
-  return { status: response.status, json }
-}
 
 async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   const opsPort = await freePort()

@@ -16,12 +16,15 @@ export interface CallOptions {
   remoteAddress?: string
 }
 
-/** Sends requests into the app and checks every response against the contract before a test sees it. */
+/**
+ * Sends requests into the app and checks every response against the contract before a test sees it; under `base`
+ * (a sandbox's, `/sandboxes/{sandboxId}`) when one is given, as a client bound to it sends them.
+ */
 export class Api {
-  constructor (readonly app: FastifyInstance) {}
+  constructor (readonly app: FastifyInstance, readonly base = '') {}
 
   async inject (options: InjectOptions & { method: string, url: string }): Promise<LightMyRequestResponse> {
-    const response = await this.app.inject(options)
+    const response = await this.app.inject({ ...options, url: this.base + options.url })
     assertMatchesContract(options.method, options.url, response)
     return response
   }

@@ -53,6 +53,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('metrics', app.metrics)
   server.decorate('store', app.store)
   server.decorate('events', app.events)
+  server.decorate('sandboxes', app.sandboxes)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
   // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
@@ -78,4 +79,4 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   app.addHook('onClose', async () => { await server.close() })
 }
 
-export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events'] })
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events', 'sandboxes'] })

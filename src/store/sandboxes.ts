@@ -1,0 +1,97 @@
+import { randomUuid } from '../runtime/uuid.js'
+import { createMemoryStore, type MemoryStoreOptions } from './memory/index.js'
+import type { CapacityBounds } from './capacity.js'
+import type { Store } from './store.js'
+
+/** An isolated catalogue: its own users, sessions, items, idempotency keys, rate-limit counts and events. */
+export interface Sandbox {
+  readonly id: string
+  readonly store: Store
+  /** When a request last used it (ms since the epoch); it is deleted once idle past SandboxesConfig.idleMs. */
+  usedAt: number
+}
+
+// Client keys each rate limit of a sandbox keeps (under its limit, and as many again over it): a rig's few
+// addresses and emails, and a bound on what a sandbox's counters hold however many it is sent.
+const KEYS_PER_SANDBOX_RATE_LIMIT = 256
+
+export interface SandboxBounds {
+  /** Sandboxes that may exist at once. */
+  readonly limit: number
+  /** How long a sandbox no request uses lives on. */
+  readonly idleMs: number
+  /** What each sandbox's store keeps at most for its accounts. */
+  readonly capacityBytes: number
+}
+
+/** What each sandbox's store is made with: the service's own settings, but for the budget. */
+export interface SandboxStoreOptions {
+  readonly maxItemsPerContributor: number
+  readonly idempotencyKeys: MemoryStoreOptions['idempotencyKeys']
+  /** The service's floors and ceilings; the budget is SandboxBounds.capacityBytes. */
+  readonly capacity: Omit<CapacityBounds, 'budgetBytes'>
+}
+
+/**
+ * The sandboxes of one process, each with a memory store of its own, bounded in number (`limit`), in what each
+ * keeps (`capacityBytes`, as the service's budget bounds its accounts) and in how long each lives unused (`idleMs`).
+ */
+export class Sandboxes {
+  readonly #config: SandboxBounds
+  readonly #store: SandboxStoreOptions
+  readonly #byId = new Map<string, Sandbox>()
+
+  /** `store`: what the service's own store is made with; each sandbox's is made alike, within its own bounds. */
+  constructor (config: SandboxBounds, store: SandboxStoreOptions) {
+    this.#config = config
+    this.#store = store
+  }
+
+  get settings (): SandboxBounds {
+    return this.#config
+  }
+
+  get size (): number {
+    return this.#byId.size
+  }
+
+  /** Makes an empty sandbox; undefined when as many as the limit exist. */
+  create (now: number): Sandbox | undefined {
+    if (this.#byId.size >= this.#config.limit) return undefined
+    const sandbox: Sandbox = {
+      id: randomUuid(),
+      store: createMemoryStore({
+        ...this.#store,
+        keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
+        // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
+        capacity: { ...this.#store.capacity, budgetBytes: this.#config.capacityBytes, registrationRoomMs: 0 }
+      }),
+      usedAt: now
+    }
+    this.#byId.set(sandbox.id, sandbox)
+    return sandbox
+  }
+
+  get (id: string): Sandbox | undefined {
+    return this.#byId.get(id.toLowerCase())
+  }
+
+  /**
+   * Deletes the sandbox with everything it keeps; false when there was none. A memory store holds nothing to
+   * release but its data, which goes with it.
+   */
+  delete (id: string): boolean {
+    return this.#byId.delete(id.toLowerCase())
+  }
+
+  /** Deletes the sandboxes no request has used for `idleMs` before `now`: their ids. */
+  deleteIdle (now: number): string[] {
+    const idle = [...this.#byId.values()].filter((sandbox) => now - sandbox.usedAt >= this.#config.idleMs).map((sandbox) => sandbox.id)
+    for (const id of idle) this.#byId.delete(id)
+    return idle
+  }
+
+  deleteAll (): void {
+    this.#byId.clear()
+  }
+}

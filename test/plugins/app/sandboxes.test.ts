@@ -1,0 +1,123 @@
+// Sandboxes (SANDBOXES=on): created and deleted on the operations API, each an isolated catalogue served under
+// /sandboxes/{sandboxId} on the public port, tried as an attacker would (guessed ids, tokens and keys carried across),
+// and bounded in number, room and idle lifetime. Every answer is checked against its contract. The memory store
+// only: a start with STORE=redis refuses sandboxes (test/config/config.test.ts).
+import { randomUUID } from 'node:crypto'
+import t, { type Test } from 'tap'
+import type { operations } from '../../../generated/operations/openapi.js'
+import { freePort } from '../../../harness/net.js'
+import { Api } from '../../support/api.js'
+import { build, captureLogs } from '../../support/app.js'
+import { opsCall } from '../../support/ops.js'
+import { until } from '../../support/wait.js'
+
+type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
+
+// Sandboxes live in the memory store whatever store the run names.
+async function withSandboxes (t: Test, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ api: Api, ops: string, create: () => Promise<Api> }> {
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'memory', SANDBOXES: 'on', OPS_PORT: String(opsPort), ...env }, options)
+  const create = async (): Promise<Api> => {
+    const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes')
+    if (status !== 201) throw new Error(`createSandbox answered ${status}`)
+    return new Api(api.app, (json as Sandbox).basePath)
+  }
+  return { api, ops, create }
+}
+
+t.test('off unless SANDBOXES=on: the operations answer 404, and nothing is served under /sandboxes', async (t) => {
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'memory', OPS_PORT: String(opsPort) })
+  const created = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes')
+  t.same(created, { status: 404, json: { code: 'NOT_FOUND', message: 'Sandboxes are off on this instance (SANDBOXES=on turns them on).' } })
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', `/sandboxes/${randomUUID()}`)).status, 404)
+  t.equal((await api.app.inject({ method: 'GET', url: `/sandboxes/${randomUUID()}/v1/items` })).statusCode, 404)
+})
+
+t.test('a sandbox is a catalogue of its own: its users, items, totals and keys, and nothing of it anywhere else', async (t) => {
+  const { api, ops, create } = await withSandboxes(t)
+  const first = await create()
+  const second = await create()
+  t.match(first.base, /^\/sandboxes\/[0-9a-f-]{36}$/, 'served under its base')
+  for (const url of [first.base, `${first.base}?page=1`]) {
+    const root = await api.app.inject({ method: 'GET', url })
+    t.equal(root.statusCode, (await api.call('openDocs')).statusCode, `${url.replace(/[0-9a-f-]{36}/, '{sandboxId}')} is its root`)
+  }
+  for (const url of ['/sandboxes/not-a-uuid/v1/items', `/sandboxes/${randomUUID()}x/v1/items`, `/sandboxes/${randomUUID()}/v1/items`]) {
+    t.equal((await api.app.inject({ method: 'GET', url })).statusCode, 404, `no sandbox at ${url.replace(/[0-9a-f-]{36}/, '{uuid}')}`)
+  }
+  const own = await api.register()
+  await api.createItem(own.accessToken)
+
+  const alice = await first.register()
+  const items = [await first.createItem(alice.accessToken), await first.createItem(alice.accessToken), await first.createItem(alice.accessToken)]
+  const page = (await first.call('listItems', { token: alice.accessToken })).json()
+  t.same([page.pagination.total, page.data.map((item: { id: string }) => item.id)], [3, items.map((item) => item.id)], 'the list shows its three items, total 3')
+  t.equal((await api.call('listItems', { token: own.accessToken })).json().pagination.total, 1, 'the service\'s own list has none of them')
+  const bob = await second.register()
+  t.equal((await second.call('listItems', { token: bob.accessToken })).json().pagination.total, 0, 'another sandbox\'s list is empty')
+
+  t.equal((await second.call('getItem', { token: bob.accessToken, params: { itemId: items[0]!.id } })).statusCode, 404, 'an id of one is unknown in another')
+  t.equal((await api.call('getItem', { token: own.accessToken, params: { itemId: items[0]!.id } })).statusCode, 404, 'and in the service\'s own')
+  for (const [where, client] of [['another sandbox', second], ['the service\'s own catalogue', api]] as const) {
+    const response = await client.call('listItems', { token: alice.accessToken })
+    t.same([response.statusCode, response.json().code], [401, 'INVALID_TOKEN'], `a sandbox's token is refused in ${where}`)
+  }
+  t.equal((await first.call('listItems', { token: own.accessToken })).statusCode, 401, 'and the service\'s in a sandbox')
+  t.equal((await second.call('refreshTokens', { body: { refreshToken: alice.refreshToken } })).statusCode, 401, 'a refresh token too')
+  t.equal((await second.call('loginUser', { body: { email: alice.user.email, password: 'correct horse battery staple' } })).statusCode, 401,
+    'its users cannot sign in elsewhere')
+  t.equal((await api.register({ email: alice.user.email })).user.email, alice.user.email, 'and their emails are free elsewhere')
+
+  const keyed = { body: { name: 'keyed' }, headers: { 'idempotency-key': 'the-same-key' } }
+  const inFirst = await first.call('createItem', { token: alice.accessToken, ...keyed })
+  const inSecond = await second.call('createItem', { token: bob.accessToken, ...keyed })
+  t.same([inFirst.statusCode, inSecond.statusCode, inSecond.headers['idempotent-replayed']], [201, 201, undefined], 'one key in two sandboxes is two keys')
+
+  const id = first.base.split('/')[2]!
+  const upperCased = new Api(api.app, `/sandboxes/${id.toUpperCase()}`)
+  t.equal((await upperCased.call('listItems', { token: alice.accessToken })).json().pagination.total, 4, 'its id in capitals names it too')
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', `/sandboxes/${id.toUpperCase()}`)).status, 204, 'deleted')
+  const gone = await api.app.inject({ method: 'GET', url: `${first.base}/v1/items`, headers: { authorization: `Bearer ${alice.accessToken}` } })
+  t.same([gone.statusCode, gone.json().code], [404, 'NOT_FOUND'], 'its base answers 404 once it is gone')
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', `/sandboxes/${id}`)).status, 404, 'and deleting it again finds none')
+  t.equal((await second.call('listItems', { token: bob.accessToken })).json().pagination.total, 1, 'the other sandbox is as it was')
+})
+
+t.test('at most SANDBOX_LIMIT exist at once: one more is 507, until one is deleted', async (t) => {
+  const { ops, create } = await withSandboxes(t, { SANDBOX_LIMIT: '2' })
+  const kept = await create()
+  await create()
+  t.same(await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes'),
+    { status: 507, json: { code: 'STORE_FULL', message: 'As many sandboxes as the service allows exist; delete one first.' } })
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', kept.base)).status, 204)
+  t.ok(await create(), 'one deleted makes room for the next')
+})
+
+t.test('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refuses with 507 while another and the service keep writing', async (t) => {
+  const { api, create } = await withSandboxes(t, { SANDBOX_CAPACITY_KIB: '256' })
+  const full = await create()
+  const other = await create()
+  const filler = await full.register()
+  let refused: { statusCode: number, code: string } | undefined
+  for (let index = 0; refused === undefined && index < 1000; index += 1) {
+    const response = await full.call('createItem', { token: filler.accessToken, body: { name: `item ${index}`, description: 'd'.repeat(4000) } })
+    if (response.statusCode !== 201) refused = { statusCode: response.statusCode, code: response.json().code }
+  }
+  t.same(refused, { statusCode: 507, code: 'STORE_FULL' }, 'the full sandbox refuses the write its room cannot take')
+  const writer = await other.register()
+  t.ok(await other.createItem(writer.accessToken, { name: 'still written', description: 'd'.repeat(4000) }), 'another sandbox keeps writing')
+  const own = await api.register()
+  t.ok(await api.createItem(own.accessToken, { name: 'still written', description: 'd'.repeat(4000) }), 'and so does the service')
+})
+
+t.test('a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted', async (t) => {
+  const { lines, logStream } = captureLogs()
+  const { api, create } = await withSandboxes(t, { SANDBOX_IDLE_SECONDS: '1', LOG_LEVEL: 'info' }, { logStream })
+  const idle = await create()
+  t.equal((await idle.call('checkLiveness')).statusCode, 200, 'served while in use')
+  await until('the idle sandbox deleted', () => lines.some((line) => line.includes('idle sandbox deleted')))
+  t.equal((await api.app.inject({ method: 'GET', url: `${idle.base}/health/live` })).statusCode, 404, 'gone once idle past its lifetime')
+})
