@@ -165,6 +165,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxId}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The events a sandbox's changes caused
+         * @description The sandbox's events (`items.item.added`, `…edited`, `…removed`) in the order its changes made them, each the
+         *     CloudEvents envelope its webhook would carry (openapi.yaml's `webhooks`), with its place in that order. The
+         *     sandbox keeps its newest 1 000 events, and at most 512 KiB of their text: an older one is no longer listed.
+         */
+        get: operations["listSandboxEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -178,6 +200,18 @@ export interface components {
             idleSeconds: number;
             /** @description What the sandbox keeps at most for its accounts, as the store counts it. */
             capacityBytes: number;
+        };
+        SandboxEventList: {
+            events: {
+                /** @description The event's place in the sandbox's order. */
+                sequence: number;
+                /** @description The event as its webhook carries it (a CloudEvent; openapi.yaml's webhooks describe each). */
+                event: {
+                    [key: string]: unknown;
+                };
+            }[];
+            /** @description Present when more may follow this page; pass it as `after` for the next. */
+            next?: number;
         };
         DeadLetterList: {
             subscribers: {
@@ -308,6 +342,21 @@ export interface components {
                  * @example {
                  *       "code": "NOT_FOUND",
                  *       "message": "Sandboxes are off on this instance (SANDBOXES=on turns them on)."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description No sandbox has that id (never made, deleted, or idled out), or sandboxes are off. */
+        UnknownSandbox: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "NOT_FOUND",
+                 *       "message": "Sandbox not found."
                  *     }
                  */
                 "application/json": components["schemas"]["ErrorResponse"];
@@ -619,21 +668,68 @@ export interface operations {
             };
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
-            /** @description No sandbox has that id (never made, deleted, or idled out), or sandboxes are off. */
-            404: {
+            404: components["responses"]["UnknownSandbox"];
+        };
+    };
+    listSandboxEvents: {
+        parameters: {
+            query?: {
+                /** @description The events after this place (the `next` of the page before); from the first when left out. */
+                after?: number;
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Up to `limit` events, oldest first. */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     /**
                      * @example {
-                     *       "code": "NOT_FOUND",
-                     *       "message": "Sandbox not found."
+                     *       "events": [
+                     *         {
+                     *           "sequence": 1,
+                     *           "event": {
+                     *             "specversion": "1.0",
+                     *             "id": "6b1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+                     *             "source": "/v1/items",
+                     *             "type": "items.item.added",
+                     *             "time": "2026-12-03T12:00:00.000Z",
+                     *             "subject": "0b5f6c7e-3c1a-4d2b-9e8f-1a2b3c4d5e6f",
+                     *             "datacontenttype": "application/json",
+                     *             "data": {
+                     *               "actorId": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
+                     *               "item": {
+                     *                 "id": "0b5f6c7e-3c1a-4d2b-9e8f-1a2b3c4d5e6f",
+                     *                 "name": "Difference engine",
+                     *                 "description": null,
+                     *                 "status": "active",
+                     *                 "contributorId": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
+                     *                 "createdAt": "2026-12-03T12:00:00.000Z",
+                     *                 "updatedAt": "2026-12-03T12:00:00.000Z"
+                     *               }
+                     *             }
+                     *           }
+                     *         }
+                     *       ],
+                     *       "next": 1
                      *     }
                      */
-                    "application/json": components["schemas"]["ErrorResponse"];
+                    "application/json": components["schemas"]["SandboxEventList"];
                 };
             };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
         };
     };
 }

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -57,6 +57,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   removeAccount: never
   createSandbox: never
   deleteSandbox: never
+  listSandboxEvents: 'after' | 'limit'
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -349,6 +350,70 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "sandboxId"
         ]
+      }
+    }
+  },
+  {
+    "operationId": "listSandboxEvents",
+    "method": "GET",
+    "url": "/sandboxes/:sandboxId/events",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "SandboxEventList"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "after": {
+            "type": "integer",
+            "minimum": 0,
+            "default": 0
+          },
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "default": 100
+          }
+        },
+        "required": []
       }
     }
   }

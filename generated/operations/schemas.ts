@@ -34,6 +34,42 @@ export const schemas = {
       }
     }
   },
+  "SandboxEventList": {
+    "$id": "SandboxEventList",
+    "type": "object",
+    "required": [
+      "events"
+    ],
+    "properties": {
+      "events": {
+        "type": "array",
+        "items": {
+          "type": "object",
+          "required": [
+            "sequence",
+            "event"
+          ],
+          "properties": {
+            "sequence": {
+              "type": "integer",
+              "minimum": 1,
+              "description": "The event's place in the sandbox's order."
+            },
+            "event": {
+              "type": "object",
+              "additionalProperties": true,
+              "description": "The event as its webhook carries it (a CloudEvent; openapi.yaml's webhooks describe each)."
+            }
+          }
+        }
+      },
+      "next": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "Present when more may follow this page; pass it as `after` for the next."
+      }
+    }
+  },
   "DeadLetterList": {
     "$id": "DeadLetterList",
     "type": "object",

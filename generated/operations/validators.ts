@@ -33,6 +33,10 @@ export const validators = {
   createSandbox: {},
   deleteSandbox: {
     params: parameters.deleteSandbox_params
+  },
+  listSandboxEvents: {
+    params: parameters.listSandboxEvents_params,
+    querystring: parameters.listSandboxEvents_querystring
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

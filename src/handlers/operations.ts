@@ -77,7 +77,7 @@ export const removeAccount: OperationsHandler<'removeAccount'> = async (request,
   const { accountId } = request.params
   // The user first: its sessions end, so that no request of the account's adds an item while its items go.
   const userRemoved = await store.accounts.remove(accountId)
-  const announce = events.announce('items.item.removed', accountId)
+  const announce = events.announce('items.item.removed', accountId, store)
   let itemsRemoved = 0
   for (;;) {
     const { items } = await store.items.page(0, ITEMS_PER_PAGE, { contributorId: accountId })
@@ -111,5 +111,16 @@ export const deleteSandbox: OperationsHandler<'deleteSandbox'> = async (request,
   return await reply.code(204).send()
 }
 
+export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (request, reply) => {
+  const sandbox = sandboxesOf(request).get(request.params.sandboxId)
+  if (sandbox === undefined) throw notFound('Sandbox')
+  const { after, limit } = request.query
+  const listed = sandbox.events.after(after, limit)
+  const events = listed.map(({ sequence, event }) => ({ sequence, event: JSON.parse(event.body) as Record<string, unknown> }))
+  return await reply.code(200).send(listed.length === limit ? { events, next: listed.at(-1)!.sequence } : { events })
+}
+
 /** Every operation of the operations API, by operationId. */
-export const operationsHandlers: OperationsHandlers = { getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, deleteSandbox }
+export const operationsHandlers: OperationsHandlers = {
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, deleteSandbox, listSandboxEvents
+}

@@ -1,12 +1,44 @@
 import { randomUuid } from '../runtime/uuid.js'
 import { createMemoryStore, type MemoryStoreOptions } from './memory/index.js'
 import type { CapacityBounds } from './capacity.js'
-import type { Store } from './store.js'
+import type { OutboxEvent, Store } from './store.js'
+
+/** An event of a sandbox, as its outbox recorded it, and its place in the sandbox's order (from 1). */
+export interface SandboxEvent {
+  readonly sequence: number
+  readonly event: OutboxEvent
+}
+
+// What a sandbox keeps of its events at most, the newest: so many, and so many characters of their text.
+export const SANDBOX_EVENTS = 1000
+export const SANDBOX_EVENT_CHARACTERS = 512 * 1024
+
+/** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and characters) of them. */
+export class SandboxEvents {
+  readonly #kept: SandboxEvent[] = []
+  #characters = 0
+  #lastSequence = 0
+
+  record (event: OutboxEvent): void {
+    this.#lastSequence += 1
+    this.#kept.push({ sequence: this.#lastSequence, event })
+    this.#characters += event.body.length
+    while (this.#kept.length > SANDBOX_EVENTS || this.#characters > SANDBOX_EVENT_CHARACTERS) this.#characters -= this.#kept.shift()!.event.body.length
+  }
+
+  /** Up to `limit` events recorded after `sequence`, oldest first. */
+  after (sequence: number, limit: number): SandboxEvent[] {
+    const first = this.#kept.findIndex((kept) => kept.sequence > sequence)
+    return first === -1 ? [] : this.#kept.slice(first, first + limit)
+  }
+}
 
 /** An isolated catalogue: its own users, sessions, items, idempotency keys, rate-limit counts and events. */
 export interface Sandbox {
   readonly id: string
   readonly store: Store
+  /** Every change's event, kept to be read back (its store's outbox delivers none). */
+  readonly events: SandboxEvents
   /** When a request last used it (ms since the epoch); it is deleted once idle past SandboxesConfig.idleMs. */
   usedAt: number
 }
@@ -58,16 +90,15 @@ export class Sandboxes {
   /** Makes an empty sandbox; undefined when as many as the limit exist. */
   create (now: number): Sandbox | undefined {
     if (this.#byId.size >= this.#config.limit) return undefined
-    const sandbox: Sandbox = {
-      id: randomUuid(),
-      store: createMemoryStore({
-        ...this.#store,
-        keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
-        // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
-        capacity: { ...this.#store.capacity, budgetBytes: this.#config.capacityBytes, registrationRoomMs: 0 }
-      }),
-      usedAt: now
-    }
+    const store = createMemoryStore({
+      ...this.#store,
+      keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
+      // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
+      capacity: { ...this.#store.capacity, budgetBytes: this.#config.capacityBytes, registrationRoomMs: 0 }
+    })
+    const events = new SandboxEvents()
+    store.outbox.onRecorded((event) => { events.record(event) })
+    const sandbox: Sandbox = { id: randomUuid(), store, events, usedAt: now }
     this.#byId.set(sandbox.id, sandbox)
     return sandbox
   }

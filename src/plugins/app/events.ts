@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../../generated/openapi.js'
 import { schemas } from '../../../generated/schemas.js'
-import type { Announcement, OutboxEvent } from '../../store/store.js'
+import type { Announcement, OutboxEvent, Store } from '../../store/store.js'
 import { isoTimestamp } from '../../runtime/timestamps.js'
 import { randomUuid } from '../../runtime/uuid.js'
 
@@ -17,10 +17,11 @@ export interface EventBus {
   on<C extends Channel>(channel: C, handler: EventHandler<C>): void
   off<C extends Channel>(channel: C, handler: EventHandler<C>): void
   /**
-   * How a change on `channel` by `actorId` announces itself: the store records the event it builds with the
-   * change. Undefined while nothing would receive the event (no webhook and no handler of this process subscribes).
+   * How a change on `channel` by `actorId` in `store` announces itself: the store records the event it builds with
+   * the change. For the app's own store, undefined while nothing would receive the event (no webhook and no handler
+   * of this process subscribes); any other (a sandbox's) keeps every event, to be read back.
    */
-  announce<C extends Channel>(channel: C, actorId: string): Announcement | undefined
+  announce<C extends Channel>(channel: C, actorId: string, store: Store): Announcement | undefined
 }
 
 declare module 'fastify' {
@@ -64,8 +65,8 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
     off (channel, handler) {
       handlers.get(channel)?.delete(handler as EventHandler<Channel>)
     },
-    announce (channel, actorId) {
-      if (!options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
+    announce (channel, actorId, store) {
+      if (store === app.store && !options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
       const traceparent = app.tracing.traceparent()
       return (item): OutboxEvent => {
         const event: DomainEvent<typeof channel> = {

@@ -121,3 +121,42 @@ t.test('a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted', async (t
   await until('the idle sandbox deleted', () => lines.some((line) => line.includes('idle sandbox deleted')))
   t.equal((await api.app.inject({ method: 'GET', url: `${idle.base}/health/live` })).statusCode, 404, 'gone once idle past its lifetime')
 })
+
+t.test('a sandbox\'s events are read back in order, as its webhooks would carry them, its newest kept within their bound', async (t) => {
+  const { api, ops, create } = await withSandboxes(t)
+  const sandbox = await create()
+  const other = await create()
+  const events = async (of: Api, query = ''): Promise<{ events: Array<{ sequence: number, event: { type: string, data: { item: { id: string, name: string }, actorId: string } } }>, next?: number }> => {
+    const { status, json } = await opsCall(t, ops, 'listSandboxEvents', 'GET', `${of.base}/events${query}`)
+    t.equal(status, 200)
+    return json as Awaited<ReturnType<typeof events>>
+  }
+  const owner = await sandbox.register()
+  const item = await sandbox.createItem(owner.accessToken, { name: 'first' })
+  await sandbox.call('updateItem', { token: owner.accessToken, params: { itemId: item.id }, body: { name: 'renamed' } })
+  await sandbox.call('deleteItem', { token: owner.accessToken, params: { itemId: item.id } })
+  const own = await api.register()
+  await api.createItem(own.accessToken)
+
+  const listed = await events(sandbox)
+  t.same(listed.events.map(({ sequence, event }) => [sequence, event.type, event.data.item.id, event.data.item.name, event.data.actorId]), [
+    [1, 'items.item.added', item.id, 'first', owner.user.id],
+    [2, 'items.item.edited', item.id, 'renamed', owner.user.id],
+    [3, 'items.item.removed', item.id, 'renamed', owner.user.id]
+  ], 'its three changes, in order, with their payloads')
+  t.equal(listed.next, undefined, 'and no more')
+  t.same((await events(other)).events, [], 'another sandbox has none of them, nor the service\'s')
+  const paged = await events(sandbox, '?limit=2')
+  t.same([paged.events.map(({ sequence }) => sequence), paged.next], [[1, 2], 2], 'a page says where the next begins')
+  t.same((await events(sandbox, `?after=${paged.next!}`)).events.map(({ sequence }) => sequence), [3])
+
+  const large = await sandbox.createItem(owner.accessToken, { name: 'large' })
+  for (let index = 0; index < 60; index += 1) {
+    const edited = await sandbox.call('updateItem', { token: owner.accessToken, params: { itemId: large.id }, body: { description: `${index} `.padEnd(10_000, 'd') } })
+    t.equal(edited.statusCode, 200)
+  }
+  const kept = (await events(sandbox, '?limit=1000')).events
+  t.ok(kept.length < 64 && kept[0]!.sequence > 1, `its oldest events gave way to the newest within the bound (kept ${kept.length}, from ${kept[0]!.sequence})`)
+  t.equal(kept.at(-1)!.sequence, 64, 'the newest is kept')
+  t.equal((await opsCall(t, ops, 'listSandboxEvents', 'GET', `/sandboxes/${randomUUID()}/events`)).status, 404, 'a sandbox that does not exist has none')
+})
