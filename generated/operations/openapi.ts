@@ -133,9 +133,9 @@ export interface paths {
         put?: never;
         /**
          * Create a sandbox
-         * @description Makes an empty sandbox and answers where it is served. Its users register, sign in and write as on the
-         *     service's own catalogue; its rate limits count its own requests only, and registrations in it are not
-         *     paced.
+         * @description Makes a sandbox with the users and items of the body (a `SEED_FILE`'s shape, docs/testing.md; `{}` for an
+         *     empty one), and answers where it is served once they are in. Its users register, sign in and write as on the service's
+         *     own catalogue; its rate limits count its own requests only, and registrations in it are not paced.
          */
         post: operations["createSandbox"];
         delete?: never;
@@ -187,6 +187,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxId}/reset": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reset a sandbox to what it was created with
+         * @description Empties the sandbox (its users, sessions, items, keys, counts and events: its tokens are refused from then
+         *     on) and puts the users and items it was created with back in, with the ids they had. Answered once they are
+         *     in.
+         */
+        post: operations["resetSandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -200,6 +222,15 @@ export interface components {
             idleSeconds: number;
             /** @description What the sandbox keeps at most for its accounts, as the store counts it. */
             capacityBytes: number;
+        };
+        /** @description A `SEED_FILE`'s shape (docs/testing.md): each user as `registerUser`'s body of openapi.yaml, with an `id` when it is to have that one; each item as `createItem`'s, with its `owner` (a contributor's email in `users`), and an `id` and `status` when given. Checked entry by entry: a 400 names the first at fault. */
+        SandboxFixtures: {
+            users?: {
+                [key: string]: unknown;
+            }[];
+            items?: {
+                [key: string]: unknown;
+            }[];
         };
         SandboxEventList: {
             events: {
@@ -609,7 +640,31 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "users": [
+                 *         {
+                 *           "id": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
+                 *           "email": "ada@example.com",
+                 *           "password": "correct horse battery staple",
+                 *           "firstName": "Ada",
+                 *           "lastName": "Lovelace",
+                 *           "role": "contributor"
+                 *         }
+                 *       ],
+                 *       "items": [
+                 *         {
+                 *           "owner": "ada@example.com",
+                 *           "name": "Difference engine"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["SandboxFixtures"];
+            };
+        };
         responses: {
             /** @description The sandbox, empty; its base is the public API's origin followed by `basePath`. */
             201: {
@@ -628,6 +683,7 @@ export interface operations {
                     "application/json": components["schemas"]["Sandbox"];
                 };
             };
+            400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxesOff"];
             /** @description As many sandboxes as `SANDBOX_LIMIT` allows exist; delete one, or wait for one to idle out. */
@@ -725,6 +781,40 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["SandboxEventList"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
+        };
+    };
+    resetSandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandbox, as it was created. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03",
+                     *       "basePath": "/sandboxes/3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03",
+                     *       "idleSeconds": 3600,
+                     *       "capacityBytes": 2097152
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Sandbox"];
                 };
             };
             400: components["responses"]["ValidationError"];

@@ -10,7 +10,8 @@ export const responseValidators: { readonly [Id in RouteOperationId]: { readonly
   redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404 },
   listAccounts: { '200': responses.listAccounts_200, '400': responses.listAccounts_400, '401': responses.listAccounts_401 },
   removeAccount: { '400': responses.removeAccount_400, '401': responses.removeAccount_401 },
-  createSandbox: { '201': responses.createSandbox_201, '401': responses.createSandbox_401, '404': responses.createSandbox_404, '507': responses.createSandbox_507 },
+  createSandbox: { '201': responses.createSandbox_201, '400': responses.createSandbox_400, '401': responses.createSandbox_401, '404': responses.createSandbox_404, '507': responses.createSandbox_507 },
   deleteSandbox: { '400': responses.deleteSandbox_400, '401': responses.deleteSandbox_401, '404': responses.deleteSandbox_404 },
-  listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404 }
+  listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404 },
+  resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404 }
 }

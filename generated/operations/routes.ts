@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -58,6 +58,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   createSandbox: never
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
+  resetSandbox: never
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -287,6 +288,7 @@ export const routes: readonly RouteDefinition[] = [
     "sheddable": true,
     "statuses": [
       "201",
+      "400",
       "401",
       "404",
       "507"
@@ -297,6 +299,9 @@ export const routes: readonly RouteDefinition[] = [
         "201": {
           "$ref": "Sandbox"
         },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
         "401": {
           "$ref": "ErrorResponse"
         },
@@ -306,6 +311,9 @@ export const routes: readonly RouteDefinition[] = [
         "507": {
           "$ref": "ErrorResponse"
         }
+      },
+      "body": {
+        "$ref": "SandboxFixtures"
       }
     }
   },
@@ -414,6 +422,53 @@ export const routes: readonly RouteDefinition[] = [
           }
         },
         "required": []
+      }
+    }
+  },
+  {
+    "operationId": "resetSandbox",
+    "method": "POST",
+    "url": "/sandboxes/:sandboxId/reset",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "Sandbox"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
       }
     }
   }

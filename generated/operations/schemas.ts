@@ -34,6 +34,27 @@ export const schemas = {
       }
     }
   },
+  "SandboxFixtures": {
+    "$id": "SandboxFixtures",
+    "type": "object",
+    "description": "A `SEED_FILE`'s shape (docs/testing.md): each user as `registerUser`'s body of openapi.yaml, with an `id` when it is to have that one; each item as `createItem`'s, with its `owner` (a contributor's email in `users`), and an `id` and `status` when given. Checked entry by entry: a 400 names the first at fault.",
+    "properties": {
+      "users": {
+        "type": "array",
+        "items": {
+          "type": "object",
+          "additionalProperties": true
+        }
+      },
+      "items": {
+        "type": "array",
+        "items": {
+          "type": "object",
+          "additionalProperties": true
+        }
+      }
+    }
+  },
   "SandboxEventList": {
     "$id": "SandboxEventList",
     "type": "object",

@@ -30,13 +30,18 @@ export const validators = {
   removeAccount: {
     params: parameters.removeAccount_params
   },
-  createSandbox: {},
+  createSandbox: {
+    body: bodies.createSandbox_body
+  },
   deleteSandbox: {
     params: parameters.deleteSandbox_params
   },
   listSandboxEvents: {
     params: parameters.listSandboxEvents_params,
     querystring: parameters.listSandboxEvents_querystring
+  },
+  resetSandbox: {
+    params: parameters.resetSandbox_params
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

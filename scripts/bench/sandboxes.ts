@@ -12,7 +12,7 @@ const opsPort = await freePort()
 const app = await buildApp(loadConfig({ LOG_LEVEL: 'silent', PORT: '0', OPS_PORT: String(opsPort), SANDBOXES: 'on', SANDBOX_LIMIT: String(SANDBOXES * 2) }))
 await app.ready()
 const create = async (): Promise<void> => {
-  const response = await fetch(`http://127.0.0.1:${opsPort}/sandboxes`, { method: 'POST' })
+  const response = await fetch(`http://127.0.0.1:${opsPort}/sandboxes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
   if (response.status !== 201) throw new Error(`POST /sandboxes answered ${response.status}`)
   await response.arrayBuffer()
 }

@@ -3,7 +3,7 @@ import type { DefaultedParameters, RouteOperationId } from '../../generated/oper
 import { emailKey } from '../auth/email.js'
 import type { FastifyRequest } from 'fastify'
 import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
-import type { Sandboxes } from '../store/sandboxes.js'
+import type { Sandbox, Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import type { ContractHandler } from './handler.js'
@@ -12,6 +12,9 @@ type OperationsHandler<Id extends RouteOperationId> = ContractHandler<operations
 
 /** One handler per operation of the operations API (ops/openapi.yaml): a missing or extra one does not compile. */
 export type OperationsHandlers = { [Id in RouteOperationId]: OperationsHandler<Id> }
+
+type OperationsBody<Id extends RouteOperationId, Status extends keyof operations[Id]['responses']> =
+  operations[Id]['responses'][Status] extends { content: { 'application/json': infer Body } } ? Body : never
 
 type DeadLetterBody = operations['listDeadLetters']['responses'][200]['content']['application/json']['subscribers'][number]['deadLetters'][number]
 
@@ -96,12 +99,41 @@ function sandboxesOf (request: FastifyRequest): Sandboxes {
   return sandboxes
 }
 
+// The sandbox as the operations API answers it.
+function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'createSandbox', 201> {
+  const { idleMs, capacityBytes } = sandboxes.settings
+  return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes }
+}
+
+// Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`), and leaves
+// the sandbox deleted.
+async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox): Promise<void> {
+  try {
+    await request.server.seedStore(sandbox.store, sandbox.fixtures)
+  } catch (error) {
+    sandboxes.delete(sandbox.id)
+    if (!(error instanceof Error && error.name === 'SeedError')) throw error
+    const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
+    throw new InvalidRequestError([{ field, issue }])
+  }
+}
+
 export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
-  const sandbox = sandboxesOf(request).create(Date.now())
+  const sandboxes = sandboxesOf(request)
+  const sandbox = sandboxes.create(Date.now(), request.body)
   if (sandbox === undefined) throw sandboxLimitReached()
-  const { idleMs, capacityBytes } = sandboxesOf(request).settings
+  await seeded(request, sandboxes, sandbox)
   request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
-  return await reply.code(201).send({ id: sandbox.id, basePath: `/sandboxes/${sandbox.id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes })
+  return await reply.code(201).send(sandboxBody(sandboxes, sandbox))
+}
+
+export const resetSandbox: OperationsHandler<'resetSandbox'> = async (request, reply) => {
+  const sandboxes = sandboxesOf(request)
+  const sandbox = sandboxes.reset(request.params.sandboxId, Date.now())
+  if (sandbox === undefined) throw notFound('Sandbox')
+  await seeded(request, sandboxes, sandbox)
+  request.log.info({ audit: 'resetSandbox', sandboxId: sandbox.id }, 'sandbox reset')
+  return await reply.code(200).send(sandboxBody(sandboxes, sandbox))
 }
 
 export const deleteSandbox: OperationsHandler<'deleteSandbox'> = async (request, reply) => {
@@ -122,5 +154,5 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
 
 /** Every operation of the operations API, by operationId. */
 export const operationsHandlers: OperationsHandlers = {
-  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, deleteSandbox, listSandboxEvents
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, listSandboxEvents
 }

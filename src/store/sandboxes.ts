@@ -39,6 +39,8 @@ export interface Sandbox {
   readonly store: Store
   /** Every change's event, kept to be read back (its store's outbox delivers none). */
   readonly events: SandboxEvents
+  /** The users and items it was created with (a SEED_FILE's shape), which a reset puts back. */
+  readonly fixtures: unknown
   /** When a request last used it (ms since the epoch); it is deleted once idle past SandboxesConfig.idleMs. */
   usedAt: number
 }
@@ -87,9 +89,27 @@ export class Sandboxes {
     return this.#byId.size
   }
 
-  /** Makes an empty sandbox; undefined when as many as the limit exist. */
-  create (now: number): Sandbox | undefined {
+  /**
+   * Makes an empty sandbox, to be seeded with `fixtures` (its caller's part); undefined when as many as the limit
+   * exist.
+   */
+  create (now: number, fixtures: unknown): Sandbox | undefined {
     if (this.#byId.size >= this.#config.limit) return undefined
+    const sandbox = this.#made(randomUuid(), fixtures, now)
+    this.#byId.set(sandbox.id, sandbox)
+    return sandbox
+  }
+
+  /** Replaces the sandbox with an empty one of the same id and fixtures, to be seeded again; undefined when none. */
+  reset (id: string, now: number): Sandbox | undefined {
+    const sandbox = this.get(id)
+    if (sandbox === undefined) return undefined
+    const emptied = this.#made(sandbox.id, sandbox.fixtures, now)
+    this.#byId.set(sandbox.id, emptied)
+    return emptied
+  }
+
+  #made (id: string, fixtures: unknown, now: number): Sandbox {
     const store = createMemoryStore({
       ...this.#store,
       keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
@@ -98,9 +118,7 @@ export class Sandboxes {
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event) })
-    const sandbox: Sandbox = { id: randomUuid(), store, events, usedAt: now }
-    this.#byId.set(sandbox.id, sandbox)
-    return sandbox
+    return { id, store, events, fixtures, usedAt: now }
   }
 
   get (id: string): Sandbox | undefined {

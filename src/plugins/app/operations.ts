@@ -32,7 +32,7 @@ interface OperationsPluginOptions {
 
 const operationsSerializer = contractSerializers(schemas)
 
-// Its largest request is a redelivery of 1 000 event ids (about 40 KB).
+// Its largest requests are a redelivery of 1 000 event ids (about 40 KB) and a sandbox's fixtures.
 const BODY_LIMIT_BYTES = 64 * 1024
 
 /**
@@ -54,6 +54,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('store', app.store)
   server.decorate('events', app.events)
   server.decorate('sandboxes', app.sandboxes)
+  server.decorate('seedStore', app.seedStore)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
   // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
@@ -79,4 +80,4 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   app.addHook('onClose', async () => { await server.close() })
 }
 
-export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events', 'sandboxes'] })
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events', 'sandboxes', 'seed'] })

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises'
 import type { ErrorObject, ValidateFunction } from 'ajv'
 import type { FastifyInstance } from 'fastify'
+import fp from 'fastify-plugin'
 import type { components } from '../../../generated/openapi.js'
 import { schemas } from '../../../generated/schemas.js'
 import { validators } from '../../../generated/validators.js'
@@ -9,7 +10,7 @@ import { parseJson } from '../../runtime/json-text.js'
 import { isPlainObject } from '../../runtime/plain-object.js'
 import { newItem, newUser } from '../../domain/records.js'
 import { itemFields } from '../../domain/serialized.js'
-import { IdTakenError } from '../../store/store.js'
+import { IdTakenError, type Store } from '../../store/store.js'
 
 type Schemas = components['schemas']
 
@@ -64,25 +65,25 @@ async function refusingTakenIds<T> (adding: Promise<T>, problem: string): Promis
   }
 }
 
-/**
- * SEED_FILE: users and items to start with, loaded before the server is ready, so an integration test can put the
- * service in a known state (a restart resets it). Users are registered and items added as the API would (passwords
- * hashed, emails unique, each item owned by a contributor), without events: nobody changed anything yet. A user
- * registered already (by an earlier start, on a store that outlives it) is skipped with its items; an id the file
- * gives that belongs to another user or item stops the start, since the store never overwrites one.
- */
-async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
-  const text = await readFile(file, 'utf8')
-  let seed: unknown
-  try {
-    seed = parseJson(text)
-  } catch (error) {
-    throw new SeedError((error as SyntaxError).message)
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Puts the users and items of `seed` (the shape of a SEED_FILE) into `store`: a SeedError naming the entry at fault. */
+    seedStore: (store: Store, seed: unknown) => Promise<void>
   }
+}
+
+/**
+ * Users and items to start with (a SEED_FILE's, a sandbox's), so an integration test can put a catalogue in a
+ * known state. Users are registered and items added as the API would (passwords hashed, emails unique, each item
+ * owned by a contributor), without events: nobody changed anything yet. A user registered already (by an earlier
+ * start, on a store that outlives it) is skipped with its items; an id the file gives that belongs to another user or
+ * item is refused, since the store never overwrites one.
+ */
+async function seedStore (app: FastifyInstance, store: Store, seed: unknown): Promise<void> {
   if (!isPlainObject(seed)) throw new SeedError('must be an object with users and items')
   const unknownKeys = Object.keys(seed).filter((key) => key !== 'users' && key !== 'items')
   if (unknownKeys.length > 0) throw new SeedError(`has unknown field(s) ${unknownKeys.join(', ')}`)
-  const { store, passwords } = app
+  const { passwords } = app
   // One at a time, so that seeding never fills the hashing queue.
   const requester = { address: 'seed', stillWanted: () => true }
   const listedAt = new Map<string, number>()
@@ -136,12 +137,23 @@ async function loadSeed (app: FastifyInstance, file: string): Promise<void> {
   }
 }
 
-export default async function seedPlugin (app: FastifyInstance, options: { file: string | undefined }): Promise<void> {
+/** SEED_FILE's users and items, put into the store before the server is ready (a restart resets them). */
+async function seedPlugin (app: FastifyInstance, options: { file: string | undefined }): Promise<void> {
+  app.decorate('seedStore', async (store: Store, seed: unknown) => { await seedStore(app, store, seed) })
   const { file } = options
   if (file === undefined) return
   try {
-    await loadSeed(app, file)
+    const text = await readFile(file, 'utf8')
+    let seed: unknown
+    try {
+      seed = parseJson(text)
+    } catch (error) {
+      throw new SeedError((error as SyntaxError).message)
+    }
+    await seedStore(app, app.store, seed)
   } catch (error) {
     throw new SeedError(`Cannot load SEED_FILE ${file}: ${error instanceof SeedError ? error.message : String(error)}`)
   }
 }
+
+export default fp(seedPlugin, { name: 'seed', dependencies: ['store', 'auth'] })

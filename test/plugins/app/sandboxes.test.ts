@@ -19,7 +19,7 @@ async function withSandboxes (t: Test, env: NodeJS.ProcessEnv = {}, options: Par
   const ops = `http://127.0.0.1:${opsPort}`
   const api = await build(t, { STORE: 'memory', SANDBOXES: 'on', OPS_PORT: String(opsPort), ...env }, options)
   const create = async (): Promise<Api> => {
-    const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes')
+    const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})
     if (status !== 201) throw new Error(`createSandbox answered ${status}`)
     return new Api(api.app, (json as Sandbox).basePath)
   }
@@ -30,7 +30,7 @@ t.test('off unless SANDBOXES=on: the operations answer 404, and nothing is serve
   const opsPort = await freePort()
   const ops = `http://127.0.0.1:${opsPort}`
   const api = await build(t, { STORE: 'memory', OPS_PORT: String(opsPort) })
-  const created = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes')
+  const created = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})
   t.same(created, { status: 404, json: { code: 'NOT_FOUND', message: 'Sandboxes are off on this instance (SANDBOXES=on turns them on).' } })
   t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', `/sandboxes/${randomUUID()}`)).status, 404)
   t.equal((await api.app.inject({ method: 'GET', url: `/sandboxes/${randomUUID()}/v1/items` })).statusCode, 404)
@@ -90,7 +90,7 @@ t.test('at most SANDBOX_LIMIT exist at once: one more is 507, until one is delet
   const { ops, create } = await withSandboxes(t, { SANDBOX_LIMIT: '2' })
   const kept = await create()
   await create()
-  t.same(await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes'),
+  t.same(await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {}),
     { status: 507, json: { code: 'STORE_FULL', message: 'As many sandboxes as the service allows exist; delete one first.' } })
   t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', kept.base)).status, 204)
   t.ok(await create(), 'one deleted makes room for the next')
@@ -159,4 +159,39 @@ t.test('a sandbox\'s events are read back in order, as its webhooks would carry 
   t.ok(kept.length < 64 && kept[0]!.sequence > 1, `its oldest events gave way to the newest within the bound (kept ${kept.length}, from ${kept[0]!.sequence})`)
   t.equal(kept.at(-1)!.sequence, 64, 'the newest is kept')
   t.equal((await opsCall(t, ops, 'listSandboxEvents', 'GET', `/sandboxes/${randomUUID()}/events`)).status, 404, 'a sandbox that does not exist has none')
+})
+
+t.test('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, and a reset puts it back to them', async (t) => {
+  const { api, ops } = await withSandboxes(t, { SANDBOX_LIMIT: '1', SANDBOX_CAPACITY_KIB: '256' })
+  const adaId = randomUUID()
+  const itemId = randomUUID()
+  const password = 'correct horse battery staple'
+  const fixtures = {
+    users: [{ id: adaId, email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }],
+    items: [{ id: itemId, owner: 'ada@example.com', name: 'Difference engine' }]
+  }
+  const refused = async (body: unknown, expected: { status: number, field?: string }): Promise<void> => {
+    const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)
+    t.equal(status, expected.status, JSON.stringify(json))
+    if (expected.field !== undefined) t.equal((json as { details: Array<{ field: string }> }).details[0]!.field, expected.field, 'naming the fixture at fault')
+  }
+  await refused({ users: [{ ...fixtures.users[0], email: 'not an email' }] }, { status: 400, field: 'users[0].email' })
+  await refused({ cars: [] }, { status: 400, field: 'body' })
+  const second = { ...fixtures.users[0], id: randomUUID(), email: 'grace@example.com' }
+  await refused({ users: [fixtures.users[0], second] }, { status: 507 })
+
+  const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)
+  t.equal(status, 201, 'a sandbox refused its fixtures is not kept: the one allowed is still free')
+  const sandbox = new Api(api.app, (json as Sandbox).basePath)
+  const signedIn = (await sandbox.call('loginUser', { body: { email: 'ada@example.com', password } })).json()
+  t.equal(signedIn.user.id, adaId, 'its users sign in, with the ids given')
+  t.same((await sandbox.call('listItems', { token: signedIn.accessToken })).json().data.map((item: { id: string }) => item.id), [itemId], 'and its items are there')
+  await sandbox.createItem(signedIn.accessToken, { name: 'made in the test' })
+
+  const reset = await opsCall(t, ops, 'resetSandbox', 'POST', `${sandbox.base}/reset`)
+  t.same([reset.status, (reset.json as Sandbox).basePath], [200, sandbox.base], 'reset, under the same base')
+  t.equal((await sandbox.call('listItems', { token: signedIn.accessToken })).statusCode, 401, 'its tokens are refused after a reset')
+  const again = (await sandbox.call('loginUser', { body: { email: 'ada@example.com', password } })).json()
+  t.same((await sandbox.call('listItems', { token: again.accessToken })).json().data.map((item: { id: string }) => item.id), [itemId], 'its fixtures alone are back')
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `/sandboxes/${randomUUID()}/reset`)).status, 404, 'a sandbox that does not exist is not reset')
 })
