@@ -57,3 +57,46 @@ t.test('the test rig\'s recipe: 16 workers register, create, list their own and 
   t.same([...new Set(statuses)].sort(), [201, 204], 'every registration and create 201, every removal 204: nothing refused')
   t.comment(`started ready in ${Math.round(readyMs)} ms; ${WORKERS} registrations at once, the slowest answered in ${Math.round(registeredMs)} ms (${Math.round(WORKERS / (registeredMs / 1000))} a second); the whole rig in ${Math.round(ranMs)} ms`)
 })
+
+t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals and the events they caused', async (t) => {
+  // Sandboxes are on the memory store, whatever the run's store.
+  const began = performance.now()
+  const server = await start({ ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'memory' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const readyMs = performance.now() - began
+  const ops = server.opsUrl ?? ''
+  const call = async (url: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> => {
+    const response = await fetch(url, {
+      ...init,
+      headers: { 'content-type': 'application/json', ...(init.token === undefined ? {} : { authorization: `Bearer ${init.token}` }) }
+    })
+    const text = await response.text()
+    return { status: response.status, body: text === '' ? undefined : JSON.parse(text) }
+  }
+  const statuses: number[] = []
+  const worker = async (): Promise<void> => {
+    const created = await call(`${ops}/sandboxes`, { method: 'POST', body: '{}' })
+    statuses.push(created.status)
+    const { basePath } = created.body as { basePath: string }
+    const base = `${server.url}${basePath}`
+    const registered = await call(`${base}/v1/auth/register`, { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
+    statuses.push(registered.status)
+    const { accessToken } = registered.body as Schemas['AuthResponse']
+    const made: string[] = []
+    for (let index = 0; index < ITEMS_EACH; index += 1) {
+      const item = await call(`${base}/v1/items`, { method: 'POST', token: accessToken, body: JSON.stringify({ name: `rig item ${index}` }) })
+      statuses.push(item.status)
+      made.push((item.body as Schemas['Item']).id)
+    }
+    const all = (await call(`${base}/v1/items`, { token: accessToken })).body as Schemas['ItemList']
+    t.same([all.pagination.total, all.data.map((item) => item.id)], [ITEMS_EACH, made], 'a worker\'s unfiltered list is its own, exactly')
+    const { events } = (await call(`${ops}${basePath}/events`)).body as { events: Array<{ event: { type: string, subject: string } }> }
+    t.same(events.map(({ event }) => [event.type, event.subject]), made.map((id) => ['items.item.added', id]), 'and its events are the ones it caused')
+    statuses.push((await fetch(`${ops}${basePath}`, { method: 'DELETE' })).status)
+  }
+  const running = performance.now()
+  await Promise.all(Array.from({ length: WORKERS }, worker))
+  const ranMs = performance.now() - running
+  t.same([...new Set(statuses)].sort(), [201, 204], 'every sandbox, registration and create 201, every deletion 204: nothing refused')
+  t.comment(`on sandboxes: started ready in ${Math.round(readyMs)} ms; the whole rig in ${Math.round(ranMs)} ms`)
+})
