@@ -14,8 +14,11 @@ export interface Heartbeat {
 export const HEARTBEAT: Heartbeat = { intervalMs: 250, deadlineMs: 1500 }
 const HEARTBEAT_KEPT_MS = 60_000
 
-/** Where a connection is (a primary's change is told by it, and tracking needs both connections on one server). */
-export const serverOf = (redis: Redis): string => `${redis.stream?.remoteAddress ?? ''}:${redis.stream?.remotePort ?? ''}`
+/**
+ * Where a connection is (a primary's change is told by it, and tracking needs both connections on one server); a
+ * connection whose socket is gone is nowhere, "undefined:undefined".
+ */
+export const serverOf = (redis: Redis): string => `${String(redis.stream?.remoteAddress)}:${String(redis.stream?.remotePort)}`
 
 /**
  * Sessions this instance has read, kept only while Redis tells it of every change to them: client-side caching,
