@@ -29,7 +29,9 @@ export const targets: readonly Target[] = [
   // The operations API does not serve its contract.
   { contract: 'ops/openapi.yaml', dir: 'generated/operations/', without: ['document.ts'] },
   // The official client is packed from its own folder: the contract's types go with it.
-  { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts', 'resources.ts'] }
+  { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts', 'resources.ts'] },
+  // And the operations API's types, for its sandboxes (clients/typescript/src/sandboxes.ts).
+  { contract: 'ops/openapi.yaml', dir: 'clients/typescript/src/generated/operations/', only: ['openapi.ts'] }
 ]
 
 const repository = new URL('../', import.meta.url)

@@ -14,6 +14,7 @@ import { backoffMs, isExpiredToken, retried, safeToResend, sleep, spentSeconds }
 export type { components, operations, paths, webhooks } from './generated/openapi.js'
 export type { CallOptions } from './generated/resources.js'
 export { etagOf, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type ErrorCode, type Session } from './answers.js'
+export { createSandboxClient, type Sandbox, type SandboxClient, type SandboxClientOptions, type SandboxEvents, type SandboxFixtures } from './sandboxes.js'
 
 type Schemas = components['schemas']
 

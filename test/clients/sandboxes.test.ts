@@ -1,0 +1,40 @@
+// The official client's sandbox helper (clients/typescript/src/sandboxes.ts) against a real listening server with
+// SANDBOXES=on: a sandbox made from fixtures, the client bound to it, its events, a reset and the deletion.
+import { randomUUID } from 'node:crypto'
+import t from 'tap'
+import { createSandboxClient, ItemsApiError, ok } from '../../clients/typescript/src/index.js'
+import { freePort } from '../../harness/net.js'
+import { build } from '../support/app.js'
+import { contractMiddleware } from '../support/contract-checks.js'
+
+const OPS_TOKEN = 'an-operations-token-for-the-test'
+
+t.test('createSandboxClient makes a sandbox from fixtures and gives the official client bound to it', async (t) => {
+  const opsPort = await freePort()
+  const api = await build(t, { STORE: 'memory', SANDBOXES: 'on', OPS_PORT: String(opsPort), OPS_TOKEN })
+  const baseUrl = await api.app.listen({ host: '127.0.0.1', port: 0 })
+  const operationsUrl = `http://127.0.0.1:${opsPort}`
+  const password = 'correct horse battery staple'
+  const adaId = randomUUID()
+  const fixtures = { users: [{ id: adaId, email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
+  const sandboxed = await createSandboxClient({ baseUrl: `${baseUrl}/`, operationsUrl, operationsToken: OPS_TOKEN, fixtures })
+  t.equal(sandboxed.sandbox.basePath, `/sandboxes/${sandboxed.sandbox.id}`)
+  const { client } = sandboxed
+  client.api.use(contractMiddleware)
+  t.equal((await client.signIn('ada@example.com', password)).user.id, adaId, 'its fixtures are in')
+  const item = await ok(client.api.POST('/v1/items', { body: { name: 'Difference engine' } }))
+  t.equal((await client.items.list()).pagination.total, 1, 'its list is its own')
+  t.same((await sandboxed.events()).events.map(({ event }) => event.subject), [item.id], 'and so are its events')
+
+  await sandboxed.reset()
+  t.equal((await client.signIn('ada@example.com', password)).user.id, adaId, 'a reset puts its fixtures back')
+  t.equal((await client.items.list()).pagination.total, 0, 'and nothing else')
+  await sandboxed.delete()
+  // Past its base, no operation of the contract is served: the 404 of a route that does not exist.
+  client.api.eject(contractMiddleware)
+  t.match(await client.items.list().catch((error: unknown) => error), { status: 404, code: 'NOT_FOUND' }, 'a deleted sandbox answers no more')
+
+  const refused = await createSandboxClient({ baseUrl, operationsUrl, fetch: globalThis.fetch }).catch((error: unknown) => error)
+  t.match(refused, { status: 401, code: 'AUTHENTICATION_REQUIRED' }, 'the operations token is required when set')
+  t.ok(refused instanceof ItemsApiError)
+})
