@@ -18,6 +18,16 @@ function recipeEnvironment (): Record<string, string> {
   return Object.fromEntries([...started.matchAll(/\b([A-Z_]+)=(\S+)/g)].map(([, name, value]) => [name!, value!]))
 }
 
+/** A JSON request as a worker sends it, with its access token when given; the answer's status and body. */
+async function send (url: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> {
+  const response = await fetch(url, {
+    ...init,
+    headers: { 'content-type': 'application/json', ...(init.token === undefined ? {} : { authorization: `Bearer ${init.token}` }) }
+  })
+  const text = await response.text()
+  return { status: response.status, body: text === '' ? undefined : JSON.parse(text) }
+}
+
 t.test('the test rig\'s recipe: 16 workers register, create, list their own and remove their accounts, none refused', async (t) => {
   const recipe = recipeEnvironment()
   t.match(recipe, { NODE_ENV: 'test', RATE_LIMIT: 'off', PASSWORD_HASH_MEMORY_KIB: '8', PASSWORD_HASH_PASSES: '1', SEED_FILE: 'test/fixtures.json' }, 'the recipe says its settings')
@@ -27,14 +37,7 @@ t.test('the test rig\'s recipe: 16 workers register, create, list their own and 
   t.teardown(() => { server.process.kill('SIGKILL') })
   const readyMs = performance.now() - began
   const ops = server.opsUrl ?? ''
-  const call = async (path: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> => {
-    const response = await fetch(`${server.url}${path}`, {
-      ...init,
-      headers: { 'content-type': 'application/json', ...(init.token === undefined ? {} : { authorization: `Bearer ${init.token}` }) }
-    })
-    const text = await response.text()
-    return { status: response.status, body: text === '' ? undefined : JSON.parse(text) }
-  }
+  const call = async (path: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> => await send(`${server.url}${path}`, init)
   const statuses: number[] = []
   let registeredMs = 0
   const worker = async (): Promise<void> => {
@@ -65,32 +68,24 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
   t.teardown(() => { server.process.kill('SIGKILL') })
   const readyMs = performance.now() - began
   const ops = server.opsUrl ?? ''
-  const call = async (url: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> => {
-    const response = await fetch(url, {
-      ...init,
-      headers: { 'content-type': 'application/json', ...(init.token === undefined ? {} : { authorization: `Bearer ${init.token}` }) }
-    })
-    const text = await response.text()
-    return { status: response.status, body: text === '' ? undefined : JSON.parse(text) }
-  }
   const statuses: number[] = []
   const worker = async (): Promise<void> => {
-    const created = await call(`${ops}/sandboxes`, { method: 'POST', body: '{}' })
+    const created = await send(`${ops}/sandboxes`, { method: 'POST', body: '{}' })
     statuses.push(created.status)
     const { basePath } = created.body as { basePath: string }
     const base = `${server.url}${basePath}`
-    const registered = await call(`${base}/v1/auth/register`, { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
+    const registered = await send(`${base}/v1/auth/register`, { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
     statuses.push(registered.status)
     const { accessToken } = registered.body as Schemas['AuthResponse']
     const made: string[] = []
     for (let index = 0; index < ITEMS_EACH; index += 1) {
-      const item = await call(`${base}/v1/items`, { method: 'POST', token: accessToken, body: JSON.stringify({ name: `rig item ${index}` }) })
+      const item = await send(`${base}/v1/items`, { method: 'POST', token: accessToken, body: JSON.stringify({ name: `rig item ${index}` }) })
       statuses.push(item.status)
       made.push((item.body as Schemas['Item']).id)
     }
-    const all = (await call(`${base}/v1/items`, { token: accessToken })).body as Schemas['ItemList']
+    const all = (await send(`${base}/v1/items`, { token: accessToken })).body as Schemas['ItemList']
     t.same([all.pagination.total, all.data.map((item) => item.id)], [ITEMS_EACH, made], 'a worker\'s unfiltered list is its own, exactly')
-    const { events } = (await call(`${ops}${basePath}/events`)).body as { events: Array<{ event: { type: string, subject: string } }> }
+    const { events } = (await send(`${ops}${basePath}/events`)).body as { events: Array<{ event: { type: string, subject: string } }> }
     t.same(events.map(({ event }) => [event.type, event.subject]), made.map((id) => ['items.item.added', id]), 'and its events are the ones it caused')
     statuses.push((await fetch(`${ops}${basePath}`, { method: 'DELETE' })).status)
   }
