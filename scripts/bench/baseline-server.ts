@@ -106,7 +106,7 @@ function answerFromRedis (app: FastifyInstance, parsed: boolean): void {
     url: create.url,
     schema: { body: create.schema.body },
     handler: async (request, reply) => {
-      const item = newItem(request.body, ANCHOR_CONTRIBUTOR)
+      const item = newItem(request.body, ANCHOR_CONTRIBUTOR, Date.now())
       const text = JSON.stringify(item)
       await redis.addAnchorItem(anchorItems, anchorOrder, item.id, text)
       return await reply.code(201).type(JSON_CONTENT).send(text)

@@ -14,7 +14,7 @@ export async function redisBytesPerItem (redisKeyPrefix: string, item: { descrip
   const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, maxItemsPerContributor: ITEMS_IN_REDIS, logger: { warn: () => {}, info: () => {} } })
   const before = await usedMemory()
   // A store keeps items only for users it has.
-  const contributorId = (await store.users.add(newUser({ email: 'bench@example.com', firstName: 'A', lastName: 'B', role: 'contributor' }, 'bench@example.com', 'unused')))!.id
+  const contributorId = (await store.users.add(newUser({ email: 'bench@example.com', firstName: 'A', lastName: 'B', role: 'contributor' }, 'bench@example.com', 'unused', Date.now())))!.id
   for (let batch = 0; batch < ITEMS_IN_REDIS / 1000; batch += 1) {
     await Promise.all(Array.from({ length: 1000 }, async (_, index) => {
       const now = new Date().toISOString()

@@ -50,7 +50,7 @@ const { items } = store
 // A store keeps items only for users it has.
 for (const [index, id] of CONTRIBUTORS.entries()) {
   const email = `contributor-${index}@example.com`
-  await store.users.add(newUser({ email, firstName: 'A', lastName: 'B', role: 'contributor' }, email, 'unused', id))
+  await store.users.add(newUser({ email, firstName: 'A', lastName: 'B', role: 'contributor' }, email, 'unused', Date.now(), id))
 }
 const started = Date.now()
 // Ids as the service makes them: one flat 36-character string each (crypto.randomUUID()'s stay a tree of

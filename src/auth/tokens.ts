@@ -17,7 +17,8 @@ export interface TokenPair {
 }
 
 export interface TokensOptions {
-  signAccessToken: (claims: AccessTokenClaims) => string
+  /** Signs the claims, with `exp` counted from the `iat` given. */
+  signAccessToken: (claims: AccessTokenClaims & { iat: number }) => string
   accessTokenTtlSeconds: number
   refreshTokenTtlSeconds: number
   /** How long a just-replaced refresh token is still accepted (a retry, a second tab); 0 for never. */
@@ -45,7 +46,7 @@ export class Tokens {
       hashRefreshToken(refreshToken),
       this.#options.maxSessionsPerUser
     )
-    return this.#pair(userId, sessionId, refreshToken)
+    return this.#pair(store, userId, sessionId, refreshToken)
   }
 
   /** A new pair for a valid refresh token; undefined for any other token (a reused one also ends its session). */
@@ -55,16 +56,18 @@ export class Tokens {
       hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), store.now(), this.#options.refreshReuseLeewaySeconds * 1000)
     if (outcome.status !== 'rotated') return undefined
     const { userId, id } = outcome.session
-    return { userId, tokens: this.#pair(userId, id, nextRefreshToken) }
+    return { userId, tokens: this.#pair(store, userId, id, nextRefreshToken) }
   }
 
   async close (store: Store, sessionId: string): Promise<void> {
     await store.sessions.revoke(sessionId)
   }
 
-  #pair (userId: string, sessionId: string, refreshToken: string): TokenPair {
+  // An access token's times are by the store's clock, as its session's are: a sandbox's own, when one has moved it.
+  #pair (store: Store, userId: string, sessionId: string, refreshToken: string): TokenPair {
+    const iat = Math.floor(store.now() / 1000)
     return {
-      accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUuid(), typ: 'access' }),
+      accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUuid(), typ: 'access', iat }),
       refreshToken,
       expiresIn: this.#options.accessTokenTtlSeconds
     }

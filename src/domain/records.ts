@@ -18,8 +18,11 @@ const LEFT_OUT_AS_NULL = Object.freeze(Object.fromEntries(Object.keys(schemas.Cr
 /** What a create or an edit may set of an item, in the contract's words: every other property the service sets. */
 export const ITEM_REQUEST_PROPERTIES: readonly string[] = [...new Set([...Object.keys(schemas.CreateItemRequest.properties), ...Object.keys(schemas.UpdateItemRequest.properties)])]
 
-/** A new user, as registering makes one (and SEED_FILE too, with the id it may give), its password already hashed. */
-export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string, id = randomUuid()): User => ({
+/**
+ * A new user, as registering makes one (and SEED_FILE too, with the id it may give), its password already hashed;
+ * `now` by the store's clock, which a sandbox's own may have moved.
+ */
+export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password'>, emailKey: string, passwordHash: string, now: number, id = randomUuid()): User => ({
   id,
   email: registration.email,
   emailKey,
@@ -27,14 +30,14 @@ export const newUser = (registration: Omit<Schemas['RegisterRequest'], 'password
   firstName: registration.firstName,
   lastName: registration.lastName,
   role: registration.role,
-  createdAt: isoTimestamp()
+  createdAt: isoTimestamp(now)
 })
 
 /**
  * A new item of `contributorId`, as creating one makes it (and SEED_FILE too, with the id and status it gives): what
- * the creation says, whatever properties the contract gives it.
+ * the creation says, whatever properties the contract gives it; `now` by the store's clock.
  */
-export function newItem (creation: Creation, contributorId: string, status: Schemas['ItemStatus'] = 'active', id = randomUuid()): Item {
-  const now = isoTimestamp()
-  return { ...LEFT_OUT_AS_NULL, ...creation, id, status, contributorId, createdAt: now, updatedAt: now }
+export function newItem (creation: Creation, contributorId: string, now: number, status: Schemas['ItemStatus'] = 'active', id = randomUuid()): Item {
+  const createdAt = isoTimestamp(now)
+  return { ...LEFT_OUT_AS_NULL, ...creation, id, status, contributorId, createdAt, updatedAt: createdAt }
 }

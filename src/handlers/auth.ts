@@ -41,7 +41,7 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
     // A registration the pace holds back costs no password hash.
     const paced = await store.users.registrationWait()
     if (paced > 0) throw new RegistrationPacedError(paced)
-    return await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request))))
+    return await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request)), store.now()))
   })
   // A registration of the same email on another instance may have won while this one was hashing.
   if (user === undefined) throw emailAlreadyRegistered()

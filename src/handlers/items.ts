@@ -27,8 +27,8 @@ function assertUnchanged (ifMatch: string | undefined, current: Item): void {
 // updatedAt must strictly increase on every edit, even two edits within one millisecond, so an item edited more often
 // than that runs ahead of the clock. Timestamps compare as text in time order (four-digit years), so the previous
 // one is parsed only when the clock has not passed it.
-function nextTimestamp (previous: string): string {
-  const now = isoTimestamp()
+function nextTimestamp (previous: string, nowMs: number): string {
+  const now = isoTimestamp(nowMs)
   return now > previous ? now : isoTimestamp(Date.parse(previous) + 1)
 }
 
@@ -43,7 +43,7 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
-  const item = await request.store.items.add(newItem(request.body, request.user.id),
+  const item = await request.store.items.add(newItem(request.body, request.user.id, request.store.now()),
     request.server.events.announce('items.item.added', request.user.id, request.store), request.idempotencyClaim ?? undefined, request.writeLimit ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
   // A retry with the same Idempotency-Key gets this again from the pipeline (src/pipeline/idempotency.ts).
@@ -64,7 +64,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
   const updated = await request.store.items.update(request.params.itemId, (current) => {
     assertOwner(request.user, current)
     assertUnchanged(request.headers['if-match'], current)
-    return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt) }
+    return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt, request.store.now()) }
   }, request.server.events.announce('items.item.edited', request.user.id, request.store), request.writeLimit ?? undefined)
   if (updated === undefined) throw notFound('Item')
   return reply.header('etag', entityTag(updated)).header('content-type', JSON_CONTENT).code(200).send(updated[TEXT])

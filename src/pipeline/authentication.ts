@@ -58,6 +58,7 @@ const CLOCK_TOLERANCE_SECONDS = 30
 
 const tokenRequired = (): ApiError => unauthorized('AUTHENTICATION_REQUIRED', 'An access token is required.')
 const invalidToken = (): ApiError => unauthorized('INVALID_TOKEN', 'The access token is invalid.')
+const tokenExpired = (): ApiError => unauthorized('TOKEN_EXPIRED', 'The access token has expired.')
 
 function accessToken (header: string): string {
   const token = bearerToken(header)
@@ -108,22 +109,22 @@ export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthO
   })
   // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would
   // rebuild its options and run a callback chain on every request.
-  const verify = (token: string, header: string, connection: object): VerifiedClaims => {
+  const verify = (token: string, header: string, connection: object, now: number): VerifiedClaims => {
     if (token.length > maxTokenLength) throw invalidToken()
     let claims: VerifiedClaims | undefined
     try {
       claims = accessClaims(jwt.verify<Record<string, unknown>>(token))
     } catch (error) {
-      if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') {
-        throw unauthorized('TOKEN_EXPIRED', 'The access token has expired.')
-      }
+      if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') throw tokenExpired()
       throw invalidToken()
     }
     // fast-jwt checks exp and nbf only. A token issued in the future, or living longer than this service issues
     // them, was not issued by it, whatever its signature says (a leaked secret, or a misconfigured twin).
-    if (claims === undefined || claims.iat > Date.now() / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
+    if (claims === undefined || claims.iat > now / 1000 + CLOCK_TOLERANCE_SECONDS || claims.exp - claims.iat > accessTokenTtlSeconds) {
       throw invalidToken()
     }
+    // fast-jwt reads this process's clock; the store's may be ahead of it (a sandbox's, moved on).
+    if (claims.exp * 1000 < now) throw tokenExpired()
     verifiedTokens.remember(token, header, connection, claims)
     return claims
   }
@@ -142,20 +143,20 @@ export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthO
   }
 
   // The caller, when the store has their session and user at hand, or else the claims to ask the store about.
-  // Throws the 401 of a missing, malformed, invalid or expired token. A token's times are by this process's clock
-  // (as the instance that signed it read its own); a session's are by the store's, which every instance shares.
+  // Throws the 401 of a missing, malformed, invalid or expired token. A token's times, as its session's, are by the
+  // store's clock, which every instance shares (and a sandbox's store may have moved on).
   const identify = (request: FastifyRequest): Principal | VerifiedClaims => {
     const { authorization } = request.headers
     if (authorization === undefined) throw tokenRequired()
     const connection = request.raw.socket
-    const now = Date.now()
+    const { store } = request
+    const now = store.now()
     let claims = verifiedTokens.byConnection(authorization, connection, now)
     if (claims === undefined) {
       const token = accessToken(authorization)
-      claims = verifiedTokens.get(token, authorization, connection, now) ?? verify(token, authorization, connection)
+      claims = verifiedTokens.get(token, authorization, connection, now) ?? verify(token, authorization, connection, now)
     }
-    const { store } = request
-    return principalOf(claims, store.sessions.cached(claims.sid, store.now()), store.users.cached(claims.sub)) ?? claims
+    return principalOf(claims, store.sessions.cached(claims.sid, now), store.users.cached(claims.sub)) ?? claims
   }
 
   // A hook with a callback rather than an async function, so that a request whose session and user the store has

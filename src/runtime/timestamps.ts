@@ -20,12 +20,12 @@ function prefixOf (second: number): string {
 }
 
 /**
- * A time (milliseconds since the epoch, now by default) as `Date.prototype.toISOString` writes it:
+ * A time (milliseconds since the epoch) as `Date.prototype.toISOString` writes it:
  * `2026-11-23T12:34:56.789Z`. V8 formats that with snprintf, which costs as much as the rest of a create's handler
  * (docs/performance.md); here the text up to the second is kept, so within a second only the milliseconds are
  * written.
  */
-export function isoTimestamp (ms = Date.now()): string {
+export function isoTimestamp (ms: number): string {
   const second = Math.floor(ms / 1000)
   const millis = ms - second * 1000
   return `${prefixOf(second)}${millis < 10 ? '00' : millis < 100 ? '0' : ''}${millis}Z`

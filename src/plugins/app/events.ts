@@ -74,7 +74,7 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
           id: randomUuid(),
           source: source.const,
           type: channel,
-          time: isoTimestamp(),
+          time: isoTimestamp(store.now()),
           subject: item.id,
           datacontenttype: datacontenttype.const,
           data: { item, actorId }

@@ -101,7 +101,7 @@ async function seedStore (app: FastifyInstance, store: Store, seed: unknown): Pr
     const first = listedAt.get(key)
     if (first !== undefined) throw new SeedError(`${where}.email: is listed already, as users[${first}]`)
     listedAt.set(key, index)
-    const added = await refusingTakenIds(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), userId)), `${where}.id: belongs to another user already`)
+    const added = await refusingTakenIds(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), store.now(), userId)), `${where}.id: belongs to another user already`)
     if (added !== undefined) continue
     // Registered before: by an earlier start of this file when it has the id the file gives.
     if (userId !== undefined && (await store.users.findByEmailKey(key))?.id !== userId) {
@@ -129,7 +129,7 @@ async function seedStore (app: FastifyInstance, store: Store, seed: unknown): Pr
       itemsSkipped += 1
       continue
     }
-    const added = await refusingTakenIds(store.items.add(newItem(item, contributor.id, status, itemId)), `${where}.id: belongs to another item already`)
+    const added = await refusingTakenIds(store.items.add(newItem(item, contributor.id, store.now(), status, itemId)), `${where}.id: belongs to another item already`)
     if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
   }
   if (seededBefore.size > 0) {

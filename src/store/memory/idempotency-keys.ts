@@ -52,15 +52,17 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #byUser = new Map<string, Set<string>>()
   readonly #capacity: MemoryCapacity
   readonly #rateCounter: (name: string) => MemoryRateCounter
+  readonly #now: () => number
 
-  constructor (bounds: MemoryIdempotencyKeyBounds, capacity: MemoryCapacity, rateCounter: (name: string) => MemoryRateCounter) {
+  constructor (bounds: MemoryIdempotencyKeyBounds, capacity: MemoryCapacity, rateCounter: (name: string) => MemoryRateCounter, now: () => number) {
     this.#bounds = bounds
     this.#capacity = capacity
     this.#rateCounter = rateCounter
+    this.#now = now
   }
 
   async claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome> {
-    const now = Date.now()
+    const now = this.#now()
     this.#forgetExpired(now, Infinity)
     const held = this.#held(entryKey(claim), now)
     if (held === undefined) {
@@ -83,7 +85,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
 
   /** Throws a ClaimLostError unless the claim holds its key: called before the item is added. */
   assertHeld (claim: IdempotencyClaim): void {
-    const held = this.#held(entryKey(claim), Date.now())
+    const held = this.#held(entryKey(claim), this.#now())
     if (held !== undefined && held.token !== claim.token) throw new ClaimLostError(`idempotency key ${claim.key} is held by another request`)
   }
 
@@ -104,7 +106,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     const claimed = this.#entries.get(key)?.bytes ?? 0
     this.#capacity.charge(claim.userId, bytes - claimed)
     this.#forget(key, claim.userId, false)
-    const until = Date.now() + this.#bounds.ttlMs
+    const until = this.#now() + this.#bounds.ttlMs
     this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, bytes })
   }
 
@@ -117,7 +119,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   makeRoom (userId: string, bytes: number, keeping?: IdempotencyClaim): void {
     let refused = this.#capacity.refusal(userId, bytes)
     if (refused === undefined) return
-    if (this.#forgetExpired(Date.now(), EXPIRED_CHARGES_PER_WRITE) > 0) {
+    if (this.#forgetExpired(this.#now(), EXPIRED_CHARGES_PER_WRITE) > 0) {
       refused = this.#capacity.refusal(userId, bytes)
       if (refused === undefined) return
     }

@@ -21,6 +21,8 @@ export interface MemoryStoreOptions {
   idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
   /** The bytes the store keeps for its accounts, and how they are shared (src/store/capacity.ts); unbounded when left out. */
   capacity?: CapacityBounds
+  /** The store's clock (ms since the epoch), which everything it keeps is timed by; Date.now when left out. */
+  clock?: () => number
 }
 
 // Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
@@ -37,17 +39,18 @@ export function createMemoryStore ({
   pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
   keysPerRateLimit = KEYS_PER_RATE_LIMIT,
   idempotencyKeys = {},
-  capacity: bounds = UNBOUNDED
+  capacity: bounds = UNBOUNDED,
+  clock = () => Date.now()
 }: MemoryStoreOptions = {}): Store {
-  const capacity = new MemoryCapacity(bounds)
+  const capacity = new MemoryCapacity(bounds, clock)
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
   const rateCounter = (name: string): MemoryRateCounter => {
-    const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit)
+    const counter = rateCounters.get(name) ?? new MemoryRateCounter(keysPerRateLimit, clock)
     rateCounters.set(name, counter)
     return counter
   }
-  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity, rateCounter)
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity, rateCounter, clock)
   const users = new MemoryUserStore(capacity)
   const sessions = new MemorySessionStore(capacity, users)
   const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users, rateCounter)
@@ -62,7 +65,7 @@ export function createMemoryStore ({
     rateCounter,
     capacity: async () => capacity.reading(),
     available: () => open,
-    now: () => Date.now(),
+    now: clock,
     close: async () => { open = false }
   }
 }

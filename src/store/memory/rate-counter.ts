@@ -26,9 +26,11 @@ export class MemoryRateCounter implements RateCounter {
   readonly #open: FifoMap<Counter>
   // Over their limit, in the order they were locked.
   readonly #locked = new Map<string, Counter>()
+  readonly #now: () => number
 
-  constructor (capacity: number) {
+  constructor (capacity: number, now: () => number = Date.now) {
     this.#capacity = capacity
+    this.#now = now
     this.#open = new FifoMap(capacity)
   }
 
@@ -39,7 +41,7 @@ export class MemoryRateCounter implements RateCounter {
 
   /** Counts a request of `key`, and answers what its window has counted. */
   count (key: string, windowMs: number, max: number): Counted {
-    const now = Date.now()
+    const now = this.#now()
     const existing = this.#locked.get(key) ?? this.#open.get(key)
     const counter = existing !== undefined && existing.startedAt + windowMs > now ? existing : { current: 0, startedAt: now }
     counter.current += 1
@@ -55,7 +57,7 @@ export class MemoryRateCounter implements RateCounter {
 
   peek (key: string, windowMs: number, callback: (counted: Counted | undefined) => void): void {
     const counter = this.#locked.get(key) ?? this.#open.get(key)
-    const ttl = counter === undefined ? 0 : counter.startedAt + windowMs - Date.now()
+    const ttl = counter === undefined ? 0 : counter.startedAt + windowMs - this.#now()
     callback(counter === undefined || ttl <= 0 ? undefined : { current: counter.current, ttl })
   }
 
