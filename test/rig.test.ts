@@ -61,7 +61,7 @@ t.test('the test rig\'s recipe: 16 workers register, create, list their own and 
   t.comment(`started ready in ${Math.round(readyMs)} ms; ${WORKERS} registrations at once, the slowest answered in ${Math.round(registeredMs)} ms (${Math.round(WORKERS / (registeredMs / 1000))} a second); the whole rig in ${Math.round(ranMs)} ms`)
 })
 
-t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals and the events they caused', async (t) => {
+t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals, the events they caused and an expiry made by the clock', async (t) => {
   // Sandboxes are on the memory store, whatever the run's store.
   const began = performance.now()
   const server = await start({ ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'memory' })
@@ -76,7 +76,7 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
     const base = `${server.url}${basePath}`
     const registered = await send(`${base}/v1/auth/register`, { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
     statuses.push(registered.status)
-    const { accessToken } = registered.body as Schemas['AuthResponse']
+    const { accessToken, refreshToken, expiresIn } = registered.body as Schemas['AuthResponse']
     const made: string[] = []
     for (let index = 0; index < ITEMS_EACH; index += 1) {
       const item = await send(`${base}/v1/items`, { method: 'POST', token: accessToken, body: JSON.stringify({ name: `rig item ${index}` }) })
@@ -87,11 +87,18 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
     t.same([all.pagination.total, all.data.map((item) => item.id)], [ITEMS_EACH, made], 'a worker\'s unfiltered list is its own, exactly')
     const { events } = (await send(`${ops}${basePath}/events`)).body as { events: Array<{ event: { type: string, subject: string } }> }
     t.same(events.map(({ event }) => [event.type, event.subject]), made.map((id) => ['items.item.added', id]), 'and its events are the ones it caused')
+    const advanced = await send(`${ops}${basePath}/clock/advance`, { method: 'POST', body: JSON.stringify({ seconds: expiresIn + 1 }) })
+    statuses.push(advanced.status)
+    const expired = await send(`${base}/v1/items`, { token: accessToken })
+    t.same([expired.status, (expired.body as Schemas['ErrorResponse']).code], [401, 'TOKEN_EXPIRED'], 'its clock moved past its access token\'s lifetime: expired')
+    const refreshed = await send(`${base}/v1/auth/refresh`, { method: 'POST', body: JSON.stringify({ refreshToken }) })
+    statuses.push(refreshed.status)
+    statuses.push((await send(`${base}/v1/items`, { token: (refreshed.body as Schemas['AuthResponse']).accessToken })).status)
     statuses.push((await fetch(`${ops}${basePath}`, { method: 'DELETE' })).status)
   }
   const running = performance.now()
   await Promise.all(Array.from({ length: WORKERS }, worker))
   const ranMs = performance.now() - running
-  t.same([...new Set(statuses)].sort(), [201, 204], 'every sandbox, registration and create 201, every deletion 204: nothing refused')
+  t.same([...new Set(statuses)].sort(), [200, 201, 204], 'every sandbox, registration and create 201, clock, refresh and list 200, every deletion 204: nothing refused')
   t.comment(`on sandboxes: started ready in ${Math.round(readyMs)} ms; the whole rig in ${Math.round(ranMs)} ms`)
 })

@@ -13,5 +13,6 @@ export const responseValidators: { readonly [Id in RouteOperationId]: { readonly
   createSandbox: { '201': responses.createSandbox_201, '400': responses.createSandbox_400, '401': responses.createSandbox_401, '404': responses.createSandbox_404, '507': responses.createSandbox_507 },
   deleteSandbox: { '400': responses.deleteSandbox_400, '401': responses.deleteSandbox_401, '404': responses.deleteSandbox_404 },
   listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404 },
-  resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404 }
+  resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404 },
+  advanceSandboxClock: { '200': responses.advanceSandboxClock_200, '400': responses.advanceSandboxClock_400, '401': responses.advanceSandboxClock_401, '404': responses.advanceSandboxClock_404 }
 }

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'advanceSandboxClock'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -59,6 +59,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
   resetSandbox: never
+  advanceSandboxClock: never
 }
 
 export const routes: readonly RouteDefinition[] = [
@@ -469,6 +470,56 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "sandboxId"
         ]
+      }
+    }
+  },
+  {
+    "operationId": "advanceSandboxClock",
+    "method": "POST",
+    "url": "/sandboxes/:sandboxId/clock/advance",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "SandboxClock"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
+      },
+      "body": {
+        "$ref": "SandboxClockAdvance"
       }
     }
   }

@@ -55,6 +55,42 @@ export const schemas = {
       }
     }
   },
+  "SandboxClockAdvance": {
+    "$id": "SandboxClockAdvance",
+    "type": "object",
+    "required": [
+      "seconds"
+    ],
+    "additionalProperties": false,
+    "properties": {
+      "seconds": {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 3155760000,
+        "description": "How far to move the clock on; it may end at most 100 years ahead of the service's."
+      }
+    }
+  },
+  "SandboxClock": {
+    "$id": "SandboxClock",
+    "type": "object",
+    "required": [
+      "now",
+      "aheadSeconds"
+    ],
+    "properties": {
+      "now": {
+        "type": "string",
+        "format": "date-time",
+        "description": "The sandbox's time, as its store reads it."
+      },
+      "aheadSeconds": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "How far the sandbox's clock runs ahead of the service's."
+      }
+    }
+  },
   "SandboxEventList": {
     "$id": "SandboxEventList",
     "type": "object",

@@ -42,6 +42,10 @@ export const validators = {
   },
   resetSandbox: {
     params: parameters.resetSandbox_params
+  },
+  advanceSandboxClock: {
+    body: bodies.advanceSandboxClock_body,
+    params: parameters.advanceSandboxClock_params
   }
 } as const satisfies { readonly [Id in RouteOperationId]: RequestValidators }
 

@@ -143,6 +143,17 @@ export const deleteSandbox: OperationsHandler<'deleteSandbox'> = async (request,
   return await reply.code(204).send()
 }
 
+export const advanceSandboxClock: OperationsHandler<'advanceSandboxClock'> = async (request, reply) => {
+  const sandbox = sandboxesOf(request).get(request.params.sandboxId)
+  if (sandbox === undefined) throw notFound('Sandbox')
+  const { clock } = sandbox
+  if (!clock.advance(request.body.seconds * 1000)) {
+    throw new InvalidRequestError([{ field: 'seconds', issue: 'would move the clock more than 100 years ahead of the service\'s' }])
+  }
+  request.log.info({ audit: 'advanceSandboxClock', sandboxId: sandbox.id, aheadMs: clock.aheadMs }, 'sandbox clock advanced')
+  return await reply.code(200).send({ now: new Date(clock.now()).toISOString(), aheadSeconds: Math.floor(clock.aheadMs / 1000) })
+}
+
 export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (request, reply) => {
   const sandbox = sandboxesOf(request).get(request.params.sandboxId)
   if (sandbox === undefined) throw notFound('Sandbox')
@@ -154,5 +165,5 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
 
 /** Every operation of the operations API, by operationId. */
 export const operationsHandlers: OperationsHandlers = {
-  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, listSandboxEvents
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, listSandboxEvents
 }

@@ -33,10 +33,36 @@ export class SandboxEvents {
   }
 }
 
-/** An isolated catalogue: its own users, sessions, items, idempotency keys, rate-limit counts and events. */
+// How far a sandbox's clock may run ahead of the service's: its timestamps keep four-digit years.
+export const SANDBOX_CLOCK_AHEAD_MS = 100 * 365.25 * 24 * 3600 * 1000
+
+/**
+ * A sandbox's clock: the service's, moved on by what the sandbox's calls have advanced it. It only goes forward, so
+ * that nothing the sandbox timed (a token, a session, a key, a count) comes back to life.
+ */
+export class SandboxClock {
+  #aheadMs = 0
+
+  readonly now = (): number => Date.now() + this.#aheadMs
+
+  get aheadMs (): number {
+    return this.#aheadMs
+  }
+
+  /** Moves the clock on by `ms`; false, and no move, past SANDBOX_CLOCK_AHEAD_MS ahead of the service's. */
+  advance (ms: number): boolean {
+    if (this.#aheadMs + ms > SANDBOX_CLOCK_AHEAD_MS) return false
+    this.#aheadMs += ms
+    return true
+  }
+}
+
+/** An isolated catalogue: its own users, sessions, items, idempotency keys, rate-limit counts, events and clock. */
 export interface Sandbox {
   readonly id: string
   readonly store: Store
+  /** What the store reads the time from: everything the sandbox times follows it. */
+  readonly clock: SandboxClock
   /** Every change's event, kept to be read back (its store's outbox delivers none). */
   readonly events: SandboxEvents
   /** The users and items it was created with (a SEED_FILE's shape), which a reset puts back. */
@@ -100,7 +126,10 @@ export class Sandboxes {
     return sandbox
   }
 
-  /** Replaces the sandbox with an empty one of the same id and fixtures, to be seeded again; undefined when none. */
+  /**
+   * Replaces the sandbox with an empty one of the same id and fixtures, its clock the service's again, to be seeded
+   * again; undefined when none.
+   */
   reset (id: string, now: number): Sandbox | undefined {
     const sandbox = this.get(id)
     if (sandbox === undefined) return undefined
@@ -110,15 +139,17 @@ export class Sandboxes {
   }
 
   #made (id: string, fixtures: unknown, now: number): Sandbox {
+    const clock = new SandboxClock()
     const store = createMemoryStore({
       ...this.#store,
+      clock: clock.now,
       keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
       // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
       capacity: { ...this.#store.capacity, budgetBytes: this.#config.capacityBytes, registrationRoomMs: 0 }
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event) })
-    return { id, store, events, fixtures, usedAt: now }
+    return { id, store, clock, events, fixtures, usedAt: now }
   }
 
   get (id: string): Sandbox | undefined {

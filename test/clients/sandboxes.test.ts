@@ -1,5 +1,5 @@
 // The official client's sandbox helper (clients/typescript/src/sandboxes.ts) against a real listening server with
-// SANDBOXES=on: a sandbox made from fixtures, the client bound to it, its events, a reset and the deletion.
+// SANDBOXES=on: a sandbox made from fixtures, the client bound to it, its events, its clock, a reset and the deletion.
 import { randomUUID } from 'node:crypto'
 import t from 'tap'
 import { createSandboxClient, ItemsApiError, ok } from '../../clients/typescript/src/index.js'
@@ -25,6 +25,8 @@ t.test('createSandboxClient makes a sandbox from fixtures and gives the official
   const item = await ok(client.api.POST('/v1/items', { body: { name: 'Difference engine' } }))
   t.equal((await client.items.list()).pagination.total, 1, 'its list is its own')
   t.same((await sandboxed.events()).events.map(({ event }) => event.subject), [item.id], 'and so are its events')
+  t.equal((await sandboxed.advanceClock(901)).aheadSeconds, 901, 'its clock moves on')
+  t.equal((await client.items.list()).pagination.total, 1, 'past its access token\'s lifetime, the client refreshes its session')
 
   await sandboxed.reset()
   t.equal((await client.signIn('ada@example.com', password)).user.id, adaId, 'a reset puts its fixtures back')

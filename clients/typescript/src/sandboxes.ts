@@ -10,6 +10,7 @@ export type Sandbox = operations['createSandbox']['responses'][201]['content']['
 /** Users and items a sandbox starts with, in a SEED_FILE's shape. */
 export type SandboxFixtures = operations['createSandbox']['requestBody']['content']['application/json']
 export type SandboxEvents = operations['listSandboxEvents']['responses'][200]['content']['application/json']
+export type SandboxClock = operations['advanceSandboxClock']['responses'][200]['content']['application/json']
 
 export interface SandboxClientOptions extends ItemsClientOptions {
   /** The operations API's address (OPS_PORT), e.g. `http://127.0.0.1:9464`. */
@@ -26,7 +27,9 @@ export interface SandboxClient {
   readonly client: ItemsClient
   /** The events the sandbox's changes caused, oldest first, after `after` (the last page's `next`). */
   events: (after?: number) => Promise<SandboxEvents>
-  /** Empties the sandbox and puts its fixtures back: its sessions end (sign in again). */
+  /** Moves the sandbox's clock on by `seconds`: its tokens, sessions, keys and rate-limit windows follow it. */
+  advanceClock: (seconds: number) => Promise<SandboxClock>
+  /** Empties the sandbox and puts its fixtures back, its clock the service's: its sessions end (sign in again). */
   reset: () => Promise<void>
   /** Deletes the sandbox with everything it keeps. */
   delete: () => Promise<void>
@@ -45,6 +48,7 @@ export async function createSandboxClient ({ operationsUrl, operationsToken, fix
     sandbox,
     client: createItemsClient({ ...options, baseUrl: `${options.baseUrl.replace(/\/$/, '')}${sandbox.basePath}` }),
     events: async (after = 0) => await ok(operationsApi.GET('/sandboxes/{sandboxId}/events', { params: { path: path.params.path, query: { after } } })),
+    advanceClock: async (seconds) => await ok(operationsApi.POST('/sandboxes/{sandboxId}/clock/advance', { ...path, body: { seconds } })),
     reset: async () => { await ok(operationsApi.POST('/sandboxes/{sandboxId}/reset', path)) },
     delete: async () => { await ok(operationsApi.DELETE('/sandboxes/{sandboxId}', path)) }
   }

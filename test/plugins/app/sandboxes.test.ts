@@ -195,3 +195,69 @@ t.test('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, an
   t.same((await sandbox.call('listItems', { token: again.accessToken })).json().data.map((item: { id: string }) => item.id), [itemId], 'its fixtures alone are back')
   t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `/sandboxes/${randomUUID()}/reset`)).status, 404, 'a sandbox that does not exist is not reset')
 })
+
+t.test('a sandbox\'s clock moves on: everything the sandbox times follows it, and no other clock moves', async (t) => {
+  const { api, ops, create } = await withSandboxes(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2' })
+  const sandbox = await create()
+  const other = await create()
+  const advance = async (of: Api, seconds: number): Promise<{ status: number, json: { now: string, aheadSeconds: number } }> =>
+    await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${of.base}/clock/advance`, { seconds }) as { status: number, json: { now: string, aheadSeconds: number } }
+  const hour = 3600
+  const own = await api.register()
+  const elsewhere = await other.register()
+  const alice = await sandbox.register()
+  const keyed = { token: alice.accessToken, body: { name: 'keyed' }, headers: { 'idempotency-key': 'create-once' } }
+  const first = (await sandbox.call('createItem', keyed)).json()
+  t.equal((await sandbox.call('createItem', keyed)).headers['idempotent-replayed'], 'true', 'a retry with the key is a replay')
+  await sandbox.createItem(alice.accessToken, { name: 'second' })
+  t.equal((await sandbox.call('createItem', { token: alice.accessToken, body: { name: 'over the limit' } })).statusCode, 429, 'the write limit is reached')
+
+  const moved = await advance(sandbox, 901)
+  t.equal(moved.status, 200)
+  t.equal(moved.json.aheadSeconds, 901, 'the clock runs 901 s ahead')
+  t.ok(Date.parse(moved.json.now) - Date.now() > 900_000, `its time is ahead of the service's (${moved.json.now})`)
+  const expired = await sandbox.call('listItems', { token: alice.accessToken })
+  t.same([expired.statusCode, expired.json().code], [401, 'TOKEN_EXPIRED'], 'its access token has expired')
+  t.equal((await api.call('listItems', { token: own.accessToken })).statusCode, 200, 'the service\'s token has not')
+  t.equal((await other.call('listItems', { token: elsewhere.accessToken })).statusCode, 200, 'nor another sandbox\'s')
+
+  const refreshed = await sandbox.call('refreshTokens', { body: { refreshToken: alice.refreshToken } })
+  t.equal(refreshed.statusCode, 200, 'the session lives on: a refresh gives a new pair')
+  const { accessToken } = refreshed.json()
+  const written = await sandbox.call('createItem', { token: accessToken, body: { name: 'a window later' } })
+  t.equal(written.statusCode, 201, 'the write limit\'s window has turned')
+  t.ok(Date.parse(written.json().createdAt) - Date.parse(first.createdAt) >= 901_000, `createdAt follows the clock (${first.createdAt}, then ${written.json().createdAt})`)
+  const edited = await sandbox.call('updateItem', { token: accessToken, params: { itemId: first.id }, body: { name: 'edited' } })
+  t.ok(Date.parse(edited.json().updatedAt) - Date.parse(first.updatedAt) >= 901_000, 'and updatedAt')
+  const listed = await opsCall(t, ops, 'listSandboxEvents', 'GET', `${sandbox.base}/events`)
+  const times = (listed.json as { events: Array<{ event: { time: string } }> }).events.map(({ event }) => Date.parse(event.time))
+  t.ok(times.at(-1)! - times[0]! >= 901_000, 'and an event\'s time')
+
+  await advance(sandbox, 6)
+  const replayed = await sandbox.call('refreshTokens', { body: { refreshToken: alice.refreshToken } })
+  t.equal(replayed.statusCode, 401, 'a replaced refresh token\'s leeway has lapsed: its replay is refused')
+  t.equal((await sandbox.call('listItems', { token: accessToken })).statusCode, 401, 'and ends the session')
+
+  const bob = await sandbox.register()
+  const bobsKey = { token: bob.accessToken, body: { name: 'keyed' }, headers: { 'idempotency-key': 'create-once' } }
+  const bobsFirst = (await sandbox.call('createItem', bobsKey)).json()
+  await advance(sandbox, 24 * hour)
+  const { accessToken: later, refreshToken: laterRefresh } = (await sandbox.call('refreshTokens', { body: { refreshToken: bob.refreshToken } })).json()
+  const again = await sandbox.call('createItem', { ...bobsKey, token: later })
+  t.same([again.statusCode, again.headers['idempotent-replayed'], again.json().id === bobsFirst.id], [201, undefined, false], 'an idempotency key lapses: the same key makes a new item')
+
+  await advance(sandbox, 7 * 24 * hour)
+  t.equal((await sandbox.call('refreshTokens', { body: { refreshToken: laterRefresh } })).statusCode, 401, 'a session reaches its lifetime')
+  t.equal((await other.call('listItems', { token: elsewhere.accessToken })).statusCode, 200, 'another sandbox\'s session lives on')
+  t.equal((await api.call('listItems', { token: own.accessToken })).statusCode, 200, 'and the service\'s')
+
+  const tooFar = await advance(sandbox, 3_155_760_000)
+  t.same([tooFar.status, (tooFar.json as unknown as { details: Array<{ field: string }> }).details[0]!.field], [400, 'seconds'], 'no further than 100 years ahead')
+  t.equal((await advance(sandbox, 0)).status, 400, 'and always forward')
+  t.equal((await opsCall(t, ops, 'advanceSandboxClock', 'POST', `/sandboxes/${randomUUID()}/clock/advance`, { seconds: 1 })).status, 404, 'a sandbox that does not exist has no clock')
+
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${sandbox.base}/reset`)).status, 200)
+  const afterReset = await sandbox.register()
+  const made = await sandbox.createItem(afterReset.accessToken)
+  t.ok(Math.abs(Date.parse(made.createdAt) - Date.now()) < 60_000, 'a reset sets the clock to the service\'s again')
+})

@@ -209,6 +209,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxId}/clock/advance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Move a sandbox's clock on
+         * @description Moves the sandbox's clock on by `seconds`, and everything the sandbox times follows it at once: its access
+         *     tokens expire (`TOKEN_EXPIRED`), its sessions reach their lifetime, a replaced refresh token's leeway and its
+         *     idempotency keys lapse, its rate-limit windows turn, and the times it writes (`createdAt`, `updatedAt`, an
+         *     event's `time`) move with it. The clock goes on running from there; it never goes back, but a reset sets it
+         *     to the service's again. The service's own clock, and every other sandbox's, are untouched. A clock may run
+         *     at most 100 years ahead of the service's.
+         */
+        post: operations["advanceSandboxClock"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -231,6 +256,19 @@ export interface components {
             items?: {
                 [key: string]: unknown;
             }[];
+        };
+        SandboxClockAdvance: {
+            /** @description How far to move the clock on; it may end at most 100 years ahead of the service's. */
+            seconds: number;
+        };
+        SandboxClock: {
+            /**
+             * Format: date-time
+             * @description The sandbox's time, as its store reads it.
+             */
+            now: string;
+            /** @description How far the sandbox's clock runs ahead of the service's. */
+            aheadSeconds: number;
         };
         SandboxEventList: {
             events: {
@@ -815,6 +853,47 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
+        };
+    };
+    advanceSandboxClock: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "seconds": 900
+                 *     }
+                 */
+                "application/json": components["schemas"]["SandboxClockAdvance"];
+            };
+        };
+        responses: {
+            /** @description The sandbox's clock, moved on. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "now": "2026-12-03T12:15:00.000Z",
+                     *       "aheadSeconds": 900
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SandboxClock"];
                 };
             };
             400: components["responses"]["ValidationError"];
