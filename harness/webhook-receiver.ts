@@ -19,6 +19,8 @@ export interface Receiver {
   answer: (...answers: Answer[]) => void
   /** Resolves with what was received once there are at least `count` requests; rejects after `timeoutMs`. */
   waitFor: (count: number, timeoutMs?: number) => Promise<ReceivedWebhook[]>
+  /** Requests answered 'hang' whose sender has not closed their connection yet. */
+  hanging: () => number
   /** Stops listening (a sender then meets a refused connection) and drops the requests left hanging. */
   stop: () => Promise<void>
   /** Listens again, on the same port. */
@@ -38,8 +40,12 @@ export async function startReceiver (port = 0): Promise<Receiver> {
       received.push({ headers: request.headers, body })
       for (const waiter of waiters) waiter()
       const answer = answers.shift() ?? 204
-      if (answer === 'hang') hanging.add(response)
-      else response.writeHead(answer).end()
+      if (answer === 'hang') {
+        hanging.add(response)
+        response.on('close', () => { hanging.delete(response) })
+      } else {
+        response.writeHead(answer).end()
+      }
     })
   })
   const start = async (): Promise<void> => {
@@ -52,6 +58,7 @@ export async function startReceiver (port = 0): Promise<Receiver> {
     url: `http://127.0.0.1:${port}/webhooks`,
     received,
     answer: (...next) => { answers.push(...next) },
+    hanging: () => hanging.size,
     waitFor: async (count, timeoutMs = 10_000) => await new Promise((resolve, reject) => {
       const check = (): void => {
         if (received.length < count) return

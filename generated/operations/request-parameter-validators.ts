@@ -933,7 +933,7 @@ return errors === 0;
 }
 validate58.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_params: ValidateFunction = validate59;
+export const setSandboxWebhook_params: ValidateFunction = validate59;
 const schema26 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1018,4 +1018,176 @@ validate59.errors = vErrors;
 return errors === 0;
 }
 validate59.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_params: ValidateFunction = validate60;
+const schema27 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate60.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate60.errors = vErrors;
+return errors === 0;
+}
+validate60.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_params: ValidateFunction = validate61;
+const schema28 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate61.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate61.errors = vErrors;
+return errors === 0;
+}
+validate61.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 

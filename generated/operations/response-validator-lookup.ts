@@ -14,5 +14,7 @@ export const responseValidators: { readonly [Id in RouteOperationId]: { readonly
   deleteSandbox: { '400': responses.deleteSandbox_400, '401': responses.deleteSandbox_401, '404': responses.deleteSandbox_404 },
   listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404 },
   resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404 },
+  setSandboxWebhook: { '400': responses.setSandboxWebhook_400, '401': responses.setSandboxWebhook_401, '404': responses.setSandboxWebhook_404 },
+  deleteSandboxWebhook: { '400': responses.deleteSandboxWebhook_400, '401': responses.deleteSandboxWebhook_401, '404': responses.deleteSandboxWebhook_404 },
   advanceSandboxClock: { '200': responses.advanceSandboxClock_200, '400': responses.advanceSandboxClock_400, '401': responses.advanceSandboxClock_401, '404': responses.advanceSandboxClock_404 }
 }

@@ -1998,15 +1998,147 @@ return errors === 0;
 }
 validate121.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_200: ValidateFunction = validate123;
-const schema58 = {"$ref":"SandboxClock"};
-const schema59 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+export const setSandboxWebhook_400: ValidateFunction = validate123;
+const schema58 = {"$ref":"ValidationErrorResponse"};
 
-function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate123.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate123.errors = vErrors;
+return errors === 0;
+}
+validate123.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_401: ValidateFunction = validate125;
+const schema59 = {"$ref":"ErrorResponse"};
+
+function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate125.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate125.errors = vErrors;
+return errors === 0;
+}
+validate125.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_404: ValidateFunction = validate127;
+const schema60 = {"$ref":"ErrorResponse"};
+
+function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate127.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate127.errors = vErrors;
+return errors === 0;
+}
+validate127.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_400: ValidateFunction = validate129;
+const schema61 = {"$ref":"ValidationErrorResponse"};
+
+function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate129.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate129.errors = vErrors;
+return errors === 0;
+}
+validate129.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_401: ValidateFunction = validate131;
+const schema62 = {"$ref":"ErrorResponse"};
+
+function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate131.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate131.errors = vErrors;
+return errors === 0;
+}
+validate131.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_404: ValidateFunction = validate133;
+const schema63 = {"$ref":"ErrorResponse"};
+
+function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate133.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate133.errors = vErrors;
+return errors === 0;
+}
+validate133.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_200: ValidateFunction = validate135;
+const schema64 = {"$ref":"SandboxClock"};
+const schema65 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="SandboxClock" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate124.evaluated;
+const evaluated0 = validate136.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2095,38 +2227,38 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate124.errors = vErrors;
+validate136.errors = vErrors;
 return errors === 0;
 }
-validate124.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate136.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate135.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate124(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate124.errors : vErrors.concat(validate124.errors);
+if(!(validate136(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate136.errors : vErrors.concat(validate136.errors);
 errors = vErrors.length;
 }
-validate123.errors = vErrors;
+validate135.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate135.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_400: ValidateFunction = validate126;
-const schema60 = {"$ref":"ValidationErrorResponse"};
+export const advanceSandboxClock_400: ValidateFunction = validate138;
+const schema66 = {"$ref":"ValidationErrorResponse"};
 
-function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate126.evaluated;
+const evaluated0 = validate138.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2137,18 +2269,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate126.errors = vErrors;
+validate138.errors = vErrors;
 return errors === 0;
 }
-validate126.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate138.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_401: ValidateFunction = validate128;
-const schema61 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_401: ValidateFunction = validate140;
+const schema67 = {"$ref":"ErrorResponse"};
 
-function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate128.evaluated;
+const evaluated0 = validate140.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2159,18 +2291,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate128.errors = vErrors;
+validate140.errors = vErrors;
 return errors === 0;
 }
-validate128.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate140.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_404: ValidateFunction = validate130;
-const schema62 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_404: ValidateFunction = validate142;
+const schema68 = {"$ref":"ErrorResponse"};
 
-function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate130.evaluated;
+const evaluated0 = validate142.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2181,8 +2313,8 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate130.errors = vErrors;
+validate142.errors = vErrors;
 return errors === 0;
 }
-validate130.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate142.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'advanceSandboxClock'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'setSandboxWebhook' | 'deleteSandboxWebhook' | 'advanceSandboxClock'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -59,6 +59,8 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
   resetSandbox: never
+  setSandboxWebhook: never
+  deleteSandboxWebhook: never
   advanceSandboxClock: never
 }
 
@@ -449,6 +451,97 @@ export const routes: readonly RouteDefinition[] = [
         "200": {
           "$ref": "Sandbox"
         },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
+      }
+    }
+  },
+  {
+    "operationId": "setSandboxWebhook",
+    "method": "PUT",
+    "url": "/sandboxes/:sandboxId/webhook",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "204",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
+      },
+      "body": {
+        "$ref": "SandboxWebhook"
+      }
+    }
+  },
+  {
+    "operationId": "deleteSandboxWebhook",
+    "method": "DELETE",
+    "url": "/sandboxes/:sandboxId/webhook",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "204",
+      "400",
+      "401",
+      "404"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
         "400": {
           "$ref": "ValidationErrorResponse"
         },

@@ -55,6 +55,30 @@ export const schemas = {
       }
     }
   },
+  "SandboxWebhook": {
+    "$id": "SandboxWebhook",
+    "type": "object",
+    "required": [
+      "url",
+      "secret"
+    ],
+    "additionalProperties": false,
+    "properties": {
+      "url": {
+        "type": "string",
+        "format": "uri",
+        "pattern": "^https?://",
+        "maxLength": 2048,
+        "description": "Where the sandbox's events are POSTed; no user or password in it (the signature authenticates each delivery)."
+      },
+      "secret": {
+        "type": "string",
+        "pattern": "^whsec_[A-Za-z0-9+/]+={0,2}$",
+        "maxLength": 100,
+        "description": "Standard Webhooks' secret, `whsec_` and 24 to 64 random bytes in base64, that each delivery is signed with."
+      }
+    }
+  },
   "SandboxClockAdvance": {
     "$id": "SandboxClockAdvance",
     "type": "object",

@@ -43,6 +43,13 @@ export const validators = {
   resetSandbox: {
     params: parameters.resetSandbox_params
   },
+  setSandboxWebhook: {
+    body: bodies.setSandboxWebhook_body,
+    params: parameters.setSandboxWebhook_params
+  },
+  deleteSandboxWebhook: {
+    params: parameters.deleteSandboxWebhook_params
+  },
   advanceSandboxClock: {
     body: bodies.advanceSandboxClock_body,
     params: parameters.advanceSandboxClock_params

@@ -6,6 +6,7 @@ import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from
 import type { Sandbox, Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
+import { readSubscription, subscriberName } from '../webhooks/subscriptions.js'
 import type { ContractHandler } from './handler.js'
 
 type OperationsHandler<Id extends RouteOperationId> = ContractHandler<operations[Id], DefaultedParameters[Id]>
@@ -148,10 +149,26 @@ export const advanceSandboxClock: OperationsHandler<'advanceSandboxClock'> = asy
   if (sandbox === undefined) throw notFound('Sandbox')
   const { clock } = sandbox
   if (!clock.advance(request.body.seconds * 1000)) {
-    throw new InvalidRequestError([{ field: 'seconds', issue: 'would move the clock more than 100 years ahead of the service\'s' }])
+    throw new InvalidRequestError([{ field: 'body.seconds', issue: 'would move the clock more than 100 years ahead of the service\'s' }])
   }
   request.log.info({ audit: 'advanceSandboxClock', sandboxId: sandbox.id, aheadMs: clock.aheadMs }, 'sandbox clock advanced')
   return await reply.code(200).send({ now: new Date(clock.now()).toISOString(), aheadSeconds: Math.floor(clock.aheadMs / 1000) })
+}
+
+export const setSandboxWebhook: OperationsHandler<'setSandboxWebhook'> = async (request, reply) => {
+  const { sandboxId } = request.params
+  const receiver = readSubscription(request.body)
+  if ('issue' in receiver) throw new InvalidRequestError([{ field: ['body', ...receiver.path].join('.'), issue: receiver.issue }])
+  if (!sandboxesOf(request).setReceiver(sandboxId, { url: receiver.url, secret: receiver.secret })) throw notFound('Sandbox')
+  request.log.info({ audit: 'setSandboxWebhook', sandboxId, receiver: subscriberName(receiver.url) }, 'sandbox webhook set')
+  return await reply.code(204).send()
+}
+
+export const deleteSandboxWebhook: OperationsHandler<'deleteSandboxWebhook'> = async (request, reply) => {
+  const { sandboxId } = request.params
+  if (!sandboxesOf(request).setReceiver(sandboxId, undefined)) throw notFound('Sandbox')
+  request.log.info({ audit: 'deleteSandboxWebhook', sandboxId }, 'sandbox webhook deleted')
+  return await reply.code(204).send()
 }
 
 export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (request, reply) => {
@@ -165,5 +182,5 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
 
 /** Every operation of the operations API, by operationId. */
 export const operationsHandlers: OperationsHandlers = {
-  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, listSandboxEvents
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, setSandboxWebhook, deleteSandboxWebhook, listSandboxEvents
 }

@@ -1,7 +1,7 @@
 import { randomUuid } from '../runtime/uuid.js'
-import { createMemoryStore, type MemoryStoreOptions } from './memory/index.js'
+import { createMemoryStore, type MemoryStore, type MemoryStoreOptions } from './memory/index.js'
 import type { CapacityBounds } from './capacity.js'
-import type { OutboxEvent, Store } from './store.js'
+import type { OutboxEvent } from './store.js'
 
 /** An event of a sandbox, as its outbox recorded it, and its place in the sandbox's order (from 1). */
 export interface SandboxEvent {
@@ -57,16 +57,36 @@ export class SandboxClock {
   }
 }
 
+/** Where a sandbox's events are delivered, as the service's webhooks are: the test's own receiver. */
+export interface SandboxReceiver {
+  readonly url: string
+  /** Standard Webhooks' `whsec_<base64>`; never logged. */
+  readonly secret: string
+}
+
+/** Told when a sandbox is given a receiver (a reset's sandbox keeps its own), and when what it delivered ends. */
+export interface SandboxWatcher {
+  receiverSet: (sandbox: Sandbox, receiver: SandboxReceiver) => void
+  /** The sandbox was deleted, or replaced by a reset, or its receiver removed. */
+  receiverEnded: (sandbox: Sandbox) => void
+}
+
+// What a sandbox's outbox keeps for its receiver: as many pending deliveries and dead letters as it keeps events to
+// read back, within as many characters and bytes of them.
+const SANDBOX_OUTBOX_BOUNDS = { deliveries: SANDBOX_EVENTS, characters: SANDBOX_EVENT_CHARACTERS, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_CHARACTERS }
+
 /** An isolated catalogue: its own users, sessions, items, idempotency keys, rate-limit counts, events and clock. */
 export interface Sandbox {
   readonly id: string
-  readonly store: Store
+  readonly store: MemoryStore
   /** What the store reads the time from: everything the sandbox times follows it. */
   readonly clock: SandboxClock
-  /** Every change's event, kept to be read back (its store's outbox delivers none). */
+  /** Every change's event, kept to be read back, whether or not its receiver is delivered it. */
   readonly events: SandboxEvents
   /** The users and items it was created with (a SEED_FILE's shape), which a reset puts back. */
   readonly fixtures: unknown
+  /** Where its events are delivered, when a test named a receiver; a reset keeps it. */
+  receiver: SandboxReceiver | undefined
   /** When a request last used it (ms since the epoch); it is deleted once idle past SandboxesConfig.idleMs. */
   usedAt: number
 }
@@ -100,11 +120,16 @@ export class Sandboxes {
   readonly #config: SandboxBounds
   readonly #store: SandboxStoreOptions
   readonly #byId = new Map<string, Sandbox>()
+  readonly #watchers: SandboxWatcher[] = []
 
   /** `store`: what the service's own store is made with; each sandbox's is made alike, within its own bounds. */
   constructor (config: SandboxBounds, store: SandboxStoreOptions) {
     this.#config = config
     this.#store = store
+  }
+
+  watch (watcher: SandboxWatcher): void {
+    this.#watchers.push(watcher)
   }
 
   get settings (): SandboxBounds {
@@ -134,8 +159,24 @@ export class Sandboxes {
     const sandbox = this.get(id)
     if (sandbox === undefined) return undefined
     const emptied = this.#made(sandbox.id, sandbox.fixtures, now)
+    emptied.receiver = sandbox.receiver
     this.#byId.set(sandbox.id, emptied)
+    this.#gone(sandbox)
+    const { receiver } = emptied
+    if (receiver !== undefined) for (const watcher of this.#watchers) watcher.receiverSet(emptied, receiver)
     return emptied
+  }
+
+  /** Delivers the sandbox's events from now on to `receiver`, in place of any it had; false when there is no sandbox. */
+  setReceiver (id: string, receiver: SandboxReceiver | undefined): boolean {
+    const sandbox = this.get(id)
+    if (sandbox === undefined) return false
+    sandbox.receiver = receiver
+    for (const watcher of this.#watchers) {
+      if (receiver === undefined) watcher.receiverEnded(sandbox)
+      else watcher.receiverSet(sandbox, receiver)
+    }
+    return true
   }
 
   #made (id: string, fixtures: unknown, now: number): Sandbox {
@@ -144,12 +185,13 @@ export class Sandboxes {
       ...this.#store,
       clock: clock.now,
       keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
+      pendingDeliveries: SANDBOX_OUTBOX_BOUNDS,
       // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
       capacity: { ...this.#store.capacity, budgetBytes: this.#config.capacityBytes, registrationRoomMs: 0 }
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event) })
-    return { id, store, clock, events, fixtures, usedAt: now }
+    return { id, store, clock, events, fixtures, receiver: undefined, usedAt: now }
   }
 
   get (id: string): Sandbox | undefined {
@@ -158,20 +200,28 @@ export class Sandboxes {
 
   /**
    * Deletes the sandbox with everything it keeps; false when there was none. A memory store holds nothing to
-   * release but its data, which goes with it.
+   * release but its data, which goes with it; the watchers end its receiver's deliveries.
    */
   delete (id: string): boolean {
-    return this.#byId.delete(id.toLowerCase())
+    const sandbox = this.get(id)
+    if (sandbox === undefined) return false
+    this.#byId.delete(sandbox.id)
+    this.#gone(sandbox)
+    return true
   }
 
   /** Deletes the sandboxes no request has used for `idleMs` before `now`: their ids. */
   deleteIdle (now: number): string[] {
     const idle = [...this.#byId.values()].filter((sandbox) => now - sandbox.usedAt >= this.#config.idleMs).map((sandbox) => sandbox.id)
-    for (const id of idle) this.#byId.delete(id)
+    for (const id of idle) this.delete(id)
     return idle
   }
 
   deleteAll (): void {
-    this.#byId.clear()
+    for (const id of [...this.#byId.keys()]) this.delete(id)
+  }
+
+  #gone (sandbox: Sandbox): void {
+    for (const watcher of this.#watchers) watcher.receiverEnded(sandbox)
   }
 }

@@ -39,25 +39,31 @@ export const subscriberName = (url: string): string => {
   return search === '' ? origin + pathname : `${origin}${pathname}?query-sha256=${createHash('sha256').update(search).digest('base64url').slice(0, 12)}`
 }
 
-function subscription (entry: unknown, index: number): Subscription {
-  const problem = (what: string): Error => new Error(`[${index}]: ${what}`)
-  if (!isPlainObject(entry)) throw problem('must be an object with url, secret and, optionally, channels')
+/** What is wrong with a subscription: `path` names the field at fault (none for the whole entry). */
+export interface SubscriptionProblem {
+  readonly path: readonly string[]
+  readonly issue: string
+}
+
+/** A subscription (an entry of WEBHOOKS, or a sandbox's receiver) read from what it was given, or what is wrong with it. */
+export function readSubscription (entry: unknown): Subscription | SubscriptionProblem {
+  if (!isPlainObject(entry)) return { path: [], issue: 'must be an object with url, secret and, optionally, channels' }
   const unknownKeys = Object.keys(entry).filter((key) => !['url', 'secret', 'channels'].includes(key))
-  if (unknownKeys.length > 0) throw problem(`has unknown field(s) ${unknownKeys.join(', ')}`)
+  if (unknownKeys.length > 0) return { path: [], issue: `has unknown field(s) ${unknownKeys.join(', ')}` }
   const { url, secret, channels = CHANNELS } = entry
   if (typeof url !== 'string' || !URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) {
-    throw problem('url must be an http:// or https:// URL')
+    return { path: ['url'], issue: 'must be an http:// or https:// URL' }
   }
   // The sender would drop them (it sends no Authorization), and a secret does not belong in a URL that is logged.
   if (new URL(url).username !== '' || new URL(url).password !== '') {
-    throw problem('url must not hold credentials (user:password@); the signature authenticates each delivery')
+    return { path: ['url'], issue: 'must not hold credentials (user:password@); the signature authenticates each delivery' }
   }
   const bytes = typeof secret === 'string' ? secretKey(secret).length : 0
   if (bytes < MIN_SECRET_BYTES || bytes > MAX_SECRET_BYTES) {
-    throw problem(`secret must be whsec_ followed by ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes in base64`)
+    return { path: ['secret'], issue: `must be whsec_ followed by ${MIN_SECRET_BYTES} to ${MAX_SECRET_BYTES} bytes in base64` }
   }
   if (!Array.isArray(channels) || channels.length === 0 || !channels.every(isChannel)) {
-    throw problem(`channels must be a non-empty list of ${CHANNELS.join(', ')}`)
+    return { path: ['channels'], issue: `must be a non-empty list of ${CHANNELS.join(', ')}` }
   }
   return {
     id: createHash('sha256').update(url).digest('base64url').slice(0, 16),
@@ -80,7 +86,11 @@ export function parseSubscriptions (json: string): Subscription[] {
   }
   if (!Array.isArray(entries)) throw new Error(': must be a JSON array of subscriptions')
   if (entries.length > MAX_SUBSCRIPTIONS) throw new Error(`: may list at most ${MAX_SUBSCRIPTIONS} subscriptions`)
-  const subscriptions = entries.map(subscription)
+  const subscriptions = entries.map((entry, index) => {
+    const read = readSubscription(entry)
+    if ('issue' in read) throw new Error(`[${index}]: ${[...read.path, read.issue].join(' ')}`)
+    return read
+  })
   const firstWithName = new Map<string, number>()
   for (const [index, { url }] of subscriptions.entries()) {
     const name = subscriberName(url)

@@ -3,12 +3,20 @@ import type { Delivery, Outbox } from '../store/store.js'
 import type { TraceContext } from '../observability/trace-context.js'
 import { type AttemptOutcome, WebhookSender } from './sender.js'
 import { subscriberName, type Subscription } from './subscriptions.js'
-import type { CounterMetric, HistogramMetric } from '../observability/metrics.js'
+import type { CounterMetric, HistogramMetric, Metrics } from '../observability/metrics.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../store/rules.js'
 
 // Attempts in progress per subscriber at most, and connections in its pool.
 const CONCURRENT_PER_SUBSCRIBER = 32
 // Each retry's wait is its configured delay, 10 % more or less at random, so that retries spread out.
 const JITTER = 0.1
+// From a receiver on the same host to WEBHOOK_TIMEOUT_MS's default (5 s) and past it.
+const ATTEMPT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+/**
+ * How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
+ * records, an attempt that ends): how soon retries, and another instance's events, are picked up.
+ */
+export const POLL_INTERVAL_MS = 250
 
 interface Counts {
   delivered: number
@@ -35,6 +43,33 @@ export interface DeliveryMetrics {
   readonly deadLettersPushedOut: CounterMetric<'subscriber'>
 }
 
+// One set a registry: the service's subscribers and the sandboxes' receivers count in the same metrics.
+const metricsOf = new WeakMap<Metrics, DeliveryMetrics>()
+
+/** The deliveries' metrics in `metrics`, made on the first call. */
+export function deliveryMetrics (metrics: Metrics): DeliveryMetrics {
+  const made = metricsOf.get(metrics) ?? {
+    outcomes: metrics.counter({
+      name: 'items_service_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome: delivered, retried, dead_lettered (the last attempt failed), dropped (the subscriber had as many pending as the outbox keeps).',
+      labelNames: ['subscriber', 'outcome'],
+    }),
+    duration: metrics.histogram({
+      name: 'items_service_webhook_delivery_duration_seconds',
+      help: 'Time of one delivery attempt, from sending to the receiver\'s status or the attempt\'s failure.',
+      labelNames: ['subscriber'],
+      buckets: ATTEMPT_BUCKETS
+    }),
+    deadLettersPushedOut: metrics.counter({
+      name: 'items_service_webhook_dead_letters_pushed_out_total',
+      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS} and ${DEAD_LETTER_BYTES} bytes of events.`,
+      labelNames: ['subscriber'],
+    })
+  }
+  metricsOf.set(metrics, made)
+  return made
+}
+
 const jittered = (delayMs: number): number => Math.round(delayMs * (1 + JITTER * (2 * Math.random() - 1)))
 
 /** Takes one subscriber's due deliveries from the outbox and attempts them, at most CONCURRENT_PER_SUBSCRIBER at once. */
@@ -55,12 +90,13 @@ export class SubscriberWorker {
   readonly #tracing: TraceContext
   readonly #name: string
 
-  constructor (subscription: Subscription, outbox: Outbox, config: DeliverySettings, log: FastifyBaseLogger, metrics: DeliveryMetrics, tracing: TraceContext) {
+  /** `name`: the subscriber's in logs and metrics (`subscriberName` of its URL unless given). */
+  constructor (subscription: Subscription, outbox: Outbox, config: DeliverySettings, log: FastifyBaseLogger, metrics: DeliveryMetrics, tracing: TraceContext, name = subscriberName(subscription.url)) {
     this.subscription = subscription
     this.#outbox = outbox
     this.#sender = new WebhookSender(subscription, { timeoutMs: config.timeoutMs, connections: CONCURRENT_PER_SUBSCRIBER })
     this.#config = config
-    this.#name = subscriberName(subscription.url)
+    this.#name = name
     this.log = log.child({ subscriber: this.#name })
     this.#metrics = metrics
     this.#tracing = tracing

@@ -1,11 +1,15 @@
 // The official client's sandbox helper (clients/typescript/src/sandboxes.ts) against a real listening server with
-// SANDBOXES=on: a sandbox made from fixtures, the client bound to it, its events, its clock, a reset and the deletion.
+// SANDBOXES=on: a sandbox made from fixtures, the client bound to it, its events read and delivered, its clock, a reset
+// and the deletion.
 import { randomUUID } from 'node:crypto'
+import { Webhook } from 'standardwebhooks'
 import t from 'tap'
 import { createSandboxClient, ItemsApiError, ok } from '../../clients/typescript/src/index.js'
 import { freePort } from '../../harness/net.js'
+import { startReceiver } from '../../harness/webhook-receiver.js'
 import { build } from '../support/app.js'
 import { contractMiddleware } from '../support/contract-checks.js'
+import { HANG_MS } from '../support/wait.js'
 
 const OPS_TOKEN = 'an-operations-token-for-the-test'
 
@@ -25,8 +29,17 @@ t.test('createSandboxClient makes a sandbox from fixtures and gives the official
   const item = await ok(client.api.POST('/v1/items', { body: { name: 'Difference engine' } }))
   t.equal((await client.items.list()).pagination.total, 1, 'its list is its own')
   t.same((await sandboxed.events()).events.map(({ event }) => event.subject), [item.id], 'and so are its events')
+  const receiver = await startReceiver()
+  t.teardown(receiver.stop)
+  const secret = `whsec_${Buffer.from('the test receiver\'s secret, 24 bytes or more').toString('base64')}`
+  await sandboxed.webhook({ url: receiver.url, secret })
+  const delivered = await ok(client.api.POST('/v1/items', { body: { name: 'Analytical engine' } }))
+  const [received] = await receiver.waitFor(1, HANG_MS)
+  const event = new Webhook(secret).verify(received!.body, Object.fromEntries(Object.entries(received!.headers).map(([name, value]) => [name, String(value)])))
+  t.match(event, { type: 'items.item.added', subject: delivered.id }, 'its events are delivered, signed, to the receiver it names')
+  await sandboxed.webhook(undefined)
   t.equal((await sandboxed.advanceClock(901)).aheadSeconds, 901, 'its clock moves on')
-  t.equal((await client.items.list()).pagination.total, 1, 'past its access token\'s lifetime, the client refreshes its session')
+  t.equal((await client.items.list()).pagination.total, 2, 'past its access token\'s lifetime, the client refreshes its session')
 
   await sandboxed.reset()
   t.equal((await client.signIn('ada@example.com', password)).user.id, adaId, 'a reset puts its fixtures back')

@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Sandbox, Sandboxes } from '../../store/sandboxes.js'
+import type { DeliverySettings } from '../../webhooks/worker.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -48,6 +49,8 @@ export class SandboxRouting {
 interface SandboxesPluginOptions {
   /** The routing the server was made with; null when sandboxes are off. */
   routing: SandboxRouting | null
+  /** How a sandbox's events are delivered to its receiver: as the service's webhooks (WEBHOOK_*). */
+  deliveries: DeliverySettings
 }
 
 // Idle sandboxes are looked for this many times in their idle lifetime: one is deleted within a tenth of it past it.
@@ -55,12 +58,17 @@ const IDLE_CHECKS_PER_LIFETIME = 10
 
 /**
  * Serves a request routed into a sandbox from the sandbox's store (`request.scopedStore`), before any step of its
- * route runs, and deletes the sandboxes that idle past their lifetime; all of them when the app closes.
+ * route runs, delivers each sandbox's events to the receiver its test named, and deletes the sandboxes that idle
+ * past their lifetime; all of them when the app closes.
  */
-async function sandboxesPlugin (app: FastifyInstance, { routing }: SandboxesPluginOptions): Promise<void> {
+async function sandboxesPlugin (app: FastifyInstance, { routing, deliveries }: SandboxesPluginOptions): Promise<void> {
   app.decorate('sandboxes', routing?.sandboxes ?? null)
   if (routing === null) return
   const { sandboxes } = routing
+  // Loaded only when sandboxes are on, as the webhooks plugin loads it only for a subscriber.
+  const [{ SandboxReceivers }, { deliveryMetrics }] = await Promise.all([import('../../webhooks/sandbox-receivers.js'), import('../../webhooks/worker.js')])
+  const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
+  sandboxes.watch(receivers)
   app.addHook('onRequest', (request, _reply, done) => {
     const sandbox = routing.routedInto(request.raw)
     if (sandbox !== undefined) {
@@ -75,7 +83,8 @@ async function sandboxesPlugin (app: FastifyInstance, { routing }: SandboxesPlug
   app.addHook('onClose', async () => {
     clearInterval(sweeper)
     sandboxes.deleteAll()
+    await receivers.close()
   })
 }
 
-export default fp(sandboxesPlugin, { name: 'sandboxes', dependencies: ['store'] })
+export default fp(sandboxesPlugin, { name: 'sandboxes', dependencies: ['store', 'metrics', 'tracing'] })

@@ -2,14 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { WebhooksConfig } from '../../config/config.js'
-import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../store/rules.js'
-import type { DeliveryMetrics, SubscriberWorker } from '../../webhooks/worker.js'
-
-// How often each subscriber's due deliveries are looked for while nothing wakes it sooner (an event this process
-// records, an attempt that ends): how soon another instance's events and retries are picked up.
-const POLL_INTERVAL_MS = 250
-// From a receiver on the same host to WEBHOOK_TIMEOUT_MS's default (5 s) and past it.
-const ATTEMPT_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+import type { SubscriberWorker } from '../../webhooks/worker.js'
 
 interface WebhooksPluginOptions {
   config: WebhooksConfig
@@ -29,26 +22,9 @@ async function webhooksPlugin (app: FastifyInstance, options: WebhooksPluginOpti
   const { subscriptions } = options.config
   if (subscriptions.length === 0) return
   // Loaded only when there is a subscriber: the HTTP client and the signer are a good part of a start's imports.
-  const { SubscriberWorker } = await import('../../webhooks/worker.js')
+  const { deliveryMetrics, POLL_INTERVAL_MS, SubscriberWorker } = await import('../../webhooks/worker.js')
   const { outbox } = app.store
-  const metrics: DeliveryMetrics = {
-    outcomes: app.metrics.counter({
-      name: 'items_service_webhook_deliveries_total',
-      help: 'Webhook delivery attempts by outcome: delivered, retried, dead_lettered (the last attempt failed), dropped (the subscriber had as many pending as the outbox keeps).',
-      labelNames: ['subscriber', 'outcome'],
-    }),
-    duration: app.metrics.histogram({
-      name: 'items_service_webhook_delivery_duration_seconds',
-      help: 'Time of one delivery attempt, from sending to the receiver\'s status or the attempt\'s failure.',
-      labelNames: ['subscriber'],
-      buckets: ATTEMPT_BUCKETS
-    }),
-    deadLettersPushedOut: app.metrics.counter({
-      name: 'items_service_webhook_dead_letters_pushed_out_total',
-      help: `Dead letters dropped, the oldest first, to keep each subscriber's at ${DEAD_LETTERS} and ${DEAD_LETTER_BYTES} bytes of events.`,
-      labelNames: ['subscriber'],
-    })
-  }
+  const metrics = deliveryMetrics(app.metrics)
   const workers = subscriptions.map((subscription) => new SubscriberWorker(subscription, outbox, options.config, app.log, metrics, app.tracing))
   // A gauge per subscriber read from the store at each scrape; one the store cannot tell now keeps its last figure.
   const storeGauge = (name: string, help: string, read: (worker: SubscriberWorker) => Promise<number>): void => {

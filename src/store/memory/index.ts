@@ -33,6 +33,9 @@ export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DE
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.
 const KEYS_PER_RATE_LIMIT = 50_000
 
+/** A memory store, whose outbox can forget a subscriber (a sandbox's receiver, once it is removed). */
+export type MemoryStore = Store & { readonly outbox: MemoryOutbox }
+
 /** The store of one process, the default: everything is lost when it ends, as the spec says. */
 export function createMemoryStore ({
   maxItemsPerContributor = Infinity,
@@ -41,7 +44,7 @@ export function createMemoryStore ({
   idempotencyKeys = {},
   capacity: bounds = UNBOUNDED,
   clock = () => Date.now()
-}: MemoryStoreOptions = {}): Store {
+}: MemoryStoreOptions = {}): MemoryStore {
   const capacity = new MemoryCapacity(bounds, clock)
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)

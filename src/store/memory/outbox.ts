@@ -64,7 +64,7 @@ interface SubscriberQueue {
   /** Deliveries taken and not settled yet, in the order they were taken (with one lease length, of their lease's end). */
   readonly leased: Map<string, PendingDelivery>
   readonly retries: RetryHeap
-  /** Deliveries given up, oldest first (by position), at most DEAD_LETTERS and DEAD_LETTER_BYTES of events. */
+  /** Deliveries given up, oldest first (by position), within the outbox's dead-letter bounds. */
   readonly deadLetters: Map<string, KeptDeadLetter>
   deadLetterBytes: number
   /** The position of the newest dead letter ever kept. */
@@ -79,6 +79,9 @@ export interface MemoryOutboxBounds {
   deliveries: number
   /** Characters of event bodies each subscriber keeps at most (an event is up to about 20 000: an item's description). */
   characters: number
+  /** Dead letters each subscriber keeps at most, and bytes of their events: DEAD_LETTERS and DEAD_LETTER_BYTES when left out. */
+  deadLetters?: number
+  deadLetterBytes?: number
 }
 
 const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queue.leased.size + queue.retries.size
@@ -90,12 +93,12 @@ const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queu
  */
 export class MemoryOutbox implements Outbox {
   readonly durable = false
-  readonly #bounds: MemoryOutboxBounds
+  readonly #bounds: Required<MemoryOutboxBounds>
   readonly #queues = new Map<string, SubscriberQueue>()
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
 
   constructor (bounds: MemoryOutboxBounds) {
-    this.#bounds = bounds
+    this.#bounds = { deadLetters: DEAD_LETTERS, deadLetterBytes: DEAD_LETTER_BYTES, ...bounds }
   }
 
   /** Keeps the event for every subscriber of its channel; called by the item store with the change it stores. */
@@ -115,6 +118,11 @@ export class MemoryOutbox implements Outbox {
   async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
     if (this.#queues.has(subscriber)) return
     this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), deadLetterBytes: 0, lastPosition: 0, characters: 0, dropped: 0 })
+  }
+
+  /** Forgets the subscriber with whatever it had pending and dead-lettered: the events recorded from now on are not kept for it. */
+  unsubscribe (subscriber: string): void {
+    this.#queues.delete(subscriber)
   }
 
   onRecorded (listener: (event: OutboxEvent) => void): void {
@@ -182,7 +190,7 @@ export class MemoryOutbox implements Outbox {
     queue.deadLetterBytes += eventBytes
     let pushedOut = 0
     for (const [eventId, { listed: oldest }] of queue.deadLetters) {
-      if (queue.deadLetters.size <= 1 || (queue.deadLetters.size <= DEAD_LETTERS && queue.deadLetterBytes <= DEAD_LETTER_BYTES)) break
+      if (queue.deadLetters.size <= 1 || (queue.deadLetters.size <= this.#bounds.deadLetters && queue.deadLetterBytes <= this.#bounds.deadLetterBytes)) break
       queue.deadLetters.delete(eventId)
       queue.deadLetterBytes -= oldest.eventBytes
       pushedOut += 1

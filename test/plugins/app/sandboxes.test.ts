@@ -3,13 +3,15 @@
 // and bounded in number, room and idle lifetime. Every answer is checked against its contract. The memory store
 // only: a start with STORE=redis refuses sandboxes (test/config/config.test.ts).
 import { randomUUID } from 'node:crypto'
+import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
 import type { operations } from '../../../generated/operations/openapi.js'
 import { freePort } from '../../../harness/net.js'
+import { type Receiver, startReceiver } from '../../../harness/webhook-receiver.js'
 import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
-import { until } from '../../support/wait.js'
+import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
 
@@ -252,7 +254,7 @@ t.test('a sandbox\'s clock moves on: everything the sandbox times follows it, an
   t.equal((await api.call('listItems', { token: own.accessToken })).statusCode, 200, 'and the service\'s')
 
   const tooFar = await advance(sandbox, 3_155_760_000)
-  t.same([tooFar.status, (tooFar.json as unknown as { details: Array<{ field: string }> }).details[0]!.field], [400, 'seconds'], 'no further than 100 years ahead')
+  t.same([tooFar.status, (tooFar.json as unknown as { details: Array<{ field: string }> }).details[0]!.field], [400, 'body.seconds'], 'no further than 100 years ahead')
   t.equal((await advance(sandbox, 0)).status, 400, 'and always forward')
   t.equal((await opsCall(t, ops, 'advanceSandboxClock', 'POST', `/sandboxes/${randomUUID()}/clock/advance`, { seconds: 1 })).status, 404, 'a sandbox that does not exist has no clock')
 
@@ -260,4 +262,83 @@ t.test('a sandbox\'s clock moves on: everything the sandbox times follows it, an
   const afterReset = await sandbox.register()
   const made = await sandbox.createItem(afterReset.accessToken)
   t.ok(Math.abs(Date.parse(made.createdAt) - Date.now()) < 60_000, 'a reset sets the clock to the service\'s again')
+})
+
+t.test('a sandbox\'s events are delivered, signed, to the receiver its test names, and none other\'s; a reset keeps it, a removal or a deletion ends it', async (t) => {
+  const { api, ops, create } = await withSandboxes(t, { WEBHOOK_RETRY_DELAYS_MS: '20,20' })
+  const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
+  const receivers = await Promise.all([startReceiver(), startReceiver(), startReceiver()])
+  for (const receiver of receivers) t.teardown(receiver.stop)
+  const [first, second, replacement] = receivers as [Receiver, Receiver, Receiver]
+  const setWebhook = async (of: Api, body: unknown): Promise<number> => (await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${of.base}/webhook`, body)).status
+  // What a receiver was sent, each delivery's signature checked with the sandbox's secret: [type, the item's name].
+  const delivered = async (receiver: Receiver, count: number): Promise<Array<[string, string]>> => (await receiver.waitFor(count, HANG_MS)).map((received) => {
+    const event = new Webhook(secret).verify(received.body, Object.fromEntries(Object.entries(received.headers).map(([name, value]) => [name, String(value)]))) as { type: string, data: { item: { name: string } } }
+    return [event.type, event.data.item.name]
+  })
+
+  const sandbox = await create()
+  const other = await create()
+  const early = await sandbox.register()
+  await sandbox.createItem(early.accessToken, { name: 'before any receiver' })
+  t.equal(await setWebhook(sandbox, { url: first.url, secret }), 204)
+  t.equal(await setWebhook(other, { url: second.url, secret }), 204)
+  const own = await api.register()
+  await api.createItem(own.accessToken, { name: 'the service\'s own' })
+  await other.createItem((await other.register()).accessToken, { name: 'the other sandbox\'s' })
+  first.answer(500)
+  await sandbox.createItem(early.accessToken, { name: 'delivered' })
+  const attempts = await delivered(first, 2)
+  t.same(attempts, [['items.item.added', 'delivered'], ['items.item.added', 'delivered']], 'its event alone, signed with its secret: a 500, then the retry')
+  t.equal(first.received[0]!.headers['webhook-id'], first.received[1]!.headers['webhook-id'], 'the retry is the same delivery')
+  t.same(await delivered(second, 1), [['items.item.added', 'the other sandbox\'s']], 'another sandbox\'s receiver gets its own sandbox\'s event alone')
+
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${sandbox.base}/reset`)).status, 200)
+  const afterReset = await sandbox.register()
+  await sandbox.createItem(afterReset.accessToken, { name: 'after the reset' })
+  t.same((await delivered(first, 3)).at(-1), ['items.item.added', 'after the reset'], 'a reset keeps the receiver')
+
+  t.equal(await setWebhook(sandbox, { url: replacement.url, secret }), 204, 'a receiver named again replaces the one before')
+  await sandbox.createItem(afterReset.accessToken, { name: 'to the replacement' })
+  t.same(await delivered(replacement, 1), [['items.item.added', 'to the replacement']])
+  t.equal((await opsCall(t, ops, 'deleteSandboxWebhook', 'DELETE', `${sandbox.base}/webhook`)).status, 204, 'removed')
+  await sandbox.createItem(afterReset.accessToken, { name: 'listed, not delivered' })
+  t.equal(await setWebhook(sandbox, { url: replacement.url, secret }), 204)
+  await sandbox.createItem(afterReset.accessToken, { name: 'delivered again' })
+  t.same((await delivered(replacement, 2)).at(-1), ['items.item.added', 'delivered again'], 'what it recorded without a receiver is not delivered later')
+  t.equal(replacement.received.length, 2)
+  t.equal(first.received.length, 3, 'nor to the receiver it replaced')
+  const names = (await opsCall(t, ops, 'listSandboxEvents', 'GET', `${sandbox.base}/events`)).json as { events: Array<{ event: { data: { item: { name: string } } } }> }
+  t.same(names.events.map(({ event }) => event.data.item.name), ['after the reset', 'to the replacement', 'listed, not delivered', 'delivered again'], 'every event is listed')
+
+  for (const [body, field] of [[{ url: 'ftp://127.0.0.1/hook', secret }, 'body.url'], [{ url: 'http://user:password@127.0.0.1/hook', secret }, 'body.url'], [{ url: first.url, secret: 'whsec_c2hvcnQ=' }, 'body.secret'], [{ url: first.url }, 'body.secret'], [{ url: first.url, secret, channels: [] }, 'body.channels']] as const) {
+    const refused = await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${sandbox.base}/webhook`, body)
+    t.same([refused.status, (refused.json as { details: Array<{ field: string }> }).details.map((detail) => detail.field)], [400, [field]], `refused: ${JSON.stringify(body)}`)
+  }
+  for (const [operationId, method] of [['setSandboxWebhook', 'PUT'], ['deleteSandboxWebhook', 'DELETE']] as const) {
+    t.equal((await opsCall(t, ops, operationId, method, `/sandboxes/${randomUUID()}/webhook`, method === 'PUT' ? { url: first.url, secret } : undefined)).status, 404, `${operationId}: a sandbox that does not exist has no receiver`)
+  }
+
+  replacement.answer('hang')
+  await sandbox.createItem(afterReset.accessToken, { name: 'in progress at the deletion' })
+  await replacement.waitFor(3, HANG_MS)
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', sandbox.base)).status, 204, 'a sandbox deleted while its receiver holds an attempt open')
+  t.equal(replacement.hanging(), 1, 'the attempt was open')
+  await until('the attempt in progress to end with its sandbox', () => replacement.hanging() === 0)
+  t.equal((await opsCall(t, ops, 'listSandboxEvents', 'GET', `${sandbox.base}/events`)).status, 404)
+})
+
+t.test('an app that closes while a sandbox\'s receiver holds an attempt open ends the attempt', async (t) => {
+  const { api, ops, create } = await withSandboxes(t)
+  const receiver = await startReceiver()
+  t.teardown(receiver.stop)
+  receiver.answer('hang')
+  const sandbox = await create()
+  const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
+  t.equal((await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${sandbox.base}/webhook`, { url: receiver.url, secret })).status, 204)
+  await sandbox.createItem((await sandbox.register()).accessToken)
+  await receiver.waitFor(1, HANG_MS)
+  t.equal(receiver.hanging(), 1, 'the attempt is open')
+  await api.app.close()
+  await until('the attempt to end with the app', () => receiver.hanging() === 0)
 })

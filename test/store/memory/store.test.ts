@@ -7,7 +7,7 @@ import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { itemBytes, keyBytes, MemoryCapacity, sessionBytes, userBytes } from '../../../src/store/memory/capacity.js'
 import { takeRegistration } from '../../../src/store/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
-import { item, user } from '../conformance/fixtures.js'
+import { account, ADDED, announce, HOUR, item, user } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
 storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {}, capacity }) => createMemoryStore({
@@ -161,4 +161,23 @@ t.test('the pace on registrations: its first registration, paced from the start 
   t.same(first, { tokens: 0, at: 1_000 })
   t.equal(takeRegistration(typeof first === 'number' ? undefined : first, 4, 10, 86_400_000, 1_000), 21_600_000, 'the next waits for the rate: a day over 4 floors')
   t.same(takeRegistration(undefined, 6, 10, 86_400_000, 1_000), { tokens: 1, at: 1_000 }, 'more than half left: unpaced, the bucket kept full')
+})
+
+t.test('an outbox bounded in dead letters keeps its newest within them, and one unsubscribed keeps nothing more for its subscriber', async (t) => {
+  const { users, items, outbox } = createMemoryStore({ pendingDeliveries: { deliveries: 10, characters: 1024 * 1024, deadLetters: 2, deadLetterBytes: 1024 * 1024 } })
+  await outbox.subscribe('s', [ADDED])
+  const contributorId = await account(users)
+  for (let index = 0; index < 3; index += 1) await items.add(item(contributorId), announce(ADDED))
+  const now = Date.now() + 1
+  const taken = (await outbox.take('s', now, 3, HOUR)).deliveries
+  const pushedOut = []
+  for (const delivery of taken) pushedOut.push(await outbox.deadLetter('s', delivery, 'answered 500', now))
+  t.same(pushedOut, [0, 0, 1], 'the third pushed the oldest out')
+  t.same((await outbox.deadLetters('s', { after: 0, limit: 10 })).deadLetters.map(({ eventId }) => eventId), taken.slice(1).map(({ event }) => event.id))
+
+  await items.add(item(contributorId), announce(ADDED))
+  outbox.unsubscribe('s')
+  await items.add(item(contributorId), announce(ADDED))
+  t.same([await outbox.pending('s'), (await outbox.deadLetters('s', { after: 0, limit: 10 })).total], [0, 0], 'its pending deliveries and dead letters are gone')
+  t.same((await outbox.take('s', now, 10, HOUR)).deliveries, [], 'and nothing recorded since is kept for it')
 })

@@ -209,6 +209,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxId}/webhook": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Deliver a sandbox's events to a receiver
+         * @description Delivers every event the sandbox records from now on (`items.item.added`, `…edited`, `…removed`) to `url`,
+         *     as the service's webhooks are: a POST of the CloudEvent, signed with `secret` by Standard Webhooks'
+         *     `webhook-id`, `webhook-timestamp` and `webhook-signature` headers, retried on `WEBHOOK_RETRY_DELAYS_MS`,
+         *     each attempt within `WEBHOOK_TIMEOUT_MS`. The sandbox's events and none other's. A receiver named again
+         *     replaces the one before, whose deliveries end, the attempts in progress too; so does a deletion. A reset
+         *     keeps it. The sandbox's events are listed (`GET /sandboxes/{sandboxId}/events`) whether or not they are
+         *     delivered.
+         */
+        put: operations["setSandboxWebhook"];
+        post?: never;
+        /**
+         * Stop delivering a sandbox's events
+         * @description Ends the deliveries to the sandbox's receiver, those pending and the attempts in progress too; the events
+         *     it records from now on are only listed. Answered 204 whether or not it had one.
+         */
+        delete: operations["deleteSandboxWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{sandboxId}/clock/advance": {
         parameters: {
             query?: never;
@@ -256,6 +287,15 @@ export interface components {
             items?: {
                 [key: string]: unknown;
             }[];
+        };
+        SandboxWebhook: {
+            /**
+             * Format: uri
+             * @description Where the sandbox's events are POSTed; no user or password in it (the signature authenticates each delivery).
+             */
+            url: string;
+            /** @description Standard Webhooks' secret, `whsec_` and 24 to 64 random bytes in base64, that each delivery is signed with. */
+            secret: string;
         };
         SandboxClockAdvance: {
             /** @description How far to move the clock on; it may end at most 100 years ahead of the service's. */
@@ -854,6 +894,64 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Sandbox"];
                 };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
+        };
+    };
+    setSandboxWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "http://127.0.0.1:4000/webhooks",
+                 *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+                 *     }
+                 */
+                "application/json": components["schemas"]["SandboxWebhook"];
+            };
+        };
+        responses: {
+            /** @description The sandbox's events from now on are delivered there. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
+        };
+    };
+    deleteSandboxWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Its events are no longer delivered. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
