@@ -121,11 +121,15 @@ export async function ownRedis (t: Test, settings: readonly string[] = [], { pas
 
 /**
  * A primary and a replica of the test's own, once the replica acknowledges the primary's writes: a replica whose
- * link is up is counted by WAIT only once the primary has its first acknowledgement (up to a second later).
+ * link is up is counted by WAIT only once the primary has its first acknowledgement (up to a second later). Both
+ * have a password of their own, as a Sentinel deployment's servers do, so that a sentinel or a replica of another
+ * test that finds one at an address it remembers (a port freed and taken again) cannot command it: without one, in
+ * full runs of the suite, this primary's first write was at times left unacknowledged (504).
  */
 export async function primaryAndReplica (t: Test): Promise<{ primary: OwnRedis, replica: OwnRedis }> {
-  const primary = await ownRedis(t)
-  const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port])
+  const password = randomUUID()
+  const primary = await ownRedis(t, [], { password })
+  const replica = await ownRedis(t, ['--replicaof', '127.0.0.1', new URL(primary.url).port], { password })
   const client = new Redis(primary.url)
   try {
     await until('the replica to acknowledge a write', async () => {
