@@ -1,10 +1,14 @@
 // docs/testing.md's "A test rig's settings", run as a team's rig runs it: the service started from the recipe's
 // environment, and 16 workers at once, each registering its user, creating, listing by its own contributorId and
 // removing its account on the operations API. The figures it prints are docs/testing.md's.
+import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { Webhook } from 'standardwebhooks'
 import t from 'tap'
+import { startReceiver } from '../harness/webhook-receiver.js'
 import { newUser, type Schemas } from './support/api.js'
 import { start } from './support/processes.js'
+import { HANG_MS } from './support/wait.js'
 
 const WORKERS = 16
 const ITEMS_EACH = 3
@@ -61,7 +65,7 @@ t.test('the test rig\'s recipe: 16 workers register, create, list their own and 
   t.comment(`started ready in ${Math.round(readyMs)} ms; ${WORKERS} registrations at once, the slowest answered in ${Math.round(registeredMs)} ms (${Math.round(WORKERS / (registeredMs / 1000))} a second); the whole rig in ${Math.round(ranMs)} ms`)
 })
 
-t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals, the events they caused and an expiry made by the clock', async (t) => {
+t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals, the events they caused (listed, and delivered signed to their own receiver) and an expiry made by the clock', async (t) => {
   // Sandboxes are on the memory store, whatever the run's store.
   const began = performance.now()
   const server = await start({ ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'memory' })
@@ -74,6 +78,11 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
     statuses.push(created.status)
     const { basePath } = created.body as { basePath: string }
     const base = `${server.url}${basePath}`
+    const receiver = await startReceiver()
+    t.teardown(receiver.stop)
+    const secret = `whsec_${randomBytes(32).toString('base64')}`
+    const subscribed = await send(`${ops}${basePath}/webhook`, { method: 'PUT', body: JSON.stringify({ url: receiver.url, secret }) })
+    t.equal(subscribed.status, 204, `its receiver is set: ${JSON.stringify(subscribed.body)}`)
     const registered = await send(`${base}/v1/auth/register`, { method: 'POST', body: JSON.stringify(newUser({ role: 'contributor' })) })
     statuses.push(registered.status)
     const { accessToken, refreshToken, expiresIn } = registered.body as Schemas['AuthResponse']
@@ -87,6 +96,9 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
     t.same([all.pagination.total, all.data.map((item) => item.id)], [ITEMS_EACH, made], 'a worker\'s unfiltered list is its own, exactly')
     const { events } = (await send(`${ops}${basePath}/events`)).body as { events: Array<{ event: { type: string, subject: string } }> }
     t.same(events.map(({ event }) => [event.type, event.subject]), made.map((id) => ['items.item.added', id]), 'and its events are the ones it caused')
+    const delivered = (await receiver.waitFor(ITEMS_EACH, HANG_MS)).map((received) => (new Webhook(secret).verify(received.body,
+      Object.fromEntries(Object.entries(received.headers).map(([name, value]) => [name, String(value)]))) as { subject: string }).subject)
+    t.same(delivered.sort(), [...made].sort(), 'and so are the events delivered, signed with its secret, to its receiver')
     const advanced = await send(`${ops}${basePath}/clock/advance`, { method: 'POST', body: JSON.stringify({ seconds: expiresIn + 1 }) })
     statuses.push(advanced.status)
     const expired = await send(`${base}/v1/items`, { token: accessToken })

@@ -3,7 +3,7 @@ import type { DefaultedParameters, RouteOperationId } from '../../generated/oper
 import { emailKey } from '../auth/email.js'
 import type { FastifyRequest } from 'fastify'
 import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
-import type { Sandbox, Sandboxes } from '../store/sandboxes.js'
+import { type Sandbox, SANDBOX_CLOCK_AHEAD_YEARS, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import { readSubscription, subscriberName } from '../webhooks/subscriptions.js'
@@ -149,7 +149,7 @@ export const advanceSandboxClock: OperationsHandler<'advanceSandboxClock'> = asy
   if (sandbox === undefined) throw notFound('Sandbox')
   const { clock } = sandbox
   if (!clock.advance(request.body.seconds * 1000)) {
-    throw new InvalidRequestError([{ field: 'body.seconds', issue: 'would move the clock more than 100 years ahead of the service\'s' }])
+    throw new InvalidRequestError([{ field: 'body.seconds', issue: `would move the clock more than ${SANDBOX_CLOCK_AHEAD_YEARS} years ahead of the service's` }])
   }
   request.log.info({ audit: 'advanceSandboxClock', sandboxId: sandbox.id, aheadMs: clock.aheadMs }, 'sandbox clock advanced')
   return await reply.code(200).send({ now: new Date(clock.now()).toISOString(), aheadSeconds: Math.floor(clock.aheadMs / 1000) })

@@ -34,7 +34,8 @@ export class SandboxEvents {
 }
 
 // How far a sandbox's clock may run ahead of the service's: its timestamps keep four-digit years.
-export const SANDBOX_CLOCK_AHEAD_MS = 100 * 365.25 * 24 * 3600 * 1000
+export const SANDBOX_CLOCK_AHEAD_YEARS = 100
+const SANDBOX_CLOCK_AHEAD_MS = SANDBOX_CLOCK_AHEAD_YEARS * 365.25 * 24 * 3600 * 1000
 
 /**
  * A sandbox's clock: the service's, moved on by what the sandbox's calls have advanced it. It only goes forward, so
@@ -49,7 +50,7 @@ export class SandboxClock {
     return this.#aheadMs
   }
 
-  /** Moves the clock on by `ms`; false, and no move, past SANDBOX_CLOCK_AHEAD_MS ahead of the service's. */
+  /** Moves the clock on by `ms`; false, and no move, past SANDBOX_CLOCK_AHEAD_YEARS ahead of the service's. */
   advance (ms: number): boolean {
     if (this.#aheadMs + ms > SANDBOX_CLOCK_AHEAD_MS) return false
     this.#aheadMs += ms

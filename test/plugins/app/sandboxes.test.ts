@@ -302,6 +302,7 @@ t.test('a sandbox\'s events are delivered, signed, to the receiver its test name
   await sandbox.createItem(afterReset.accessToken, { name: 'to the replacement' })
   t.same(await delivered(replacement, 1), [['items.item.added', 'to the replacement']])
   t.equal((await opsCall(t, ops, 'deleteSandboxWebhook', 'DELETE', `${sandbox.base}/webhook`)).status, 204, 'removed')
+  t.equal((await opsCall(t, ops, 'deleteSandboxWebhook', 'DELETE', `${sandbox.base}/webhook`)).status, 204, 'and removed again: it had none')
   await sandbox.createItem(afterReset.accessToken, { name: 'listed, not delivered' })
   t.equal(await setWebhook(sandbox, { url: replacement.url, secret }), 204)
   await sandbox.createItem(afterReset.accessToken, { name: 'delivered again' })
