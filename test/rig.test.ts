@@ -66,7 +66,7 @@ t.test('the test rig\'s recipe: 16 workers register, create, list their own and 
 })
 
 t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals, the events they caused (listed, and delivered signed to their own receiver) and an expiry made by the clock', async (t) => {
-  // Sandboxes are on the memory store, whatever the run's store.
+  // On the memory store, whatever the run's store: its sandboxes deliver to the workers' receivers.
   const began = performance.now()
   const server = await start({ ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'memory' })
   t.teardown(() => { server.process.kill('SIGKILL') })

@@ -12,7 +12,6 @@ import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Tracing } from '../plugins/external/tracing.js'
 import type { Store } from '../store/store.js'
 import { SandboxRouting } from '../plugins/app/sandboxes.js'
-import { Sandboxes } from '../store/sandboxes.js'
 import { randomUuid } from '../runtime/uuid.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
@@ -54,10 +53,7 @@ export interface BuildAppOptions {
  */
 export async function buildApp (settings: AppSettings = {}, options: BuildAppOptions = {}): Promise<FastifyInstance> {
   const config = withDefaults(settings)
-  const { maxItemsPerUser, idempotencyKeys, capacity } = config.store
-  const sandboxRouting = config.sandboxes === undefined
-    ? undefined
-    : new SandboxRouting(new Sandboxes(config.sandboxes, { maxItemsPerContributor: maxItemsPerUser, idempotencyKeys, capacity }))
+  const sandboxRouting = config.sandboxes === undefined ? undefined : new SandboxRouting()
   const app = Fastify({
     logger: {
       level: config.logLevel,

@@ -64,7 +64,13 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(shutdownPlugin, config)
   await app.register(underPressurePlugin)
   await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, maxHeapUsedBytes: config.maxHeapUsedBytes, ...(options.store === undefined ? {} : { store: options.store }) })
-  await app.register(sandboxesPlugin, { routing: options.sandboxRouting ?? null, deliveries: config.webhooks })
+  const { maxItemsPerUser, idempotencyKeys, capacity } = config.store
+  await app.register(sandboxesPlugin, {
+    routing: options.sandboxRouting ?? null,
+    bounds: config.sandboxes,
+    store: { maxItemsPerContributor: maxItemsPerUser, idempotencyKeys, capacity },
+    deliveries: config.webhooks
+  })
   await app.register(eventsPlugin, {
     subscribers: options.subscribers,
     webhookChannels: new Set(config.webhooks.subscriptions.flatMap((subscription) => subscription.channels))

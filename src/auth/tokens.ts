@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import type { Store } from '../store/store.js'
+import type { ServingStore } from '../store/store.js'
 import { randomUuid } from '../runtime/uuid.js'
 
 /** The claims this service puts in an access token besides iat, exp, iss and aud. */
@@ -38,7 +38,7 @@ export class Tokens {
     this.#options = options
   }
 
-  async open (store: Store, userId: string): Promise<TokenPair> {
+  async open (store: ServingStore, userId: string): Promise<TokenPair> {
     const sessionId = randomUuid()
     const refreshToken = newRefreshToken()
     await store.sessions.open(
@@ -50,7 +50,7 @@ export class Tokens {
   }
 
   /** A new pair for a valid refresh token; undefined for any other token (a reused one also ends its session). */
-  async refresh (store: Store, refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
+  async refresh (store: ServingStore, refreshToken: string): Promise<{ userId: string, tokens: TokenPair } | undefined> {
     const nextRefreshToken = newRefreshToken()
     const outcome = await store.sessions.rotateRefreshToken(
       hashRefreshToken(refreshToken), hashRefreshToken(nextRefreshToken), store.now(), this.#options.refreshReuseLeewaySeconds * 1000)
@@ -59,12 +59,12 @@ export class Tokens {
     return { userId, tokens: this.#pair(store, userId, id, nextRefreshToken) }
   }
 
-  async close (store: Store, sessionId: string): Promise<void> {
+  async close (store: ServingStore, sessionId: string): Promise<void> {
     await store.sessions.revoke(sessionId)
   }
 
   // An access token's times are by the store's clock, as its session's are: a sandbox's own, when one has moved it.
-  #pair (store: Store, userId: string, sessionId: string, refreshToken: string): TokenPair {
+  #pair (store: ServingStore, userId: string, sessionId: string, refreshToken: string): TokenPair {
     const iat = Math.floor(store.now() / 1000)
     return {
       accessToken: this.#options.signAccessToken({ sub: userId, sid: sessionId, jti: randomUuid(), typ: 'access', iat }),

@@ -180,9 +180,6 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (env.SANDBOXES === 'on' && env.OPS_PORT === undefined) {
     throw new ConfigError('Invalid configuration: SANDBOXES=on needs OPS_PORT: sandboxes are created on the operations API')
   }
-  if (env.SANDBOXES === 'on' && env.STORE === 'redis') {
-    throw new ConfigError('Invalid configuration: SANDBOXES=on is served on the memory store only, for now (STORE=memory)')
-  }
   const windowSeconds = env.RATE_LIMIT_WINDOW_SECONDS
   const trustProxy = proxies(env.TRUST_PROXY, 'TRUST_PROXY')
   // Trusting every hop lets each client name its own address in X-Forwarded-For, and with it its own rate-limit key.

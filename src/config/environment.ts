@@ -108,7 +108,7 @@ export const variables = {
     type: 'string',
     enum: ['on', 'off'],
     default: 'off',
-    description: '`on` serves sandboxes: isolated catalogues, each created on the operations API (`POST /sandboxes`, so `OPS_PORT` is required) and served under `/sandboxes/{sandboxId}` on `PORT` (docs/testing.md, "Sandboxes"). The memory store only, for now.'
+    description: '`on` serves sandboxes: isolated catalogues, each created on the operations API (`POST /sandboxes`, so `OPS_PORT` is required) and served under `/sandboxes/{sandboxId}` on `PORT` (docs/testing.md, "Sandboxes"): on Redis, kept for every instance under key prefixes of their own.'
   },
   SANDBOX_LIMIT: { type: 'integer', minimum: 1, maximum: 10000, default: 100, description: 'Sandboxes that may exist at once; one more is 507 `STORE_FULL` until one is deleted or idles out.' },
   SANDBOX_IDLE_SECONDS: { type: 'integer', minimum: 1, default: 3600, description: 'A sandbox no request has used for this long is deleted, with everything it keeps.' },

@@ -108,11 +108,11 @@ function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'cr
 
 // Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`), and leaves
 // the sandbox deleted.
-async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox): Promise<void> {
+async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: unknown): Promise<void> {
   try {
-    await request.server.seedStore(sandbox.store, sandbox.fixtures)
+    await request.server.seedStore(sandbox.store, fixtures)
   } catch (error) {
-    sandboxes.delete(sandbox.id)
+    await sandboxes.delete(sandbox.id)
     if (!(error instanceof Error && error.name === 'SeedError')) throw error
     const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
     throw new InvalidRequestError([{ field, issue }])
@@ -121,62 +121,65 @@ async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: S
 
 export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
   const sandboxes = sandboxesOf(request)
-  const sandbox = sandboxes.create(Date.now(), request.body)
+  const sandbox = await sandboxes.create(request.body)
   if (sandbox === undefined) throw sandboxLimitReached()
-  await seeded(request, sandboxes, sandbox)
+  await seeded(request, sandboxes, sandbox, request.body)
   request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
   return await reply.code(201).send(sandboxBody(sandboxes, sandbox))
 }
 
 export const resetSandbox: OperationsHandler<'resetSandbox'> = async (request, reply) => {
   const sandboxes = sandboxesOf(request)
-  const sandbox = sandboxes.reset(request.params.sandboxId, Date.now())
-  if (sandbox === undefined) throw notFound('Sandbox')
-  await seeded(request, sandboxes, sandbox)
-  request.log.info({ audit: 'resetSandbox', sandboxId: sandbox.id }, 'sandbox reset')
-  return await reply.code(200).send(sandboxBody(sandboxes, sandbox))
+  const reset = await sandboxes.reset(request.params.sandboxId)
+  if (reset === undefined) throw notFound('Sandbox')
+  await seeded(request, sandboxes, reset.sandbox, reset.fixtures)
+  request.log.info({ audit: 'resetSandbox', sandboxId: reset.sandbox.id }, 'sandbox reset')
+  return await reply.code(200).send(sandboxBody(sandboxes, reset.sandbox))
 }
 
 export const deleteSandbox: OperationsHandler<'deleteSandbox'> = async (request, reply) => {
   const { sandboxId } = request.params
-  if (!sandboxesOf(request).delete(sandboxId)) throw notFound('Sandbox')
+  if (!await sandboxesOf(request).delete(sandboxId)) throw notFound('Sandbox')
   request.log.info({ audit: 'deleteSandbox', sandboxId }, 'sandbox deleted')
   return await reply.code(204).send()
 }
 
 export const advanceSandboxClock: OperationsHandler<'advanceSandboxClock'> = async (request, reply) => {
-  const sandbox = sandboxesOf(request).get(request.params.sandboxId)
-  if (sandbox === undefined) throw notFound('Sandbox')
-  const { clock } = sandbox
-  if (!clock.advance(request.body.seconds * 1000)) {
+  const { sandboxId } = request.params
+  const clock = await sandboxesOf(request).advanceClock(sandboxId, request.body.seconds * 1000)
+  if (clock === undefined) throw notFound('Sandbox')
+  if (clock === 'too far') {
     throw new InvalidRequestError([{ field: 'body.seconds', issue: `would move the clock more than ${SANDBOX_CLOCK_AHEAD_YEARS} years ahead of the service's` }])
   }
-  request.log.info({ audit: 'advanceSandboxClock', sandboxId: sandbox.id, aheadMs: clock.aheadMs }, 'sandbox clock advanced')
-  return await reply.code(200).send({ now: new Date(clock.now()).toISOString(), aheadSeconds: Math.floor(clock.aheadMs / 1000) })
+  request.log.info({ audit: 'advanceSandboxClock', sandboxId, aheadMs: clock.aheadMs }, 'sandbox clock advanced')
+  return await reply.code(200).send({ now: new Date(clock.now).toISOString(), aheadSeconds: Math.floor(clock.aheadMs / 1000) })
 }
 
 export const setSandboxWebhook: OperationsHandler<'setSandboxWebhook'> = async (request, reply) => {
   const { sandboxId } = request.params
+  const sandboxes = sandboxesOf(request)
   const receiver = readSubscription(request.body)
   if ('issue' in receiver) throw new InvalidRequestError([{ field: ['body', ...receiver.path].join('.'), issue: receiver.issue }])
-  if (!sandboxesOf(request).setReceiver(sandboxId, { url: receiver.url, secret: receiver.secret })) throw notFound('Sandbox')
+  if (!sandboxes.deliversToReceivers) {
+    throw new InvalidRequestError([{ field: 'body.url', issue: 'a sandbox\'s events are delivered to a receiver on the memory store only, for now; they are listed on every store' }])
+  }
+  if (!await sandboxes.setReceiver(sandboxId, { url: receiver.url, secret: receiver.secret })) throw notFound('Sandbox')
   request.log.info({ audit: 'setSandboxWebhook', sandboxId, receiver: subscriberName(receiver.url) }, 'sandbox webhook set')
   return await reply.code(204).send()
 }
 
 export const deleteSandboxWebhook: OperationsHandler<'deleteSandboxWebhook'> = async (request, reply) => {
   const { sandboxId } = request.params
-  if (!sandboxesOf(request).setReceiver(sandboxId, undefined)) throw notFound('Sandbox')
+  if (!await sandboxesOf(request).setReceiver(sandboxId, undefined)) throw notFound('Sandbox')
   request.log.info({ audit: 'deleteSandboxWebhook', sandboxId }, 'sandbox webhook deleted')
   return await reply.code(204).send()
 }
 
 export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (request, reply) => {
-  const sandbox = sandboxesOf(request).get(request.params.sandboxId)
-  if (sandbox === undefined) throw notFound('Sandbox')
   const { after, limit } = request.query
-  const listed = sandbox.events.after(after, limit)
-  const events = listed.map(({ sequence, event }) => ({ sequence, event: JSON.parse(event.body) as Record<string, unknown> }))
+  const listed = await sandboxesOf(request).events(request.params.sandboxId, after, limit)
+  if (listed === undefined) throw notFound('Sandbox')
+  const events = listed.map(({ sequence, body }) => ({ sequence, event: JSON.parse(body) as Record<string, unknown> }))
   return await reply.code(200).send(listed.length === limit ? { events, next: listed.at(-1)!.sequence } : { events })
 }
 

@@ -7,7 +7,7 @@ import { VerifiedTokens } from '../auth/verified-tokens.js'
 import type { Session, User } from '../domain/index.js'
 import { type ApiError, sessionEnded, unauthorized } from '../errors.js'
 import { randomUuid } from '../runtime/uuid.js'
-import type { Store } from '../store/store.js'
+import type { ServingStore } from '../store/store.js'
 import type { ContractRoute, StepFor } from './step.js'
 import type { Metrics } from '../observability/metrics.js'
 
@@ -134,7 +134,7 @@ export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthO
     session?.userId === claims.sub && user !== undefined ? { id: user.id, role: user.role, sessionId: session.id } : undefined
   // What the store cannot tell at once: a session or user that this instance has not read yet (Redis), a session
   // that has ended.
-  const askStore = async (store: Store, claims: VerifiedClaims): Promise<Principal> => {
+  const askStore = async (store: ServingStore, claims: VerifiedClaims): Promise<Principal> => {
     const session = await store.sessions.get(claims.sid, store.now())
     const user = session?.userId === claims.sub ? await store.users.get(claims.sub) : undefined
     const principal = principalOf(claims, session, user)

@@ -1,6 +1,7 @@
 import type { Item, ItemStatus, Session, User } from '../domain/index.js'
 import type { ItemText, StoredItem } from '../domain/serialized.js'
 import type { CapacityReading } from './capacity.js'
+import type { SandboxBounds, Sandboxes, SandboxStoreOptions } from './sandboxes.js'
 
 export type { ItemText, StoredItem } from '../domain/serialized.js'
 export type RefreshOutcome =
@@ -418,6 +419,14 @@ export interface Store {
   capacity (): Promise<CapacityReading>
   /** False while the store cannot serve requests (its server unreachable). */
   available (): boolean
+  /**
+   * Sandboxes kept in this store, beside its own catalogue, for every instance that shares it (Redis: under key
+   * prefixes of their own); left out by a store whose sandboxes are kept in the process instead (memory).
+   */
+  sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions) => Sandboxes
   /** Releases what the store holds (connections); it serves nothing afterwards. */
   close (): Promise<void>
 }
+
+/** What serves a request: a store, or a sandbox's catalogue kept in one (which its Sandboxes delete). */
+export type ServingStore = Omit<Store, 'close' | 'sandboxes'>

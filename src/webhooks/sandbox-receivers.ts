@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { channels as CHANNELS } from '../../generated/routes.js'
 import type { TraceContext } from '../observability/trace-context.js'
-import type { Sandbox, SandboxReceiver, SandboxWatcher } from '../store/sandboxes.js'
+import type { MemorySandbox, SandboxWatcher } from '../store/memory/sandboxes.js'
+import type { SandboxReceiver } from '../store/sandboxes.js'
 import type { Store } from '../store/store.js'
 import { subscriberName } from './subscriptions.js'
 import { type DeliveryMetrics, type DeliverySettings, POLL_INTERVAL_MS, SubscriberWorker } from './worker.js'
@@ -36,7 +37,7 @@ export class SandboxReceivers implements SandboxWatcher {
     this.#poll = setInterval(() => { for (const worker of this.#workers.values()) void worker.take() }, POLL_INTERVAL_MS).unref()
   }
 
-  receiverSet (sandbox: Sandbox, receiver: SandboxReceiver): void {
+  receiverSet (sandbox: MemorySandbox, receiver: SandboxReceiver): void {
     const { store, id } = sandbox
     this.receiverEnded(sandbox)
     const log = this.#log.child({ sandboxId: id, receiver: subscriberName(receiver.url) })
@@ -50,7 +51,7 @@ export class SandboxReceivers implements SandboxWatcher {
     }
   }
 
-  receiverEnded ({ id, store }: Sandbox): void {
+  receiverEnded ({ id, store }: MemorySandbox): void {
     const worker = this.#workers.get(id)
     if (worker === undefined) return
     this.#workers.delete(id)

@@ -263,15 +263,12 @@ t.test('OPS_PORT equal to PORT stops the start in one line, before anything list
   t.equal(loadConfig({ PORT: '0', OPS_PORT: '0' }).operations?.port, 0, 'both picked free, so never the same')
 })
 
-t.test('SANDBOXES=on needs the operations API, and the memory store, or the start stops in one line', async (t) => {
+t.test('SANDBOXES=on needs the operations API, or the start stops in one line; on either store', async (t) => {
   t.throws(() => loadConfig({ SANDBOXES: 'on' }), {
     name: 'ConfigError',
     message: 'Invalid configuration: SANDBOXES=on needs OPS_PORT: sandboxes are created on the operations API'
   })
-  t.throws(() => loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', STORE: 'redis', JWT_SECRET: 'a'.repeat(32) }), {
-    name: 'ConfigError',
-    message: 'Invalid configuration: SANDBOXES=on is served on the memory store only, for now (STORE=memory)'
-  })
+  t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', STORE: 'redis', JWT_SECRET: 'a'.repeat(32) }).sandboxes?.limit, 100, 'on Redis too')
   t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', SANDBOX_IDLE_SECONDS: '60' }).sandboxes, { limit: 100, idleMs: 60_000, capacityBytes: 2 * 1024 * 1024 })
   t.equal(loadConfig({}).sandboxes, undefined, 'off by default')
 })

@@ -121,7 +121,7 @@ async function errorsPlugin (app: FastifyInstance): Promise<void> {
   app.setErrorHandler(handleError)
   app.setNotFoundHandler((request, reply) => reply.code(404).send({
     code: 'NOT_FOUND',
-    message: `Route ${request.method} ${request.url.split('?')[0]} not found.`
+    message: `Route ${request.method} ${request.originalUrl.split('?')[0]} not found.`
   } satisfies ErrorBody))
 }
 

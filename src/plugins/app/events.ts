@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../../generated/openapi.js'
 import { schemas } from '../../../generated/schemas.js'
-import type { Announcement, OutboxEvent, Store } from '../../store/store.js'
+import type { Announcement, OutboxEvent, ServingStore } from '../../store/store.js'
 import { isoTimestamp } from '../../runtime/timestamps.js'
 import { randomUuid } from '../../runtime/uuid.js'
 
@@ -21,7 +21,7 @@ export interface EventBus {
    * the change. For the app's own store, undefined while nothing would receive the event (no webhook and no handler
    * of this process subscribes); any other (a sandbox's) keeps every event, to be read back.
    */
-  announce<C extends Channel>(channel: C, actorId: string, store: Store): Announcement | undefined
+  announce<C extends Channel>(channel: C, actorId: string, store: ServingStore): Announcement | undefined
 }
 
 declare module 'fastify' {

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Sandbox, Sandboxes } from '../../store/sandboxes.js'
+import type { SandboxBounds, Sandboxes, SandboxStoreOptions } from '../../store/sandboxes.js'
 import type { DeliverySettings } from '../../webhooks/worker.js'
 
 declare module 'fastify' {
@@ -16,16 +16,11 @@ const SANDBOX_PATH = /^\/sandboxes\/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 
 /**
  * How the server routes a request to a sandbox: as the path after the sandbox's base (Fastify's `rewriteUrl`),
- * noting which sandbox it is for until the request's first hook. A request under an id no sandbox has is routed as
- * it is, to the 404 of a route that does not exist.
+ * noting which sandbox it names (in lower case) until the request's first hook, which finds the sandbox or answers
+ * 404 as for a route that does not exist.
  */
 export class SandboxRouting {
-  readonly sandboxes: Sandboxes
-  readonly #routed = new WeakMap<IncomingMessage, Sandbox>()
-
-  constructor (sandboxes: Sandboxes) {
-    this.sandboxes = sandboxes
-  }
+  readonly #routed = new WeakMap<IncomingMessage, string>()
 
   readonly rewriteUrl = (request: IncomingMessage): string => {
     // A server's request always has one.
@@ -33,15 +28,13 @@ export class SandboxRouting {
     if (!url.startsWith('/sandboxes/')) return url
     const match = SANDBOX_PATH.exec(url)
     if (match === null) return url
-    const sandbox = this.sandboxes.get(match[1]!)
-    if (sandbox === undefined) return url
-    this.#routed.set(request, sandbox)
+    this.#routed.set(request, match[1]!.toLowerCase())
     const rest = url.slice(match[0].length)
     return rest.startsWith('/') ? rest : `/${rest}`
   }
 
-  /** The sandbox `rewriteUrl` routed the request into, if any. */
-  routedInto (request: IncomingMessage): Sandbox | undefined {
+  /** The id of the sandbox `rewriteUrl` routed the request into, if any. */
+  routedInto (request: IncomingMessage): string | undefined {
     return this.#routed.get(request)
   }
 }
@@ -49,6 +42,10 @@ export class SandboxRouting {
 interface SandboxesPluginOptions {
   /** The routing the server was made with; null when sandboxes are off. */
   routing: SandboxRouting | null
+  /** SANDBOX_LIMIT, SANDBOX_IDLE_SECONDS, SANDBOX_CAPACITY_KIB. */
+  bounds: SandboxBounds | undefined
+  /** What each sandbox's store is made with: as the service's own. */
+  store: SandboxStoreOptions
   /** How a sandbox's events are delivered to its receiver: as the service's webhooks (WEBHOOK_*). */
   deliveries: DeliverySettings
 }
@@ -58,33 +55,53 @@ const IDLE_CHECKS_PER_LIFETIME = 10
 
 /**
  * Serves a request routed into a sandbox from the sandbox's store (`request.scopedStore`), before any step of its
- * route runs, delivers each sandbox's events to the receiver its test named, and deletes the sandboxes that idle
- * past their lifetime; all of them when the app closes.
+ * route runs, and deletes the sandboxes that idle past their lifetime. The sandboxes are kept where the service's
+ * store can keep them (on Redis, under key prefixes of their own, for every instance), or else in this process, each
+ * a memory store of its own whose events are delivered to the receiver its test named.
  */
-async function sandboxesPlugin (app: FastifyInstance, { routing, deliveries }: SandboxesPluginOptions): Promise<void> {
-  app.decorate('sandboxes', routing?.sandboxes ?? null)
-  if (routing === null) return
-  const { sandboxes } = routing
-  // Loaded only when sandboxes are on, as the webhooks plugin loads it only for a subscriber.
-  const [{ SandboxReceivers }, { deliveryMetrics }] = await Promise.all([import('../../webhooks/sandbox-receivers.js'), import('../../webhooks/worker.js')])
-  const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
-  sandboxes.watch(receivers)
-  app.addHook('onRequest', (request, _reply, done) => {
-    const sandbox = routing.routedInto(request.raw)
-    if (sandbox !== undefined) {
-      request.scopedStore = sandbox.store
-      sandbox.usedAt = Date.now()
+async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, deliveries }: SandboxesPluginOptions): Promise<void> {
+  if (routing === null || bounds === undefined) {
+    app.decorate('sandboxes', null)
+    return
+  }
+  const sandboxes = app.store.sandboxes?.(bounds, store) ?? await inThisProcess(app, bounds, store, deliveries)
+  app.decorate('sandboxes', sandboxes)
+  app.addHook('onRequest', (request, reply, done) => {
+    const id = routing.routedInto(request.raw)
+    if (id === undefined) {
+      done()
+      return
     }
-    done()
+    sandboxes.use(id).then((sandbox) => {
+      if (sandbox === undefined) {
+        reply.callNotFound()
+        return
+      }
+      request.scopedStore = sandbox.store
+      done()
+    }, done)
   })
   const sweeper = setInterval(() => {
-    for (const sandboxId of sandboxes.deleteIdle(Date.now())) app.log.info({ sandboxId, left: sandboxes.size }, 'idle sandbox deleted')
-  }, Math.max(1000, Math.ceil(sandboxes.settings.idleMs / IDLE_CHECKS_PER_LIFETIME))).unref()
+    sandboxes.deleteIdle().then(async (deleted) => {
+      if (deleted.length === 0) return
+      const left = await sandboxes.count()
+      for (const sandboxId of deleted) app.log.info({ sandboxId, left }, 'idle sandbox deleted')
+    }).catch((err: unknown) => { app.log.warn({ err }, 'the sweep of idle sandboxes failed') })
+  }, Math.max(1000, Math.ceil(bounds.idleMs / IDLE_CHECKS_PER_LIFETIME))).unref()
   app.addHook('onClose', async () => {
     clearInterval(sweeper)
-    sandboxes.deleteAll()
-    await receivers.close()
+    await sandboxes.close()
   })
+}
+
+/** Sandboxes in this process's memory, their events delivered to their receivers by SandboxReceivers. */
+async function inThisProcess (app: FastifyInstance, bounds: SandboxBounds, store: SandboxStoreOptions, deliveries: DeliverySettings): Promise<Sandboxes> {
+  // Loaded only when sandboxes are on, as the webhooks plugin loads it only for a subscriber.
+  const [{ MemorySandboxes }, { SandboxReceivers }, { deliveryMetrics }] = await Promise.all([
+    import('../../store/memory/sandboxes.js'), import('../../webhooks/sandbox-receivers.js'), import('../../webhooks/worker.js')
+  ])
+  const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
+  return new MemorySandboxes(bounds, store, receivers)
 }
 
 export default fp(sandboxesPlugin, { name: 'sandboxes', dependencies: ['store', 'metrics', 'tracing'] })

@@ -10,7 +10,7 @@ import { parseJson } from '../../runtime/json-text.js'
 import { isPlainObject } from '../../runtime/plain-object.js'
 import { newItem, newUser } from '../../domain/records.js'
 import { itemFields } from '../../domain/serialized.js'
-import { IdTakenError, type Store } from '../../store/store.js'
+import { IdTakenError, type ServingStore } from '../../store/store.js'
 
 type Schemas = components['schemas']
 
@@ -68,7 +68,7 @@ async function refusingTakenIds<T> (adding: Promise<T>, problem: string): Promis
 declare module 'fastify' {
   interface FastifyInstance {
     /** Puts the users and items of `seed` (the shape of a SEED_FILE) into `store`: a SeedError naming the entry at fault. */
-    seedStore: (store: Store, seed: unknown) => Promise<void>
+    seedStore: (store: ServingStore, seed: unknown) => Promise<void>
   }
 }
 
@@ -79,7 +79,7 @@ declare module 'fastify' {
  * start, on a store that outlives it) is skipped with its items; an id the file gives that belongs to another user or
  * item is refused, since the store never overwrites one.
  */
-async function seedStore (app: FastifyInstance, store: Store, seed: unknown): Promise<void> {
+async function seedStore (app: FastifyInstance, store: ServingStore, seed: unknown): Promise<void> {
   if (!isPlainObject(seed)) throw new SeedError('must be an object with users and items')
   const unknownKeys = Object.keys(seed).filter((key) => key !== 'users' && key !== 'items')
   if (unknownKeys.length > 0) throw new SeedError(`has unknown field(s) ${unknownKeys.join(', ')}`)
@@ -139,7 +139,7 @@ async function seedStore (app: FastifyInstance, store: Store, seed: unknown): Pr
 
 /** SEED_FILE's users and items, put into the store before the server is ready (a restart resets them). */
 async function seedPlugin (app: FastifyInstance, options: { file: string | undefined }): Promise<void> {
-  app.decorate('seedStore', async (store: Store, seed: unknown) => { await seedStore(app, store, seed) })
+  app.decorate('seedStore', async (store: ServingStore, seed: unknown) => { await seedStore(app, store, seed) })
   const { file } = options
   if (file === undefined) return
   try {

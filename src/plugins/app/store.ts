@@ -4,7 +4,7 @@ import type { StoreConfig } from '../../config/config.js'
 import { heapUsedLimit } from '../../runtime/heap.js'
 import { floorsAllowed, sharedPart } from '../../store/capacity.js'
 import { createMemoryStore } from '../../store/memory/index.js'
-import { type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
+import { type ServingStore, type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
 import type { RedisObserver } from '../../store/redis/connection.js'
 
 declare module 'fastify' {
@@ -13,9 +13,9 @@ declare module 'fastify' {
   }
   interface FastifyRequest {
     /** The store this request reads and writes: `scopedStore` when set, else the app's. */
-    readonly store: Store
+    readonly store: ServingStore
     /** A store of its own that serves the request in place of the app's (a sandbox's); null for the app's. */
-    scopedStore: Store | null
+    scopedStore: ServingStore | null
   }
 }
 

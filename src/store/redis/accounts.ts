@@ -2,12 +2,12 @@ import type { Redis, Result } from 'ioredis'
 import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { FORGET_SESSION, type SessionFamilies } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
 import type { RedisUserStore } from './users.js'
-import { type RedisWrites, writeScript } from './writes.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 export const accountScripts = {
   // KEYS: user order, users, account bytes, account session bytes, items owned, user emails. ARGV: the highest place
@@ -67,7 +67,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     listAccounts (order: string, users: string, bytes: string, sessionBytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
     ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, sessionBytes: Listed, owned: Listed], Context>
-    removeAccount (users: string, emails: string, order: string, userSessions: string, userKeys: string, ...args: [...CapacityKeys, deadline: number,
+    removeAccount (users: string, emails: string, order: string, userSessions: string, userKeys: string, ...args: [...CapacityKeys, deadline: WriteDeadline,
       outcomeKey: string, ...SessionFamilies, userId: string, emailKey: string]): Result<[0 | 1, string], Context>
   }
 }
@@ -101,12 +101,12 @@ export async function orderUsers (redis: Redis, keys: RedisKeys): Promise<void> 
 /** Accounts on Redis, shared by every instance. */
 export class RedisAccounts implements AccountStore {
   readonly #redis: Redis
-  readonly #writes: RedisWrites
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #users: RedisUserStore
   readonly #sessions: TrackedSessions
 
-  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, users: RedisUserStore, sessions: TrackedSessions) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, users: RedisUserStore, sessions: TrackedSessions) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys

@@ -13,18 +13,30 @@ export interface Script {
 // A command Redis has not answered in this long fails (503), so a request never hangs on a stalled server.
 export const COMMAND_TIMEOUT_MS = 1000
 
-// Opens every write script: ARGV[1] is the write's deadline on Redis's clock (ms), taken off ARGV so that the
-// script's own arguments start at ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails:
-// by then its instance has stopped waiting and told the client it failed (503), so it must not happen later (a
-// retry would duplicate it, or a refresh retried be taken for a replay). `now` is Redis's time, for every instance.
+// Opens every write script: ARGV[1] is its WriteDeadline, taken off ARGV so that the script's own arguments start at
+// ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails: by then its instance has stopped
+// waiting and told the client it failed (503), so it must not happen later (a retry would duplicate it, or a refresh
+// retried be taken for a replay). `now` is the store's time: Redis's, for every instance, and `clockAhead` (ms)
+// more for a sandbox's store whose clock was moved on; an absolute expiry Redis keeps is `clockAhead` earlier.
 // The writes whose reply must never be lost record it as well (writeScript, writes.ts).
 export const WRITE_DEADLINE = `
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if now > tonumber(table.remove(ARGV, 1)) then
+local deadline, clockAhead = string.match(table.remove(ARGV, 1), '^(%d+)%+(%d+)$')
+if now > tonumber(deadline) then
   return redis.error_reply('DEADLINE the write reached Redis after its deadline; nothing was changed')
 end
+clockAhead = tonumber(clockAhead)
+now = now + clockAhead
 `
+
+/**
+ * What opens a write script's arguments (WRITE_DEADLINE): the time on Redis's clock after which it must change
+ * nothing, and how far the clock of the store it writes runs ahead of Redis's (a sandbox's moved on; 0 otherwise).
+ */
+export type WriteDeadline = `${number}+${number}`
+
+export const writeDeadline = (deadlineMs: number, clockAheadMs: number): WriteDeadline => `${deadlineMs}+${clockAheadMs}`
 
 /**
  * Turns what Redis could not do into a StoreUnavailableError: unreachable, timed out, out of memory, loading.

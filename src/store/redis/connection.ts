@@ -3,21 +3,23 @@ import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
-import { accountScripts, orderUsers, RedisAccounts } from './accounts.js'
-import { admitAccounts, capacityScripts, readCapacity, readStoreId, setCapacity, storeId } from './capacity.js'
+import { accountScripts, orderUsers } from './accounts.js'
+import { admitAccounts, capacityScripts, readStoreId, setCapacity, storeId } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
-import { type IdempotencyKeyBounds, idempotencyKeyScripts, RedisIdempotencyKeys } from './idempotency-keys.js'
-import { indexItems, itemScripts, RedisItemStore } from './items.js'
+import { type IdempotencyKeyBounds, idempotencyKeyScripts } from './idempotency-keys.js'
+import { indexItems, itemScripts } from './items.js'
 import { type RedisKeys, redisKeys } from './keys.js'
-import { outboxScripts, RedisOutbox } from './outbox.js'
-import { RedisRateCounter, rateCounterScripts } from './rate-counter.js'
-import { RedisSessionStore, sessionScripts } from './sessions.js'
+import { outboxScripts } from './outbox.js'
+import { rateCounterScripts } from './rate-counter.js'
+import { RedisSandboxes, sandboxScripts } from './sandboxes.js'
+import { sessionScripts } from './sessions.js'
+import { catalogueUnder } from './store.js'
 import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
-import { RedisUserStore, userScripts } from './users.js'
+import { userScripts } from './users.js'
 import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts }
+export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -288,7 +290,6 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       options.logger.warn({ replicasToAcknowledge, replicasOnline: online }, 'fewer Redis replicas are online than REDIS_REPLICAS_TO_ACKNOWLEDGE: writes will be answered 504, then refused (503), until enough are')
     }
   }
-  const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries ?? PENDING_DELIVERIES)
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat, logger: options.logger })
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
@@ -302,24 +303,23 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       }
     }
   })
-  const users = new RedisUserStore(redis, writes, keys, options.cache?.users ?? CACHED_USERS)
+  const connection = { redis, clock, logger: options.logger }
+  const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
+  // The connection is 'ready' until QUIT's reply has closed it, and while a stalled server keeps it open; a
+  // connection made again serves once its data is found prepared.
+  const available = (): boolean => !closed && redis.status === 'ready' && tracking.proven() && prepared.confirmed()
   return {
-    users,
-    sessions: new RedisSessionStore(redis, writes, keys, sessions),
-    items: new RedisItemStore(redis, writes, keys, outbox, {
-      maxPerContributor: options.maxItemsPerContributor,
-      idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
-      logger: options.logger
+    ...catalogueUnder(connection, keys, {
+      writes,
+      now: () => clock.now(),
+      sessions,
+      cachedUsers: options.cache?.users ?? CACHED_USERS,
+      maxItemsPerContributor: options.maxItemsPerContributor,
+      idempotencyKeys,
+      maxPendingDeliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES
     }),
-    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
-    accounts: new RedisAccounts(redis, writes, keys, users, sessions),
-    outbox,
-    rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
-    capacity: async () => await readCapacity(redis, keys),
-    // The connection is 'ready' until QUIT's reply has closed it, and while a stalled server keeps it open; a
-    // connection made again serves once its data is found prepared.
-    available: () => !closed && redis.status === 'ready' && tracking.proven() && prepared.confirmed(),
-    now: () => clock.now(),
+    sandboxes: (bounds, sandboxOptions) => new RedisSandboxes(connection, writes, keys, bounds, sandboxOptions, available),
+    available,
     close: async () => {
       closed = true
       clearTimeout(connectingAgain)

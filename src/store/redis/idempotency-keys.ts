@@ -3,10 +3,10 @@ import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
-import { type RedisWrites, writeScript } from './writes.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 export const idempotencyKeyScripts = {
   // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: the key
@@ -41,7 +41,7 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (limitCounter: string, key: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number,
+    claimIdempotencyKey (limitCounter: string, key: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
       limitWindowMs: number, claim: string, leaseMs: number, userId: string]): Result<Limited<string | -1 | null>, Context>
     releaseIdempotencyKey (key: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
@@ -124,10 +124,10 @@ function heldKey (json: string, claim: IdempotencyClaim): HeldKey {
 /** Idempotency keys on Redis, shared by every instance; a create is recorded by the item script that adds it (items.ts). */
 export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   readonly #redis: Redis
-  readonly #writes: RedisWrites
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
 
-  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys

@@ -4,12 +4,12 @@ import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
-import { APPEND_EVENT, type EventArguments, eventArguments, type RedisOutbox } from './outbox.js'
+import { APPEND_EVENT, type EventArguments, type RedisOutbox } from './outbox.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
-import { type RedisWrites, writeScript } from './writes.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 export const itemScripts = {
   // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, order, sequence,
@@ -130,16 +130,16 @@ return 1`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     addItem (limitCounter: string, items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string,
+      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string,
         limitMax: number, limitWindowMs: number, id: string, contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number,
         perUser: number, ...event: EventArguments]
     ): Result<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
     replaceItem (limitCounter: string, items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number,
+      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
         limitWindowMs: number, id: string, expected: string, next: string, contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | 2 | string>, Context>
     removeItem (limitCounter: string, items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      ...args: [...CapacityKeys, deadline: number, outcomeKey: string, limitMax: number, limitWindowMs: number, id: string, expected: string,
+      ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number, limitWindowMs: number, id: string, expected: string,
         contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | string>, Context>
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
@@ -188,7 +188,7 @@ export interface RedisItemStoreOptions {
 
 export class RedisItemStore implements ItemStore {
   readonly #redis: Redis
-  readonly #writes: RedisWrites
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
@@ -202,7 +202,7 @@ export class RedisItemStore implements ItemStore {
   #missingSkipped = 0
   #missingLoggedAt = -Infinity
 
-  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, outbox: RedisOutbox, options: RedisItemStoreOptions) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, outbox: RedisOutbox, options: RedisItemStoreOptions) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
@@ -222,7 +222,7 @@ export class RedisItemStore implements ItemStore {
     const added = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(limitCounter, keys.items, keys.itemOrder,
       keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, keys.users,
       ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments,
-      ...eventArguments(event))), limit)
+      ...this.#outbox.eventArguments(event))), limit)
     if (isRefusal(added)) throw refusal(added)
     if (added === 0) return undefined
     if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
@@ -270,7 +270,7 @@ export class RedisItemStore implements ItemStore {
       const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(limitCounter, keys.items, keys.outbox,
         keys.itemOrder, byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, keys.users,
         ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json, next, current.contributorId, Date.parse(current.createdAt),
-        ...eventArguments(event))), limit)
+        ...this.#outbox.eventArguments(event))), limit)
       if (isRefusal(outcome)) throw refusal(outcome)
       if (outcome === 2) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return outcome
@@ -287,7 +287,7 @@ export class RedisItemStore implements ItemStore {
       const event = announce?.(current)
       const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(limitCounter, keys.items, keys.itemOrder,
         keys.itemsOwned, keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json,
-        current.contributorId, Date.parse(current.createdAt), ...eventArguments(event))), limit)
+        current.contributorId, Date.parse(current.createdAt), ...this.#outbox.eventArguments(event))), limit)
       if (outcome !== 1) return outcome
       this.#outbox.recorded(event)
       return current

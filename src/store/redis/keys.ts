@@ -42,7 +42,10 @@ export interface RedisKeys {
   readonly itemSequence: string
   /** Hash: contributor id → items they own. */
   readonly itemsOwned: string
-  /** Stream: events not yet fanned out to their subscribers. */
+  /**
+   * Stream: events not yet fanned out to their subscribers; a sandbox's, its events kept to be listed, with the bytes
+   * of their bodies counted in a string of this name + '-bytes', which APPEND_EVENT names.
+   */
   readonly outbox: string
   /** Family, + subscriber id + ':' + due|events|attempts|dropped|dead-letters|dead-letter-order (webhookKeys). */
   readonly webhook: string
@@ -80,6 +83,19 @@ export interface RedisKeys {
   readonly capacityCharges: string
   /** Sorted set: the names of capacityCharges, scored by when Redis expires each (ms). */
   readonly capacityExpiries: string
+  /** Hash: sandbox id → "<generation> <clock ahead ms>": its keys' generation (sandbox), and how far its clock was moved on. */
+  readonly sandboxes: string
+  /** Hash: sandbox id → the fixtures it was created with (JSON), which a reset puts back. */
+  readonly sandboxFixtures: string
+  /** Sorted set: sandbox ids, scored by when a request last used each (ms, Redis's clock). */
+  readonly sandboxUse: string
+  /** Set: "<sandbox id>:<generation>" of generations a reset or a deletion left over, until their keys are deleted. */
+  readonly sandboxLeftovers: string
+  /**
+   * Family, + sandbox id + ':' + generation + ':'. Every key of one sandbox's catalogue, named as these (redisKeys of
+   * that prefix); a reset starts the next generation, and the keys of the one before are deleted.
+   */
+  readonly sandbox: string
 }
 
 export const redisKeys = (prefix: string): RedisKeys => ({
@@ -110,7 +126,12 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   accountFloors: `${prefix}account-floors`,
   accountSessionBytes: `${prefix}account-session-bytes`,
   capacityCharges: `${prefix}capacity-charges`,
-  capacityExpiries: `${prefix}capacity-expiries`
+  capacityExpiries: `${prefix}capacity-expiries`,
+  sandboxes: `${prefix}sandboxes`,
+  sandboxFixtures: `${prefix}sandbox-fixtures`,
+  sandboxUse: `${prefix}sandbox-use`,
+  sandboxLeftovers: `${prefix}sandbox-leftovers`,
+  sandbox: `${prefix}sandbox:`
 })
 
 /** The sorted set a filter's pages are cut from: itemOrder itself when it keeps every item. */

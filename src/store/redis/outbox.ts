@@ -5,15 +5,29 @@ import { call, type Script } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 
 // Appends a change's event to the outbox stream, in the script that makes the change (items.ts), when it was given
-// one: ARGV[first..first+4] = event id, channel, body, the stream's bound, and its traceparent when it has one.
+// one: ARGV[first..first+4] = event id, channel, body, the stream's bound (StreamBound), and its traceparent when it
+// has one. A bound in events alone is kept about (trimmed by whole nodes); one in events and bytes (a sandbox's
+// stream, whose events are listed by their place) exactly, the oldest first, the bytes of its bodies counted in the
+// stream's key + '-bytes' (keys.ts, outbox).
 export const APPEND_EVENT = `
 local function appendEvent (outbox, first)
   if not ARGV[first] then return end
+  local fields = {'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2]}
   if ARGV[first + 4] then
-    redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2],
-      'traceparent', ARGV[first + 4])
-  else
-    redis.call('XADD', outbox, 'MAXLEN', '~', ARGV[first + 3], '*', 'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2])
+    fields[7] = 'traceparent'
+    fields[8] = ARGV[first + 4]
+  end
+  local events, bytes = string.match(ARGV[first + 3], '^(%d+) ?(%d*)$')
+  if bytes == '' then
+    redis.call('XADD', outbox, 'MAXLEN', '~', events, '*', unpack(fields))
+    return
+  end
+  redis.call('XADD', outbox, '*', unpack(fields))
+  local held = redis.call('INCRBY', outbox .. '-bytes', #ARGV[first + 2])
+  while held > tonumber(bytes) or redis.call('XLEN', outbox) > tonumber(events) do
+    local oldest = redis.call('XRANGE', outbox, '-', '+', 'COUNT', 1)[1]
+    redis.call('XDEL', outbox, oldest[1])
+    held = redis.call('DECRBY', outbox .. '-bytes', #oldest[2][6])
   end
 end
 `
@@ -203,23 +217,23 @@ type DeadLetterKeys = [deadLetters: string, deadLetterEvents: string, deadLetter
 type RedeliveryKeys = [deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, deadLetterBytes: string]
 
 /** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
-export type EventArguments = [] | [id: string, channel: string, body: string, outboxBound: number] |
-  [id: string, channel: string, body: string, outboxBound: number, traceparent: string]
+export type EventArguments = [] | [id: string, channel: string, body: string, streamBound: string] |
+  [id: string, channel: string, body: string, streamBound: string, traceparent: string]
+
+/** What an outbox's stream keeps at most: so many events, and, when given, so many bytes of their bodies. */
+export interface StreamBound {
+  readonly events: number
+  readonly bytes?: number
+}
 
 // Events the outbox stream keeps at most (about, trimmed by whole nodes) while no instance has fanned them out to
 // their subscribers yet; an instance does so within a poll of the webhooks plugin, so this is only reached while no
 // instance delivers (all of them down, or Redis near its memory limit), and then the oldest are dropped.
-const OUTBOX_STREAM_BOUND = 100_000
+const OUTBOX_STREAM_BOUND: StreamBound = { events: 100_000 }
 // Events one take moves from the outbox stream to their subscribers at most.
 const FAN_OUT_BATCH = 1_000
 // Dead letters one script gives back to delivery at most, so that no redelivery holds Redis for long.
 const REDELIVERY_BATCH = 100
-
-export const eventArguments = (event: OutboxEvent | undefined): EventArguments => {
-  if (event === undefined) return []
-  const { id, channel, body, traceparent } = event
-  return traceparent === undefined ? [id, channel, body, OUTBOX_STREAM_BOUND] : [id, channel, body, OUTBOX_STREAM_BOUND, traceparent]
-}
 
 /**
  * The outbox on Redis: the item scripts append each event to a stream; a take moves the stream's events to a sorted
@@ -237,11 +251,20 @@ export class RedisOutbox implements Outbox {
   readonly #subscribed = new Set<string>()
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
   readonly #maxPending: number
+  readonly #streamBound: string
 
-  constructor (redis: Redis, keys: RedisKeys, maxPending: number) {
+  constructor (redis: Redis, keys: RedisKeys, maxPending: number, { events, bytes }: StreamBound = OUTBOX_STREAM_BOUND) {
     this.#redis = redis
     this.#keys = keys
     this.#maxPending = maxPending
+    this.#streamBound = bytes === undefined ? String(events) : `${events} ${bytes}`
+  }
+
+  /** A change's event as its script appends it to this outbox's stream (APPEND_EVENT). */
+  eventArguments (event: OutboxEvent | undefined): EventArguments {
+    if (event === undefined) return []
+    const { id, channel, body, traceparent } = event
+    return traceparent === undefined ? [id, channel, body, this.#streamBound] : [id, channel, body, this.#streamBound, traceparent]
   }
 
   /** Tells this process's listeners of an event its item store has just recorded. */

@@ -1,7 +1,7 @@
 import type { Redis, Result } from 'ioredis'
 import type { Counted, RateCounter, WriteLimit } from '../store.js'
 import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE } from './commands.js'
+import { call, type Script, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
 // Lua: one hit in the counter `key`, whose window of `windowMs` begins with its first. {hits so far, ms until the
@@ -77,7 +77,7 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    countHit (counter: string, deadline: number, windowMs: number): Result<[number, number], Context>
+    countHit (counter: string, deadline: WriteDeadline, windowMs: number): Result<[number, number], Context>
     peekHits (counter: string): Result<[number, number] | null, Context>
     refundHit (counter: string): Result<1, Context>
   }
@@ -114,7 +114,7 @@ export class RedisRateCounter implements RateCounter {
   }
 
   async #count (key: string, windowMs: number): Promise<Counted> {
-    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#clock.writeDeadline(), windowMs))
+    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, writeDeadline(this.#clock.writeDeadline(), 0), windowMs))
     return { current, ttl }
   }
 }

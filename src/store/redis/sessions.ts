@@ -3,10 +3,10 @@ import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../r
 import type { Session } from '../../domain/index.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
-import { type RedisWrites, writeScript } from './writes.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 // Defined in the session scripts (writeScript), after CAPACITY: ARGV[1..3] are the prefixes of the session,
 // refresh-token and user-sessions keys (keys.ts), for the keys a script finds in what it reads. `forget` forgets a
@@ -53,11 +53,12 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local bytes = sessionBytes(KEYS[1], KEYS[2], 1)
 endOldest(userId, bytes, redis.call('ZCARD', KEYS[3]) + 1 - tonumber(ARGV[8]))
 redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
-redis.call('PEXPIREAT', KEYS[1], expiresAt)
-redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt)
+-- Redis expires the keys on its own clock (WRITE_DEADLINE's clockAhead).
+redis.call('PEXPIREAT', KEYS[1], expiresAt - clockAhead)
+redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt - clockAhead)
 -- Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
 redis.call('ZADD', KEYS[3], expiresAt, sessionId)
-redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2])
+redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2] - clockAhead)
 chargeSessionUntil(KEYS[1], userId, bytes, expiresAt)
 return table.concat(ended, ' ')`)
   },
@@ -101,7 +102,7 @@ else
 end
 redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
   'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
-redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2])
+redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2] - clockAhead)
 -- A session that grows past its user's room ends the user's oldest others: one alone always fits (the
 -- configuration holds the room to at least the largest).
 local bytes = sessionBytes(sessionKey, KEYS[1], #current + #previous + #replaced)
@@ -125,22 +126,22 @@ export type SessionFamilies = [session: string, refreshToken: string, userSessio
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    openSession (session: string, token: string, userSessions: string, users: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string,
+    openSession (session: string, token: string, userSessions: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, id: string,
       userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<string, Context>
-    rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
+    rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
       now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string, string?, string?, string?], Context>
-    revokeSession (...args: [...CapacityKeys, deadline: number, outcomeKey: string, ...SessionFamilies, id: string]): Result<1, Context>
+    revokeSession (...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, id: string]): Result<1, Context>
   }
 }
 
 export class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
-  readonly #writes: RedisWrites
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #families: SessionFamilies
   readonly #cache: TrackedSessions
 
-  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, cache: TrackedSessions) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, cache: TrackedSessions) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys

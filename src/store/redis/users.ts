@@ -3,9 +3,9 @@ import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
 import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, type Refusal, refusal } from './capacity.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
-import { type RedisWrites, writeScript } from './writes.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 export const userScripts = {
   // KEYS: users, user emails, user order, user sequence, the capacity keys (CAPACITY). ARGV: id, email key, user as
@@ -38,7 +38,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: number, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
+    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -53,11 +53,11 @@ const parseUser = (json: string): User => Object.freeze(JSON.parse(json) as User
  */
 export class RedisUserStore implements UserStore {
   readonly #redis: Redis
-  readonly #writes: RedisWrites
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #byId: FifoMap<User>
 
-  constructor (redis: Redis, writes: RedisWrites, keys: RedisKeys, maxCached: number) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, maxCached: number) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys

@@ -4,7 +4,7 @@ import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { WRITE_LIMIT } from './rate-counter.js'
-import { call, type Script, unavailable, WRITE_DEADLINE } from './commands.js'
+import { call, type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -89,6 +89,12 @@ function asReply (value: unknown): unknown {
   return Array.isArray(value) ? value.map(asReply) : value
 }
 
+/** How a store's parts send their writes (RedisWrites), with the clock of the store they write. */
+export interface StoreWrites {
+  run: <T>(send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>) => Promise<T>
+  runRepeatable: <T>(send: () => Promise<T>) => Promise<T>
+}
+
 /**
  * Runs write scripts so that a reply lost on the way (a connection cut, a command timed out) is never taken for a
  * write that did not happen: the instance asks Redis, once it answers again, for the reply the script recorded. No
@@ -100,7 +106,7 @@ function asReply (value: unknown): unknown {
  * answer or REPLICATION_WITHIN_MS passes. So once a write has found fewer replicas than asked for, the next are
  * refused before they are sent (StoreUnavailableError: nothing was done), until INFO shows enough replicas in sync.
  */
-export class RedisWrites {
+export class RedisWrites implements StoreWrites {
   readonly #redis: Redis
   readonly #clock: RedisClock
   readonly #outcomeFamily: string
@@ -127,12 +133,13 @@ export class RedisWrites {
   /**
    * The reply of the write script that `send` sends with the deadline and outcome key it is given, once the
    * replicas asked for have it: a write only the primary has would be lost if a replica took its place.
+   * `clockAheadMs`: how far the clock of the store it writes runs ahead of Redis's (a sandbox's, moved on).
    */
-  async run<T> (send: (deadline: number, outcomeKey: string) => Promise<T>): Promise<T> {
+  async run<T> (send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>, clockAheadMs = 0): Promise<T> {
     this.#admit()
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
-    const reply = send(deadline, outcomeKey)
+    const reply = send(writeDeadline(deadline, clockAheadMs), outcomeKey)
     const replicated = this.#waitForReplicas()
     let outcome: T
     try {
@@ -162,6 +169,15 @@ export class RedisWrites {
     const outcome = await reply
     await this.#replicated(replicated)
     return outcome
+  }
+
+  /** The writes of a store whose clock runs `clockAheadMs()` ahead of Redis's (a sandbox's), on this one's connection and replicas. */
+  ahead (clockAheadMs: () => number): StoreWrites {
+    return {
+      run: async (send) => await this.run(send, clockAheadMs()),
+      // A freeing (idempotency-keys.ts) changes no time.
+      runRepeatable: this.runRepeatable.bind(this)
+    }
   }
 
   // Throws, with nothing sent, what the write would meet: a client that sends nothing while it is not ready, or too

@@ -1,31 +1,46 @@
 // Sandboxes (SANDBOXES=on): created and deleted on the operations API, each an isolated catalogue served under
 // /sandboxes/{sandboxId} on the public port, tried as an attacker would (guessed ids, tokens and keys carried across),
-// and bounded in number, room and idle lifetime. Every answer is checked against its contract. The memory store
-// only: a start with STORE=redis refuses sandboxes (test/config/config.test.ts).
+// and bounded in number, room and idle lifetime. Every answer is checked against its contract. Each promise on both
+// stores, whatever store the run names (Redis is required under CI=true), but for the deliveries to a receiver, which
+// the memory store alone makes; and on Redis, as two instances serve one sandbox.
 import { randomUUID } from 'node:crypto'
+import { Redis } from 'ioredis'
 import { Webhook } from 'standardwebhooks'
 import t, { type Test } from 'tap'
 import type { operations } from '../../../generated/operations/openapi.js'
 import { freePort } from '../../../harness/net.js'
+import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { type Receiver, startReceiver } from '../../../harness/webhook-receiver.js'
 import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
+import { redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
 
-// Sandboxes live in the memory store whatever store the run names.
-async function withSandboxes (t: Test, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ api: Api, ops: string, create: () => Promise<Api> }> {
+type Kept = 'memory' | 'redis'
+
+async function withSandboxes (t: Test, store: Kept, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ api: Api, ops: string, create: () => Promise<Api> }> {
   const opsPort = await freePort()
   const ops = `http://127.0.0.1:${opsPort}`
-  const api = await build(t, { STORE: 'memory', SANDBOXES: 'on', OPS_PORT: String(opsPort), ...env }, options)
+  const onStore = store === 'redis' ? { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) } : { STORE: 'memory' }
+  const api = await build(t, { ...onStore, SANDBOXES: 'on', OPS_PORT: String(opsPort), ...env }, options)
   const create = async (): Promise<Api> => {
     const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})
     if (status !== 201) throw new Error(`createSandbox answered ${status}`)
     return new Api(api.app, (json as Sandbox).basePath)
   }
   return { api, ops, create }
+}
+
+const redisSkipped = await redisSkip()
+
+// A promise of sandboxes, tried on each store whatever store the run names: each keeps them its own way.
+function onEachStore (name: string, test: (t: Test, store: Kept) => Promise<void>): void {
+  for (const store of ['memory', 'redis'] as const) {
+    t.test(`${name} (${store})`, { skip: store === 'redis' && redisSkipped }, async (t) => { await test(t, store) })
+  }
 }
 
 t.test('off unless SANDBOXES=on: the operations answer 404, and nothing is served under /sandboxes', async (t) => {
@@ -38,8 +53,8 @@ t.test('off unless SANDBOXES=on: the operations answer 404, and nothing is serve
   t.equal((await api.app.inject({ method: 'GET', url: `/sandboxes/${randomUUID()}/v1/items` })).statusCode, 404)
 })
 
-t.test('a sandbox is a catalogue of its own: its users, items, totals and keys, and nothing of it anywhere else', async (t) => {
-  const { api, ops, create } = await withSandboxes(t)
+onEachStore('a sandbox is a catalogue of its own: its users, items, totals and keys, and nothing of it anywhere else', async (t, store) => {
+  const { api, ops, create } = await withSandboxes(t, store)
   const first = await create()
   const second = await create()
   t.match(first.base, /^\/sandboxes\/[0-9a-f-]{36}$/, 'served under its base')
@@ -88,8 +103,8 @@ t.test('a sandbox is a catalogue of its own: its users, items, totals and keys, 
   t.equal((await second.call('listItems', { token: bob.accessToken })).json().pagination.total, 1, 'the other sandbox is as it was')
 })
 
-t.test('at most SANDBOX_LIMIT exist at once: one more is 507, until one is deleted', async (t) => {
-  const { ops, create } = await withSandboxes(t, { SANDBOX_LIMIT: '2' })
+onEachStore('at most SANDBOX_LIMIT exist at once: one more is 507, until one is deleted', async (t, store) => {
+  const { ops, create } = await withSandboxes(t, store, { SANDBOX_LIMIT: '2' })
   const kept = await create()
   await create()
   t.same(await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {}),
@@ -98,8 +113,8 @@ t.test('at most SANDBOX_LIMIT exist at once: one more is 507, until one is delet
   t.ok(await create(), 'one deleted makes room for the next')
 })
 
-t.test('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refuses with 507 while another and the service keep writing', async (t) => {
-  const { api, create } = await withSandboxes(t, { SANDBOX_CAPACITY_KIB: '256' })
+onEachStore('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refuses with 507 while another and the service keep writing', async (t, store) => {
+  const { api, create } = await withSandboxes(t, store, { SANDBOX_CAPACITY_KIB: '256' })
   const full = await create()
   const other = await create()
   const filler = await full.register()
@@ -115,17 +130,17 @@ t.test('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refuses w
   t.ok(await api.createItem(own.accessToken, { name: 'still written', description: 'd'.repeat(4000) }), 'and so does the service')
 })
 
-t.test('a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted', async (t) => {
+t.test('on the memory store, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted (on Redis, below)', async (t) => {
   const { lines, logStream } = captureLogs()
-  const { api, create } = await withSandboxes(t, { SANDBOX_IDLE_SECONDS: '1', LOG_LEVEL: 'info' }, { logStream })
+  const { api, create } = await withSandboxes(t, 'memory', { SANDBOX_IDLE_SECONDS: '1', LOG_LEVEL: 'info' }, { logStream })
   const idle = await create()
   t.equal((await idle.call('checkLiveness')).statusCode, 200, 'served while in use')
   await until('the idle sandbox deleted', () => lines.some((line) => line.includes('idle sandbox deleted')))
   t.equal((await api.app.inject({ method: 'GET', url: `${idle.base}/health/live` })).statusCode, 404, 'gone once idle past its lifetime')
 })
 
-t.test('a sandbox\'s events are read back in order, as its webhooks would carry them, its newest kept within their bound', async (t) => {
-  const { api, ops, create } = await withSandboxes(t)
+onEachStore('a sandbox\'s events are read back in order, as its webhooks would carry them, its newest kept within their bound', async (t, store) => {
+  const { api, ops, create } = await withSandboxes(t, store)
   const sandbox = await create()
   const other = await create()
   const events = async (of: Api, query = ''): Promise<{ events: Array<{ sequence: number, event: { type: string, data: { item: { id: string, name: string }, actorId: string } } }>, next?: number }> => {
@@ -163,8 +178,8 @@ t.test('a sandbox\'s events are read back in order, as its webhooks would carry 
   t.equal((await opsCall(t, ops, 'listSandboxEvents', 'GET', `/sandboxes/${randomUUID()}/events`)).status, 404, 'a sandbox that does not exist has none')
 })
 
-t.test('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, and a reset puts it back to them', async (t) => {
-  const { api, ops } = await withSandboxes(t, { SANDBOX_LIMIT: '1', SANDBOX_CAPACITY_KIB: '256' })
+onEachStore('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, and a reset puts it back to them', async (t, store) => {
+  const { api, ops } = await withSandboxes(t, store, { SANDBOX_LIMIT: '1', SANDBOX_CAPACITY_KIB: '256' })
   const adaId = randomUUID()
   const itemId = randomUUID()
   const password = 'correct horse battery staple'
@@ -198,8 +213,8 @@ t.test('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, an
   t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `/sandboxes/${randomUUID()}/reset`)).status, 404, 'a sandbox that does not exist is not reset')
 })
 
-t.test('a sandbox\'s clock moves on: everything the sandbox times follows it, and no other clock moves', async (t) => {
-  const { api, ops, create } = await withSandboxes(t, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2' })
+onEachStore('a sandbox\'s clock moves on: everything the sandbox times follows it, and no other clock moves', async (t, store) => {
+  const { api, ops, create } = await withSandboxes(t, store, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2' })
   const sandbox = await create()
   const other = await create()
   const advance = async (of: Api, seconds: number): Promise<{ status: number, json: { now: string, aheadSeconds: number } }> =>
@@ -264,8 +279,8 @@ t.test('a sandbox\'s clock moves on: everything the sandbox times follows it, an
   t.ok(Math.abs(Date.parse(made.createdAt) - Date.now()) < 60_000, 'a reset sets the clock to the service\'s again')
 })
 
-t.test('a sandbox\'s events are delivered, signed, to the receiver its test names, and none other\'s; a reset keeps it, a removal or a deletion ends it', async (t) => {
-  const { api, ops, create } = await withSandboxes(t, { WEBHOOK_RETRY_DELAYS_MS: '20,20' })
+t.test('on the memory store, a sandbox\'s events are delivered, signed, to the receiver its test names, and none other\'s; a reset keeps it, a removal or a deletion ends it', async (t) => {
+  const { api, ops, create } = await withSandboxes(t, 'memory', { WEBHOOK_RETRY_DELAYS_MS: '20,20' })
   const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
   const receivers = await Promise.all([startReceiver(), startReceiver(), startReceiver()])
   for (const receiver of receivers) t.teardown(receiver.stop)
@@ -330,7 +345,7 @@ t.test('a sandbox\'s events are delivered, signed, to the receiver its test name
 })
 
 t.test('an app that closes while a sandbox\'s receiver holds an attempt open ends the attempt', async (t) => {
-  const { api, ops, create } = await withSandboxes(t)
+  const { api, ops, create } = await withSandboxes(t, 'memory')
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
   receiver.answer('hang')
@@ -342,4 +357,83 @@ t.test('an app that closes while a sandbox\'s receiver holds an attempt open end
   t.equal(receiver.hanging(), 1, 'the attempt is open')
   await api.app.close()
   await until('the attempt to end with the app', () => receiver.hanging() === 0)
+})
+
+t.test('on Redis, every instance serves every sandbox: made on one, used, moved on, reset and deleted on another, within one limit', { skip: redisSkipped }, async (t) => {
+  const keyPrefix = redisKeyPrefix(t)
+  const instance = async (): Promise<{ api: Api, ops: string }> => {
+    const opsPort = await freePort()
+    const api = await build(t, { STORE: 'redis', REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', SANDBOX_LIMIT: '2', OPS_PORT: String(opsPort) })
+    return { api, ops: `http://127.0.0.1:${opsPort}` }
+  }
+  const [a, b] = [await instance(), await instance()]
+  const made = await opsCall(t, a.ops, 'createSandbox', 'POST', '/sandboxes', {})
+  const { basePath } = made.json as Sandbox
+  const [onA, onB] = [new Api(a.api.app, basePath), new Api(b.api.app, basePath)]
+  const alice = await onB.register()
+  const item = await onA.createItem(alice.accessToken, { name: 'made on A' })
+  t.same((await onB.call('listItems', { token: alice.accessToken })).json().data.map(({ id }: { id: string }) => id), [item.id], 'made on A, listed on B')
+  const listed = await opsCall(t, b.ops, 'listSandboxEvents', 'GET', `${basePath}/events`)
+  t.same((listed.json as { events: Array<{ sequence: number, event: { subject: string } }> }).events.map(({ sequence, event }) => [sequence, event.subject]), [[1, item.id]],
+    'its event listed on B')
+  t.equal((await a.api.call('listItems', { token: alice.accessToken })).statusCode, 401, 'and nothing of it in the service\'s own catalogue')
+
+  t.equal((await opsCall(t, b.ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: alice.expiresIn + 1 })).status, 200, 'its clock moved on on B')
+  const expired = await onA.call('listItems', { token: alice.accessToken })
+  t.same([expired.statusCode, expired.json().code], [401, 'TOKEN_EXPIRED'], 'and its access token expired on A')
+
+  t.equal((await opsCall(t, a.ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200, 'reset on A')
+  const refreshed = await onB.call('refreshTokens', { body: { refreshToken: alice.refreshToken } })
+  t.equal(refreshed.statusCode, 401, 'its sessions are gone on B')
+  const bob = await onB.register()
+  t.equal((await onA.call('listItems', { token: bob.accessToken })).json().pagination.total, 0, 'and its items')
+  const made2 = await onA.createItem(bob.accessToken)
+  t.ok(Math.abs(Date.parse(made2.createdAt) - Date.now()) < 60_000, 'its clock is the service\'s again')
+
+  const receiver = await opsCall(t, a.ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: 'http://127.0.0.1:9/hook', secret: `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}` })
+  t.same([receiver.status, (receiver.json as { details: Array<{ field: string }> }).details[0]!.field], [400, 'body.url'], 'a receiver is refused on Redis: its events are listed instead')
+  t.equal((await opsCall(t, a.ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`)).status, 204, 'and there is none to remove')
+  t.equal((await opsCall(t, a.ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 3_155_760_000 })).status, 200, 'its clock moved 100 years on')
+  const tooFar = await opsCall(t, a.ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 1 })
+  t.same([tooFar.status, (tooFar.json as { details: Array<{ field: string }> }).details[0]!.field], [400, 'body.seconds'], 'and no further')
+  const unknown = `/sandboxes/${randomUUID()}`
+  t.same([
+    (await opsCall(t, a.ops, 'resetSandbox', 'POST', `${unknown}/reset`)).status,
+    (await opsCall(t, a.ops, 'advanceSandboxClock', 'POST', `${unknown}/clock/advance`, { seconds: 1 })).status,
+    (await opsCall(t, a.ops, 'listSandboxEvents', 'GET', `${unknown}/events`)).status,
+    (await opsCall(t, a.ops, 'deleteSandboxWebhook', 'DELETE', `${unknown}/webhook`)).status,
+    (await opsCall(t, a.ops, 'deleteSandbox', 'DELETE', unknown)).status
+  ], [404, 404, 404, 404, 404], 'a sandbox that does not exist is none of them')
+
+  t.equal((await opsCall(t, b.ops, 'createSandbox', 'POST', '/sandboxes', {})).status, 201, 'a second made on B')
+  t.equal((await opsCall(t, a.ops, 'createSandbox', 'POST', '/sandboxes', {})).status, 507, 'and a third on A is past the limit they share')
+  t.equal((await opsCall(t, b.ops, 'deleteSandbox', 'DELETE', basePath)).status, 204, 'deleted on B')
+  t.equal((await a.api.app.inject({ method: 'GET', url: `${basePath}/v1/items` })).statusCode, 404, 'gone on A')
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  const left: string[] = []
+  for await (const keys of redis.scanStream({ match: `${keyPrefix}sandbox:${basePath.split('/')[2]!}:*`, count: 1000 }) as AsyncIterable<string[]>) left.push(...keys)
+  t.same(left, [], 'with every key it kept')
+})
+
+t.test('on Redis, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted, once, by whichever instance finds it first; and so are the keys of a generation left over', { skip: redisSkipped }, async (t) => {
+  const keyPrefix = redisKeyPrefix(t)
+  // What an instance that died between a reset and the deletion of the generation before would leave.
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  const orphan = randomUUID()
+  await redis.hset(`${keyPrefix}sandbox:${orphan}:1:items`, 'an-item', '{}')
+  await redis.sadd(`${keyPrefix}sandbox-leftovers`, `${orphan}:1`)
+  const { lines, logStream } = captureLogs()
+  const opsPort = await freePort()
+  const env = { STORE: 'redis', REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', SANDBOX_IDLE_SECONDS: '1', LOG_LEVEL: 'info' }
+  const a = await build(t, { ...env, OPS_PORT: String(opsPort) }, { logStream })
+  const b = await build(t, { ...env, OPS_PORT: String(await freePort()) }, { logStream })
+  const made = await opsCall(t, `http://127.0.0.1:${opsPort}`, 'createSandbox', 'POST', '/sandboxes', {})
+  const { basePath } = made.json as Sandbox
+  await until('the idle sandbox deleted', () => lines.some((line) => line.includes('idle sandbox deleted')))
+  t.equal(lines.filter((line) => line.includes('idle sandbox deleted')).length, 1, 'by one instance')
+  t.equal((await b.app.inject({ method: 'GET', url: `${basePath}/health/live` })).statusCode, 404, 'gone on both')
+  t.equal((await a.app.inject({ method: 'GET', url: `${basePath}/health/live` })).statusCode, 404)
+  t.same([await redis.exists(`${keyPrefix}sandbox:${orphan}:1:items`), await redis.scard(`${keyPrefix}sandbox-leftovers`)], [0, 0], 'the generation left over is deleted, and forgotten')
 })

@@ -6,6 +6,7 @@ import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
 import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
+import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
 import type { Limited } from '../../../src/store/redis/rate-counter.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
@@ -99,8 +100,8 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   t.teardown(() => { redis.disconnect() })
   const [seconds] = await redis.time()
   // Deadlines on Redis's clock: a second ago, and a minute ahead.
-  const past = Number(seconds) * 1000 - 1000
-  const future = past + 61_000
+  const past = writeDeadline(Number(seconds) * 1000 - 1000, 0)
+  const future = writeDeadline(Number(seconds) * 1000 + 60_000, 0)
   const keys = redisKeys(prefix)
   const outcome = (write: string): string => `${keys.writeOutcome}${write}`
   const families = [keys.session, keys.refreshToken, keys.userSessions] as const
@@ -108,14 +109,14 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const capacity = capacityKeys(keys)
-  const openSession = async (deadline: number): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1', keys.users,
+  const openSession = async (deadline: WriteDeadline): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1', keys.users,
     ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
-  const rotate = async (deadline: number): Promise<[string, string, string?, string?, string?]> =>
+  const rotate = async (deadline: WriteDeadline): Promise<[string, string, string?, string?, string?]> =>
     await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
-  const addItem = async (deadline: number): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
+  const addItem = async (deadline: WriteDeadline): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
     keys.itemsOwned, keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), -1, 0, 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
-  const addUser = async (deadline: number): Promise<unknown> =>
+  const addUser = async (deadline: WriteDeadline): Promise<unknown> =>
     await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
   await t.rejects(addUser(past), late)
   await t.rejects(openSession(past), late)

@@ -1,0 +1,169 @@
+import { randomUuid } from '../../runtime/uuid.js'
+import { createMemoryStore, type MemoryStore } from './index.js'
+import {
+  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, type SandboxBounds, type SandboxClockReading,
+  type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions
+} from '../sandboxes.js'
+
+/** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and characters) of them. */
+class SandboxEvents {
+  readonly #kept: SandboxEvent[] = []
+  #characters = 0
+  #lastSequence = 0
+
+  record (body: string): void {
+    this.#lastSequence += 1
+    this.#kept.push({ sequence: this.#lastSequence, body })
+    this.#characters += body.length
+    while (this.#kept.length > SANDBOX_EVENTS || this.#characters > SANDBOX_EVENT_CHARACTERS) this.#characters -= this.#kept.shift()!.body.length
+  }
+
+  after (sequence: number, limit: number): SandboxEvent[] {
+    const first = this.#kept.findIndex((kept) => kept.sequence > sequence)
+    return first === -1 ? [] : this.#kept.slice(first, first + limit)
+  }
+}
+
+/**
+ * A sandbox's clock: the service's, moved on by what the sandbox's calls have advanced it. It only goes forward, so
+ * that nothing the sandbox timed (a token, a session, a key, a count) comes back to life.
+ */
+class SandboxClock {
+  #aheadMs = 0
+
+  readonly now = (): number => Date.now() + this.#aheadMs
+
+  advance (ms: number): SandboxClockReading | 'too far' {
+    if (this.#aheadMs + ms > SANDBOX_CLOCK_AHEAD_MS) return 'too far'
+    this.#aheadMs += ms
+    return { now: this.now(), aheadMs: this.#aheadMs }
+  }
+}
+
+/** A sandbox of the memory store, whose events its receiver's deliveries take from `store.outbox`. */
+export interface MemorySandbox extends Sandbox {
+  readonly store: MemoryStore
+}
+
+/** Told when a sandbox is given a receiver (a reset's sandbox keeps its own), and when what it delivered ends. */
+export interface SandboxWatcher {
+  receiverSet: (sandbox: MemorySandbox, receiver: SandboxReceiver) => void
+  /** The sandbox was deleted, or replaced by a reset, or its receiver removed. */
+  receiverEnded: (sandbox: MemorySandbox) => void
+  /** Every sandbox was deleted: resolves once what their receivers' deliveries hold is released. */
+  close: () => Promise<void>
+}
+
+interface Kept extends MemorySandbox {
+  readonly clock: SandboxClock
+  readonly events: SandboxEvents
+  readonly fixtures: unknown
+  receiver: SandboxReceiver | undefined
+  /** When a request last used it (ms since the epoch). */
+  usedAt: number
+}
+
+// What a sandbox's outbox keeps for its receiver: as many pending deliveries and dead letters as it keeps events to
+// read back, within as many characters and bytes of them.
+const SANDBOX_OUTBOX_BOUNDS = { deliveries: SANDBOX_EVENTS, characters: SANDBOX_EVENT_CHARACTERS, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_CHARACTERS }
+
+/** The sandboxes of one process, each a memory store of its own: they go with the process. */
+export class MemorySandboxes implements Sandboxes {
+  readonly settings: SandboxBounds
+  readonly deliversToReceivers = true
+  readonly #store: SandboxStoreOptions
+  readonly #watcher: SandboxWatcher | undefined
+  readonly #byId = new Map<string, Kept>()
+
+  /** `store`: what the service's own store is made with; each sandbox's is made alike, within its own bounds. */
+  constructor (bounds: SandboxBounds, store: SandboxStoreOptions, watcher?: SandboxWatcher) {
+    this.settings = bounds
+    this.#store = store
+    this.#watcher = watcher
+  }
+
+  async count (): Promise<number> {
+    return this.#byId.size
+  }
+
+  async create (fixtures: unknown): Promise<Sandbox | undefined> {
+    if (this.#byId.size >= this.settings.limit) return undefined
+    const sandbox = this.#made(randomUuid(), fixtures)
+    this.#byId.set(sandbox.id, sandbox)
+    return sandbox
+  }
+
+  async use (id: string): Promise<Sandbox | undefined> {
+    const sandbox = this.#get(id)
+    if (sandbox !== undefined) sandbox.usedAt = Date.now()
+    return sandbox
+  }
+
+  async reset (id: string): Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined> {
+    const sandbox = this.#get(id)
+    if (sandbox === undefined) return undefined
+    const emptied = this.#made(sandbox.id, sandbox.fixtures)
+    emptied.receiver = sandbox.receiver
+    this.#byId.set(sandbox.id, emptied)
+    this.#watcher?.receiverEnded(sandbox)
+    if (emptied.receiver !== undefined) this.#watcher?.receiverSet(emptied, emptied.receiver)
+    return { sandbox: emptied, fixtures: emptied.fixtures }
+  }
+
+  async setReceiver (id: string, receiver: SandboxReceiver | undefined): Promise<boolean> {
+    const sandbox = this.#get(id)
+    if (sandbox === undefined) return false
+    sandbox.receiver = receiver
+    if (receiver === undefined) this.#watcher?.receiverEnded(sandbox)
+    else this.#watcher?.receiverSet(sandbox, receiver)
+    return true
+  }
+
+  async advanceClock (id: string, ms: number): Promise<SandboxClockReading | 'too far' | undefined> {
+    return this.#get(id)?.clock.advance(ms)
+  }
+
+  async events (id: string, after: number, limit: number): Promise<SandboxEvent[] | undefined> {
+    return this.#get(id)?.events.after(after, limit)
+  }
+
+  /** A memory store holds nothing to release but its data, which goes with it; the watcher ends its receiver's deliveries. */
+  async delete (id: string): Promise<boolean> {
+    const sandbox = this.#get(id)
+    if (sandbox === undefined) return false
+    this.#byId.delete(sandbox.id)
+    this.#watcher?.receiverEnded(sandbox)
+    return true
+  }
+
+  async deleteIdle (): Promise<string[]> {
+    const now = Date.now()
+    const idle = [...this.#byId.values()].filter((sandbox) => now - sandbox.usedAt >= this.settings.idleMs).map((sandbox) => sandbox.id)
+    for (const id of idle) await this.delete(id)
+    return idle
+  }
+
+  async close (): Promise<void> {
+    for (const id of [...this.#byId.keys()]) await this.delete(id)
+    await this.#watcher?.close()
+  }
+
+  #get (id: string): Kept | undefined {
+    return this.#byId.get(id.toLowerCase())
+  }
+
+  #made (id: string, fixtures: unknown): Kept {
+    const clock = new SandboxClock()
+    const store = createMemoryStore({
+      ...this.#store,
+      clock: clock.now,
+      keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
+      pendingDeliveries: SANDBOX_OUTBOX_BOUNDS,
+      // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
+      capacity: { ...this.#store.capacity, budgetBytes: this.settings.capacityBytes, registrationRoomMs: 0 }
+    })
+    const events = new SandboxEvents()
+    store.outbox.onRecorded((event) => { events.record(event.body) })
+    return { id, store, clock, events, fixtures, receiver: undefined, usedAt: Date.now() }
+  }
+}

@@ -1,0 +1,64 @@
+import type { Redis } from 'ioredis'
+import type { Store } from '../store.js'
+import { RedisAccounts } from './accounts.js'
+import { readCapacity } from './capacity.js'
+import type { RedisClock } from './clock.js'
+import type { IdempotencyKeyBounds } from './idempotency-keys.js'
+import { RedisIdempotencyKeys } from './idempotency-keys.js'
+import { RedisItemStore } from './items.js'
+import type { RedisKeys } from './keys.js'
+import { RedisOutbox, type StreamBound } from './outbox.js'
+import { RedisRateCounter } from './rate-counter.js'
+import { RedisSessionStore } from './sessions.js'
+import type { TrackedSessions } from './tracking.js'
+import { RedisUserStore } from './users.js'
+import type { StoreWrites } from './writes.js'
+
+/** What every catalogue kept on one connection shares: the client and Redis's clock as this instance reckons it. */
+export interface RedisConnection {
+  readonly redis: Redis
+  readonly clock: RedisClock
+  readonly logger: { warn: (details: object, message: string) => void }
+}
+
+/** How one catalogue is kept under its keys. */
+export interface CatalogueOptions {
+  /** Its writes, with its clock (RedisWrites, or a sandbox's `ahead`). */
+  readonly writes: StoreWrites
+  /** Its time: Redis's, or a sandbox's moved on. */
+  readonly now: () => number
+  /** This instance's copies of its sessions, kept only while Redis tracks them (a sandbox's never are). */
+  readonly sessions: TrackedSessions
+  /** Users this instance keeps copies of. */
+  readonly cachedUsers: number
+  readonly maxItemsPerContributor: number
+  readonly idempotencyKeys: IdempotencyKeyBounds
+  /** Deliveries each webhook subscriber keeps at most. */
+  readonly maxPendingDeliveries: number
+  /** What the outbox stream keeps (RedisOutbox's default when left out). */
+  readonly streamBound?: StreamBound | undefined
+}
+
+/** A catalogue kept under `keys` on the connection: all of a Store but what belongs to the connection itself. */
+export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'>
+
+export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
+  const { writes } = options
+  const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries, options.streamBound)
+  const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
+  return {
+    users,
+    sessions: new RedisSessionStore(redis, writes, keys, options.sessions),
+    items: new RedisItemStore(redis, writes, keys, outbox, {
+      maxPerContributor: options.maxItemsPerContributor,
+      idempotencyKeys: options.idempotencyKeys,
+      logger
+    }),
+    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
+    accounts: new RedisAccounts(redis, writes, keys, users, options.sessions),
+    outbox,
+    rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
+    capacity: async () => await readCapacity(redis, keys),
+    now: options.now
+  }
+}
