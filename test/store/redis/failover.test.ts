@@ -329,7 +329,11 @@ t.test('a key is freed once the replicas asked for have it: freed on a primary a
   t.teardown(() => { promoted.disconnect() })
   const keyPrefix = `items-freed-key:${randomUUID()}:`
   const api = await build(t, { ...env, STORE: 'redis', REDIS_URL: primary.url, REDIS_KEY_PREFIX: keyPrefix, REDIS_REPLICAS_TO_ACKNOWLEDGE: '1' })
-  const { user } = await api.register({ role: 'contributor' })
+  // The account the claim is made for. On a busy machine the replica may acknowledge the app's first write later
+  // than the write waits for it (504, then writes refused until it is found in sync): the first answered 201 makes it.
+  const registered = await retryUntil((response) => `a registration the replica has in time (last: ${response.statusCode})`,
+    async () => await api.call('registerUser', { body: newUser({ role: 'contributor' }) }), (response) => response.statusCode === 201, { everyMs: REPLICAS_PROBED_EVERY_MS })
+  const { user } = registered.json<Schemas['AuthResponse']>()
   const keys = api.app.store.idempotencyKeys
   const claim = { userId: user.id, key: randomUUID(), fingerprint: 'the body', token: randomUUID() }
   const claimed = `${redisKeys(keyPrefix).idempotencyKey}${user.id}:${claim.key}`
