@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
+import { PENDING_DELIVERIES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
@@ -304,7 +304,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     }
   })
   const connection = { redis, clock, logger: options.logger }
-  const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
+  const cachedUsers = options.cache?.users ?? CACHED_USERS
   // The connection is 'ready' until QUIT's reply has closed it, and while a stalled server keeps it open; a
   // connection made again serves once its data is found prepared.
   const available = (): boolean => !closed && redis.status === 'ready' && tracking.proven() && prepared.confirmed()
@@ -313,12 +313,12 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       writes,
       now: () => clock.now(),
       sessions,
-      cachedUsers: options.cache?.users ?? CACHED_USERS,
+      cachedUsers,
       maxItemsPerContributor: options.maxItemsPerContributor,
-      idempotencyKeys,
+      idempotencyKeys: options.idempotencyKeys,
       maxPendingDeliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES
     }),
-    sandboxes: (bounds, sandboxOptions) => new RedisSandboxes(connection, writes, keys, bounds, sandboxOptions, available),
+    sandboxes: (bounds, sandboxOptions) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available),
     available,
     close: async () => {
       closed = true

@@ -1,7 +1,6 @@
 import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
-import { IDEMPOTENCY_KEY_DEFAULTS } from '../rules.js'
 import {
   type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, type SandboxBounds, type SandboxClockReading, type SandboxEvent, type Sandboxes,
   type SandboxStoreOptions
@@ -128,8 +127,6 @@ declare module 'ioredis' {
   }
 }
 
-// Users each instance keeps copies of, a sandbox: a rig's few.
-const USERS_CACHED_PER_SANDBOX = 64
 // Keys a SCAN of a sandbox's keys (to delete them, or to move their expiries) asks for at a time.
 const KEYS_PER_SCAN = 1000
 // Idle sandboxes one sweep deletes at most.
@@ -163,8 +160,11 @@ export class RedisSandboxes implements Sandboxes {
   readonly #options: SandboxStoreOptions
   readonly #available: () => boolean
   readonly #served: FifoMap<Generation>
+  // Users this instance keeps copies of, a sandbox: the service's own bound, shared by as many as may exist.
+  readonly #cachedUsers: number
 
-  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions, available: () => boolean) {
+  /** `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many). */
+  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number }, available: () => boolean) {
     this.settings = bounds
     this.#connection = connection
     this.#writes = writes
@@ -173,6 +173,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#options = options
     this.#available = available
     this.#served = new FifoMap(bounds.limit)
+    this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
   }
 
   async count (): Promise<number> {
@@ -258,6 +259,7 @@ export class RedisSandboxes implements Sandboxes {
     return bodies.map((body, index) => ({ sequence: first + index, body }))
   }
 
+  /** No receiver is kept on Redis (deliversToReceivers): removing one finds none, in a sandbox that exists. */
   async setReceiver (id: string): Promise<boolean> {
     return await this.#find(id, { used: false }) !== undefined
   }
@@ -285,9 +287,9 @@ export class RedisSandboxes implements Sandboxes {
           now: () => clock.now() + sandbox.clockAheadMs,
           // Never tracked: nothing kept, every session read from Redis.
           sessions: new TrackedSessions(1),
-          cachedUsers: USERS_CACHED_PER_SANDBOX,
+          cachedUsers: this.#cachedUsers,
           maxItemsPerContributor: this.#options.maxItemsPerContributor,
-          idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...this.#options.idempotencyKeys },
+          idempotencyKeys: this.#options.idempotencyKeys,
           maxPendingDeliveries: SANDBOX_EVENTS,
           streamBound: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_CHARACTERS }
         }),

@@ -1,4 +1,5 @@
 import type { Redis } from 'ioredis'
+import { IDEMPOTENCY_KEY_DEFAULTS } from '../rules.js'
 import type { Store } from '../store.js'
 import { RedisAccounts } from './accounts.js'
 import { readCapacity } from './capacity.js'
@@ -32,7 +33,8 @@ export interface CatalogueOptions {
   /** Users this instance keeps copies of. */
   readonly cachedUsers: number
   readonly maxItemsPerContributor: number
-  readonly idempotencyKeys: IdempotencyKeyBounds
+  /** IDEMPOTENCY_KEY_DEFAULTS where left out. */
+  readonly idempotencyKeys?: Partial<IdempotencyKeyBounds> | undefined
   /** Deliveries each webhook subscriber keeps at most. */
   readonly maxPendingDeliveries: number
   /** What the outbox stream keeps (RedisOutbox's default when left out). */
@@ -51,7 +53,7 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
     sessions: new RedisSessionStore(redis, writes, keys, options.sessions),
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
-      idempotencyKeys: options.idempotencyKeys,
+      idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
       logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),

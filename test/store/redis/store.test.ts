@@ -326,6 +326,18 @@ t.test('each instance keeps the users and sessions it read within its bounds, an
   t.equal(itemFields((await small.items.get(item!.id))!).name, 'changed elsewhere', 'each time: changed by another instance, read changed')
 })
 
+t.test('the users each instance keeps copies of for its sandboxes are the service\'s own bound, shared by as many sandboxes as may exist', { skip }, async (t) => {
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10, cache: { users: 4, sessions: 1 } })
+  t.teardown(async () => { await store.close() })
+  const { budgetBytes: _, ...capacity } = UNBOUNDED
+  const sandboxes = store.sandboxes!({ limit: 2, idleMs: 60_000, capacityBytes: 1024 * 1024 }, { maxItemsPerContributor: 10, idempotencyKeys: {}, capacity })
+  const { users } = (await sandboxes.create({}))!.store
+  const ids = [randomUUID(), randomUUID(), randomUUID()]
+  for (const id of ids) await users.add({ id, email: `${id}@b.co`, emailKey: `${id}@b.co`, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
+  for (const id of ids) await users.get(id)
+  t.same(ids.map((id) => users.cached(id) !== undefined), [false, true, true], 'four a service, two a sandbox of the two that may exist: the oldest pushed out')
+})
+
 t.test('an item is handed out as the bytes Redis holds when they are framed as the serializer frames an item, else as the serializer writes it', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
   const raw = new Redis(REDIS_URL)
