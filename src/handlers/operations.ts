@@ -157,13 +157,9 @@ export const advanceSandboxClock: OperationsHandler<'advanceSandboxClock'> = asy
 
 export const setSandboxWebhook: OperationsHandler<'setSandboxWebhook'> = async (request, reply) => {
   const { sandboxId } = request.params
-  const sandboxes = sandboxesOf(request)
   const receiver = readSubscription(request.body)
   if ('issue' in receiver) throw new InvalidRequestError([{ field: ['body', ...receiver.path].join('.'), issue: receiver.issue }])
-  if (!sandboxes.deliversToReceivers) {
-    throw new InvalidRequestError([{ field: 'body.url', issue: 'a sandbox\'s events are delivered to a receiver on the memory store only, for now; they are listed on every store' }])
-  }
-  if (!await sandboxes.setReceiver(sandboxId, { url: receiver.url, secret: receiver.secret })) throw notFound('Sandbox')
+  if (!await sandboxesOf(request).setReceiver(sandboxId, { url: receiver.url, secret: receiver.secret })) throw notFound('Sandbox')
   request.log.info({ audit: 'setSandboxWebhook', sandboxId, receiver: subscriberName(receiver.url) }, 'sandbox webhook set')
   return await reply.code(204).send()
 }

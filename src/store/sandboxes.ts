@@ -1,6 +1,6 @@
 import type { MemoryStoreOptions } from './memory/index.js'
 import type { CapacityBounds } from './capacity.js'
-import type { ServingStore } from './store.js'
+import type { Outbox, ServingStore } from './store.js'
 
 /** An event of a sandbox, as its change recorded it (the body its webhooks carry), and its place in the sandbox's order (from 1). */
 export interface SandboxEvent {
@@ -12,6 +12,10 @@ export interface SandboxEvent {
 export const SANDBOX_EVENTS = 1000
 export const SANDBOX_EVENT_CHARACTERS = 512 * 1024
 
+// What a sandbox's outbox keeps for its receiver: as many pending deliveries and dead letters as it keeps events to
+// read back, within as many characters and bytes of them.
+export const SANDBOX_OUTBOX_BOUNDS = { deliveries: SANDBOX_EVENTS, characters: SANDBOX_EVENT_CHARACTERS, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_CHARACTERS }
+
 // How far a sandbox's clock may run ahead of the service's: its timestamps keep four-digit years.
 export const SANDBOX_CLOCK_AHEAD_YEARS = 100
 export const SANDBOX_CLOCK_AHEAD_MS = SANDBOX_CLOCK_AHEAD_YEARS * 365.25 * 24 * 3600 * 1000
@@ -21,6 +25,26 @@ export interface SandboxReceiver {
   readonly url: string
   /** Standard Webhooks' `whsec_<base64>`; never logged. */
   readonly secret: string
+}
+
+/** A sandbox's receiver, as its deliveries are made: to `subscriber` of `outbox`, the outbox of the sandbox as it is now. */
+export interface ReceiverDeliveries {
+  readonly sandboxId: string
+  readonly subscriber: string
+  readonly receiver: SandboxReceiver
+  readonly outbox: Outbox
+}
+
+/**
+ * Told when a sandbox's receiver starts (set, or set again on a reset's catalogue, or found set by another
+ * instance), and when it ends (removed, replaced, or its sandbox deleted): it makes the deliveries.
+ */
+export interface SandboxWatcher {
+  /** Delivers from now on as `deliveries` says, in place of whatever the sandbox's receiver was before. */
+  receiverSet: (deliveries: ReceiverDeliveries) => void
+  receiverEnded: (sandboxId: string) => void
+  /** Every delivery ended: resolves once what they hold is released. */
+  close: () => Promise<void>
 }
 
 /** A sandbox as a request meets it: its id (a UUID in lower case) and the store that serves it. */
@@ -64,8 +88,6 @@ export interface SandboxStoreOptions {
  */
 export interface Sandboxes {
   readonly settings: SandboxBounds
-  /** Whether a sandbox's events can be delivered to a receiver (setReceiver). */
-  readonly deliversToReceivers: boolean
   /** How many exist now. */
   count: () => Promise<number>
   /** Makes an empty sandbox, to be seeded with `fixtures` (its caller's part); undefined when as many as the limit exist. */

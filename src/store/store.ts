@@ -1,7 +1,7 @@
 import type { Item, ItemStatus, Session, User } from '../domain/index.js'
 import type { ItemText, StoredItem } from '../domain/serialized.js'
 import type { CapacityReading } from './capacity.js'
-import type { SandboxBounds, Sandboxes, SandboxStoreOptions } from './sandboxes.js'
+import type { SandboxBounds, Sandboxes, SandboxStoreOptions, SandboxWatcher } from './sandboxes.js'
 
 export type { ItemText, StoredItem } from '../domain/serialized.js'
 export type RefreshOutcome =
@@ -423,7 +423,7 @@ export interface Store {
    * Sandboxes kept in this store, beside its own catalogue, for every instance that shares it (Redis: under key
    * prefixes of their own); left out by a store whose sandboxes are kept in the process instead (memory).
    */
-  sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions) => Sandboxes
+  sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions, watcher: SandboxWatcher) => Sandboxes
   /** Releases what the store holds (connections); it serves nothing afterwards. */
   close (): Promise<void>
 }

@@ -57,14 +57,19 @@ const IDLE_CHECKS_PER_LIFETIME = 10
  * Serves a request routed into a sandbox from the sandbox's store (`request.scopedStore`), before any step of its
  * route runs, and deletes the sandboxes that idle past their lifetime. The sandboxes are kept where the service's
  * store can keep them (on Redis, under key prefixes of their own, for every instance), or else in this process, each
- * a memory store of its own whose events are delivered to the receiver its test named.
+ * a memory store of its own; on either, their events are delivered to the receiver each test named.
  */
 async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, deliveries }: SandboxesPluginOptions): Promise<void> {
   if (routing === null || bounds === undefined) {
     app.decorate('sandboxes', null)
     return
   }
-  const sandboxes = app.store.sandboxes?.(bounds, store) ?? await inThisProcess(app, bounds, store, deliveries)
+  // Loaded only when sandboxes are on, as the webhooks plugin loads the deliveries only for a subscriber.
+  const [{ MemorySandboxes }, { SandboxReceivers }, { deliveryMetrics }] = await Promise.all([
+    import('../../store/memory/sandboxes.js'), import('../../webhooks/sandbox-receivers.js'), import('../../webhooks/worker.js')
+  ])
+  const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
+  const sandboxes = app.store.sandboxes?.(bounds, store, receivers) ?? new MemorySandboxes(bounds, store, receivers)
   app.decorate('sandboxes', sandboxes)
   app.addHook('onRequest', (request, reply, done) => {
     const id = routing.routedInto(request.raw)
@@ -92,16 +97,6 @@ async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, 
     clearInterval(sweeper)
     await sandboxes.close()
   })
-}
-
-/** Sandboxes in this process's memory, their events delivered to their receivers by SandboxReceivers. */
-async function inThisProcess (app: FastifyInstance, bounds: SandboxBounds, store: SandboxStoreOptions, deliveries: DeliverySettings): Promise<Sandboxes> {
-  // Loaded only when sandboxes are on, as the webhooks plugin loads it only for a subscriber.
-  const [{ MemorySandboxes }, { SandboxReceivers }, { deliveryMetrics }] = await Promise.all([
-    import('../../store/memory/sandboxes.js'), import('../../webhooks/sandbox-receivers.js'), import('../../webhooks/worker.js')
-  ])
-  const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
-  return new MemorySandboxes(bounds, store, receivers)
 }
 
 export default fp(sandboxesPlugin, { name: 'sandboxes', dependencies: ['store', 'metrics', 'tracing'] })

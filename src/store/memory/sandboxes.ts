@@ -1,8 +1,8 @@
 import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
 import {
-  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, type SandboxBounds, type SandboxClockReading,
-  type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions
+  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
+  type SandboxClockReading, type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 
 /** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and characters) of them. */
@@ -40,21 +40,11 @@ class SandboxClock {
   }
 }
 
-/** A sandbox of the memory store, whose events its receiver's deliveries take from `store.outbox`. */
-export interface MemorySandbox extends Sandbox {
+// A sandbox's outbox has this one subscriber while it has a receiver.
+const RECEIVER = 'sandbox-receiver'
+
+interface Kept extends Sandbox {
   readonly store: MemoryStore
-}
-
-/** Told when a sandbox is given a receiver (a reset's sandbox keeps its own), and when what it delivered ends. */
-export interface SandboxWatcher {
-  receiverSet: (sandbox: MemorySandbox, receiver: SandboxReceiver) => void
-  /** The sandbox was deleted, or replaced by a reset, or its receiver removed. */
-  receiverEnded: (sandbox: MemorySandbox) => void
-  /** Every sandbox was deleted: resolves once what their receivers' deliveries hold is released. */
-  close: () => Promise<void>
-}
-
-interface Kept extends MemorySandbox {
   readonly clock: SandboxClock
   readonly events: SandboxEvents
   readonly fixtures: unknown
@@ -63,14 +53,9 @@ interface Kept extends MemorySandbox {
   usedAt: number
 }
 
-// What a sandbox's outbox keeps for its receiver: as many pending deliveries and dead letters as it keeps events to
-// read back, within as many characters and bytes of them.
-const SANDBOX_OUTBOX_BOUNDS = { deliveries: SANDBOX_EVENTS, characters: SANDBOX_EVENT_CHARACTERS, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_CHARACTERS }
-
 /** The sandboxes of one process, each a memory store of its own: they go with the process. */
 export class MemorySandboxes implements Sandboxes {
   readonly settings: SandboxBounds
-  readonly deliversToReceivers = true
   readonly #store: SandboxStoreOptions
   readonly #watcher: SandboxWatcher | undefined
   readonly #byId = new Map<string, Kept>()
@@ -103,20 +88,24 @@ export class MemorySandboxes implements Sandboxes {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return undefined
     const emptied = this.#made(sandbox.id, sandbox.fixtures)
-    emptied.receiver = sandbox.receiver
     this.#byId.set(sandbox.id, emptied)
-    this.#watcher?.receiverEnded(sandbox)
-    if (emptied.receiver !== undefined) this.#watcher?.receiverSet(emptied, emptied.receiver)
+    this.#deliver(emptied, sandbox.receiver)
     return { sandbox: emptied, fixtures: emptied.fixtures }
   }
 
   async setReceiver (id: string, receiver: SandboxReceiver | undefined): Promise<boolean> {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return false
-    sandbox.receiver = receiver
-    if (receiver === undefined) this.#watcher?.receiverEnded(sandbox)
-    else this.#watcher?.receiverSet(sandbox, receiver)
+    sandbox.store.outbox.unsubscribe(RECEIVER)
+    this.#deliver(sandbox, receiver)
     return true
+  }
+
+  // The sandbox's events delivered to `receiver` from now on (none: undefined), in place of any before.
+  #deliver (sandbox: Kept, receiver: SandboxReceiver | undefined): void {
+    sandbox.receiver = receiver
+    if (receiver === undefined) this.#watcher?.receiverEnded(sandbox.id)
+    else this.#watcher?.receiverSet({ sandboxId: sandbox.id, subscriber: RECEIVER, receiver, outbox: sandbox.store.outbox })
   }
 
   async advanceClock (id: string, ms: number): Promise<SandboxClockReading | 'too far' | undefined> {
@@ -132,7 +121,7 @@ export class MemorySandboxes implements Sandboxes {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return false
     this.#byId.delete(sandbox.id)
-    this.#watcher?.receiverEnded(sandbox)
+    this.#watcher?.receiverEnded(sandbox.id)
     return true
   }
 

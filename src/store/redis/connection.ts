@@ -316,9 +316,9 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       cachedUsers,
       maxItemsPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: options.idempotencyKeys,
-      maxPendingDeliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES
+      outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES }
     }),
-    sandboxes: (bounds, sandboxOptions) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available),
+    sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available, watcher),
     available,
     close: async () => {
       closed = true

@@ -47,7 +47,7 @@ export interface RedisKeys {
    * of their bodies counted in a string of this name + '-bytes', which APPEND_EVENT names.
    */
   readonly outbox: string
-  /** Family, + subscriber id + ':' + due|events|attempts|dropped|dead-letters|dead-letter-order (webhookKeys). */
+  /** Family, + subscriber id + ':' + due|events|attempts|dropped|cursor|dead-letters|dead-letter-order (webhookKeys). */
   readonly webhook: string
   /** Family, + limit name + ':' + the caller's key. String: hits in the window, expiring with it. */
   readonly rateLimit: string
@@ -89,6 +89,13 @@ export interface RedisKeys {
   readonly sandboxFixtures: string
   /** Sorted set: sandbox ids, scored by when a request last used each (ms, Redis's clock). */
   readonly sandboxUse: string
+  /**
+   * Hash: sandbox id → its receiver as JSON ({ subscriber, url, secret }): where its events are delivered, as
+   * `subscriber` of its outbox (a new one each time a receiver is set).
+   */
+  readonly sandboxReceivers: string
+  /** String: counts the changes of sandboxReceivers (and of their sandboxes' generations), for instances to follow them. */
+  readonly sandboxReceiversVersion: string
   /** Set: "<sandbox id>:<generation>" of generations a reset or a deletion left over, until their keys are deleted. */
   readonly sandboxLeftovers: string
   /**
@@ -130,6 +137,8 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   sandboxes: `${prefix}sandboxes`,
   sandboxFixtures: `${prefix}sandbox-fixtures`,
   sandboxUse: `${prefix}sandbox-use`,
+  sandboxReceivers: `${prefix}sandbox-receivers`,
+  sandboxReceiversVersion: `${prefix}sandbox-receivers-version`,
   sandboxLeftovers: `${prefix}sandbox-leftovers`,
   sandbox: `${prefix}sandbox:`
 })
@@ -155,6 +164,13 @@ export interface WebhookKeys {
   readonly traceparents: string
   /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
   readonly dropped: string
+  /** String: bytes of the pending deliveries' events, kept only where the outbox bounds them (a sandbox's). */
+  readonly pendingBytes: string
+  /**
+   * String, of a listing's subscriber (a sandbox's receiver): "<stream id> <place>" of the newest event fanned out
+   * to it (LISTING_END); none while it is not subscribed.
+   */
+  readonly cursor: string
   /** Hash: event id → the dead letter as JSON ({ channel, traceparent, attempts, failure, failedAt }). */
   readonly deadLetters: string
   /** Hash: event id → the dead letter's event (its body, as it was to be sent). */
@@ -175,6 +191,8 @@ export function webhookKeys (keys: RedisKeys, subscriber: string): WebhookKeys {
     attempts: `${base}attempts`,
     traceparents: `${base}traceparents`,
     dropped: `${base}dropped`,
+    cursor: `${base}cursor`,
+    pendingBytes: `${base}pending-bytes`,
     deadLetters: `${base}dead-letters`,
     deadLetterEvents: `${base}dead-letter-events`,
     deadLetterOrder: `${base}dead-letter-order`,

@@ -32,42 +32,86 @@ local function appendEvent (outbox, first)
 end
 `
 
+// Where a new subscriber of a listing (an outbox stream kept to be listed, a sandbox's) starts reading it: after its
+// newest event, as "<stream id> <its place, from 1>" ("0-0 0" before the first), the cursor takeDeliveries keeps.
+export const LISTING_END = `
+local function listingEnd (stream)
+  if redis.call('EXISTS', stream) == 0 then return '0-0 0' end
+  local info = redis.call('XINFO', 'STREAM', stream)
+  local fields = {}
+  for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+  return fields['last-generated-id'] .. ' ' .. fields['entries-added']
+end
+`
+
 export const outboxScripts = {
-  // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count and traceparents. ARGV: now
-  // (ms), most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, then for each
-  // subscriber its channels (space-separated) and its due, events, dropped and traceparents keys. First moves events
-  // from the outbox stream to every subscriber of their channel (a delivery is due from the moment its event was
-  // recorded); then takes this subscriber's due deliveries, each leased until now + lease.
-  // {dropped, event id, attempt, "channel body", traceparent or '', ...}.
+  // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count, traceparents and cursor.
+  // ARGV: now (ms), most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, 'listed'
+  // when the stream is a listing ('' otherwise), most bytes of their events a subscriber keeps ('' for no bound,
+  // and none counted), then for each subscriber its channels (space-separated) and its due, events, dropped,
+  // traceparents and pending bytes keys. First moves events to every subscriber of their channel (a delivery is
+  // due from the moment its event was recorded): from the stream, which they leave, or from a listing, which they
+  // stay in, those past this subscriber's cursor (LISTING_END), which moves past them, to it alone; none while it
+  // has no cursor (not subscribed, or no more). Then takes this subscriber's due deliveries, each leased until now + lease.
+  // {dropped (trimmed from a listing before it was read included), event id, attempt, "channel body", traceparent
+  // or '', ...}.
   takeDeliveries: {
-    numberOfKeys: 6,
+    numberOfKeys: 7,
     lua: `
 local now = tonumber(ARGV[1])
-local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[4])
-if #entries > 0 then
-  local fannedOut = {}
+local function fanOut (entries)
   for _, entry in ipairs(entries) do
     local fields = entry[2]
     local eventId, channel, body, traceparent = fields[2], fields[4], fields[6], fields[8]
     -- Scored by when it was recorded, the stream id's milliseconds and, in thousandths, its sequence: oldest first.
     local ms, sequence = string.match(entry[1], '^(%d+)-(%d+)$')
     local recordedAt = ms .. '.' .. string.format('%03d', math.min(tonumber(sequence), 999))
-    for i = 6, #ARGV, 5 do
-      if string.find(' ' .. ARGV[i] .. ' ', ' ' .. channel .. ' ', 1, true) then
-        local due, events, dropped, traceparents = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-        if redis.call('ZCARD', due) >= tonumber(ARGV[5]) then
+    local stored = channel .. ' ' .. body
+    for i = 8, #ARGV, 6 do
+      if (ARGV[6] == '' or ARGV[i + 1] == KEYS[2]) and string.find(' ' .. ARGV[i] .. ' ', ' ' .. channel .. ' ', 1, true) then
+        local due, events, dropped, traceparents, bytes = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+        if redis.call('ZCARD', due) >= tonumber(ARGV[5])
+          or (ARGV[7] ~= '' and tonumber(redis.call('GET', bytes) or '0') + #stored > tonumber(ARGV[7])) then
           redis.call('INCR', dropped)
         elseif redis.call('ZADD', due, 'NX', recordedAt, eventId) == 1 then
-          redis.call('HSET', events, eventId, channel .. ' ' .. body)
+          redis.call('HSET', events, eventId, stored)
+          if ARGV[7] ~= '' then redis.call('INCRBY', bytes, #stored) end
           if traceparent then redis.call('HSET', traceparents, eventId, traceparent) end
         end
       end
     end
-    fannedOut[#fannedOut + 1] = entry[1]
   end
-  redis.call('XDEL', KEYS[1], unpack(fannedOut))
 end
-local taken = {tonumber(redis.call('GETDEL', KEYS[5]) or '0')}
+local trimmed = 0
+if ARGV[6] == '' then
+  local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', ARGV[4])
+  if #entries > 0 then
+    fanOut(entries)
+    local fannedOut = {}
+    for i, entry in ipairs(entries) do fannedOut[i] = entry[1] end
+    redis.call('XDEL', KEYS[1], unpack(fannedOut))
+  end
+else
+  local cursor = redis.call('GET', KEYS[7])
+  if not cursor then return {0} end
+  local after, place = string.match(cursor, '^(%S+) (%d+)$')
+  local entries = redis.call('XRANGE', KEYS[1], '(' .. after, '+', 'COUNT', ARGV[4])
+  if #entries > 0 then
+    local first = tonumber(place) + 1
+    local info = redis.call('XINFO', 'STREAM', KEYS[1])
+    local fields = {}
+    for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
+    -- The stream's oldest read: those between the cursor and it were trimmed before this subscriber had them.
+    if fields['first-entry'][1] == entries[1][1] then
+      local oldest = fields['entries-added'] - fields['length'] + 1
+      trimmed = math.max(0, oldest - first)
+      first = first + trimmed
+    end
+    fanOut(entries)
+    redis.call('SET', KEYS[7], entries[#entries][1] .. ' ' .. (first + #entries - 1))
+  end
+end
+local taken = {trimmed + tonumber(redis.call('GETDEL', KEYS[5]) or '0')}
 local leaseEnds = now + tonumber(ARGV[3])
 for _, eventId in ipairs(redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])) do
   redis.call('ZADD', KEYS[2], leaseEnds, eventId)
@@ -78,12 +122,14 @@ for _, eventId in ipairs(redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', '
 end
 return taken`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents. ARGV: event id, when to retry ('' when it
-  // has ended).
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes (counted only where they are
+  // bounded). ARGV: event id, when to retry ('' when it has ended).
   settleDelivery: {
-    numberOfKeys: 4,
+    numberOfKeys: 5,
     lua: `
 if ARGV[2] == '' then
+  local released = redis.call('HSTRLEN', KEYS[2], ARGV[1])
+  if released > 0 and redis.call('EXISTS', KEYS[5]) == 1 then redis.call('DECRBY', KEYS[5], released) end
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
@@ -93,15 +139,16 @@ else
 end
 return 1`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, and its dead letters' keys (DEAD_LETTER_KEYS).
-  // ARGV: event id, attempts, failure, when (ms), most dead letters kept, most bytes of their events kept. Ends the
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters' keys
+  // (DeadLetterKeys). ARGV: event id, attempts, failure, when (ms), most dead letters kept, most bytes of their events kept. Ends the
   // delivery and keeps it as the newest dead letter; pushes out the oldest past either bound. How many it pushed out;
   // nothing when the delivery had ended already (another instance took it over once its lease ended, and settled it).
   deadLetterDelivery: {
-    numberOfKeys: 9,
+    numberOfKeys: 10,
     lua: `
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 if not stored then return 0 end
+if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('DECRBY', KEYS[5], #stored) end
 local traceparent = redis.call('HGET', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -109,20 +156,20 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 local space = string.find(stored, ' ', 1, true)
 local body = string.sub(stored, space + 1)
-redis.call('HSET', KEYS[5], ARGV[1], cjson.encode({
+redis.call('HSET', KEYS[6], ARGV[1], cjson.encode({
   channel = string.sub(stored, 1, space - 1), traceparent = traceparent or nil,
   attempts = tonumber(ARGV[2]), failure = ARGV[3], failedAt = tonumber(ARGV[4])
 }))
-redis.call('HSET', KEYS[6], ARGV[1], body)
-redis.call('ZADD', KEYS[7], redis.call('INCR', KEYS[9]), ARGV[1])
-local bytes = redis.call('INCRBY', KEYS[8], #body)
-local kept, most, mostBytes = redis.call('ZCARD', KEYS[7]), tonumber(ARGV[5]), tonumber(ARGV[6])
+redis.call('HSET', KEYS[7], ARGV[1], body)
+redis.call('ZADD', KEYS[8], redis.call('INCR', KEYS[10]), ARGV[1])
+local bytes = redis.call('INCRBY', KEYS[9], #body)
+local kept, most, mostBytes = redis.call('ZCARD', KEYS[8]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local pushedOut = 0
 while kept > 1 and (kept > most or bytes > mostBytes) do
-  local oldest = redis.call('ZPOPMIN', KEYS[7])[1]
-  bytes = redis.call('DECRBY', KEYS[8], redis.call('HSTRLEN', KEYS[6], oldest))
-  redis.call('HDEL', KEYS[5], oldest)
+  local oldest = redis.call('ZPOPMIN', KEYS[8])[1]
+  bytes = redis.call('DECRBY', KEYS[9], redis.call('HSTRLEN', KEYS[7], oldest))
   redis.call('HDEL', KEYS[6], oldest)
+  redis.call('HDEL', KEYS[7], oldest)
   kept = kept - 1
   pushedOut = pushedOut + 1
 end
@@ -157,31 +204,32 @@ for i = 1, #page, 2 do
 end
 return listed`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, and its dead letters, their events, order and
-  // bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids follow, then the event
-  // ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries as a new one, while
-  // there is room. {how many went, 1 when it stopped for want of room}.
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their
+  // events, order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids
+  // follow, then the event ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries
+  // as a new one, while there is room. {how many went, 1 when it stopped for want of room}.
   redeliverDeadLetters: {
-    numberOfKeys: 8,
+    numberOfKeys: 9,
     lua: `
 local ids = {}
 for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[3]) - 1) end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[8], 0, tonumber(ARGV[3]) - 1) end
 local redelivered = 0
 for _, eventId in ipairs(ids) do
-  local json = redis.call('HGET', KEYS[5], eventId)
+  local json = redis.call('HGET', KEYS[6], eventId)
   if json then
     if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return {redelivered, 1} end
     local letter = cjson.decode(json)
-    local body = redis.call('HGET', KEYS[6], eventId)
+    local body = redis.call('HGET', KEYS[7], eventId)
     redis.call('ZADD', KEYS[1], ARGV[1], eventId)
     redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. body)
+    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('INCRBY', KEYS[5], #letter.channel + 1 + #body) end
     redis.call('HDEL', KEYS[3], eventId)
     if letter.traceparent then redis.call('HSET', KEYS[4], eventId, letter.traceparent) end
-    redis.call('DECRBY', KEYS[8], #body)
-    redis.call('HDEL', KEYS[5], eventId)
+    redis.call('DECRBY', KEYS[9], #body)
     redis.call('HDEL', KEYS[6], eventId)
-    redis.call('ZREM', KEYS[7], eventId)
+    redis.call('HDEL', KEYS[7], eventId)
+    redis.call('ZREM', KEYS[8], eventId)
     redelivered = redelivered + 1
   end
 end
@@ -191,15 +239,16 @@ return {redelivered, 0}`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, traceparents: string, now: number, limit: number,
-      leaseMs: number, fanOut: number, maxPending: number, ...subscribers: string[]): Result<[number, ...Array<string | number>], Context>
-    settleDelivery (due: string, events: string, attempts: string, traceparents: string, eventId: string, retryAt: number | ''): Result<1, Context>
-    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, ...deadLetterKeys: [...DeadLetterKeys,
+    takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, traceparents: string, cursor: string, now: number,
+      limit: number, leaseMs: number, fanOut: number, maxPending: number, listed: 'listed' | '', maxPendingBytes: number | '', ...subscribers: string[]):
+    Result<[number, ...Array<string | number>], Context>
+    settleDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, eventId: string, retryAt: number | ''): Result<1, Context>
+    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...DeadLetterKeys,
       eventId: string, attemptsMade: number, failure: string, failedAt: number, most: number, mostBytes: number]): Result<number, Context>
     // The scripts change a dead letter, its event and its place in the order together: every id listed has both.
     listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
       bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
-    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, ...deadLetterKeys: [...RedeliveryKeys,
+    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
       now: number, maxPending: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }
 }
@@ -226,6 +275,22 @@ export interface StreamBound {
   readonly bytes?: number
 }
 
+/** What an outbox keeps for each subscriber, and in its stream. */
+export interface RedisOutboxBounds {
+  /** Deliveries each subscriber keeps at most. */
+  readonly deliveries: number
+  /** Bytes of their events each subscriber keeps at most (its pending deliveries'): no bound when left out. */
+  readonly deliveryBytes?: number
+  /** Dead letters each subscriber keeps at most, and bytes of their events: DEAD_LETTERS and DEAD_LETTER_BYTES when left out. */
+  readonly deadLetters?: number
+  readonly deadLetterBytes?: number
+  /**
+   * What the stream keeps: OUTBOX_STREAM_BOUND when left out. One in bytes as well makes it a listing, kept exactly
+   * for its events to be read back by their place, which its subscribers read from a cursor each, leaving it whole.
+   */
+  readonly stream?: StreamBound
+}
+
 // Events the outbox stream keeps at most (about, trimmed by whole nodes) while no instance has fanned them out to
 // their subscribers yet; an instance does so within a poll of the webhooks plugin, so this is only reached while no
 // instance delivers (all of them down, or Redis near its memory limit), and then the oldest are dropped.
@@ -240,24 +305,30 @@ const REDELIVERY_BATCH = 100
  * set of due deliveries per subscriber (scored by when each may be taken), then leases the due ones to the taker.
  * A delivery whose taker died stays leased until its lease ends, then any instance takes it again; a retry's wait is
  * its score. A take fans out to the subscribers of the instance that takes: every instance has the same WEBHOOKS.
+ * A listing's subscriber (a sandbox's receiver) is followed where its cursor says, which its sandbox sets
+ * (LISTING_END): its take fans out to it alone.
  */
 export class RedisOutbox implements Outbox {
   readonly durable = true
   readonly #redis: Redis
   readonly #keys: RedisKeys
   // For each subscriber: its channels (space-separated), due, events, dropped and traceparents keys, as the take
-  // script reads them.
-  readonly #subscribers: string[] = []
-  readonly #subscribed = new Set<string>()
+  // script reads them; and all of them, one after another.
+  readonly #subscribers = new Map<string, string[]>()
+  #fannedOutTo: string[] = []
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
-  readonly #maxPending: number
+  readonly #bounds: Required<Omit<RedisOutboxBounds, 'stream' | 'deliveryBytes'>>
+  readonly #deliveryBytes: number | ''
   readonly #streamBound: string
+  readonly #listed: boolean
 
-  constructor (redis: Redis, keys: RedisKeys, maxPending: number, { events, bytes }: StreamBound = OUTBOX_STREAM_BOUND) {
+  constructor (redis: Redis, keys: RedisKeys, { stream = OUTBOX_STREAM_BOUND, deliveryBytes, ...bounds }: RedisOutboxBounds) {
     this.#redis = redis
     this.#keys = keys
-    this.#maxPending = maxPending
-    this.#streamBound = bytes === undefined ? String(events) : `${events} ${bytes}`
+    this.#bounds = { deadLetters: DEAD_LETTERS, deadLetterBytes: DEAD_LETTER_BYTES, ...bounds }
+    this.#deliveryBytes = deliveryBytes ?? ''
+    this.#listed = stream.bytes !== undefined
+    this.#streamBound = stream.bytes === undefined ? String(stream.events) : `${stream.events} ${stream.bytes}`
   }
 
   /** A change's event as its script appends it to this outbox's stream (APPEND_EVENT). */
@@ -272,11 +343,20 @@ export class RedisOutbox implements Outbox {
     if (event !== undefined) for (const listener of this.#listeners) listener(event)
   }
 
+  /** A listing has one subscriber at a time (its sandbox's receiver): a new one takes the place of the one before. */
   async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
-    if (this.#subscribed.has(subscriber)) return
-    this.#subscribed.add(subscriber)
+    if (this.#subscribers.has(subscriber)) return
+    if (this.#listed) this.#subscribers.clear()
     const keys = webhookKeys(this.#keys, subscriber)
-    this.#subscribers.push(channels.join(' '), keys.due, keys.events, keys.dropped, keys.traceparents)
+    this.#subscribers.set(subscriber, [channels.join(' '), keys.due, keys.events, keys.dropped, keys.traceparents, keys.pendingBytes])
+    this.#fannedOutTo = [...this.#subscribers.values()].flat()
+  }
+
+  /** Forgets the subscriber with whatever it had pending and dead-lettered, and its cursor: no take delivers it more. */
+  async unsubscribe (subscriber: string): Promise<void> {
+    this.#subscribers.delete(subscriber)
+    this.#fannedOutTo = [...this.#subscribers.values()].flat()
+    await call(this.#redis.unlink(...Object.values(webhookKeys(this.#keys, subscriber))))
   }
 
   onRecorded (listener: (event: OutboxEvent) => void): void {
@@ -286,7 +366,7 @@ export class RedisOutbox implements Outbox {
   async take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken> {
     const keys = webhookKeys(this.#keys, subscriber)
     const [dropped, ...taken] = await call(this.#redis.takeDeliveries(this.#keys.outbox, keys.due, keys.events, keys.attempts, keys.dropped,
-      keys.traceparents, now, limit, leaseMs, FAN_OUT_BATCH, this.#maxPending, ...this.#subscribers))
+      keys.traceparents, keys.cursor, now, limit, leaseMs, FAN_OUT_BATCH, this.#bounds.deliveries, this.#listed ? 'listed' : '', this.#deliveryBytes, ...this.#fannedOutTo))
     const deliveries: Delivery[] = []
     for (let index = 0; index + 3 < taken.length; index += 4) {
       const [id, attempt, stored, traceparent] = [String(taken[index]), Number(taken[index + 1]), String(taken[index + 2]), String(taken[index + 3])]
@@ -299,7 +379,7 @@ export class RedisOutbox implements Outbox {
 
   async settle (subscriber: string, delivery: Delivery, retryAt?: number): Promise<void> {
     const keys = webhookKeys(this.#keys, subscriber)
-    await call(this.#redis.settleDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, delivery.event.id, retryAt ?? ''))
+    await call(this.#redis.settleDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.pendingBytes, delivery.event.id, retryAt ?? ''))
   }
 
   async pending (subscriber: string): Promise<number> {
@@ -308,8 +388,9 @@ export class RedisOutbox implements Outbox {
 
   async deadLetter (subscriber: string, delivery: Delivery, failure: string, now: number): Promise<number> {
     const keys = webhookKeys(this.#keys, subscriber)
-    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters, keys.deadLetterEvents,
-      keys.deadLetterOrder, keys.deadLetterBytes, keys.deadLetterPosition, delivery.event.id, delivery.attempt, failure, now, DEAD_LETTERS, DEAD_LETTER_BYTES))
+    return await call(this.#redis.deadLetterDelivery(keys.due, keys.events, keys.attempts, keys.traceparents, keys.pendingBytes, keys.deadLetters, keys.deadLetterEvents,
+      keys.deadLetterOrder, keys.deadLetterBytes, keys.deadLetterPosition, delivery.event.id, delivery.attempt, failure, now, this.#bounds.deadLetters,
+      this.#bounds.deadLetterBytes))
   }
 
   async deadLetters (subscriber: string, { after, limit, bodyBytes }: DeadLetterPage): Promise<DeadLetterList> {
@@ -329,10 +410,10 @@ export class RedisOutbox implements Outbox {
     const keys = webhookKeys(this.#keys, subscriber)
     let redelivered = 0
     // In batches: the given ids, or the oldest dead letters until none is left (at most DEAD_LETTERS of them).
-    for (let first = 0; first < (eventIds?.length ?? DEAD_LETTERS); first += REDELIVERY_BATCH) {
+    for (let first = 0; first < (eventIds?.length ?? this.#bounds.deadLetters); first += REDELIVERY_BATCH) {
       const batch = eventIds?.slice(first, first + REDELIVERY_BATCH) ?? []
-      const [count, full] = await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.deadLetters,
-        keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, now, this.#maxPending, REDELIVERY_BATCH, ...batch))
+      const [count, full] = await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.pendingBytes, keys.deadLetters,
+        keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, now, this.#bounds.deliveries, REDELIVERY_BATCH, ...batch))
       redelivered += count
       if (full === 1 || (eventIds === undefined && count < REDELIVERY_BATCH)) break
     }

@@ -1,20 +1,23 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import {
-  type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, type SandboxBounds, type SandboxClockReading, type SandboxEvent, type Sandboxes,
-  type SandboxStoreOptions
+  type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
+  type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { setCapacity } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { indexItems } from './items.js'
-import { type RedisKeys, redisKeys } from './keys.js'
+import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
+import { LISTING_END, type RedisOutbox } from './outbox.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
-// KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers (keys.ts).
-const REGISTRY_KEYS = 4
+// KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers, sandboxReceivers and
+// sandboxReceiversVersion (keys.ts).
+const REGISTRY_KEYS = 6
 
 export const sandboxScripts = {
   // A write script (writeScript). ARGV: sandbox id, fixtures (JSON), how many may exist. 1 when made; 0, making
@@ -39,7 +42,8 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
 return entry`
   },
   // A write script. ARGV: sandbox id. Starts its next generation with its clock the service's, the one before left
-  // over to be deleted: {the generation before, the fixtures}; nil when there is none.
+  // over to be deleted, its receiver kept: {the generation before, the fixtures, the receiver or ''}; nil when there
+  // is none.
   resetSandbox: {
     numberOfKeys: REGISTRY_KEYS,
     lua: writeScript('', `
@@ -49,10 +53,12 @@ local generation = tonumber(string.match(entry, '^(%d+)'))
 redis.call('HSET', KEYS[1], ARGV[1], (generation + 1) .. ' 0')
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
-return {generation, redis.call('HGET', KEYS[2], ARGV[1])}`)
+local receiver = redis.call('HGET', KEYS[5], ARGV[1])
+if receiver then redis.call('INCR', KEYS[6]) end
+return {generation, redis.call('HGET', KEYS[2], ARGV[1]), receiver or ''}`)
   },
-  // A write script. ARGV: sandbox id. Forgets the sandbox, its generation left over to be deleted: that generation;
-  // nil when there is none.
+  // A write script. ARGV: sandbox id. Forgets the sandbox and its receiver, its generation left over to be deleted:
+  // that generation; nil when there is none.
   deleteSandbox: {
     numberOfKeys: REGISTRY_KEYS,
     lua: writeScript('', `
@@ -61,9 +67,52 @@ if not entry then return refuse(false) end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then redis.call('INCR', KEYS[6]) end
 local generation = tonumber(string.match(entry, '^(%d+)'))
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
 return generation`)
+  },
+  // A write script. ARGV: sandbox id, its receiver (JSON, StoredReceiver; '' for none). {its generation, the
+  // receiver it had or ''}; nil when there is none.
+  setSandboxReceiver: {
+    numberOfKeys: REGISTRY_KEYS,
+    lua: writeScript('', `
+local entry = redis.call('HGET', KEYS[1], ARGV[1])
+if not entry then return refuse(false) end
+local before = redis.call('HGET', KEYS[5], ARGV[1]) or ''
+if ARGV[2] == '' then redis.call('HDEL', KEYS[5], ARGV[1]) else redis.call('HSET', KEYS[5], ARGV[1], ARGV[2]) end
+redis.call('INCR', KEYS[6])
+return {tonumber(string.match(entry, '^(%d+)')), before}`)
+  },
+  // KEYS: sandboxes, sandboxReceivers, a generation's outbox stream, and its receiver's cursor. ARGV: sandbox id, the
+  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), unless it
+  // has one, while the sandbox is at that generation with that receiver: a registry read before it changed starts
+  // nothing.
+  followSandboxReceiver: {
+    numberOfKeys: 4,
+    lua: `${LISTING_END}
+local entry = redis.call('HGET', KEYS[1], ARGV[1])
+local receiver = redis.call('HGET', KEYS[2], ARGV[1])
+if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] or cjson.decode(receiver).subscriber ~= ARGV[3] then return end
+redis.call('SET', KEYS[4], listingEnd(KEYS[3]), 'NX')`
+  },
+  // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
+  // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
+  sandboxReceivers: {
+    numberOfKeys: 3,
+    lua: `
+local read = {redis.call('GET', KEYS[3]) or '0'}
+if read[1] == ARGV[1] then return read end
+local receivers = redis.call('HGETALL', KEYS[2])
+for i = 1, #receivers, 2 do
+  local entry = redis.call('HGET', KEYS[1], receivers[i])
+  if entry then
+    read[#read + 1] = receivers[i]
+    read[#read + 1] = string.match(entry, '^(%d+)')
+    read[#read + 1] = receivers[i + 1]
+  end
+end
+return read`
   },
   // A write script. ARGV: sandbox id, ms to move its clock on, how far ahead it may run at most. {its generation,
   // how far ahead it runs now}; 0, moving nothing, past the most; nil when there is none.
@@ -113,15 +162,18 @@ return listed`
   }
 } as const satisfies Record<string, Script>
 
-type RegistryKeys = [sandboxes: string, fixtures: string, use: string, leftovers: string]
+type RegistryKeys = [sandboxes: string, fixtures: string, use: string, leftovers: string, receivers: string, receiversVersion: string]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     createSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, fixtures: string, limit: number]): Result<0 | 1, Context>
     useSandbox (sandboxes: string, use: string, id: string, now: number): Result<string | null, Context>
-    resetSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<[number, string] | null, Context>
+    resetSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<[number, string, string] | null, Context>
     deleteSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<number | null, Context>
     advanceSandboxClock (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ms: number, most: number]): Result<0 | [number, number] | null, Context>
+    setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string]): Result<[number, string] | null, Context>
+    followSandboxReceiver (sandboxes: string, receivers: string, outbox: string, cursor: string, id: string, generation: number, subscriber: string): Result<null, Context>
+    sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
     expireSooner (ms: number, ...keys: string[]): Result<number, Context>
     sandboxEvents (outbox: string, after: number, limit: number): Result<[number, ...string[]] | [], Context>
   }
@@ -131,12 +183,21 @@ declare module 'ioredis' {
 const KEYS_PER_SCAN = 1000
 // Idle sandboxes one sweep deletes at most.
 const IDLE_DELETED_PER_SWEEP = 100
+// How often an instance reads whether the sandboxes' receivers changed, to deliver each sandbox's events as well:
+// how soon another instance's receiver is delivered by this one too (the one that set it does at once).
+const RECEIVERS_READ_EVERY_MS = 1000
+
+/** A sandbox's receiver as sandboxReceivers keeps it: where its events go, and the subscriber of its outbox they are delivered as. */
+interface StoredReceiver extends SandboxReceiver {
+  readonly subscriber: string
+}
 
 /** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
 const startingWith = (prefix: string): string => `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`
 
 interface Generation extends Sandbox {
   readonly generation: number
+  readonly outbox: RedisOutbox
   /** How far its clock runs ahead of Redis's, as the last request into it read it. */
   clockAheadMs: number
 }
@@ -152,7 +213,6 @@ interface Generation extends Sandbox {
  */
 export class RedisSandboxes implements Sandboxes {
   readonly settings: SandboxBounds
-  readonly deliversToReceivers = false
   readonly #connection: RedisConnection
   readonly #writes: RedisWrites
   readonly #keys: RedisKeys
@@ -162,18 +222,29 @@ export class RedisSandboxes implements Sandboxes {
   readonly #served: FifoMap<Generation>
   // Users this instance keeps copies of, a sandbox: the service's own bound, shared by as many as may exist.
   readonly #cachedUsers: number
+  readonly #watcher: SandboxWatcher
+  // The receivers this instance delivers: sandbox id → "<generation> <subscriber>"; and the version they were read at.
+  readonly #delivering = new Map<string, string>()
+  #receiversVersion = ''
+  #receiversUnread = false
+  readonly #closed = new AbortController()
+  readonly #reading: Promise<void>
 
   /** `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many). */
-  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number }, available: () => boolean) {
+  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number },
+    available: () => boolean, watcher: SandboxWatcher) {
     this.settings = bounds
     this.#connection = connection
     this.#writes = writes
     this.#keys = keys
-    this.#registry = [keys.sandboxes, keys.sandboxFixtures, keys.sandboxUse, keys.sandboxLeftovers]
+    this.#registry = [keys.sandboxes, keys.sandboxFixtures, keys.sandboxUse, keys.sandboxLeftovers, keys.sandboxReceivers, keys.sandboxReceiversVersion]
     this.#options = options
     this.#available = available
     this.#served = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
+    this.#watcher = watcher
+    // Ends only by the abort of its wait, at close.
+    this.#reading = this.#readReceiversUntilClosed().catch(() => {})
   }
 
   async count (): Promise<number> {
@@ -202,8 +273,7 @@ export class RedisSandboxes implements Sandboxes {
       return undefined
     }
     const [generation, clockAheadMs] = entry.split(' ').map(Number) as [number, number]
-    const served = this.#served.get(canonical)
-    const sandbox = served?.generation === generation ? served : this.#generation(canonical, generation)
+    const sandbox = this.#generationAt(canonical, generation)
     sandbox.clockAheadMs = clockAheadMs
     return sandbox
   }
@@ -212,9 +282,11 @@ export class RedisSandboxes implements Sandboxes {
     const canonical = id.toLowerCase()
     const reset = await this.#writes.run(async (deadline, outcomeKey) => await this.#connection.redis.resetSandbox(...this.#registry, deadline, outcomeKey, canonical))
     if (reset === null) return undefined
-    const [before, fixtures] = reset
+    const [before, fixtures, receiver] = reset
     await this.#deleteKeys(canonical, before)
-    return { sandbox: await this.#prepared(canonical, before + 1), fixtures: JSON.parse(fixtures) as unknown }
+    const sandbox = await this.#prepared(canonical, before + 1)
+    if (receiver !== '') await this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
+    return { sandbox, fixtures: JSON.parse(fixtures) as unknown }
   }
 
   async delete (id: string): Promise<boolean> {
@@ -222,6 +294,7 @@ export class RedisSandboxes implements Sandboxes {
     const generation = await this.#writes.run(async (deadline, outcomeKey) => await this.#connection.redis.deleteSandbox(...this.#registry, deadline, outcomeKey, canonical))
     if (generation === null) return false
     this.#served.delete(canonical)
+    this.#stopDelivering(canonical)
     await this.#deleteKeys(canonical, generation)
     return true
   }
@@ -259,14 +332,76 @@ export class RedisSandboxes implements Sandboxes {
     return bodies.map((body, index) => ({ sequence: first + index, body }))
   }
 
-  /** No receiver is kept on Redis (deliversToReceivers): removing one finds none, in a sandbox that exists. */
-  async setReceiver (id: string): Promise<boolean> {
-    return await this.#find(id, { used: false }) !== undefined
+  /**
+   * The receiver is kept in the registry, and its deliveries are made as a new subscriber of the sandbox's outbox
+   * each time, so that what an instance still delivering the one before takes is nothing: its cursor and its
+   * deliveries are deleted.
+   */
+  async setReceiver (id: string, receiver: SandboxReceiver | undefined): Promise<boolean> {
+    const canonical = id.toLowerCase()
+    const stored: StoredReceiver | undefined = receiver === undefined ? undefined : { subscriber: randomUuid(), url: receiver.url, secret: receiver.secret }
+    const set = await this.#writes.run(async (deadline, outcomeKey) =>
+      await this.#connection.redis.setSandboxReceiver(...this.#registry, deadline, outcomeKey, canonical, stored === undefined ? '' : JSON.stringify(stored)))
+    if (set === null) return false
+    const [generation, before] = set
+    const sandbox = this.#generationAt(canonical, generation)
+    if (stored === undefined) this.#stopDelivering(canonical)
+    else await this.#deliver(sandbox, stored)
+    if (before !== '') await sandbox.outbox.unsubscribe((JSON.parse(before) as StoredReceiver).subscriber)
+    return true
   }
 
-  /** Its catalogues stay in Redis for every instance; this instance's copies go with it. */
+  /** Its catalogues stay in Redis for every instance; this instance's copies and deliveries go with it. */
   async close (): Promise<void> {
+    this.#closed.abort()
+    await this.#reading
+    for (const id of [...this.#delivering.keys()]) this.#stopDelivering(id)
     this.#served.clear()
+    await this.#watcher.close()
+  }
+
+  // Delivers the sandbox's events to `receiver` from this instance too, once its cursor is set. When the registry
+  // has moved on since it was read, none is set and the deliveries take nothing, until the next read replaces them.
+  async #deliver (sandbox: Generation, receiver: StoredReceiver): Promise<void> {
+    const { keys } = this.#generationKeys(sandbox.id, sandbox.generation)
+    const cursor = webhookKeys(keys, receiver.subscriber).cursor
+    await call(this.#connection.redis.followSandboxReceiver(this.#keys.sandboxes, this.#keys.sandboxReceivers, keys.outbox, cursor,
+      sandbox.id, sandbox.generation, receiver.subscriber))
+    this.#delivering.set(sandbox.id, `${sandbox.generation} ${receiver.subscriber}`)
+    this.#watcher.receiverSet({ sandboxId: sandbox.id, subscriber: receiver.subscriber, receiver: { url: receiver.url, secret: receiver.secret }, outbox: sandbox.outbox })
+  }
+
+  #stopDelivering (id: string): void {
+    if (this.#delivering.delete(id)) this.#watcher.receiverEnded(id)
+  }
+
+  // Reads the receivers every RECEIVERS_READ_EVERY_MS, one read at a time, until the sandboxes are closed.
+  async #readReceiversUntilClosed (): Promise<void> {
+    for (;;) {
+      await sleep(RECEIVERS_READ_EVERY_MS, undefined, { signal: this.#closed.signal, ref: false })
+      await this.#followReceivers().then(() => { this.#receiversUnread = false }, (err: unknown) => {
+        // Once a failing streak: Redis's outage is logged by the connection too.
+        if (!this.#receiversUnread) this.#connection.logger.warn({ err }, 'cannot read the sandboxes\' receivers; trying again every second')
+        this.#receiversUnread = true
+      })
+    }
+  }
+
+  // Delivers what the registry says each sandbox's receiver is now, when it changed since the last read.
+  async #followReceivers (): Promise<void> {
+    const [version, ...read] = await call(this.#connection.redis.sandboxReceivers(this.#keys.sandboxes, this.#keys.sandboxReceivers, this.#keys.sandboxReceiversVersion,
+      this.#receiversVersion))
+    if (version === this.#receiversVersion) return
+    const now = new Map<string, StoredReceiver & { generation: number }>()
+    for (let index = 0; index + 2 < read.length; index += 3) {
+      now.set(read[index]!, { ...JSON.parse(read[index + 2]!) as StoredReceiver, generation: Number(read[index + 1]) })
+    }
+    for (const id of [...this.#delivering.keys()]) if (!now.has(id)) this.#stopDelivering(id)
+    for (const [id, { generation, ...receiver }] of now) {
+      if (this.#delivering.get(id) === `${generation} ${receiver.subscriber}`) continue
+      await this.#deliver(this.#generationAt(id, generation), receiver)
+    }
+    this.#receiversVersion = version
   }
 
   #generationKeys (id: string, generation: number): { prefix: string, keys: RedisKeys } {
@@ -274,34 +409,32 @@ export class RedisSandboxes implements Sandboxes {
     return { prefix, keys: redisKeys(prefix) }
   }
 
+  // The generation's catalogue as this instance keeps it, made when it keeps none.
+  #generationAt (id: string, generation: number): Generation {
+    const served = this.#served.get(id)
+    return served?.generation === generation ? served : this.#generation(id, generation)
+  }
+
   #generation (id: string, generation: number): Generation {
     const { keys } = this.#generationKeys(id, generation)
     const { clock } = this.#connection
-    const sandbox: Generation = {
-      id,
-      generation,
-      clockAheadMs: 0,
-      store: {
-        ...catalogueUnder(this.#connection, keys, {
-          writes: this.#writes.ahead(() => sandbox.clockAheadMs),
-          now: () => clock.now() + sandbox.clockAheadMs,
-          // Never tracked: nothing kept, every session read from Redis.
-          sessions: new TrackedSessions(1),
-          cachedUsers: this.#cachedUsers,
-          maxItemsPerContributor: this.#options.maxItemsPerContributor,
-          idempotencyKeys: this.#options.idempotencyKeys,
-          maxPendingDeliveries: SANDBOX_EVENTS,
-          streamBound: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_CHARACTERS }
-        }),
-        available: this.#available
-      }
-    }
+    const catalogue = catalogueUnder(this.#connection, keys, {
+      writes: this.#writes.ahead(() => sandbox.clockAheadMs),
+      now: () => clock.now() + sandbox.clockAheadMs,
+      // Never tracked: nothing kept, every session read from Redis.
+      sessions: new TrackedSessions(1),
+      cachedUsers: this.#cachedUsers,
+      maxItemsPerContributor: this.#options.maxItemsPerContributor,
+      idempotencyKeys: this.#options.idempotencyKeys,
+      outbox: { ...SANDBOX_OUTBOX_BOUNDS, deliveryBytes: SANDBOX_OUTBOX_BOUNDS.characters, stream: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_CHARACTERS } }
+    })
+    const sandbox: Generation = { id, generation, clockAheadMs: 0, outbox: catalogue.outbox, store: { ...catalogue, available: this.#available } }
     this.#served.set(id, sandbox)
     return sandbox
   }
 
   // A generation's catalogue made ready to be seeded, as a start prepares the service's: its bounds for accounts set.
-  async #prepared (id: string, generation: number): Promise<Sandbox> {
+  async #prepared (id: string, generation: number): Promise<Generation> {
     const { keys } = this.#generationKeys(id, generation)
     const { redis } = this.#connection
     await indexItems(redis, keys)

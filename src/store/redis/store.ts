@@ -8,7 +8,7 @@ import type { IdempotencyKeyBounds } from './idempotency-keys.js'
 import { RedisIdempotencyKeys } from './idempotency-keys.js'
 import { RedisItemStore } from './items.js'
 import type { RedisKeys } from './keys.js'
-import { RedisOutbox, type StreamBound } from './outbox.js'
+import { RedisOutbox, type RedisOutboxBounds } from './outbox.js'
 import { RedisRateCounter } from './rate-counter.js'
 import { RedisSessionStore } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
@@ -35,18 +35,16 @@ export interface CatalogueOptions {
   readonly maxItemsPerContributor: number
   /** IDEMPOTENCY_KEY_DEFAULTS where left out. */
   readonly idempotencyKeys?: Partial<IdempotencyKeyBounds> | undefined
-  /** Deliveries each webhook subscriber keeps at most. */
-  readonly maxPendingDeliveries: number
-  /** What the outbox stream keeps (RedisOutbox's default when left out). */
-  readonly streamBound?: StreamBound | undefined
+  /** What its outbox keeps. */
+  readonly outbox: RedisOutboxBounds
 }
 
 /** A catalogue kept under `keys` on the connection: all of a Store but what belongs to the connection itself. */
-export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'>
+export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { readonly outbox: RedisOutbox }
 
 export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options
-  const outbox = new RedisOutbox(redis, keys, options.maxPendingDeliveries, options.streamBound)
+  const outbox = new RedisOutbox(redis, keys, options.outbox)
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
   return {
     users,

@@ -330,7 +330,10 @@ t.test('the users each instance keeps copies of for its sandboxes are the servic
   const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10, cache: { users: 4, sessions: 1 } })
   t.teardown(async () => { await store.close() })
   const { budgetBytes: _, ...capacity } = UNBOUNDED
-  const sandboxes = store.sandboxes!({ limit: 2, idleMs: 60_000, capacityBytes: 1024 * 1024 }, { maxItemsPerContributor: 10, idempotencyKeys: {}, capacity })
+  // No receiver is set: nothing to deliver.
+  const deliveries = { receiverSet: () => {}, receiverEnded: () => {}, close: async () => {} }
+  const sandboxes = store.sandboxes!({ limit: 2, idleMs: 60_000, capacityBytes: 1024 * 1024 }, { maxItemsPerContributor: 10, idempotencyKeys: {}, capacity }, deliveries)
+  t.teardown(async () => { await sandboxes.close() })
   const { users } = (await sandboxes.create({}))!.store
   const ids = [randomUUID(), randomUUID(), randomUUID()]
   for (const id of ids) await users.add({ id, email: `${id}@b.co`, emailKey: `${id}@b.co`, passwordHash: 'h', firstName: 'A', lastName: 'B', role: 'viewer', createdAt: '' })
