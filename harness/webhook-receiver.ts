@@ -21,6 +21,8 @@ export interface Receiver {
   waitFor: (count: number, timeoutMs?: number) => Promise<ReceivedWebhook[]>
   /** Requests answered 'hang' whose sender has not closed their connection yet. */
   hanging: () => number
+  /** Answers the requests left hanging with `status`, now. */
+  release: (status: number) => void
   /** Stops listening (a sender then meets a refused connection) and drops the requests left hanging. */
   stop: () => Promise<void>
   /** Listens again, on the same port. */
@@ -59,6 +61,10 @@ export async function startReceiver (port = 0): Promise<Receiver> {
     received,
     answer: (...next) => { answers.push(...next) },
     hanging: () => hanging.size,
+    release: (status) => {
+      for (const response of hanging) response.writeHead(status).end()
+      hanging.clear()
+    },
     waitFor: async (count, timeoutMs = 10_000) => await new Promise((resolve, reject) => {
       const check = (): void => {
         if (received.length < count) return

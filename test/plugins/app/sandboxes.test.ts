@@ -419,7 +419,7 @@ onEachStore('a receiver that falls behind: what its sandbox cannot keep for it i
   const { ops, create } = await withSandboxes(t, store, { RATE_LIMIT: 'off', SANDBOX_CAPACITY_KIB: '8192', WEBHOOK_RETRY_DELAYS_MS: '20,20', LOG_LEVEL: 'warn' }, { logStream })
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
-  // As many attempts held open as a receiver is sent at once: nothing more is taken until they end (WEBHOOK_TIMEOUT_MS).
+  // As many attempts held open as a receiver is sent at once: nothing more is taken until they end.
   receiver.answer(...Array<'hang'>(32).fill('hang'))
   const sandbox = await create()
   const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
@@ -428,6 +428,7 @@ onEachStore('a receiver that falls behind: what its sandbox cannot keep for it i
   // Twice as many bytes of events as the sandbox keeps for its receiver, from as many accounts as hold them.
   const created = 120
   for (let index = 0; index < created; index++) await sandbox.createItem(tokens[index % tokens.length]!, { name: `item ${index}`, description: 'd'.repeat(10_000) })
+  receiver.release(503)
   const dropped = (): number => lines.filter((line) => line.includes('webhook deliveries dropped')).reduce((sum, line) => sum + (JSON.parse(line) as { dropped: number }).dropped, 0)
   const delivered = (): number => new Set(receiver.received.map(({ headers }) => headers['webhook-id'])).size
   await until('every event delivered or counted dropped', () => delivered() + dropped() >= created)
