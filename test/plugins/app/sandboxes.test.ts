@@ -510,13 +510,24 @@ t.test('on Redis, an instance that cannot read the sandboxes\' receivers says so
   await onA.createItem((await onA.register()).accessToken, { name: 'delivered by A' })
   t.same((await receiver.waitFor(1, HANG_MS)).map(({ body }) => (JSON.parse(body) as { data: { item: { name: string } } }).data.item.name), ['delivered by A'],
     'B closed, A delivers what B set')
+
+  // Another sandbox's receiver, set on C: A reads it beside the one it delivers already, which it keeps delivering.
+  const c = await instance()
+  const other = (await opsCall(t, c.ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+  const otherReceiver = await startReceiver()
+  t.teardown(otherReceiver.stop)
+  t.equal((await opsCall(t, c.ops, 'setSandboxWebhook', 'PUT', `${other.basePath}/webhook`, { url: otherReceiver.url, secret })).status, 204, 'another set on C')
+  await c.api.app.close()
+  const otherOnA = new Api(a.api.app, other.basePath)
+  await otherOnA.createItem((await otherOnA.register()).accessToken, { name: 'the other\'s' })
+  await otherReceiver.waitFor(1, HANG_MS)
   receiver.answer('hang')
   const { accessToken } = await onA.register()
   await onA.createItem(accessToken, { name: 'held open' })
   await receiver.waitFor(2, HANG_MS)
-  t.equal(receiver.hanging(), 1, 'an attempt of A\'s is open')
-  const c = await instance()
-  t.equal((await opsCall(t, c.ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`)).status, 204, 'removed on C')
+  t.equal(receiver.hanging(), 1, 'an attempt of A\'s is open, the first receiver still delivered')
+  const d = await instance()
+  t.equal((await opsCall(t, d.ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`)).status, 204, 'removed on D')
   await until('A to end its attempt', () => receiver.hanging() === 0)
 })
 
