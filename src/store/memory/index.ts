@@ -1,4 +1,4 @@
-import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES } from '../rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../rules.js'
 import { type CapacityBounds, UNBOUNDED } from '../capacity.js'
 import type { Store } from '../store.js'
 import { MemoryAccounts } from './accounts.js'
@@ -25,9 +25,7 @@ export interface MemoryStoreOptions {
   clock?: () => number
 }
 
-// Per subscriber: PENDING_DELIVERIES deliveries, or 4 Mi characters of events (8 MB at most; about 8 000 events of a
-// typical item, 200 of the largest).
-export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DELIVERIES, characters: 4 * 1024 * 1024 }
+export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DELIVERIES, characters: PENDING_DELIVERY_TEXT }
 
 // Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.

@@ -164,7 +164,7 @@ export interface WebhookKeys {
   readonly traceparents: string
   /** String: events dropped while the subscriber's deliveries were at their bound, until an instance logs them. */
   readonly dropped: string
-  /** String: bytes of the pending deliveries' events, kept only where the outbox bounds them (a sandbox's). */
+  /** String: bytes of the pending deliveries' events, for their bound (RedisOutboxBounds.deliveryBytes). */
   readonly pendingBytes: string
   /**
    * String, of a listing's subscriber (a sandbox's receiver): "<stream id> <place>" of the newest event fanned out

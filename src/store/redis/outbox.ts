@@ -47,8 +47,7 @@ end
 export const outboxScripts = {
   // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count, traceparents and cursor.
   // ARGV: now (ms), most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, 'listed'
-  // when the stream is a listing ('' otherwise), most bytes of their events a subscriber keeps ('' for no bound,
-  // and none counted), then for each subscriber its channels (space-separated) and its due, events, dropped,
+  // when the stream is a listing ('' otherwise), most bytes of their events a subscriber keeps, then for each subscriber its channels (space-separated) and its due, events, dropped,
   // traceparents and pending bytes keys. First moves events to every subscriber of their channel (a delivery is
   // due from the moment its event was recorded): from the stream, which they leave, or from a listing, which they
   // stay in, those past this subscriber's cursor (LISTING_END), which moves past them, to it alone; none while it
@@ -70,12 +69,11 @@ local function fanOut (entries)
     for i = 8, #ARGV, 6 do
       if (ARGV[6] == '' or ARGV[i + 1] == KEYS[2]) and string.find(' ' .. ARGV[i] .. ' ', ' ' .. channel .. ' ', 1, true) then
         local due, events, dropped, traceparents, bytes = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-        if redis.call('ZCARD', due) >= tonumber(ARGV[5])
-          or (ARGV[7] ~= '' and tonumber(redis.call('GET', bytes) or '0') + #stored > tonumber(ARGV[7])) then
+        if redis.call('ZCARD', due) >= tonumber(ARGV[5]) or tonumber(redis.call('GET', bytes) or '0') + #stored > tonumber(ARGV[7]) then
           redis.call('INCR', dropped)
         elseif redis.call('ZADD', due, 'NX', recordedAt, eventId) == 1 then
           redis.call('HSET', events, eventId, stored)
-          if ARGV[7] ~= '' then redis.call('INCRBY', bytes, #stored) end
+          redis.call('INCRBY', bytes, #stored)
           if traceparent then redis.call('HSET', traceparents, eventId, traceparent) end
         end
       end
@@ -122,8 +120,8 @@ for _, eventId in ipairs(redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', '
 end
 return taken`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes (counted only where they are
-  // bounded). ARGV: event id, when to retry ('' when it has ended).
+  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes (counted from its first fan-out
+  // on: deliveries an earlier version fanned out are not). ARGV: event id, when to retry ('' when it has ended).
   settleDelivery: {
     numberOfKeys: 5,
     lua: `
@@ -240,7 +238,7 @@ return {redelivered, 0}`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     takeDeliveries (outbox: string, due: string, events: string, attempts: string, dropped: string, traceparents: string, cursor: string, now: number,
-      limit: number, leaseMs: number, fanOut: number, maxPending: number, listed: 'listed' | '', maxPendingBytes: number | '', ...subscribers: string[]):
+      limit: number, leaseMs: number, fanOut: number, maxPending: number, listed: 'listed' | '', maxPendingBytes: number, ...subscribers: string[]):
     Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, eventId: string, retryAt: number | ''): Result<1, Context>
     deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...DeadLetterKeys,
@@ -279,8 +277,8 @@ export interface StreamBound {
 export interface RedisOutboxBounds {
   /** Deliveries each subscriber keeps at most. */
   readonly deliveries: number
-  /** Bytes of their events each subscriber keeps at most (its pending deliveries'): no bound when left out. */
-  readonly deliveryBytes?: number
+  /** Bytes of their events each subscriber keeps at most (its pending deliveries'). */
+  readonly deliveryBytes: number
   /** Dead letters each subscriber keeps at most, and bytes of their events: DEAD_LETTERS and DEAD_LETTER_BYTES when left out. */
   readonly deadLetters?: number
   readonly deadLetterBytes?: number
@@ -317,16 +315,14 @@ export class RedisOutbox implements Outbox {
   readonly #subscribers = new Map<string, string[]>()
   #fannedOutTo: string[] = []
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
-  readonly #bounds: Required<Omit<RedisOutboxBounds, 'stream' | 'deliveryBytes'>>
-  readonly #deliveryBytes: number | ''
+  readonly #bounds: Required<Omit<RedisOutboxBounds, 'stream'>>
   readonly #streamBound: string
   readonly #listed: boolean
 
-  constructor (redis: Redis, keys: RedisKeys, { stream = OUTBOX_STREAM_BOUND, deliveryBytes, ...bounds }: RedisOutboxBounds) {
+  constructor (redis: Redis, keys: RedisKeys, { stream = OUTBOX_STREAM_BOUND, ...bounds }: RedisOutboxBounds) {
     this.#redis = redis
     this.#keys = keys
     this.#bounds = { deadLetters: DEAD_LETTERS, deadLetterBytes: DEAD_LETTER_BYTES, ...bounds }
-    this.#deliveryBytes = deliveryBytes ?? ''
     this.#listed = stream.bytes !== undefined
     this.#streamBound = stream.bytes === undefined ? String(stream.events) : `${stream.events} ${stream.bytes}`
   }
@@ -366,7 +362,7 @@ export class RedisOutbox implements Outbox {
   async take (subscriber: string, now: number, limit: number, leaseMs: number): Promise<Taken> {
     const keys = webhookKeys(this.#keys, subscriber)
     const [dropped, ...taken] = await call(this.#redis.takeDeliveries(this.#keys.outbox, keys.due, keys.events, keys.attempts, keys.dropped,
-      keys.traceparents, keys.cursor, now, limit, leaseMs, FAN_OUT_BATCH, this.#bounds.deliveries, this.#listed ? 'listed' : '', this.#deliveryBytes, ...this.#fannedOutTo))
+      keys.traceparents, keys.cursor, now, limit, leaseMs, FAN_OUT_BATCH, this.#bounds.deliveries, this.#listed ? 'listed' : '', this.#bounds.deliveryBytes, ...this.#fannedOutTo))
     const deliveries: Delivery[] = []
     for (let index = 0; index + 3 < taken.length; index += 4) {
       const [id, attempt, stored, traceparent] = [String(taken[index]), Number(taken[index + 1]), String(taken[index + 2]), String(taken[index + 3])]

@@ -428,6 +428,8 @@ onEachStore('a receiver that falls behind: what its sandbox cannot keep for it i
   // Twice as many bytes of events as the sandbox keeps for its receiver, from as many accounts as hold them.
   const created = 120
   for (let index = 0; index < created; index++) await sandbox.createItem(tokens[index % tokens.length]!, { name: `item ${index}`, description: 'd'.repeat(10_000) })
+  // Every one held, whatever order they came in: none of them would be left to wait out its timeout.
+  await until('the receiver to hold every attempt it is sent at once', () => receiver.hanging() === 32)
   receiver.release(503)
   const dropped = (): number => lines.filter((line) => line.includes('webhook deliveries dropped')).reduce((sum, line) => sum + (JSON.parse(line) as { dropped: number }).dropped, 0)
   const delivered = (): number => new Set(receiver.received.map(({ headers }) => headers['webhook-id'])).size

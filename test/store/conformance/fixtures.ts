@@ -9,6 +9,8 @@ import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore, Wr
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
   maxPendingDeliveries?: number
+  /** Of their events' text: characters in memory, bytes on Redis. */
+  maxPendingDeliveryBytes?: number
   idempotencyKeys?: { ttlMs?: number, perUser?: number }
   capacity?: CapacityBounds
 }

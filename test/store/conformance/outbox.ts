@@ -141,4 +141,18 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
     t.equal(taken.dropped, 2)
     t.equal((await outbox.take('slow', Date.now() + 1, 10, HOUR)).dropped, 0, 'counted once')
   })
+
+  t.test('outbox: a subscriber keeps its deliveries within a bound on their events\' text too; past it, new events are dropped, and room comes back as they end', async (t) => {
+    // Each event about 1 100 characters (bytes): two fit, a third does not.
+    const { users, items, outbox } = await open(t, { maxItemsPerContributor: 1000, maxPendingDeliveryBytes: 3000 })
+    await outbox.subscribe('slow', [ADDED])
+    for (let index = 0; index < 3; index += 1) await items.add(item(await account(users), { name: `item ${index}`, description: 'd'.repeat(1000) }), announce(ADDED))
+    const taken = await outbox.take('slow', Date.now() + 1, 10, HOUR)
+    t.same(bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), ['item 0', 'item 1'], 'those already waiting keep their place')
+    t.equal(taken.dropped, 1)
+    await outbox.settle('slow', taken.deliveries[0]!)
+    await items.add(item(await account(users), { name: 'after one ended', description: 'd'.repeat(1000) }), announce(ADDED))
+    const next = await outbox.take('slow', Date.now() + 1, 10, HOUR)
+    t.same([bodies(next.deliveries).map((body) => (body as { item: Item }).item.name), next.dropped], [['after one ended'], 0], 'a delivery ended makes room')
+  })
 }

@@ -7,14 +7,15 @@ import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { itemBytes, keyBytes, MemoryCapacity, sessionBytes, userBytes } from '../../../src/store/memory/capacity.js'
 import { takeRegistration } from '../../../src/store/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
+import { PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../../../src/store/rules.js'
 import { account, ADDED, announce, HOUR, item, user } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
-storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, idempotencyKeys = {}, capacity }) => createMemoryStore({
+storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, maxPendingDeliveryBytes, idempotencyKeys = {}, capacity }) => createMemoryStore({
   maxItemsPerContributor,
   idempotencyKeys,
   ...(capacity === undefined ? {} : { capacity }),
-  ...(maxPendingDeliveries === undefined ? {} : { pendingDeliveries: { deliveries: maxPendingDeliveries, characters: 1024 * 1024 } })
+  pendingDeliveries: { deliveries: maxPendingDeliveries ?? PENDING_DELIVERIES, characters: maxPendingDeliveryBytes ?? PENDING_DELIVERY_TEXT }
 }))
 
 t.test('idempotency keys are charged to their user: a create out of room pushes out their own oldest records, all it needs or none, and no one else\'s', async (t) => {
