@@ -16,6 +16,8 @@ import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { redisProxy } from '../../support/redis-proxy.js'
+import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
 import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
@@ -531,6 +533,27 @@ t.test('on Redis, an instance that cannot read the sandboxes\' receivers says so
   const d = await instance()
   t.equal((await opsCall(t, d.ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`)).status, 204, 'removed on D')
   await until('A to end its attempt', () => receiver.hanging() === 0)
+})
+
+t.test('on Redis, a receiver set whose follow-up reply is lost is answered as set, and delivered once the instance reads the registry again', { skip: redisSkipped }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const { lines, logStream } = captureLogs()
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+  const receiver = await startReceiver()
+  t.teardown(receiver.stop)
+  const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
+  proxy.arm(sandboxScripts.followSandboxReceiver, 'drop-reply')
+  t.equal((await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: receiver.url, secret })).status, 204, 'set: the registry has it')
+  t.same(proxy.injected, ['drop-reply'], 'the reply of what followed it was lost')
+  t.ok(lines.some((line) => line.includes('a sandbox\'s change is made, but not what follows it here')), 'and logged')
+  await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+  const sandbox = new Api(api.app, basePath)
+  await sandbox.createItem((await sandbox.register()).accessToken, { name: 'delivered all the same' })
+  t.same((await receiver.waitFor(1, HANG_MS)).map(({ body }) => (JSON.parse(body) as { data: { item: { name: string } } }).data.item.name), ['delivered all the same'])
 })
 
 t.test('on Redis, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted, once, by whichever instance finds it first; and so are the keys of a generation left over', { skip: redisSkipped }, async (t) => {
