@@ -6,15 +6,15 @@ import type { RouteOperationId } from './routes.js'
 /** The JSON body the contract allows, by operationId, then by status code. */
 export const responseValidators: { readonly [Id in RouteOperationId]: { readonly [status: string]: ValidateFunction } } = {
   getMetrics: { '401': responses.getMetrics_401 },
-  listDeadLetters: { '200': responses.listDeadLetters_200, '400': responses.listDeadLetters_400, '401': responses.listDeadLetters_401, '404': responses.listDeadLetters_404 },
-  redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404 },
-  listAccounts: { '200': responses.listAccounts_200, '400': responses.listAccounts_400, '401': responses.listAccounts_401 },
-  removeAccount: { '400': responses.removeAccount_400, '401': responses.removeAccount_401 },
-  createSandbox: { '201': responses.createSandbox_201, '400': responses.createSandbox_400, '401': responses.createSandbox_401, '404': responses.createSandbox_404, '507': responses.createSandbox_507 },
-  deleteSandbox: { '400': responses.deleteSandbox_400, '401': responses.deleteSandbox_401, '404': responses.deleteSandbox_404 },
-  listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404 },
-  resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404 },
-  setSandboxWebhook: { '400': responses.setSandboxWebhook_400, '401': responses.setSandboxWebhook_401, '404': responses.setSandboxWebhook_404 },
-  deleteSandboxWebhook: { '400': responses.deleteSandboxWebhook_400, '401': responses.deleteSandboxWebhook_401, '404': responses.deleteSandboxWebhook_404 },
-  advanceSandboxClock: { '200': responses.advanceSandboxClock_200, '400': responses.advanceSandboxClock_400, '401': responses.advanceSandboxClock_401, '404': responses.advanceSandboxClock_404 }
+  listDeadLetters: { '200': responses.listDeadLetters_200, '400': responses.listDeadLetters_400, '401': responses.listDeadLetters_401, '404': responses.listDeadLetters_404, '500': responses.listDeadLetters_500, '503': responses.listDeadLetters_503 },
+  redeliverDeadLetters: { '200': responses.redeliverDeadLetters_200, '400': responses.redeliverDeadLetters_400, '401': responses.redeliverDeadLetters_401, '404': responses.redeliverDeadLetters_404, '413': responses.redeliverDeadLetters_413, '415': responses.redeliverDeadLetters_415, '500': responses.redeliverDeadLetters_500, '503': responses.redeliverDeadLetters_503, '504': responses.redeliverDeadLetters_504 },
+  listAccounts: { '200': responses.listAccounts_200, '400': responses.listAccounts_400, '401': responses.listAccounts_401, '500': responses.listAccounts_500, '503': responses.listAccounts_503 },
+  removeAccount: { '400': responses.removeAccount_400, '401': responses.removeAccount_401, '500': responses.removeAccount_500, '503': responses.removeAccount_503, '504': responses.removeAccount_504 },
+  createSandbox: { '201': responses.createSandbox_201, '400': responses.createSandbox_400, '401': responses.createSandbox_401, '404': responses.createSandbox_404, '413': responses.createSandbox_413, '415': responses.createSandbox_415, '500': responses.createSandbox_500, '503': responses.createSandbox_503, '504': responses.createSandbox_504, '507': responses.createSandbox_507 },
+  deleteSandbox: { '400': responses.deleteSandbox_400, '401': responses.deleteSandbox_401, '404': responses.deleteSandbox_404, '500': responses.deleteSandbox_500, '503': responses.deleteSandbox_503, '504': responses.deleteSandbox_504 },
+  listSandboxEvents: { '200': responses.listSandboxEvents_200, '400': responses.listSandboxEvents_400, '401': responses.listSandboxEvents_401, '404': responses.listSandboxEvents_404, '500': responses.listSandboxEvents_500, '503': responses.listSandboxEvents_503 },
+  resetSandbox: { '200': responses.resetSandbox_200, '400': responses.resetSandbox_400, '401': responses.resetSandbox_401, '404': responses.resetSandbox_404, '500': responses.resetSandbox_500, '503': responses.resetSandbox_503, '504': responses.resetSandbox_504 },
+  setSandboxWebhook: { '400': responses.setSandboxWebhook_400, '401': responses.setSandboxWebhook_401, '404': responses.setSandboxWebhook_404, '413': responses.setSandboxWebhook_413, '415': responses.setSandboxWebhook_415, '500': responses.setSandboxWebhook_500, '503': responses.setSandboxWebhook_503, '504': responses.setSandboxWebhook_504 },
+  deleteSandboxWebhook: { '400': responses.deleteSandboxWebhook_400, '401': responses.deleteSandboxWebhook_401, '404': responses.deleteSandboxWebhook_404, '500': responses.deleteSandboxWebhook_500, '503': responses.deleteSandboxWebhook_503, '504': responses.deleteSandboxWebhook_504 },
+  advanceSandboxClock: { '200': responses.advanceSandboxClock_200, '400': responses.advanceSandboxClock_400, '401': responses.advanceSandboxClock_401, '404': responses.advanceSandboxClock_404, '413': responses.advanceSandboxClock_413, '415': responses.advanceSandboxClock_415, '500': responses.advanceSandboxClock_500, '503': responses.advanceSandboxClock_503, '504': responses.advanceSandboxClock_504 }
 }

@@ -5,7 +5,7 @@ import runtime0 from 'ajv-formats/dist/formats.js'
 
 export const getMetrics_401: ValidateFunction = validate52;
 const schema19 = {"$ref":"ErrorResponse"};
-const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","STORE_FULL","INTERNAL_ERROR"]},"message":{"type":"string"}}};
+const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","PAYLOAD_TOO_LARGE","UNSUPPORTED_MEDIA_TYPE","STORE_FULL","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN"]},"message":{"type":"string"}}};
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorResponse" */;
@@ -51,7 +51,7 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(!(((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "STORE_FULL")) || (data0 === "INTERNAL_ERROR"))){
+if(!(((((((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "PAYLOAD_TOO_LARGE")) || (data0 === "UNSUPPORTED_MEDIA_TYPE")) || (data0 === "STORE_FULL")) || (data0 === "INTERNAL_ERROR")) || (data0 === "SERVICE_UNAVAILABLE")) || (data0 === "OUTCOME_UNKNOWN"))){
 const err3 = {instancePath:instancePath+"/code",schemaPath:"#/properties/code/enum",keyword:"enum",params:{allowedValues: schema20.properties.code.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
@@ -771,15 +771,59 @@ return errors === 0;
 }
 validate65.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const redeliverDeadLetters_200: ValidateFunction = validate67;
-const schema28 = {"$ref":"RedeliverResponse"};
-const schema29 = {"$id":"RedeliverResponse","type":"object","required":["redelivered"],"properties":{"redelivered":{"type":"integer","minimum":0}}};
+export const listDeadLetters_500: ValidateFunction = validate67;
+const schema28 = {"$ref":"ErrorResponse"};
 
-function validate68(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate67.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate67.errors = vErrors;
+return errors === 0;
+}
+validate67.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listDeadLetters_503: ValidateFunction = validate69;
+const schema29 = {"$ref":"ErrorResponse"};
+
+function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate69.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate69.errors = vErrors;
+return errors === 0;
+}
+validate69.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_200: ValidateFunction = validate71;
+const schema30 = {"$ref":"RedeliverResponse"};
+const schema31 = {"$id":"RedeliverResponse","type":"object","required":["redelivered"],"properties":{"redelivered":{"type":"integer","minimum":0}}};
+
+function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="RedeliverResponse" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate68.evaluated;
+const evaluated0 = validate72.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -833,77 +877,33 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate68.errors = vErrors;
-return errors === 0;
-}
-validate68.evaluated = {"props":{"redelivered":true},"dynamicProps":false,"dynamicItems":false};
-
-
-function validate67(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate67.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate68(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate68.errors : vErrors.concat(validate68.errors);
-errors = vErrors.length;
-}
-validate67.errors = vErrors;
-return errors === 0;
-}
-validate67.evaluated = {"props":{"redelivered":true},"dynamicProps":false,"dynamicItems":false};
-
-export const redeliverDeadLetters_400: ValidateFunction = validate70;
-const schema30 = {"$ref":"ValidationErrorResponse"};
-
-function validate70(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate70.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate70.errors = vErrors;
-return errors === 0;
-}
-validate70.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const redeliverDeadLetters_401: ValidateFunction = validate72;
-const schema31 = {"$ref":"ErrorResponse"};
-
-function validate72(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate72.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
 validate72.errors = vErrors;
 return errors === 0;
 }
-validate72.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate72.evaluated = {"props":{"redelivered":true},"dynamicProps":false,"dynamicItems":false};
 
-export const redeliverDeadLetters_404: ValidateFunction = validate74;
-const schema32 = {"$ref":"ErrorResponse"};
+
+function validate71(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate71.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate72(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate72.errors : vErrors.concat(validate72.errors);
+errors = vErrors.length;
+}
+validate71.errors = vErrors;
+return errors === 0;
+}
+validate71.evaluated = {"props":{"redelivered":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_400: ValidateFunction = validate74;
+const schema32 = {"$ref":"ValidationErrorResponse"};
 
 function validate74(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -915,25 +915,179 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
 validate74.errors = vErrors;
 return errors === 0;
 }
-validate74.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate74.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listAccounts_200: ValidateFunction = validate76;
-const schema33 = {"$ref":"AccountList"};
-const schema34 = {"$id":"AccountList","type":"object","required":["accounts"],"properties":{"accounts":{"type":"array","items":{"$ref":"Account"}},"next":{"type":"string","description":"Present when older accounts follow this page; pass it as `before` for the next."}}};
-const schema35 = {"$id":"Account","type":"object","required":["id","email","role","createdAt","heldBytes","items"],"properties":{"id":{"type":"string","format":"uuid"},"email":{"type":"string","description":"As the user typed it when registering."},"role":{"type":"string","enum":["contributor","viewer"]},"createdAt":{"type":"string","format":"date-time"},"heldBytes":{"type":"integer","minimum":0,"description":"What the account makes the store keep, in bytes as the store holds them, its sessions included."},"items":{"type":"integer","minimum":0,"description":"Items it owns."}}};
+export const redeliverDeadLetters_401: ValidateFunction = validate76;
+const schema33 = {"$ref":"ErrorResponse"};
+
+function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate76.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate76.errors = vErrors;
+return errors === 0;
+}
+validate76.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_404: ValidateFunction = validate78;
+const schema34 = {"$ref":"ErrorResponse"};
 
 function validate78(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-/*# sourceURL="Account" */;
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate78.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate78.errors = vErrors;
+return errors === 0;
+}
+validate78.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_413: ValidateFunction = validate80;
+const schema35 = {"$ref":"ErrorResponse"};
+
+function validate80(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate80.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate80.errors = vErrors;
+return errors === 0;
+}
+validate80.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_415: ValidateFunction = validate82;
+const schema36 = {"$ref":"ErrorResponse"};
+
+function validate82(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate82.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate82.errors = vErrors;
+return errors === 0;
+}
+validate82.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_500: ValidateFunction = validate84;
+const schema37 = {"$ref":"ErrorResponse"};
+
+function validate84(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate84.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate84.errors = vErrors;
+return errors === 0;
+}
+validate84.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_503: ValidateFunction = validate86;
+const schema38 = {"$ref":"ErrorResponse"};
+
+function validate86(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate86.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate86.errors = vErrors;
+return errors === 0;
+}
+validate86.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const redeliverDeadLetters_504: ValidateFunction = validate88;
+const schema39 = {"$ref":"ErrorResponse"};
+
+function validate88(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate88.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate88.errors = vErrors;
+return errors === 0;
+}
+validate88.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listAccounts_200: ValidateFunction = validate90;
+const schema40 = {"$ref":"AccountList"};
+const schema41 = {"$id":"AccountList","type":"object","required":["accounts"],"properties":{"accounts":{"type":"array","items":{"$ref":"Account"}},"next":{"type":"string","description":"Present when older accounts follow this page; pass it as `before` for the next."}}};
+const schema42 = {"$id":"Account","type":"object","required":["id","email","role","createdAt","heldBytes","items"],"properties":{"id":{"type":"string","format":"uuid"},"email":{"type":"string","description":"As the user typed it when registering."},"role":{"type":"string","enum":["contributor","viewer"]},"createdAt":{"type":"string","format":"date-time"},"heldBytes":{"type":"integer","minimum":0,"description":"What the account makes the store keep, in bytes as the store holds them, its sessions included."},"items":{"type":"integer","minimum":0,"description":"Items it owns."}}};
+
+function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="Account" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate92.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1051,7 +1205,7 @@ vErrors.push(err9);
 errors++;
 }
 if(!((data2 === "contributor") || (data2 === "viewer"))){
-const err10 = {instancePath:instancePath+"/role",schemaPath:"#/properties/role/enum",keyword:"enum",params:{allowedValues: schema35.properties.role.enum},message:"must be equal to one of the allowed values"};
+const err10 = {instancePath:instancePath+"/role",schemaPath:"#/properties/role/enum",keyword:"enum",params:{allowedValues: schema42.properties.role.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err10];
 }
@@ -1147,17 +1301,17 @@ vErrors.push(err17);
 }
 errors++;
 }
-validate78.errors = vErrors;
+validate92.errors = vErrors;
 return errors === 0;
 }
-validate78.evaluated = {"props":{"id":true,"email":true,"role":true,"createdAt":true,"heldBytes":true,"items":true},"dynamicProps":false,"dynamicItems":false};
+validate92.evaluated = {"props":{"id":true,"email":true,"role":true,"createdAt":true,"heldBytes":true,"items":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate77(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate91(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="AccountList" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate77.evaluated;
+const evaluated0 = validate91.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1180,8 +1334,8 @@ let data0 = data.accounts;
 if(Array.isArray(data0)){
 const len0 = data0.length;
 for(let i0=0; i0<len0; i0++){
-if(!(validate78(data0[i0], {instancePath:instancePath+"/accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate78.errors : vErrors.concat(validate78.errors);
+if(!(validate92(data0[i0], {instancePath:instancePath+"/accounts/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate92.errors : vErrors.concat(validate92.errors);
 errors = vErrors.length;
 }
 }
@@ -1220,128 +1374,238 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate77.errors = vErrors;
+validate91.errors = vErrors;
 return errors === 0;
 }
-validate77.evaluated = {"props":{"accounts":true,"next":true},"dynamicProps":false,"dynamicItems":false};
+validate91.evaluated = {"props":{"accounts":true,"next":true},"dynamicProps":false,"dynamicItems":false};
 
-
-function validate76(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate76.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
-errors = vErrors.length;
-}
-validate76.errors = vErrors;
-return errors === 0;
-}
-validate76.evaluated = {"props":{"accounts":true,"next":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listAccounts_400: ValidateFunction = validate81;
-const schema36 = {"$ref":"ValidationErrorResponse"};
-
-function validate81(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate81.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate81.errors = vErrors;
-return errors === 0;
-}
-validate81.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listAccounts_401: ValidateFunction = validate83;
-const schema37 = {"$ref":"ErrorResponse"};
-
-function validate83(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate83.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate83.errors = vErrors;
-return errors === 0;
-}
-validate83.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const removeAccount_400: ValidateFunction = validate85;
-const schema38 = {"$ref":"ValidationErrorResponse"};
-
-function validate85(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate85.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate85.errors = vErrors;
-return errors === 0;
-}
-validate85.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const removeAccount_401: ValidateFunction = validate87;
-const schema39 = {"$ref":"ErrorResponse"};
-
-function validate87(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate87.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate87.errors = vErrors;
-return errors === 0;
-}
-validate87.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const createSandbox_201: ValidateFunction = validate89;
-const schema40 = {"$ref":"Sandbox"};
-const schema41 = {"$id":"Sandbox","type":"object","required":["id","basePath","idleSeconds","capacityBytes"],"properties":{"id":{"type":"string","format":"uuid"},"basePath":{"type":"string","description":"Where the sandbox is served on the public API's port: the base URL of a client bound to it is the public API's origin followed by this (the public contract's server `/sandboxes/{sandboxId}`)."},"idleSeconds":{"type":"integer","minimum":1,"description":"How long the sandbox lives on while no request uses it."},"capacityBytes":{"type":"integer","minimum":1,"description":"What the sandbox keeps at most for its accounts, as the store counts it."}}};
 
 function validate90(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-/*# sourceURL="Sandbox" */;
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate90.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate91(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate91.errors : vErrors.concat(validate91.errors);
+errors = vErrors.length;
+}
+validate90.errors = vErrors;
+return errors === 0;
+}
+validate90.evaluated = {"props":{"accounts":true,"next":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listAccounts_400: ValidateFunction = validate95;
+const schema43 = {"$ref":"ValidationErrorResponse"};
+
+function validate95(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate95.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate95.errors = vErrors;
+return errors === 0;
+}
+validate95.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listAccounts_401: ValidateFunction = validate97;
+const schema44 = {"$ref":"ErrorResponse"};
+
+function validate97(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate97.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate97.errors = vErrors;
+return errors === 0;
+}
+validate97.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listAccounts_500: ValidateFunction = validate99;
+const schema45 = {"$ref":"ErrorResponse"};
+
+function validate99(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate99.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate99.errors = vErrors;
+return errors === 0;
+}
+validate99.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listAccounts_503: ValidateFunction = validate101;
+const schema46 = {"$ref":"ErrorResponse"};
+
+function validate101(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate101.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate101.errors = vErrors;
+return errors === 0;
+}
+validate101.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const removeAccount_400: ValidateFunction = validate103;
+const schema47 = {"$ref":"ValidationErrorResponse"};
+
+function validate103(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate103.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate103.errors = vErrors;
+return errors === 0;
+}
+validate103.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const removeAccount_401: ValidateFunction = validate105;
+const schema48 = {"$ref":"ErrorResponse"};
+
+function validate105(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate105.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate105.errors = vErrors;
+return errors === 0;
+}
+validate105.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const removeAccount_500: ValidateFunction = validate107;
+const schema49 = {"$ref":"ErrorResponse"};
+
+function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate107.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate107.errors = vErrors;
+return errors === 0;
+}
+validate107.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const removeAccount_503: ValidateFunction = validate109;
+const schema50 = {"$ref":"ErrorResponse"};
+
+function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate109.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate109.errors = vErrors;
+return errors === 0;
+}
+validate109.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const removeAccount_504: ValidateFunction = validate111;
+const schema51 = {"$ref":"ErrorResponse"};
+
+function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate111.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate111.errors = vErrors;
+return errors === 0;
+}
+validate111.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_201: ValidateFunction = validate113;
+const schema52 = {"$ref":"Sandbox"};
+const schema53 = {"$id":"Sandbox","type":"object","required":["id","basePath","idleSeconds","capacityBytes"],"properties":{"id":{"type":"string","format":"uuid"},"basePath":{"type":"string","description":"Where the sandbox is served on the public API's port: the base URL of a client bound to it is the public API's origin followed by this (the public contract's server `/sandboxes/{sandboxId}`)."},"idleSeconds":{"type":"integer","minimum":1,"description":"How long the sandbox lives on while no request uses it."},"capacityBytes":{"type":"integer","minimum":1,"description":"What the sandbox keeps at most for its accounts, as the store counts it."}}};
+
+function validate114(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="Sandbox" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate114.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1487,126 +1751,38 @@ vErrors.push(err11);
 }
 errors++;
 }
-validate90.errors = vErrors;
+validate114.errors = vErrors;
 return errors === 0;
 }
-validate90.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+validate114.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate89(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate89.evaluated;
+const evaluated0 = validate113.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate90(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate90.errors : vErrors.concat(validate90.errors);
+if(!(validate114(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate114.errors : vErrors.concat(validate114.errors);
 errors = vErrors.length;
 }
-validate89.errors = vErrors;
+validate113.errors = vErrors;
 return errors === 0;
 }
-validate89.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+validate113.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createSandbox_400: ValidateFunction = validate92;
-const schema42 = {"$ref":"ValidationErrorResponse"};
+export const createSandbox_400: ValidateFunction = validate116;
+const schema54 = {"$ref":"ValidationErrorResponse"};
 
-function validate92(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate116(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate92.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate92.errors = vErrors;
-return errors === 0;
-}
-validate92.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const createSandbox_401: ValidateFunction = validate94;
-const schema43 = {"$ref":"ErrorResponse"};
-
-function validate94(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate94.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate94.errors = vErrors;
-return errors === 0;
-}
-validate94.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const createSandbox_404: ValidateFunction = validate96;
-const schema44 = {"$ref":"ErrorResponse"};
-
-function validate96(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate96.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate96.errors = vErrors;
-return errors === 0;
-}
-validate96.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const createSandbox_507: ValidateFunction = validate98;
-const schema45 = {"$ref":"ErrorResponse"};
-
-function validate98(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate98.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate98.errors = vErrors;
-return errors === 0;
-}
-validate98.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const deleteSandbox_400: ValidateFunction = validate100;
-const schema46 = {"$ref":"ValidationErrorResponse"};
-
-function validate100(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate100.evaluated;
+const evaluated0 = validate116.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1617,18 +1793,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate100.errors = vErrors;
+validate116.errors = vErrors;
 return errors === 0;
 }
-validate100.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate116.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandbox_401: ValidateFunction = validate102;
-const schema47 = {"$ref":"ErrorResponse"};
+export const createSandbox_401: ValidateFunction = validate118;
+const schema55 = {"$ref":"ErrorResponse"};
 
-function validate102(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate118(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate102.evaluated;
+const evaluated0 = validate118.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1639,18 +1815,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate102.errors = vErrors;
+validate118.errors = vErrors;
 return errors === 0;
 }
-validate102.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate118.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandbox_404: ValidateFunction = validate104;
-const schema48 = {"$ref":"ErrorResponse"};
+export const createSandbox_404: ValidateFunction = validate120;
+const schema56 = {"$ref":"ErrorResponse"};
 
-function validate104(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate120(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate104.evaluated;
+const evaluated0 = validate120.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1661,20 +1837,284 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate104.errors = vErrors;
+validate120.errors = vErrors;
 return errors === 0;
 }
-validate104.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate120.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listSandboxEvents_200: ValidateFunction = validate106;
-const schema49 = {"$ref":"SandboxEventList"};
-const schema50 = {"$id":"SandboxEventList","type":"object","required":["events"],"properties":{"events":{"type":"array","items":{"type":"object","required":["sequence","event"],"properties":{"sequence":{"type":"integer","minimum":1,"description":"The event's place in the sandbox's order."},"event":{"type":"object","additionalProperties":true,"description":"The event as its webhook carries it (a CloudEvent; openapi.yaml's webhooks describe each)."}}}},"next":{"type":"integer","minimum":1,"description":"Present when more may follow this page; pass it as `after` for the next."}}};
+export const createSandbox_413: ValidateFunction = validate122;
+const schema57 = {"$ref":"ErrorResponse"};
 
-function validate107(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate122(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate122.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate122.errors = vErrors;
+return errors === 0;
+}
+validate122.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_415: ValidateFunction = validate124;
+const schema58 = {"$ref":"ErrorResponse"};
+
+function validate124(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate124.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate124.errors = vErrors;
+return errors === 0;
+}
+validate124.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_500: ValidateFunction = validate126;
+const schema59 = {"$ref":"ErrorResponse"};
+
+function validate126(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate126.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate126.errors = vErrors;
+return errors === 0;
+}
+validate126.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_503: ValidateFunction = validate128;
+const schema60 = {"$ref":"ErrorResponse"};
+
+function validate128(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate128.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate128.errors = vErrors;
+return errors === 0;
+}
+validate128.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_504: ValidateFunction = validate130;
+const schema61 = {"$ref":"ErrorResponse"};
+
+function validate130(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate130.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate130.errors = vErrors;
+return errors === 0;
+}
+validate130.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const createSandbox_507: ValidateFunction = validate132;
+const schema62 = {"$ref":"ErrorResponse"};
+
+function validate132(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate132.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate132.errors = vErrors;
+return errors === 0;
+}
+validate132.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_400: ValidateFunction = validate134;
+const schema63 = {"$ref":"ValidationErrorResponse"};
+
+function validate134(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate134.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate134.errors = vErrors;
+return errors === 0;
+}
+validate134.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_401: ValidateFunction = validate136;
+const schema64 = {"$ref":"ErrorResponse"};
+
+function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate136.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate136.errors = vErrors;
+return errors === 0;
+}
+validate136.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_404: ValidateFunction = validate138;
+const schema65 = {"$ref":"ErrorResponse"};
+
+function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate138.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate138.errors = vErrors;
+return errors === 0;
+}
+validate138.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_500: ValidateFunction = validate140;
+const schema66 = {"$ref":"ErrorResponse"};
+
+function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate140.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate140.errors = vErrors;
+return errors === 0;
+}
+validate140.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_503: ValidateFunction = validate142;
+const schema67 = {"$ref":"ErrorResponse"};
+
+function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate142.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate142.errors = vErrors;
+return errors === 0;
+}
+validate142.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandbox_504: ValidateFunction = validate144;
+const schema68 = {"$ref":"ErrorResponse"};
+
+function validate144(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate144.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate144.errors = vErrors;
+return errors === 0;
+}
+validate144.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listSandboxEvents_200: ValidateFunction = validate146;
+const schema69 = {"$ref":"SandboxEventList"};
+const schema70 = {"$id":"SandboxEventList","type":"object","required":["events"],"properties":{"events":{"type":"array","items":{"type":"object","required":["sequence","event"],"properties":{"sequence":{"type":"integer","minimum":1,"description":"The event's place in the sandbox's order."},"event":{"type":"object","additionalProperties":true,"description":"The event as its webhook carries it (a CloudEvent; openapi.yaml's webhooks describe each)."}}}},"next":{"type":"integer","minimum":1,"description":"Present when more may follow this page; pass it as `after` for the next."}}};
+
+function validate147(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="SandboxEventList" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate107.evaluated;
+const evaluated0 = validate147.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1819,126 +2259,38 @@ vErrors.push(err10);
 }
 errors++;
 }
-validate107.errors = vErrors;
+validate147.errors = vErrors;
 return errors === 0;
 }
-validate107.evaluated = {"props":{"events":true,"next":true},"dynamicProps":false,"dynamicItems":false};
+validate147.evaluated = {"props":{"events":true,"next":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate106(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate146(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate106.evaluated;
+const evaluated0 = validate146.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate107(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate107.errors : vErrors.concat(validate107.errors);
+if(!(validate147(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate147.errors : vErrors.concat(validate147.errors);
 errors = vErrors.length;
 }
-validate106.errors = vErrors;
+validate146.errors = vErrors;
 return errors === 0;
 }
-validate106.evaluated = {"props":{"events":true,"next":true},"dynamicProps":false,"dynamicItems":false};
+validate146.evaluated = {"props":{"events":true,"next":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listSandboxEvents_400: ValidateFunction = validate109;
-const schema51 = {"$ref":"ValidationErrorResponse"};
+export const listSandboxEvents_400: ValidateFunction = validate149;
+const schema71 = {"$ref":"ValidationErrorResponse"};
 
-function validate109(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate149(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate109.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate109.errors = vErrors;
-return errors === 0;
-}
-validate109.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listSandboxEvents_401: ValidateFunction = validate111;
-const schema52 = {"$ref":"ErrorResponse"};
-
-function validate111(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate111.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate111.errors = vErrors;
-return errors === 0;
-}
-validate111.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const listSandboxEvents_404: ValidateFunction = validate113;
-const schema53 = {"$ref":"ErrorResponse"};
-
-function validate113(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate113.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate113.errors = vErrors;
-return errors === 0;
-}
-validate113.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_200: ValidateFunction = validate115;
-const schema54 = {"$ref":"Sandbox"};
-
-function validate115(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate115.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate90(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate90.errors : vErrors.concat(validate90.errors);
-errors = vErrors.length;
-}
-validate115.errors = vErrors;
-return errors === 0;
-}
-validate115.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_400: ValidateFunction = validate117;
-const schema55 = {"$ref":"ValidationErrorResponse"};
-
-function validate117(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate117.evaluated;
+const evaluated0 = validate149.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1949,18 +2301,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate117.errors = vErrors;
+validate149.errors = vErrors;
 return errors === 0;
 }
-validate117.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate149.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_401: ValidateFunction = validate119;
-const schema56 = {"$ref":"ErrorResponse"};
+export const listSandboxEvents_401: ValidateFunction = validate151;
+const schema72 = {"$ref":"ErrorResponse"};
 
-function validate119(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate151(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate119.evaluated;
+const evaluated0 = validate151.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1971,18 +2323,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate119.errors = vErrors;
+validate151.errors = vErrors;
 return errors === 0;
 }
-validate119.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate151.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_404: ValidateFunction = validate121;
-const schema57 = {"$ref":"ErrorResponse"};
+export const listSandboxEvents_404: ValidateFunction = validate153;
+const schema73 = {"$ref":"ErrorResponse"};
 
-function validate121(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate153(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate121.evaluated;
+const evaluated0 = validate153.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1993,18 +2345,84 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate121.errors = vErrors;
+validate153.errors = vErrors;
 return errors === 0;
 }
-validate121.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate153.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_400: ValidateFunction = validate123;
-const schema58 = {"$ref":"ValidationErrorResponse"};
+export const listSandboxEvents_500: ValidateFunction = validate155;
+const schema74 = {"$ref":"ErrorResponse"};
 
-function validate123(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate155(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate123.evaluated;
+const evaluated0 = validate155.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate155.errors = vErrors;
+return errors === 0;
+}
+validate155.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listSandboxEvents_503: ValidateFunction = validate157;
+const schema75 = {"$ref":"ErrorResponse"};
+
+function validate157(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate157.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate157.errors = vErrors;
+return errors === 0;
+}
+validate157.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const resetSandbox_200: ValidateFunction = validate159;
+const schema76 = {"$ref":"Sandbox"};
+
+function validate159(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate159.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate114(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate114.errors : vErrors.concat(validate114.errors);
+errors = vErrors.length;
+}
+validate159.errors = vErrors;
+return errors === 0;
+}
+validate159.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+
+export const resetSandbox_400: ValidateFunction = validate161;
+const schema77 = {"$ref":"ValidationErrorResponse"};
+
+function validate161(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate161.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2015,18 +2433,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate123.errors = vErrors;
+validate161.errors = vErrors;
 return errors === 0;
 }
-validate123.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate161.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_401: ValidateFunction = validate125;
-const schema59 = {"$ref":"ErrorResponse"};
+export const resetSandbox_401: ValidateFunction = validate163;
+const schema78 = {"$ref":"ErrorResponse"};
 
-function validate125(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate163(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate125.evaluated;
+const evaluated0 = validate163.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2037,18 +2455,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate125.errors = vErrors;
+validate163.errors = vErrors;
 return errors === 0;
 }
-validate125.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate163.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_404: ValidateFunction = validate127;
-const schema60 = {"$ref":"ErrorResponse"};
+export const resetSandbox_404: ValidateFunction = validate165;
+const schema79 = {"$ref":"ErrorResponse"};
 
-function validate127(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate165(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate127.evaluated;
+const evaluated0 = validate165.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2059,18 +2477,84 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate127.errors = vErrors;
+validate165.errors = vErrors;
 return errors === 0;
 }
-validate127.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate165.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_400: ValidateFunction = validate129;
-const schema61 = {"$ref":"ValidationErrorResponse"};
+export const resetSandbox_500: ValidateFunction = validate167;
+const schema80 = {"$ref":"ErrorResponse"};
 
-function validate129(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate167(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate129.evaluated;
+const evaluated0 = validate167.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate167.errors = vErrors;
+return errors === 0;
+}
+validate167.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const resetSandbox_503: ValidateFunction = validate169;
+const schema81 = {"$ref":"ErrorResponse"};
+
+function validate169(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate169.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate169.errors = vErrors;
+return errors === 0;
+}
+validate169.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const resetSandbox_504: ValidateFunction = validate171;
+const schema82 = {"$ref":"ErrorResponse"};
+
+function validate171(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate171.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate171.errors = vErrors;
+return errors === 0;
+}
+validate171.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_400: ValidateFunction = validate173;
+const schema83 = {"$ref":"ValidationErrorResponse"};
+
+function validate173(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate173.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2081,18 +2565,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate129.errors = vErrors;
+validate173.errors = vErrors;
 return errors === 0;
 }
-validate129.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate173.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_401: ValidateFunction = validate131;
-const schema62 = {"$ref":"ErrorResponse"};
+export const setSandboxWebhook_401: ValidateFunction = validate175;
+const schema84 = {"$ref":"ErrorResponse"};
 
-function validate131(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate131.evaluated;
+const evaluated0 = validate175.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2103,18 +2587,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate131.errors = vErrors;
+validate175.errors = vErrors;
 return errors === 0;
 }
-validate131.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate175.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_404: ValidateFunction = validate133;
-const schema63 = {"$ref":"ErrorResponse"};
+export const setSandboxWebhook_404: ValidateFunction = validate177;
+const schema85 = {"$ref":"ErrorResponse"};
 
-function validate133(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate133.evaluated;
+const evaluated0 = validate177.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2125,20 +2609,262 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate133.errors = vErrors;
+validate177.errors = vErrors;
 return errors === 0;
 }
-validate133.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate177.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_200: ValidateFunction = validate135;
-const schema64 = {"$ref":"SandboxClock"};
-const schema65 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+export const setSandboxWebhook_413: ValidateFunction = validate179;
+const schema86 = {"$ref":"ErrorResponse"};
 
-function validate136(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate179(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate179.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate179.errors = vErrors;
+return errors === 0;
+}
+validate179.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_415: ValidateFunction = validate181;
+const schema87 = {"$ref":"ErrorResponse"};
+
+function validate181(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate181.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate181.errors = vErrors;
+return errors === 0;
+}
+validate181.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_500: ValidateFunction = validate183;
+const schema88 = {"$ref":"ErrorResponse"};
+
+function validate183(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate183.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate183.errors = vErrors;
+return errors === 0;
+}
+validate183.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_503: ValidateFunction = validate185;
+const schema89 = {"$ref":"ErrorResponse"};
+
+function validate185(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate185.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate185.errors = vErrors;
+return errors === 0;
+}
+validate185.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_504: ValidateFunction = validate187;
+const schema90 = {"$ref":"ErrorResponse"};
+
+function validate187(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate187.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate187.errors = vErrors;
+return errors === 0;
+}
+validate187.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_400: ValidateFunction = validate189;
+const schema91 = {"$ref":"ValidationErrorResponse"};
+
+function validate189(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate189.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate189.errors = vErrors;
+return errors === 0;
+}
+validate189.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_401: ValidateFunction = validate191;
+const schema92 = {"$ref":"ErrorResponse"};
+
+function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate191.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate191.errors = vErrors;
+return errors === 0;
+}
+validate191.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_404: ValidateFunction = validate193;
+const schema93 = {"$ref":"ErrorResponse"};
+
+function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate193.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate193.errors = vErrors;
+return errors === 0;
+}
+validate193.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_500: ValidateFunction = validate195;
+const schema94 = {"$ref":"ErrorResponse"};
+
+function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate195.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate195.errors = vErrors;
+return errors === 0;
+}
+validate195.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_503: ValidateFunction = validate197;
+const schema95 = {"$ref":"ErrorResponse"};
+
+function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate197.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate197.errors = vErrors;
+return errors === 0;
+}
+validate197.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_504: ValidateFunction = validate199;
+const schema96 = {"$ref":"ErrorResponse"};
+
+function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate199.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate199.errors = vErrors;
+return errors === 0;
+}
+validate199.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_200: ValidateFunction = validate201;
+const schema97 = {"$ref":"SandboxClock"};
+const schema98 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+
+function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="SandboxClock" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate136.evaluated;
+const evaluated0 = validate202.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2227,38 +2953,38 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate136.errors = vErrors;
+validate202.errors = vErrors;
 return errors === 0;
 }
-validate136.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate202.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate135(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate135.evaluated;
+const evaluated0 = validate201.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate136(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate136.errors : vErrors.concat(validate136.errors);
+if(!(validate202(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate202.errors : vErrors.concat(validate202.errors);
 errors = vErrors.length;
 }
-validate135.errors = vErrors;
+validate201.errors = vErrors;
 return errors === 0;
 }
-validate135.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate201.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_400: ValidateFunction = validate138;
-const schema66 = {"$ref":"ValidationErrorResponse"};
+export const advanceSandboxClock_400: ValidateFunction = validate204;
+const schema99 = {"$ref":"ValidationErrorResponse"};
 
-function validate138(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate138.evaluated;
+const evaluated0 = validate204.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2269,18 +2995,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate138.errors = vErrors;
+validate204.errors = vErrors;
 return errors === 0;
 }
-validate138.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate204.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_401: ValidateFunction = validate140;
-const schema67 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_401: ValidateFunction = validate206;
+const schema100 = {"$ref":"ErrorResponse"};
 
-function validate140(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate140.evaluated;
+const evaluated0 = validate206.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2291,18 +3017,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate140.errors = vErrors;
+validate206.errors = vErrors;
 return errors === 0;
 }
-validate140.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate206.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_404: ValidateFunction = validate142;
-const schema68 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_404: ValidateFunction = validate208;
+const schema101 = {"$ref":"ErrorResponse"};
 
-function validate142(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate142.evaluated;
+const evaluated0 = validate208.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -2313,8 +3039,118 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate142.errors = vErrors;
+validate208.errors = vErrors;
 return errors === 0;
 }
-validate142.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate208.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_413: ValidateFunction = validate210;
+const schema102 = {"$ref":"ErrorResponse"};
+
+function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate210.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate210.errors = vErrors;
+return errors === 0;
+}
+validate210.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_415: ValidateFunction = validate212;
+const schema103 = {"$ref":"ErrorResponse"};
+
+function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate212.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate212.errors = vErrors;
+return errors === 0;
+}
+validate212.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_500: ValidateFunction = validate214;
+const schema104 = {"$ref":"ErrorResponse"};
+
+function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate214.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate214.errors = vErrors;
+return errors === 0;
+}
+validate214.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_503: ValidateFunction = validate216;
+const schema105 = {"$ref":"ErrorResponse"};
+
+function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate216.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate216.errors = vErrors;
+return errors === 0;
+}
+validate216.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_504: ValidateFunction = validate218;
+const schema106 = {"$ref":"ErrorResponse"};
+
+function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate218.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate218.errors = vErrors;
+return errors === 0;
+}
+validate218.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

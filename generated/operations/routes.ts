@@ -104,7 +104,9 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "404"
+      "404",
+      "500",
+      "503"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -119,6 +121,12 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
           "$ref": "ErrorResponse"
         }
       },
@@ -163,7 +171,12 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "404"
+      "404",
+      "413",
+      "415",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -178,6 +191,21 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "413": {
+          "$ref": "ErrorResponse"
+        },
+        "415": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -200,7 +228,9 @@ export const routes: readonly RouteDefinition[] = [
     "statuses": [
       "200",
       "400",
-      "401"
+      "401",
+      "500",
+      "503"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -212,6 +242,12 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ValidationErrorResponse"
         },
         "401": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
           "$ref": "ErrorResponse"
         }
       },
@@ -252,7 +288,10 @@ export const routes: readonly RouteDefinition[] = [
     "statuses": [
       "204",
       "400",
-      "401"
+      "401",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -261,6 +300,15 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ValidationErrorResponse"
         },
         "401": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -294,6 +342,11 @@ export const routes: readonly RouteDefinition[] = [
       "400",
       "401",
       "404",
+      "413",
+      "415",
+      "500",
+      "503",
+      "504",
       "507"
     ],
     "requiredHeaders": {},
@@ -309,6 +362,21 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "413": {
+          "$ref": "ErrorResponse"
+        },
+        "415": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         },
         "507": {
@@ -335,7 +403,10 @@ export const routes: readonly RouteDefinition[] = [
       "204",
       "400",
       "401",
-      "404"
+      "404",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -347,6 +418,15 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -379,7 +459,9 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "404"
+      "404",
+      "500",
+      "503"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -394,6 +476,12 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
           "$ref": "ErrorResponse"
         }
       },
@@ -443,7 +531,10 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "404"
+      "404",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -458,6 +549,15 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -490,7 +590,12 @@ export const routes: readonly RouteDefinition[] = [
       "204",
       "400",
       "401",
-      "404"
+      "404",
+      "413",
+      "415",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -502,6 +607,21 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "413": {
+          "$ref": "ErrorResponse"
+        },
+        "415": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -537,7 +657,10 @@ export const routes: readonly RouteDefinition[] = [
       "204",
       "400",
       "401",
-      "404"
+      "404",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -549,6 +672,15 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },
@@ -581,7 +713,12 @@ export const routes: readonly RouteDefinition[] = [
       "200",
       "400",
       "401",
-      "404"
+      "404",
+      "413",
+      "415",
+      "500",
+      "503",
+      "504"
     ],
     "requiredHeaders": {},
     "schema": {
@@ -596,6 +733,21 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "404": {
+          "$ref": "ErrorResponse"
+        },
+        "413": {
+          "$ref": "ErrorResponse"
+        },
+        "415": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        },
+        "504": {
           "$ref": "ErrorResponse"
         }
       },

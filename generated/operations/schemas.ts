@@ -380,13 +380,17 @@ export const schemas = {
     "properties": {
       "code": {
         "type": "string",
-        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n",
+        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n",
         "enum": [
           "AUTHENTICATION_REQUIRED",
           "INVALID_TOKEN",
           "NOT_FOUND",
+          "PAYLOAD_TOO_LARGE",
+          "UNSUPPORTED_MEDIA_TYPE",
           "STORE_FULL",
-          "INTERNAL_ERROR"
+          "INTERNAL_ERROR",
+          "SERVICE_UNAVAILABLE",
+          "OUTCOME_UNKNOWN"
         ]
       },
       "message": {

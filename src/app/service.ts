@@ -47,8 +47,6 @@ export interface ItemsServiceOptions {
  */
 export async function itemsService (app: FastifyInstance, options: ItemsServiceOptions): Promise<void> {
   const { config } = options
-  // Only JSON bodies are accepted; anything else is a 415 rather than a string that fails validation.
-  app.removeContentTypeParser('text/plain')
   // On every response, errors included: the id to quote in a report, and no content sniffing of the JSON by a
   // browser (the docs get the rest of helmet's headers in their own plugin).
   app.addHook('onRequest', (request, reply, done) => {

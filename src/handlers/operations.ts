@@ -107,13 +107,15 @@ function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'cr
 }
 
 // Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`), and leaves
-// the sandbox deleted.
-async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: unknown): Promise<void> {
+// the sandbox deleted, since no retry could seed it. Any other failure (the store out of reach) leaves a sandbox
+// just created deleted too, since its caller never learnt its id, and a reset one kept, for the reset tried again.
+async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: unknown, after: 'create' | 'reset'): Promise<void> {
   try {
     await request.server.seedStore(sandbox.store, fixtures)
   } catch (error) {
-    await sandboxes.delete(sandbox.id)
-    if (!(error instanceof Error && error.name === 'SeedError')) throw error
+    const atFault = error instanceof Error && error.name === 'SeedError'
+    if (atFault || after === 'create') await sandboxes.delete(sandbox.id)
+    if (!atFault) throw error
     const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
     throw new InvalidRequestError([{ field, issue }])
   }
@@ -123,7 +125,7 @@ export const createSandbox: OperationsHandler<'createSandbox'> = async (request,
   const sandboxes = sandboxesOf(request)
   const sandbox = await sandboxes.create(request.body)
   if (sandbox === undefined) throw sandboxLimitReached()
-  await seeded(request, sandboxes, sandbox, request.body)
+  await seeded(request, sandboxes, sandbox, request.body, 'create')
   request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
   return await reply.code(201).send(sandboxBody(sandboxes, sandbox))
 }
@@ -132,7 +134,7 @@ export const resetSandbox: OperationsHandler<'resetSandbox'> = async (request, r
   const sandboxes = sandboxesOf(request)
   const reset = await sandboxes.reset(request.params.sandboxId)
   if (reset === undefined) throw notFound('Sandbox')
-  await seeded(request, sandboxes, reset.sandbox, reset.fixtures)
+  await seeded(request, sandboxes, reset.sandbox, reset.fixtures, 'reset')
   request.log.info({ audit: 'resetSandbox', sandboxId: reset.sandbox.id }, 'sandbox reset')
   return await reply.code(200).send(sandboxBody(sandboxes, reset.sandbox))
 }

@@ -81,6 +81,9 @@ interface ContractRoutes<Route extends ContractRoute & { readonly operationId: I
 export async function registerContractRoutes<Route extends ContractRoute & { readonly operationId: Id }, Id extends string> (context: FastifyInstance, contract: ContractRoutes<Route, Id>): Promise<void> {
   context.setValidatorCompiler(contract.validators)
   context.setSerializerCompiler(({ schema }) => contract.serializer(schema))
+  // Only JSON bodies are accepted, as the contracts declare; anything else is a 415 rather than a string that fails
+  // validation.
+  context.removeContentTypeParser('text/plain')
   const register = (routeContext: FastifyInstance, route: Route): void => {
     const applied = contract.pipeline.flatMap(([name, stepFor]) => {
       const step = stepFor(route)

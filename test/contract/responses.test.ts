@@ -1,13 +1,16 @@
-// The statuses every operation shares (500, 503, 413, 415), exercised on every operation from one table of
-// valid requests; together with the other tests this covers every response the contract documents.
-import t from 'tap'
+// The statuses every operation shares (500, 503, 504, 413, 415), exercised on every operation of both contracts from
+// one table of valid requests each; together with the other tests this covers every response the contracts document.
+import t, { type Test } from 'tap'
+import { freePort } from '../../harness/net.js'
+import { type RouteOperationId as OperationsOperationId, routes as operationsRoutes } from '../../generated/operations/routes.js'
 import { type RouteOperationId, routes } from '../../generated/routes.js'
-import { type Store, StoreUnavailableError } from '../../src/store/store.js'
+import { OutcomeUnknownError, type Store, StoreUnavailableError } from '../../src/store/store.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
 import { type CallOptions, newUser } from '../support/api.js'
 import { build, TEST_JWT_SECRET } from '../support/app.js'
 import { whileEventLoopOverloaded } from '../support/wait.js'
 import { forgeToken } from '../support/tokens.js'
+import { opsCall } from '../support/ops.js'
 import { INTERNAL_ERROR_BODY } from '../../src/errors.js'
 
 const ITEM_ID = '00000000-0000-4000-8000-000000000000'
@@ -44,17 +47,27 @@ const usesStore = routes.filter((route) => !route.operationId.startsWith('check'
 const acceptsBody = routes.filter((route) => route.method === 'POST' || route.method === 'PATCH')
 
 // Every part of the store that a request uses fails every call with `error` and has nothing at hand; rate counters
-// call back with it.
+// call back with it. The outbox delivers as the memory store's, but for what the operations API reads and changes of
+// it; the sandboxes close.
 function failingStore (error: Error): Store {
-  const broken = new Proxy({}, { get: (_target, operation) => operation === 'cached' ? () => undefined : async () => { throw error } })
+  const failing = async (): Promise<never> => { throw error }
+  const broken = new Proxy({}, { get: (_target, operation) => operation === 'cached' ? () => undefined : failing })
+  const outbox = createMemoryStore().outbox
   return {
     users: broken as Store['users'],
     sessions: broken as Store['sessions'],
     items: broken as Store['items'],
     idempotencyKeys: broken as Store['idempotencyKeys'],
     accounts: broken as Store['accounts'],
-    outbox: createMemoryStore().outbox,
-    capacity: async () => { throw error },
+    outbox: new Proxy(outbox, {
+      get: (target, operation) => {
+        if (operation === 'deadLetters' || operation === 'redeliver') return failing
+        const value: unknown = Reflect.get(target, operation)
+        return typeof value === 'function' ? value.bind(target) : value
+      }
+    }),
+    capacity: failing,
+    sandboxes: (settings) => ({ settings, count: failing, create: failing, use: failing, reset: failing, delete: failing, deleteIdle: failing, advanceClock: failing, events: failing, setReceiver: failing, close: async () => {} }),
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
       peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },
@@ -121,5 +134,60 @@ t.test('every operation that takes a body answers 413 for an oversized one and 4
     const text = await api.call(route.operationId, { ...request, body: 'name=n', headers: { 'content-type': 'text/plain' } })
     t.equal(text.statusCode, 415, route.operationId)
     t.equal(text.json().code, 'UNSUPPORTED_MEDIA_TYPE')
+  }
+})
+
+const ANY_ID = '00000000-0000-4000-8000-000000000004'
+const WEBHOOK = { url: 'https://hooks.example.com/items', secret: `whsec_${Buffer.alloc(24).toString('base64')}` }
+/** A body each operation of the operations API would accept (none for those that take none). */
+const validOperationsBodies: Record<OperationsOperationId, unknown> = {
+  getMetrics: undefined,
+  listDeadLetters: undefined,
+  redeliverDeadLetters: {},
+  listAccounts: undefined,
+  removeAccount: undefined,
+  createSandbox: {},
+  deleteSandbox: undefined,
+  listSandboxEvents: undefined,
+  resetSandbox: undefined,
+  setSandboxWebhook: WEBHOOK,
+  deleteSandboxWebhook: undefined,
+  advanceSandboxClock: { seconds: 60 }
+}
+const operationsUsingStore = operationsRoutes.filter((route) => route.operationId !== 'getMetrics')
+
+/** The operations API of an app whose store fails with `error`, sandboxes on and a webhook subscriber configured. */
+async function failingOperations (t: Test, error: Error): Promise<string> {
+  const opsPort = await freePort()
+  await build(t, { OPS_PORT: String(opsPort), SANDBOXES: 'on', WEBHOOKS: JSON.stringify([WEBHOOK]) }, { store: failingStore(error) })
+  return `http://127.0.0.1:${opsPort}`
+}
+
+const operationsCall = async (t: Test, ops: string, route: (typeof operationsRoutes)[number], body = validOperationsBodies[route.operationId], contentType?: string): Promise<{ status: number, json: unknown }> =>
+  await opsCall(t, ops, route.operationId, route.method, route.url.replace(/:\w+/g, ANY_ID), body, contentType)
+
+t.test('on the operations API, a store failing with an unexpected error is a 500, an unavailable one a 503, and a change whose outcome the store lost a 504, on every operation that uses it', async (t) => {
+  const answers = [
+    { error: new Error('a bug in the store'), status: 500, code: 'INTERNAL_ERROR', reads: true },
+    { error: new StoreUnavailableError('Redis is down'), status: 503, code: 'SERVICE_UNAVAILABLE', reads: true },
+    // Only a change, made through the store's write step, learns that its reply was lost; a read's lost reply is a 503.
+    { error: new OutcomeUnknownError('its reply was lost'), status: 504, code: 'OUTCOME_UNKNOWN', reads: false }
+  ]
+  for (const { error, status, code, reads } of answers) {
+    const ops = await failingOperations(t, error)
+    for (const route of operationsUsingStore.filter((route) => reads || route.method !== 'GET')) {
+      const { status: answered, json } = await operationsCall(t, ops, route)
+      t.same([answered, (json as { code: string }).code], [status, code], route.operationId)
+    }
+  }
+})
+
+t.test('every operation of the operations API that takes a body answers 413 for an oversized one and 415 for one that is not JSON', async (t) => {
+  const ops = await failingOperations(t, new Error('not reached'))
+  for (const route of operationsRoutes.filter((route) => validOperationsBodies[route.operationId] !== undefined)) {
+    const large = await operationsCall(t, ops, route, { padding: 'x'.repeat(128 * 1024) })
+    t.same([large.status, (large.json as { code: string }).code], [413, 'PAYLOAD_TOO_LARGE'], route.operationId)
+    const text = await operationsCall(t, ops, route, 'seconds=60', 'text/plain')
+    t.same([text.status, (text.json as { code: string }).code], [415, 'UNSUPPORTED_MEDIA_TYPE'], route.operationId)
   }
 })

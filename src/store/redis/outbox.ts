@@ -1,8 +1,9 @@
 import type { Redis, Result } from 'ioredis'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
-import { call, type Script } from './commands.js'
+import { call, type Script, type WriteDeadline } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 // Appends a change's event to the outbox stream, in the script that makes the change (items.ts), when it was given
 // one: ARGV[first..first+4] = event id, channel, body, the stream's bound (StreamBound), and its traceparent when it
@@ -202,13 +203,14 @@ for i = 1, #page, 2 do
 end
 return listed`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their
-  // events, order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids
-  // follow, then the event ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries
-  // as a new one, while there is room. {how many went, 1 when it stopped for want of room}.
+  // A write script (writeScript), so that a redelivery whose reply is lost is answered as what it did. KEYS: a
+  // subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their events,
+  // order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids follow, then
+  // the event ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries as a new one,
+  // while there is room. {how many went, 1 when it stopped for want of room}.
   redeliverDeadLetters: {
     numberOfKeys: 9,
-    lua: `
+    lua: writeScript('', `
 local ids = {}
 for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then ids = redis.call('ZRANGE', KEYS[8], 0, tonumber(ARGV[3]) - 1) end
@@ -216,7 +218,10 @@ local redelivered = 0
 for _, eventId in ipairs(ids) do
   local json = redis.call('HGET', KEYS[6], eventId)
   if json then
-    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return {redelivered, 1} end
+    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+      if redelivered == 0 then return refuse({0, 1}) end
+      return {redelivered, 1}
+    end
     local letter = cjson.decode(json)
     local body = redis.call('HGET', KEYS[7], eventId)
     redis.call('ZADD', KEYS[1], ARGV[1], eventId)
@@ -231,7 +236,8 @@ for _, eventId in ipairs(ids) do
     redelivered = redelivered + 1
   end
 end
-return {redelivered, 0}`
+if redelivered == 0 then return refuse({0, 0}) end
+return {redelivered, 0}`)
   },
 } as const satisfies Record<string, Script>
 
@@ -247,7 +253,7 @@ declare module 'ioredis' {
     listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
       bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
     redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
-      now: number, maxPending: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
+      deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }
 }
 
@@ -309,6 +315,7 @@ const REDELIVERY_BATCH = 100
 export class RedisOutbox implements Outbox {
   readonly durable = true
   readonly #redis: Redis
+  readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   // For each subscriber: its channels (space-separated), due, events, dropped and traceparents keys, as the take
   // script reads them; and all of them, one after another.
@@ -319,8 +326,9 @@ export class RedisOutbox implements Outbox {
   readonly #streamBound: string
   readonly #listed: boolean
 
-  constructor (redis: Redis, keys: RedisKeys, { stream = OUTBOX_STREAM_BOUND, ...bounds }: RedisOutboxBounds) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, { stream = OUTBOX_STREAM_BOUND, ...bounds }: RedisOutboxBounds) {
     this.#redis = redis
+    this.#writes = writes
     this.#keys = keys
     this.#bounds = { deadLetters: DEAD_LETTERS, deadLetterBytes: DEAD_LETTER_BYTES, ...bounds }
     this.#listed = stream.bytes !== undefined
@@ -408,8 +416,9 @@ export class RedisOutbox implements Outbox {
     // In batches: the given ids, or the oldest dead letters until none is left (at most DEAD_LETTERS of them).
     for (let first = 0; first < (eventIds?.length ?? this.#bounds.deadLetters); first += REDELIVERY_BATCH) {
       const batch = eventIds?.slice(first, first + REDELIVERY_BATCH) ?? []
-      const [count, full] = await call(this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts, keys.traceparents, keys.pendingBytes, keys.deadLetters,
-        keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, now, this.#bounds.deliveries, REDELIVERY_BATCH, ...batch))
+      const [count, full] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts,
+        keys.traceparents, keys.pendingBytes, keys.deadLetters, keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, deadline, outcomeKey, now,
+        this.#bounds.deliveries, REDELIVERY_BATCH, ...batch))
       redelivered += count
       if (full === 1 || (eventIds === undefined && count < REDELIVERY_BATCH)) break
     }

@@ -44,7 +44,7 @@ export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { rea
 
 export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options
-  const outbox = new RedisOutbox(redis, keys, options.outbox)
+  const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
   return {
     users,

@@ -18,6 +18,7 @@ import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { redisProxy } from '../../support/redis-proxy.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
+import { userScripts } from '../../../src/store/redis/users.js'
 import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
@@ -554,6 +555,23 @@ t.test('on Redis, a receiver set whose follow-up reply is lost is answered as se
   const sandbox = new Api(api.app, basePath)
   await sandbox.createItem((await sandbox.register()).accessToken, { name: 'delivered all the same' })
   t.same((await receiver.waitFor(1, HANG_MS)).map(({ body }) => (JSON.parse(body) as { data: { item: { name: string } } }).data.item.name), ['delivered all the same'])
+})
+
+t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the sandbox, so that the reset tried again puts its fixtures back', { skip: redisSkipped }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'silent' })
+  const password = 'correct horse battery staple'
+  const fixtures = { users: [{ email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
+  const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)).json as Sandbox
+  proxy.arm(userScripts.addUser, 'drop-connection')
+  const failed = await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)
+  t.same([failed.status, proxy.injected], [503, ['drop-connection']], 'the reset is not done, and says so')
+  await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200, 'tried again, the sandbox is there to reset')
+  t.equal((await new Api(api.app, basePath).call('loginUser', { body: { email: 'ada@example.com', password } })).statusCode, 200, 'with its fixtures')
 })
 
 t.test('on Redis, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted, once, by whichever instance finds it first; and so are the keys of a generation left over', { skip: redisSkipped }, async (t) => {

@@ -396,11 +396,15 @@ export interface components {
              * @description - `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.
              *     - `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.
              *     - `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.
+             *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.
+             *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.
              *     - `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.
              *     - `INTERNAL_ERROR` (500): an unexpected failure.
+             *     - `SERVICE_UNAVAILABLE` (503): the data store is out of reach.
+             *     - `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.
              * @enum {string}
              */
-            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "STORE_FULL" | "INTERNAL_ERROR";
+            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "STORE_FULL" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
             message: string;
         };
     };
@@ -481,6 +485,93 @@ export interface components {
                  * @example {
                  *       "code": "NOT_FOUND",
                  *       "message": "No webhook subscriber is configured at https://hooks.example.com/other."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The body is larger than the operations API accepts (`PAYLOAD_TOO_LARGE`). */
+        PayloadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "PAYLOAD_TOO_LARGE",
+                 *       "message": "The request body is too large."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description The body is not `application/json` (`UNSUPPORTED_MEDIA_TYPE`). */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "UNSUPPORTED_MEDIA_TYPE",
+                 *       "message": "The body must be application/json."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /** @description An unexpected failure (`INTERNAL_ERROR`); nothing internal is disclosed. */
+        InternalError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "INTERNAL_ERROR",
+                 *       "message": "An unexpected error occurred."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /**
+         * @description The instance cannot reach its data store (`SERVICE_UNAVAILABLE`). A change answered so was not made or, for
+         *     one made in steps (a sandbox's reset, an account's removal, a redelivery of many), made in part, which the
+         *     same change sent again finishes. Try again after `Retry-After` seconds.
+         */
+        ServiceUnavailable: {
+            headers: {
+                /** @description Seconds to wait before trying again, when the service can tell (it does when its data store is unreachable). */
+                "Retry-After"?: number;
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "SERVICE_UNAVAILABLE",
+                 *       "message": "The data store is unavailable; try again shortly."
+                 *     }
+                 */
+                "application/json": components["schemas"]["ErrorResponse"];
+            };
+        };
+        /**
+         * @description The instance sent the change to its data store but lost the store's answer, and could not learn in time
+         *     whether the change was made (`OUTCOME_UNKNOWN`): it may have been. Never sent for a change that was not made
+         *     (that is a 503). A sandbox's reset, deletion or receiver, an account's removal and a redelivery may be sent
+         *     again as they are; a sandbox created twice is two (one left unused idles out), and a clock moved twice has
+         *     moved twice (a reset puts it back).
+         */
+        OutcomeUnknown: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "code": "OUTCOME_UNKNOWN",
+                 *       "message": "The change may or may not have been made."
                  *     }
                  */
                 "application/json": components["schemas"]["ErrorResponse"];
@@ -593,6 +684,8 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSubscriber"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     redeliverDeadLetters: {
@@ -633,6 +726,11 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSubscriber"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     listAccounts: {
@@ -686,6 +784,8 @@ export interface operations {
             };
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     removeAccount: {
@@ -709,6 +809,9 @@ export interface operations {
             };
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     createSandbox: {
@@ -764,6 +867,11 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["SandboxesOff"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
             /** @description As many sandboxes as `SANDBOX_LIMIT` allows exist; delete one, or wait for one to idle out. */
             507: {
                 headers: {
@@ -803,6 +911,9 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     listSandboxEvents: {
@@ -864,6 +975,8 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     resetSandbox: {
@@ -898,6 +1011,9 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     setSandboxWebhook: {
@@ -932,6 +1048,11 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     deleteSandboxWebhook: {
@@ -956,6 +1077,9 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
     advanceSandboxClock: {
@@ -997,6 +1121,11 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+            504: components["responses"]["OutcomeUnknown"];
         };
     };
 }
