@@ -106,16 +106,15 @@ function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'cr
   return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes }
 }
 
-// Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`), and leaves
-// the sandbox deleted, since no retry could seed it. Any other failure (the store out of reach) leaves a sandbox
-// just created deleted too, since its caller never learnt its id, and a reset one kept, for the reset tried again.
+// Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`). On any
+// failure a sandbox just created is abandoned (its caller never learnt its id), and one reset is kept, for the
+// reset tried again (the store out of reach) or its deletion.
 async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: unknown, after: 'create' | 'reset'): Promise<void> {
   try {
     await request.server.seedStore(sandbox.store, fixtures)
   } catch (error) {
-    const atFault = error instanceof Error && error.name === 'SeedError'
-    if (atFault || after === 'create') await sandboxes.delete(sandbox.id)
-    if (!atFault) throw error
+    if (after === 'create') await sandboxes.abandon(sandbox.id)
+    if (!(error instanceof Error && error.name === 'SeedError')) throw error
     const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
     throw new InvalidRequestError([{ field, issue }])
   }

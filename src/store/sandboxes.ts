@@ -101,6 +101,11 @@ export interface Sandboxes {
   reset: (id: string) => Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined>
   /** Deletes the sandbox with everything it keeps, and ends its receiver's deliveries; false when there was none. */
   delete: (id: string) => Promise<boolean>
+  /**
+   * Deletes a sandbox whose making failed before its caller learnt its id, so that it takes no place under the
+   * limit: now, or, while the store is out of reach, before this instance's next create. Never fails.
+   */
+  abandon: (id: string) => Promise<void>
   /** Deletes the sandboxes no request has used for `idleMs`: their ids. */
   deleteIdle: () => Promise<string[]>
   /** Moves the sandbox's clock on by `ms`: 'too far' (and no move) past SANDBOX_CLOCK_AHEAD_YEARS ahead; undefined when none. */

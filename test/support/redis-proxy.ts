@@ -1,6 +1,6 @@
 // A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
-// text on the first EVAL): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
+// text on the first EVAL; or a text of a plain command's, a key's or a field's name): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
 // the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`. Or it
 // black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`. Or it
 // partitions: the connections of some kinds black-holed, those open now and those made later, until `resume`.
@@ -25,8 +25,8 @@ const DELAY_MS = COMMAND_TIMEOUT_MS + 500
 
 export interface RedisProxy {
   url: string
-  /** The next command of `script` meets `fault`. */
-  arm: (script: Script, fault: RedisFault) => void
+  /** The next command of `script`, or the next that carries `text`, meets `fault`. */
+  arm: (command: Script | string, fault: RedisFault) => void
   /** Faults injected so far. */
   readonly injected: RedisFault[]
   /** Lets connections through again after `drop-reply-then-down`. */
@@ -140,7 +140,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   url.port = String(address.port)
   return {
     url: url.href,
-    arm: (script, fault) => { armed = { markers: markersOf(script), fault } },
+    arm: (command, fault) => { armed = { markers: typeof command === 'string' ? [command] : markersOf(command), fault } },
     injected,
     up: () => { down = false },
     stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },

@@ -125,6 +125,10 @@ export class MemorySandboxes implements Sandboxes {
     return true
   }
 
+  async abandon (id: string): Promise<void> {
+    await this.delete(id)
+  }
+
   async deleteIdle (): Promise<string[]> {
     const now = Date.now()
     const idle = [...this.#byId.values()].filter((sandbox) => now - sandbox.usedAt >= this.settings.idleMs).map((sandbox) => sandbox.id)

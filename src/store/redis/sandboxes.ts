@@ -229,6 +229,9 @@ export class RedisSandboxes implements Sandboxes {
   #receiversUnread = false
   readonly #closed = new AbortController()
   readonly #reading: Promise<void>
+  // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
+  // as the limit at most, since each holds a place under it.
+  readonly #abandoned = new Set<string>()
 
   /** `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many). */
   constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number },
@@ -252,11 +255,27 @@ export class RedisSandboxes implements Sandboxes {
   }
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {
+    for (const abandoned of this.#abandoned) await this.abandon(abandoned)
     const id = randomUuid()
     const made = await this.#writes.run(async (deadline, outcomeKey) =>
       await this.#connection.redis.createSandbox(...this.#registry, deadline, outcomeKey, id, JSON.stringify(fixtures), this.settings.limit))
     if (made === 0) return undefined
-    return await this.#prepared(id, 1)
+    try {
+      return await this.#prepared(id, 1)
+    } catch (error) {
+      await this.abandon(id)
+      throw error
+    }
+  }
+
+  async abandon (id: string): Promise<void> {
+    try {
+      await this.delete(id)
+      this.#abandoned.delete(id)
+    } catch (err) {
+      this.#abandoned.add(id)
+      this.#connection.logger.warn({ err, sandboxId: id }, 'a sandbox whose making failed is not deleted yet; this instance\'s next create deletes it first')
+    }
   }
 
   async use (id: string): Promise<Sandbox | undefined> {

@@ -574,6 +574,29 @@ t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the 
   t.equal((await new Api(api.app, basePath).call('loginUser', { body: { email: 'ada@example.com', password } })).statusCode, 200, 'with its fixtures')
 })
 
+t.test('on Redis, a sandbox whose making or seeding fails after it is counted is not kept: the create tried again takes its place under SANDBOX_LIMIT', { skip: redisSkipped }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const { lines, logStream } = captureLogs()
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', SANDBOX_LIMIT: '1', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const fixtures = { users: [{ email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
+  // Its capacity's bounds, set once the registry counts it; then its first fixture.
+  for (const [fault, body] of [['chargedSince', {}], [userScripts.addUser, fixtures]] as const) {
+    proxy.arm(fault, 'drop-connection')
+    t.equal((await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)).status, 503, 'not made')
+    await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+    const made = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)
+    t.equal(made.status, 201, 'the one allowed is free')
+    t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', (made.json as Sandbox).basePath)).status, 204)
+  }
+  t.same(proxy.injected, ['drop-connection', 'drop-connection'])
+  // A command's connection cut fails at once, the deletion after it too: the next create deletes it. A write's is
+  // answered once Redis has told the write's outcome: by then, the deletion is made at once.
+  t.equal(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length, 1, 'the first deleted by the next create')
+})
+
 t.test('on Redis, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted, once, by whichever instance finds it first; and so are the keys of a generation left over', { skip: redisSkipped }, async (t) => {
   const keyPrefix = redisKeyPrefix(t)
   // What an instance that died between a reset and the deletion of the generation before would leave.
