@@ -597,6 +597,22 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   t.equal(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length, 1, 'the first deleted by the next create')
 })
 
+t.test('on Redis, a clock move whose expiries cannot be moved with it is answered as made, so that it is never made twice', { skip: redisSkipped }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const { lines, logStream } = captureLogs()
+  const opsPort = await freePort()
+  const ops = `http://127.0.0.1:${opsPort}`
+  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+  // A key that expires: a session.
+  await new Api(api.app, basePath).register()
+  proxy.arm(sandboxScripts.expireSooner, 'drop-connection')
+  const moved = await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 60 })
+  t.same([moved.status, (moved.json as { aheadSeconds: number }).aheadSeconds, proxy.injected], [200, 60, ['drop-connection']], 'moved, once')
+  t.ok(lines.some((line) => line.includes('a sandbox\'s clock moved on, but not the expiries of what it keeps')), 'and logged')
+})
+
 t.test('on Redis, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted, once, by whichever instance finds it first; and so are the keys of a generation left over', { skip: redisSkipped }, async (t) => {
   const keyPrefix = redisKeyPrefix(t)
   // What an instance that died between a reset and the deletion of the generation before would leave.
