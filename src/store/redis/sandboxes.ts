@@ -42,8 +42,8 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
 return entry`
   },
   // A write script. ARGV: sandbox id. Starts its next generation with its clock the service's, the one before left
-  // over to be deleted, its receiver kept: {the generation before, the fixtures, the receiver or ''}; nil when there
-  // is none.
+  // over to be deleted, its receiver kept, to be sent that generation's events from the first (`fromFirstOf`):
+  // {the generation before, the fixtures, the receiver or ''}; nil when there is none.
   resetSandbox: {
     numberOfKeys: REGISTRY_KEYS,
     lua: writeScript('', `
@@ -54,7 +54,13 @@ redis.call('HSET', KEYS[1], ARGV[1], (generation + 1) .. ' 0')
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
 local receiver = redis.call('HGET', KEYS[5], ARGV[1])
-if receiver then redis.call('INCR', KEYS[6]) end
+if receiver then
+  local kept = cjson.decode(receiver)
+  kept.fromFirstOf = generation + 1
+  receiver = cjson.encode(kept)
+  redis.call('HSET', KEYS[5], ARGV[1], receiver)
+  redis.call('INCR', KEYS[6])
+end
 return {generation, redis.call('HGET', KEYS[2], ARGV[1]), receiver or ''}`)
   },
   // A write script. ARGV: sandbox id. Forgets the sandbox and its receiver, its generation left over to be deleted:
@@ -85,16 +91,18 @@ redis.call('INCR', KEYS[6])
 return {tonumber(string.match(entry, '^(%d+)')), before}`)
   },
   // KEYS: sandboxes, sandboxReceivers, a generation's outbox stream, and its receiver's cursor. ARGV: sandbox id, the
-  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), unless it
-  // has one, while the sandbox is at that generation with that receiver: a registry read before it changed starts
-  // nothing.
+  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), or at its
+  // start for the generation a reset kept it for, unless it has one, while the sandbox is at that generation with
+  // that receiver: a registry read before it changed starts nothing.
   followSandboxReceiver: {
     numberOfKeys: 4,
     lua: `${LISTING_END}
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 local receiver = redis.call('HGET', KEYS[2], ARGV[1])
-if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] or cjson.decode(receiver).subscriber ~= ARGV[3] then return end
-redis.call('SET', KEYS[4], listingEnd(KEYS[3]), 'NX')`
+if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] then return end
+local followed = cjson.decode(receiver)
+if followed.subscriber ~= ARGV[3] then return end
+redis.call('SET', KEYS[4], followed.fromFirstOf == tonumber(ARGV[2]) and '0-0 0' or listingEnd(KEYS[3]), 'NX')`
   },
   // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
   // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
@@ -190,6 +198,8 @@ const RECEIVERS_READ_EVERY_MS = 1000
 /** A sandbox's receiver as sandboxReceivers keeps it: where its events go, and the subscriber of its outbox they are delivered as. */
 interface StoredReceiver extends SandboxReceiver {
   readonly subscriber: string
+  /** The generation a reset kept it for (resetSandbox): it is sent that generation's events from the first. */
+  readonly fromFirstOf?: number
 }
 
 /** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
