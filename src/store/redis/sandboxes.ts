@@ -19,6 +19,18 @@ import { type RedisWrites, writeScript } from './writes.js'
 // sandboxReceiversVersion (keys.ts).
 const REGISTRY_KEYS = 6
 
+// What stands for the generation and the subscriber in the names of a generation's keys that a script names itself
+// (`named`), once it has read the generation: a script may use keys it is not given on one Redis server, which the
+// store is on.
+const GENERATION = '{generation}'
+const SUBSCRIBER = '{subscriber}'
+const GENERATION_KEY_NAMES = `
+local function named (name, generation, subscriber)
+  return (string.gsub(string.gsub(name, '${GENERATION}', generation), '${SUBSCRIBER}', subscriber))
+end
+`
+type GenerationKeyNames = [outbox: string, cursor: string]
+
 export const sandboxScripts = {
   // A write script (writeScript). ARGV: sandbox id, fixtures (JSON), how many may exist. 1 when made; 0, making
   // none, when as many exist.
@@ -41,12 +53,13 @@ if not entry then return false end
 redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
 return entry`
   },
-  // A write script. ARGV: sandbox id. Starts its next generation with its clock the service's, the one before left
-  // over to be deleted, its receiver kept, to be sent that generation's events from the first (`fromFirstOf`):
-  // {the generation before, the fixtures, the receiver or ''}; nil when there is none.
+  // A write script. ARGV: sandbox id, then its generation's key names (GENERATION_KEY_NAMES: its outbox stream, a
+  // subscriber's cursor). Starts its next generation with its clock the service's, the one before left over to be
+  // deleted, its receiver kept, its cursor at that generation's first event: {the generation before, the fixtures,
+  // the receiver or ''}; nil when there is none.
   resetSandbox: {
     numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript('', `
+    lua: writeScript(GENERATION_KEY_NAMES, `
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 if not entry then return refuse(false) end
 local generation = tonumber(string.match(entry, '^(%d+)'))
@@ -55,10 +68,7 @@ redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
 local receiver = redis.call('HGET', KEYS[5], ARGV[1])
 if receiver then
-  local kept = cjson.decode(receiver)
-  kept.fromFirstOf = generation + 1
-  receiver = cjson.encode(kept)
-  redis.call('HSET', KEYS[5], ARGV[1], receiver)
+  redis.call('SET', named(ARGV[3], generation + 1, cjson.decode(receiver).subscriber), '0-0 0')
   redis.call('INCR', KEYS[6])
 end
 return {generation, redis.call('HGET', KEYS[2], ARGV[1]), receiver or ''}`)
@@ -78,31 +88,36 @@ local generation = tonumber(string.match(entry, '^(%d+)'))
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
 return generation`)
   },
-  // A write script. ARGV: sandbox id, its receiver (JSON, StoredReceiver; '' for none). {its generation, the
-  // receiver it had or ''}; nil when there is none.
+  // A write script. ARGV: sandbox id, its receiver (JSON, StoredReceiver; '' for none), then its generation's key
+  // names (GENERATION_KEY_NAMES). The receiver's cursor starts at the events' end: it is sent what is recorded from
+  // then on. {its generation, the receiver it had or ''}; nil when there is none.
   setSandboxReceiver: {
     numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript('', `
+    lua: writeScript(LISTING_END + GENERATION_KEY_NAMES, `
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 if not entry then return refuse(false) end
+local generation = tonumber(string.match(entry, '^(%d+)'))
 local before = redis.call('HGET', KEYS[5], ARGV[1]) or ''
-if ARGV[2] == '' then redis.call('HDEL', KEYS[5], ARGV[1]) else redis.call('HSET', KEYS[5], ARGV[1], ARGV[2]) end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[5], ARGV[1])
+else
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
+  redis.call('SET', named(ARGV[4], generation, cjson.decode(ARGV[2]).subscriber), listingEnd(named(ARGV[3], generation, '')))
+end
 redis.call('INCR', KEYS[6])
-return {tonumber(string.match(entry, '^(%d+)')), before}`)
+return {generation, before}`)
   },
   // KEYS: sandboxes, sandboxReceivers, a generation's outbox stream, and its receiver's cursor. ARGV: sandbox id, the
-  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), or at its
-  // start for the generation a reset kept it for, unless it has one, while the sandbox is at that generation with
-  // that receiver: a registry read before it changed starts nothing.
+  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), unless it
+  // has one (the set or the reset placed it), while the sandbox is at that generation with that receiver: a registry
+  // read before it changed starts nothing.
   followSandboxReceiver: {
     numberOfKeys: 4,
     lua: `${LISTING_END}
 local entry = redis.call('HGET', KEYS[1], ARGV[1])
 local receiver = redis.call('HGET', KEYS[2], ARGV[1])
-if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] then return end
-local followed = cjson.decode(receiver)
-if followed.subscriber ~= ARGV[3] then return end
-redis.call('SET', KEYS[4], followed.fromFirstOf == tonumber(ARGV[2]) and '0-0 0' or listingEnd(KEYS[3]), 'NX')`
+if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] or cjson.decode(receiver).subscriber ~= ARGV[3] then return end
+redis.call('SET', KEYS[4], listingEnd(KEYS[3]), 'NX')`
   },
   // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
   // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
@@ -176,10 +191,10 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     createSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, fixtures: string, limit: number]): Result<0 | 1, Context>
     useSandbox (sandboxes: string, use: string, id: string, now: number): Result<string | null, Context>
-    resetSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<[number, string, string] | null, Context>
+    resetSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ...names: GenerationKeyNames]): Result<[number, string, string] | null, Context>
     deleteSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<number | null, Context>
     advanceSandboxClock (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ms: number, most: number]): Result<0 | [number, number] | null, Context>
-    setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string]): Result<[number, string] | null, Context>
+    setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string, ...names: GenerationKeyNames]): Result<[number, string] | null, Context>
     followSandboxReceiver (sandboxes: string, receivers: string, outbox: string, cursor: string, id: string, generation: number, subscriber: string): Result<null, Context>
     sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
     expireSooner (ms: number, ...keys: string[]): Result<number, Context>
@@ -198,8 +213,6 @@ const RECEIVERS_READ_EVERY_MS = 1000
 /** A sandbox's receiver as sandboxReceivers keeps it: where its events go, and the subscriber of its outbox they are delivered as. */
 interface StoredReceiver extends SandboxReceiver {
   readonly subscriber: string
-  /** The generation a reset kept it for (resetSandbox): it is sent that generation's events from the first. */
-  readonly fromFirstOf?: number
 }
 
 /** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
@@ -309,7 +322,8 @@ export class RedisSandboxes implements Sandboxes {
 
   async reset (id: string): Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined> {
     const canonical = id.toLowerCase()
-    const reset = await this.#writes.run(async (deadline, outcomeKey) => await this.#connection.redis.resetSandbox(...this.#registry, deadline, outcomeKey, canonical))
+    const reset = await this.#writes.run(async (deadline, outcomeKey) =>
+      await this.#connection.redis.resetSandbox(...this.#registry, deadline, outcomeKey, canonical, ...this.#generationKeyNames(canonical)))
     if (reset === null) return undefined
     const [before, fixtures, receiver] = reset
     await this.#tidy(this.#deleteKeys(canonical, before))
@@ -375,7 +389,8 @@ export class RedisSandboxes implements Sandboxes {
     const canonical = id.toLowerCase()
     const stored: StoredReceiver | undefined = receiver === undefined ? undefined : { subscriber: randomUuid(), url: receiver.url, secret: receiver.secret }
     const set = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#connection.redis.setSandboxReceiver(...this.#registry, deadline, outcomeKey, canonical, stored === undefined ? '' : JSON.stringify(stored)))
+      await this.#connection.redis.setSandboxReceiver(...this.#registry, deadline, outcomeKey, canonical, stored === undefined ? '' : JSON.stringify(stored),
+        ...this.#generationKeyNames(canonical)))
     if (set === null) return false
     const [generation, before] = set
     const sandbox = this.#generationAt(canonical, generation)
@@ -449,9 +464,16 @@ export class RedisSandboxes implements Sandboxes {
     this.#receiversVersion = version
   }
 
-  #generationKeys (id: string, generation: number): { prefix: string, keys: RedisKeys } {
+  #generationKeys (id: string, generation: number | typeof GENERATION): { prefix: string, keys: RedisKeys } {
     const prefix = `${this.#keys.sandbox}${id}:${generation}:`
     return { prefix, keys: redisKeys(prefix) }
+  }
+
+  // The names of the keys of a generation a script reads itself (GENERATION_KEY_NAMES): its outbox stream, and a
+  // subscriber's cursor.
+  #generationKeyNames (id: string): GenerationKeyNames {
+    const { keys } = this.#generationKeys(id, GENERATION)
+    return [keys.outbox, webhookKeys(keys, SUBSCRIBER).cursor]
   }
 
   // The generation's catalogue as this instance keeps it, made when it keeps none.

@@ -597,31 +597,39 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   t.equal(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length, 1, 'the first deleted by the next create')
 })
 
-t.test('on Redis, a reset whose receiver is followed late keeps it for every event after the reset, from the first', { skip: redisSkipped }, async (t) => {
+t.test('on Redis, a receiver set or kept by a reset, but followed late, is sent every event recorded after the set or the reset', { skip: redisSkipped }, async (t) => {
   const proxy = await redisProxy(REDIS_URL)
   t.teardown(proxy.close)
   const keyPrefix = redisKeyPrefix(t)
   const opsPort = await freePort()
   const ops = `http://127.0.0.1:${opsPort}`
-  // A, which resets, meets Redis through the proxy; B does not.
+  // A, which sets and resets, meets Redis through the proxy; B does not.
   await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', OPS_PORT: String(opsPort) })
   const b = await build(t, { STORE: 'redis', REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', OPS_PORT: String(await freePort()) })
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
   const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
-  t.equal((await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: receiver.url, secret })).status, 204)
   const onB = new Api(b.app, basePath)
-  // Its first registration starts the hashing process: not in the moment below.
-  await onB.register()
-  proxy.arm(sandboxScripts.followSandboxReceiver, 'drop-connection')
-  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200, 'reset, its receiver not followed on the new generation by A')
-  proxy.partition(['main'])
-  // Recorded on B before any instance follows the receiver on the new generation (each reads the receivers every
-  // second), unless B happens to read them first.
-  await onB.createItem((await onB.register()).accessToken, { name: 'right after the reset' })
-  proxy.resume()
-  t.same((await receiver.waitFor(1, HANG_MS)).map(({ body }) => (JSON.parse(body) as { data: { item: { name: string } } }).data.item.name), ['right after the reset'])
+  // Its first registration starts the hashing process: not in the moments below.
+  let { accessToken } = await onB.register()
+  await onB.createItem(accessToken, { name: 'before the set' })
+  const changes = [
+    { name: 'right after the set', change: async () => await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: receiver.url, secret }) },
+    { name: 'right after the reset', change: async () => await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`) }
+  ]
+  for (const [index, { name, change }] of changes.entries()) {
+    proxy.arm(sandboxScripts.followSandboxReceiver, 'drop-connection')
+    t.ok([200, 204].includes((await change()).status), `${name.replace('right after ', '')}, its receiver not followed by A`)
+    proxy.partition(['main'])
+    // Recorded on B before any instance follows the receiver (each reads the receivers every second), unless B
+    // happens to read them first.
+    if (index === 1) accessToken = (await onB.register()).accessToken
+    await onB.createItem(accessToken, { name })
+    proxy.resume()
+    t.same((await receiver.waitFor(index + 1, HANG_MS)).map(({ body }) => (JSON.parse(body) as { data: { item: { name: string } } }).data.item.name).at(-1), name)
+  }
+  t.same(proxy.injected, ['drop-connection', 'drop-connection'])
 })
 
 t.test('on Redis, a clock move whose expiries cannot be moved with it is answered as made, so that it is never made twice', { skip: redisSkipped }, async (t) => {
