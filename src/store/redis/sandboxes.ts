@@ -253,8 +253,8 @@ export class RedisSandboxes implements Sandboxes {
   readonly #closed = new AbortController()
   readonly #reading: Promise<void>
   // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
-  // as the limit at most, since each holds a place under it.
-  readonly #abandoned = new Set<string>()
+  // as the limit at most, the oldest forgotten past it (it idles out).
+  readonly #abandoned: FifoMap<true>
 
   /** `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many). */
   constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number },
@@ -267,6 +267,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#options = options
     this.#available = available
     this.#served = new FifoMap(bounds.limit)
+    this.#abandoned = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
     this.#watcher = watcher
     // Ends only by the abort of its wait, at close.
@@ -278,7 +279,7 @@ export class RedisSandboxes implements Sandboxes {
   }
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {
-    for (const abandoned of this.#abandoned) await this.abandon(abandoned)
+    for (const abandoned of [...this.#abandoned.keys()]) await this.abandon(abandoned)
     const id = randomUuid()
     const made = await this.#writes.run(async (deadline, outcomeKey) =>
       await this.#connection.redis.createSandbox(...this.#registry, deadline, outcomeKey, id, JSON.stringify(fixtures), this.settings.limit))
@@ -296,7 +297,7 @@ export class RedisSandboxes implements Sandboxes {
       await this.delete(id)
       this.#abandoned.delete(id)
     } catch (err) {
-      this.#abandoned.add(id)
+      this.#abandoned.set(id, true)
       this.#connection.logger.warn({ err, sandboxId: id }, 'a sandbox whose making failed is not deleted yet; this instance\'s next create deletes it first')
     }
   }
