@@ -16,7 +16,7 @@ import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { redisProxy } from '../../support/redis-proxy.js'
+import { type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
 import { userScripts } from '../../../src/store/redis/users.js'
 import { HANG_MS, until } from '../../support/wait.js'
@@ -39,6 +39,13 @@ async function withSandboxes (t: Test, store: Kept, env: NodeJS.ProcessEnv = {},
 }
 
 const redisSkipped = await redisSkip()
+
+/** An instance with sandboxes on Redis, met through a proxy that injects the faults a test arms it with. */
+async function throughProxy (t: Test, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ proxy: RedisProxy, api: Api, ops: string }> {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  return { proxy, ...await withSandboxes(t, 'redis', { REDIS_URL: proxy.url, ...env }, options) }
+}
 
 // A promise of sandboxes, tried on each store whatever store the run names: each keeps them its own way.
 function onEachStore (name: string, test: (t: Test, store: Kept) => Promise<void>): void {
@@ -537,12 +544,8 @@ t.test('on Redis, an instance that cannot read the sandboxes\' receivers says so
 })
 
 t.test('on Redis, a receiver set whose follow-up reply is lost is answered as set, and delivered once the instance reads the registry again', { skip: redisSkipped }, async (t) => {
-  const proxy = await redisProxy(REDIS_URL)
-  t.teardown(proxy.close)
   const { lines, logStream } = captureLogs()
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
-  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const { proxy, api, ops } = await throughProxy(t, { LOG_LEVEL: 'warn' }, { logStream })
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
@@ -558,11 +561,7 @@ t.test('on Redis, a receiver set whose follow-up reply is lost is answered as se
 })
 
 t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the sandbox, so that the reset tried again puts its fixtures back', { skip: redisSkipped }, async (t) => {
-  const proxy = await redisProxy(REDIS_URL)
-  t.teardown(proxy.close)
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
-  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'silent' })
+  const { proxy, api, ops } = await throughProxy(t)
   const password = 'correct horse battery staple'
   const fixtures = { users: [{ email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)).json as Sandbox
@@ -575,12 +574,8 @@ t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the 
 })
 
 t.test('on Redis, a sandbox whose making or seeding fails after it is counted is not kept: the create tried again takes its place under SANDBOX_LIMIT', { skip: redisSkipped }, async (t) => {
-  const proxy = await redisProxy(REDIS_URL)
-  t.teardown(proxy.close)
   const { lines, logStream } = captureLogs()
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
-  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', SANDBOX_LIMIT: '1', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const { proxy, api, ops } = await throughProxy(t, { SANDBOX_LIMIT: '1', LOG_LEVEL: 'warn' }, { logStream })
   const fixtures = { users: [{ email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   // Its capacity's bounds, set once the registry counts it; then its first fixture.
   for (const [fault, body] of [['chargedSince', {}], [userScripts.addUser, fixtures]] as const) {
@@ -598,14 +593,10 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
 })
 
 t.test('on Redis, a receiver set or kept by a reset, but followed late, is sent every event recorded after the set or the reset', { skip: redisSkipped }, async (t) => {
-  const proxy = await redisProxy(REDIS_URL)
-  t.teardown(proxy.close)
   const keyPrefix = redisKeyPrefix(t)
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
   // A, which sets and resets, meets Redis through the proxy; B does not.
-  await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', OPS_PORT: String(opsPort) })
-  const b = await build(t, { STORE: 'redis', REDIS_KEY_PREFIX: keyPrefix, SANDBOXES: 'on', OPS_PORT: String(await freePort()) })
+  const { proxy, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+  const { api: b } = await withSandboxes(t, 'redis', { REDIS_KEY_PREFIX: keyPrefix })
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
@@ -633,12 +624,8 @@ t.test('on Redis, a receiver set or kept by a reset, but followed late, is sent 
 })
 
 t.test('on Redis, a clock move whose expiries cannot be moved with it is answered as made, so that it is never made twice', { skip: redisSkipped }, async (t) => {
-  const proxy = await redisProxy(REDIS_URL)
-  t.teardown(proxy.close)
   const { lines, logStream } = captureLogs()
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
-  const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), SANDBOXES: 'on', OPS_PORT: String(opsPort), LOG_LEVEL: 'warn' }, { logStream })
+  const { proxy, api, ops } = await throughProxy(t, { LOG_LEVEL: 'warn' }, { logStream })
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
   // A key that expires: a session.
   await new Api(api.app, basePath).register()
