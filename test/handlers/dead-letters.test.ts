@@ -10,6 +10,7 @@ import { type Api } from '../support/api.js'
 import { build } from '../support/app.js'
 import { freePort } from '../../harness/net.js'
 import { opsCall } from '../support/ops.js'
+import { HANG_MS } from '../support/wait.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 import { redisProxy } from '../support/redis-proxy.js'
 import { outboxScripts } from '../../src/store/redis/outbox.js'
@@ -97,14 +98,16 @@ t.test('on Redis, a redelivery whose reply is lost is answered as made, and deli
   target.answer(500, 500)
   const proxy = await redisProxy(REDIS_URL)
   t.teardown(proxy.close)
-  const { api, ops } = await instance(t, target, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
+  // A take the worker sent on the connection cut with the reply may have leased the redelivered one: another take
+  // has it once that lease ends.
+  const { api, ops } = await instance(t, target, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), WEBHOOK_TIMEOUT_MS: '500', WEBHOOK_RECLAIM_AFTER_MS: '1000' })
   const { accessToken } = await api.register({ role: 'contributor' })
   await api.createItem(accessToken)
   const [deadLetter] = (await deadLetters(t, ops, 1)).subscribers[0]?.deadLetters ?? []
   proxy.arm(outboxScripts.redeliverDeadLetters, 'drop-reply')
   t.same(await opsCall(t, ops, 'redeliverDeadLetters', 'POST', '/webhooks/dead-letters/redeliver', {}), { status: 200, json: { redelivered: 1 } })
   t.same(proxy.injected, ['drop-reply'], 'its reply was lost')
-  const [, , again] = await target.waitFor(3)
+  const [, , again] = await target.waitFor(3, HANG_MS)
   t.equal(again?.headers['webhook-id'], deadLetter?.eventId, 'delivered again')
   t.same(await opsCall(t, ops, 'redeliverDeadLetters', 'POST', '/webhooks/dead-letters/redeliver', {}), { status: 200, json: { redelivered: 0 } }, 'once')
 })
