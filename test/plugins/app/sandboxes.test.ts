@@ -588,8 +588,9 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   }
   t.same(proxy.injected, ['drop-connection', 'drop-connection'])
   // A command's connection cut fails at once, the deletion after it too: the next create deletes it. A write's is
-  // answered once Redis has told the write's outcome: by then, the deletion is made at once.
-  t.equal(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length, 1, 'the first deleted by the next create')
+  // answered once Redis has told the write's outcome, when the deletion is made at once or, the instance not yet
+  // sure of its connection, by the next create.
+  t.ok(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length >= 1, 'the first deleted by the next create')
 })
 
 t.test('on Redis, a receiver set or kept by a reset, but followed late, is sent every event recorded after the set or the reset', { skip: redisSkipped }, async (t) => {
