@@ -1,7 +1,8 @@
 // A TCP proxy in front of a real Redis, as a service meets one over a bad network: it forwards every byte both ways,
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
-// text on the first EVAL; or a text of a plain command's, a key's or a field's name): the connection cut before the command reaches Redis, the reply lost after Redis ran it,
-// the reply held past the client's command timeout, or the reply lost and Redis then out of reach until `up`. Or it
+// text on the first EVAL; or a text of a plain command's, a key's or a field's name): the connection cut before the
+// command reaches Redis, the reply lost after Redis ran it, the reply held past the client's command timeout, or the
+// reply lost and Redis then out of reach until `up`. Or it
 // black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`. Or it
 // partitions: the connections of some kinds black-holed, those open now and those made later, until `resume`.
 import { createHash } from 'node:crypto'

@@ -364,12 +364,9 @@ export class RedisSandboxes implements Sandboxes {
     if (moved === null) return undefined
     if (moved === 0) return 'too far'
     const [generation, aheadMs] = moved
-    try {
-      await this.#eachKeyBatch(this.#generationKeys(canonical, generation).prefix, async (keys) => { await call(this.#connection.redis.expireSooner(ms, ...keys)) })
-    } catch (err) {
-      // Answered as made, which the move is: a 503 would have it made again when tried again.
-      this.#connection.logger.warn({ err, sandboxId: canonical }, 'a sandbox\'s clock moved on, but not the expiries of what it keeps: some expire later than its clock says')
-    }
+    // Nothing does it again, but a 503 would have the move made again when tried again.
+    await this.#tidy(this.#eachKeyBatch(this.#generationKeys(canonical, generation).prefix, async (keys) => { await call(this.#connection.redis.expireSooner(ms, ...keys)) }),
+      'a sandbox\'s clock moved on, but not the expiries of what it keeps: some expire later than its clock says')
     return { now: this.#connection.clock.now() + aheadMs, aheadMs }
   }
 
@@ -402,13 +399,13 @@ export class RedisSandboxes implements Sandboxes {
   }
 
   // What follows a registry change once it is made: this instance's own part, which the receivers' next read or the
-  // sweep of left-over generations does again (a replaced receiver's keys excepted: they go with their generation).
-  // Its failure is logged; the change is answered as made, which it was.
-  async #tidy (step: Promise<void>): Promise<void> {
+  // sweep of left-over generations does again (a replaced receiver's keys excepted: they go with their generation),
+  // unless `failed` says otherwise. Its failure is logged; the change is answered as made, which it was.
+  async #tidy (step: Promise<void>, failed = 'a sandbox\'s change is made, but not what follows it here; the next read or sweep does it'): Promise<void> {
     try {
       await step
     } catch (err) {
-      this.#connection.logger.warn({ err }, 'a sandbox\'s change is made, but not what follows it here; the next read or sweep does it')
+      this.#connection.logger.warn({ err }, failed)
     }
   }
 
