@@ -107,18 +107,6 @@ end
 redis.call('INCR', KEYS[6])
 return {generation, before}`)
   },
-  // KEYS: sandboxes, sandboxReceivers, a generation's outbox stream, and its receiver's cursor. ARGV: sandbox id, the
-  // generation, the receiver's subscriber. Starts the receiver's cursor at the stream's end (LISTING_END), unless it
-  // has one (the set or the reset placed it), while the sandbox is at that generation with that receiver: a registry
-  // read before it changed starts nothing.
-  followSandboxReceiver: {
-    numberOfKeys: 4,
-    lua: `${LISTING_END}
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-local receiver = redis.call('HGET', KEYS[2], ARGV[1])
-if not entry or not receiver or string.match(entry, '^(%d+)') ~= ARGV[2] or cjson.decode(receiver).subscriber ~= ARGV[3] then return end
-redis.call('SET', KEYS[4], listingEnd(KEYS[3]), 'NX')`
-  },
   // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
   // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
   sandboxReceivers: {
@@ -195,7 +183,6 @@ declare module 'ioredis' {
     deleteSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<number | null, Context>
     advanceSandboxClock (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ms: number, most: number]): Result<0 | [number, number] | null, Context>
     setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string, ...names: GenerationKeyNames]): Result<[number, string] | null, Context>
-    followSandboxReceiver (sandboxes: string, receivers: string, outbox: string, cursor: string, id: string, generation: number, subscriber: string): Result<null, Context>
     sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
     expireSooner (ms: number, ...keys: string[]): Result<number, Context>
     sandboxEvents (outbox: string, after: number, limit: number): Result<[number, ...string[]] | [], Context>
@@ -329,7 +316,7 @@ export class RedisSandboxes implements Sandboxes {
     const [before, fixtures, receiver] = reset
     await this.#tidy(this.#deleteKeys(canonical, before))
     const sandbox = await this.#prepared(canonical, before + 1)
-    if (receiver !== '') await this.#tidy(this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver))
+    if (receiver !== '') this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
     return { sandbox, fixtures: JSON.parse(fixtures) as unknown }
   }
 
@@ -393,7 +380,7 @@ export class RedisSandboxes implements Sandboxes {
     const [generation, before] = set
     const sandbox = this.#generationAt(canonical, generation)
     if (stored === undefined) this.#stopDelivering(canonical)
-    else await this.#tidy(this.#deliver(sandbox, stored))
+    else this.#deliver(sandbox, stored)
     if (before !== '') await this.#tidy(sandbox.outbox.unsubscribe((JSON.parse(before) as StoredReceiver).subscriber))
     return true
   }
@@ -418,13 +405,10 @@ export class RedisSandboxes implements Sandboxes {
     await this.#watcher.close()
   }
 
-  // Delivers the sandbox's events to `receiver` from this instance too, once its cursor is set. When the registry
-  // has moved on since it was read, none is set and the deliveries take nothing, until the next read replaces them.
-  async #deliver (sandbox: Generation, receiver: StoredReceiver): Promise<void> {
-    const { keys } = this.#generationKeys(sandbox.id, sandbox.generation)
-    const cursor = webhookKeys(keys, receiver.subscriber).cursor
-    await call(this.#connection.redis.followSandboxReceiver(this.#keys.sandboxes, this.#keys.sandboxReceivers, keys.outbox, cursor,
-      sandbox.id, sandbox.generation, receiver.subscriber))
+  // Delivers the sandbox's events to `receiver` from this instance too, from the cursor its set or reset placed. A
+  // registry read before it moved on names a receiver without one, whose deliveries take nothing until the next read
+  // replaces them.
+  #deliver (sandbox: Generation, receiver: StoredReceiver): void {
     this.#delivering.set(sandbox.id, `${sandbox.generation} ${receiver.subscriber}`)
     this.#watcher.receiverSet({ sandboxId: sandbox.id, subscriber: receiver.subscriber, receiver: { url: receiver.url, secret: receiver.secret }, outbox: sandbox.outbox })
   }
@@ -457,7 +441,7 @@ export class RedisSandboxes implements Sandboxes {
     for (const id of [...this.#delivering.keys()]) if (!now.has(id)) this.#stopDelivering(id)
     for (const [id, { generation, ...receiver }] of now) {
       if (this.#delivering.get(id) === `${generation} ${receiver.subscriber}`) continue
-      await this.#deliver(this.#generationAt(id, generation), receiver)
+      this.#deliver(this.#generationAt(id, generation), receiver)
     }
     this.#receiversVersion = version
   }
