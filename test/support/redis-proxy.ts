@@ -14,6 +14,15 @@ import type { Script } from '../../src/store/redis/commands.js'
 export type RedisFault = 'drop-connection' | 'drop-reply' | 'delay-reply' | 'drop-reply-then-down'
 export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-reply', 'delay-reply', 'drop-reply-then-down']
 
+export type FaultOutcome = 'made' | 'not made' | 'unknown'
+/** What each fault leaves of a write: one Redis ran, one it never received, one whose outcome nobody can learn in time. */
+export const FAULT_OUTCOMES: Readonly<Record<RedisFault, FaultOutcome>> = {
+  'drop-connection': 'not made',
+  'drop-reply': 'made',
+  'delay-reply': 'made',
+  'drop-reply-then-down': 'unknown'
+}
+
 /** An instance's connections: the one its commands go on, and the one it hears invalidations on (tracking.ts). */
 export type RedisConnection = 'main' | 'invalidations'
 export const REDIS_CONNECTIONS: readonly RedisConnection[] = ['main', 'invalidations']

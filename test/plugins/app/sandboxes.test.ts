@@ -16,7 +16,8 @@ import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
+import { FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
+import type { Script } from '../../../src/store/redis/commands.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
 import { userScripts } from '../../../src/store/redis/users.js'
 import { HANG_MS, until } from '../../support/wait.js'
@@ -541,6 +542,104 @@ t.test('on Redis, an instance that cannot read the sandboxes\' receivers says so
   const d = await instance()
   t.equal((await opsCall(t, d.ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`)).status, 204, 'removed on D')
   await until('A to end its attempt', () => receiver.hanging() === 0)
+})
+
+interface SandboxChange {
+  script: Script
+  /** Its answer when it was made and its reply came; and a retry's once it was made. */
+  status: number
+  retried: number
+  /** Whether a retry of it, once made, makes it again. */
+  repeats: boolean
+  /** What the sandbox at `basePath` needs first. */
+  prepare?: (t: Test, ops: string, basePath: string) => Promise<void>
+  /** Sends it to the sandbox at `basePath`, through the operations API at `ops`. */
+  send: (t: Test, ops: string, basePath: string) => Promise<{ status: number }>
+  /** How many times it is made, read from Redis. */
+  count: (raw: Redis, keyPrefix: string, id: string) => Promise<number>
+}
+
+const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
+const registryEntry = async (raw: Redis, keyPrefix: string, id: string): Promise<string | null> => await raw.hget(`${keyPrefix}sandboxes`, id)
+const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
+  createSandbox: {
+    script: sandboxScripts.createSandbox,
+    status: 201,
+    // Each create makes a sandbox of its own: a retry makes another, as it would without any fault.
+    retried: 201,
+    repeats: true,
+    send: async (t, ops) => await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {}),
+    count: async (raw, keyPrefix) => await raw.hlen(`${keyPrefix}sandboxes`) - 1
+  },
+  resetSandbox: {
+    script: sandboxScripts.resetSandbox,
+    status: 200,
+    retried: 200,
+    repeats: true,
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`),
+    count: async (raw, keyPrefix, id) => Number((await registryEntry(raw, keyPrefix, id))?.split(' ')[0]) - 1
+  },
+  deleteSandbox: {
+    script: sandboxScripts.deleteSandbox,
+    status: 204,
+    // Gone: a client that sends the deletion again after a lost answer takes 404 as done.
+    retried: 404,
+    repeats: false,
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'deleteSandbox', 'DELETE', basePath),
+    count: async (raw, keyPrefix, id) => await registryEntry(raw, keyPrefix, id) === null ? 1 : 0
+  },
+  setSandboxWebhook: {
+    script: sandboxScripts.setSandboxReceiver,
+    status: 204,
+    retried: 204,
+    // The same receiver set again.
+    repeats: false,
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: 'http://127.0.0.1:9/hook', secret }),
+    count: async (raw, keyPrefix, id) => await raw.hexists(`${keyPrefix}sandbox-receivers`, id)
+  },
+  deleteSandboxWebhook: {
+    script: sandboxScripts.setSandboxReceiver,
+    status: 204,
+    retried: 204,
+    repeats: false,
+    prepare: async (t, ops, basePath) => { await SANDBOX_CHANGES.setSandboxWebhook!.send(t, ops, basePath) },
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`),
+    count: async (raw, keyPrefix, id) => 1 - await raw.hexists(`${keyPrefix}sandbox-receivers`, id)
+  },
+  advanceSandboxClock: {
+    script: sandboxScripts.advanceSandboxClock,
+    status: 200,
+    // A move is not idempotent: one sent again moves the clock again, as the contract says of its 504.
+    retried: 200,
+    repeats: true,
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 60 }),
+    count: async (raw, keyPrefix, id) => Number((await registryEntry(raw, keyPrefix, id))?.split(' ')[1]) / 60_000
+  }
+}
+
+t.test('on Redis, every change of a sandbox through every fault: answered as what was done, and made once', { skip: redisSkipped }, async (t) => {
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  for (const [name, change] of Object.entries(SANDBOX_CHANGES)) {
+    for (const fault of REDIS_FAULTS) {
+      await t.test(`${name}, ${fault}: ${FAULT_OUTCOMES[fault]}`, async (t) => {
+        const keyPrefix = redisKeyPrefix(t)
+        const { proxy, api, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+        const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+        await change.prepare?.(t, ops, basePath)
+        proxy.arm(change.script, fault)
+        const outcome = FAULT_OUTCOMES[fault]
+        const answered = await change.send(t, ops, basePath)
+        t.equal(answered.status, { made: change.status, 'not made': 503, unknown: 504 }[outcome], 'answered as what was done')
+        t.same(proxy.injected, [fault])
+        if (outcome === 'unknown') proxy.up()
+        await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+        t.equal(await change.count(raw, keyPrefix, id), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'not made' : 'made once')
+        t.equal((await change.send(t, ops, basePath)).status, outcome === 'not made' ? change.status : change.retried, 'the retry')
+        t.equal(await change.count(raw, keyPrefix, id), outcome !== 'not made' && change.repeats ? 2 : 1, 'and after the retry')
+      })
+    }
+  }
 })
 
 t.test('on Redis, a receiver set whose receiver before cannot be forgotten is answered as set, and only the new one is delivered', { skip: redisSkipped }, async (t) => {

@@ -16,7 +16,7 @@ import { build } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
+import { FAULT_OUTCOMES, type FaultOutcome, REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
 
 const skip = await redisSkip()
 const OUTCOME_WITHIN_MS = 1000
@@ -58,15 +58,7 @@ async function faulty (t: Test, env: NodeJS.ProcessEnv = {}, url = REDIS_URL): P
 const sessionKeys = async (raw: Redis, keys: RedisKeys): Promise<string[]> =>
   (await raw.keys(`${keys.session}*`)).filter((key) => !key.startsWith(keys.sessionHeartbeat))
 
-type Outcome = 'made' | 'not made' | 'unknown'
-// What each fault leaves: a write Redis ran, one it never received, and one whose outcome nobody can learn in time.
-const OUTCOMES: Readonly<Record<RedisFault, Outcome>> = {
-  'drop-connection': 'not made',
-  'drop-reply': 'made',
-  'delay-reply': 'made',
-  'drop-reply-then-down': 'unknown'
-}
-const STATUS_OF: Readonly<Record<Outcome, number | undefined>> = { made: undefined, 'not made': 503, unknown: 504 }
+const STATUS_OF: Readonly<Record<FaultOutcome, number | undefined>> = { made: undefined, 'not made': 503, unknown: 504 }
 
 interface WriteCase {
   script: Script
@@ -194,7 +186,7 @@ async function faultMatrix (t: Test, names: readonly string[], url?: string): Pr
   for (const name of names) {
     const write = cases[name]!
     await t.test(name, async (t) => {
-      for (const fault of REDIS_FAULTS) await t.test(`${fault}: ${OUTCOMES[fault]}`, async (t) => { await faultCase(t, name, write, fault, url) })
+      for (const fault of REDIS_FAULTS) await t.test(`${fault}: ${FAULT_OUTCOMES[fault]}`, async (t) => { await faultCase(t, name, write, fault, url) })
     })
   }
 }
@@ -205,7 +197,7 @@ async function faultCase (t: Test, name: string, write: WriteCase, fault: RedisF
   const eventsBefore = await f.raw.xlen(f.keys.outbox)
   f.arm(write.script, fault)
   const response = await send()
-  const outcome = OUTCOMES[fault]
+  const outcome = FAULT_OUTCOMES[fault]
   t.equal(response.statusCode, STATUS_OF[outcome] ?? write.status, `answered ${response.body}`)
   if (outcome === 'unknown') {
     t.equal(response.json().code, 'OUTCOME_UNKNOWN')
