@@ -2,6 +2,7 @@
 // everything they keep, on each store; every answer here is checked against the operations contract.
 import { PassThrough } from 'node:stream'
 import type { FastifyInstance } from 'fastify'
+import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
@@ -12,7 +13,12 @@ import { assertMatchesContract } from '../support/contract-checks.js'
 import { build, buildTestApp, captureLogs, testEnvironment } from '../support/app.js'
 import { opsCall } from '../support/ops.js'
 import { freePort } from '../../harness/net.js'
+import { REDIS_URL } from '../../harness/redis-keys.js'
+import { accountScripts } from '../../src/store/redis/accounts.js'
+import { redisKeys } from '../../src/store/redis/keys.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
+import { FAULT_OUTCOMES, REDIS_FAULTS, redisProxy } from '../support/redis-proxy.js'
+import { until } from '../support/wait.js'
 
 type AccountList = operations['listAccounts']['responses'][200]['content']['application/json']
 
@@ -88,6 +94,33 @@ const WHAT = 'accounts are listed newest first with what each holds, or by email
 t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) })
 
 t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await accounts(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
+// As test/store/redis/faults.test.ts does for the public writes.
+t.test('Redis: an account\'s removal through every fault is answered as what was done, and the removal sent again removes it', { skip: await redisSkip() }, async (t) => {
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  for (const fault of REDIS_FAULTS) {
+    const outcome = FAULT_OUTCOMES[fault]
+    await t.test(`${fault}: ${outcome}`, async (t) => {
+      const proxy = await redisProxy(REDIS_URL)
+      t.teardown(proxy.close)
+      const keyPrefix = redisKeyPrefix(t)
+      const opsPort = await freePort()
+      const ops = `http://127.0.0.1:${opsPort}`
+      const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, OPS_PORT: String(opsPort) })
+      const { user } = await api.register()
+      const kept = async (): Promise<number> => await raw.hexists(redisKeys(keyPrefix).users, user.id)
+      proxy.arm(accountScripts.removeAccount, fault)
+      const removal = await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${user.id}`)
+      t.same([removal.status, proxy.injected], [{ made: 204, 'not made': 503, unknown: 504 }[outcome], [fault]], 'answered as what was done')
+      if (outcome === 'unknown') proxy.up()
+      await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+      t.equal(await kept(), outcome === 'not made' ? 1 : 0, outcome === 'not made' ? 'the account kept' : 'removed')
+      t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${user.id}`)).status, 204, 'sent again: removed, or already')
+      t.equal(await kept(), 0)
+    })
+  }
+})
 
 /** A real hashing process whose password checks, once done, wait at a gate the test opens: a sign-in held mid-way. */
 class GatedHashing extends HashingProcess {
