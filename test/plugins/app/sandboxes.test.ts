@@ -18,6 +18,7 @@ import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
 import { FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
 import type { Script } from '../../../src/store/redis/commands.js'
+import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
 import { userScripts } from '../../../src/store/redis/users.js'
 import { HANG_MS, until } from '../../support/wait.js'
@@ -556,11 +557,11 @@ interface SandboxChange {
   /** Sends it to the sandbox at `basePath`, through the operations API at `ops`. */
   send: (t: Test, ops: string, basePath: string) => Promise<{ status: number }>
   /** How many times it is made, read from Redis. */
-  count: (raw: Redis, keyPrefix: string, id: string) => Promise<number>
+  count: (raw: Redis, keys: RedisKeys, id: string) => Promise<number>
 }
 
-const secret = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
-const registryEntry = async (raw: Redis, keyPrefix: string, id: string): Promise<string | null> => await raw.hget(`${keyPrefix}sandboxes`, id)
+const RECEIVER_SECRET = `whsec_${Buffer.from('a sandbox receiver\'s secret, 24 bytes or more').toString('base64')}`
+const registryEntry = async (raw: Redis, keys: RedisKeys, id: string): Promise<string | null> => await raw.hget(keys.sandboxes, id)
 const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   createSandbox: {
     script: sandboxScripts.createSandbox,
@@ -569,7 +570,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     retried: 201,
     repeats: true,
     send: async (t, ops) => await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {}),
-    count: async (raw, keyPrefix) => await raw.hlen(`${keyPrefix}sandboxes`) - 1
+    count: async (raw, keys) => await raw.hlen(keys.sandboxes) - 1
   },
   resetSandbox: {
     script: sandboxScripts.resetSandbox,
@@ -577,7 +578,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     retried: 200,
     repeats: true,
     send: async (t, ops, basePath) => await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`),
-    count: async (raw, keyPrefix, id) => Number((await registryEntry(raw, keyPrefix, id))?.split(' ')[0]) - 1
+    count: async (raw, keys, id) => Number((await registryEntry(raw, keys, id))?.split(' ')[0]) - 1
   },
   deleteSandbox: {
     script: sandboxScripts.deleteSandbox,
@@ -586,7 +587,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     retried: 404,
     repeats: false,
     send: async (t, ops, basePath) => await opsCall(t, ops, 'deleteSandbox', 'DELETE', basePath),
-    count: async (raw, keyPrefix, id) => await registryEntry(raw, keyPrefix, id) === null ? 1 : 0
+    count: async (raw, keys, id) => await registryEntry(raw, keys, id) === null ? 1 : 0
   },
   setSandboxWebhook: {
     script: sandboxScripts.setSandboxReceiver,
@@ -594,8 +595,8 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     retried: 204,
     // The same receiver set again.
     repeats: false,
-    send: async (t, ops, basePath) => await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: 'http://127.0.0.1:9/hook', secret }),
-    count: async (raw, keyPrefix, id) => await raw.hexists(`${keyPrefix}sandbox-receivers`, id)
+    send: async (t, ops, basePath) => await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${basePath}/webhook`, { url: 'http://127.0.0.1:9/hook', secret: RECEIVER_SECRET }),
+    count: async (raw, keys, id) => await raw.hexists(keys.sandboxReceivers, id)
   },
   deleteSandboxWebhook: {
     script: sandboxScripts.setSandboxReceiver,
@@ -604,7 +605,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     repeats: false,
     prepare: async (t, ops, basePath) => { await SANDBOX_CHANGES.setSandboxWebhook!.send(t, ops, basePath) },
     send: async (t, ops, basePath) => await opsCall(t, ops, 'deleteSandboxWebhook', 'DELETE', `${basePath}/webhook`),
-    count: async (raw, keyPrefix, id) => 1 - await raw.hexists(`${keyPrefix}sandbox-receivers`, id)
+    count: async (raw, keys, id) => 1 - await raw.hexists(keys.sandboxReceivers, id)
   },
   advanceSandboxClock: {
     script: sandboxScripts.advanceSandboxClock,
@@ -613,7 +614,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     retried: 200,
     repeats: true,
     send: async (t, ops, basePath) => await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 60 }),
-    count: async (raw, keyPrefix, id) => Number((await registryEntry(raw, keyPrefix, id))?.split(' ')[1]) / 60_000
+    count: async (raw, keys, id) => Number((await registryEntry(raw, keys, id))?.split(' ')[1]) / 60_000
   }
 }
 
@@ -624,6 +625,7 @@ t.test('on Redis, every change of a sandbox through every fault: answered as wha
     for (const fault of REDIS_FAULTS) {
       await t.test(`${name}, ${fault}: ${FAULT_OUTCOMES[fault]}`, async (t) => {
         const keyPrefix = redisKeyPrefix(t)
+        const keys = redisKeys(keyPrefix)
         const { proxy, api, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
         const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
         await change.prepare?.(t, ops, basePath)
@@ -634,9 +636,9 @@ t.test('on Redis, every change of a sandbox through every fault: answered as wha
         t.same(proxy.injected, [fault])
         if (outcome === 'unknown') proxy.up()
         await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
-        t.equal(await change.count(raw, keyPrefix, id), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'not made' : 'made once')
+        t.equal(await change.count(raw, keys, id), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'not made' : 'made once')
         t.equal((await change.send(t, ops, basePath)).status, outcome === 'not made' ? change.status : change.retried, 'the retry')
-        t.equal(await change.count(raw, keyPrefix, id), outcome !== 'not made' && change.repeats ? 2 : 1, 'and after the retry')
+        t.equal(await change.count(raw, keys, id), outcome !== 'not made' && change.repeats ? 2 : 1, 'and after the retry')
       })
     }
   }
