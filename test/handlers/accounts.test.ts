@@ -17,7 +17,7 @@ import { REDIS_URL } from '../../harness/redis-keys.js'
 import { accountScripts } from '../../src/store/redis/accounts.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
-import { FAULT_OUTCOMES, REDIS_FAULTS, redisProxy } from '../support/redis-proxy.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, redisProxy } from '../support/redis-proxy.js'
 import { until } from '../support/wait.js'
 
 type AccountList = operations['listAccounts']['responses'][200]['content']['application/json']
@@ -112,7 +112,7 @@ t.test('Redis: an account\'s removal through every fault is answered as what was
       const kept = async (): Promise<number> => await raw.hexists(redisKeys(keyPrefix).users, user.id)
       proxy.arm(accountScripts.removeAccount, fault)
       const removal = await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${user.id}`)
-      t.same([removal.status, proxy.injected], [{ made: 204, 'not made': 503, unknown: 504 }[outcome], [fault]], 'answered as what was done')
+      t.same([removal.status, proxy.injected], [answerTo(outcome, 204), [fault]], 'answered as what was done')
       if (outcome === 'unknown') proxy.up()
       await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
       t.equal(await kept(), outcome === 'not made' ? 1 : 0, outcome === 'not made' ? 'the account kept' : 'removed')

@@ -2,9 +2,9 @@
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
 // text on the first EVAL; or a text of a plain command's, a key's or a field's name): the connection cut before the
 // command reaches Redis, the reply lost after Redis ran it, the reply held past the client's command timeout, or the
-// reply lost and Redis then out of reach until `up`. Or it
-// black-holes the connections of one kind open now: every byte both ways held, none closed, until `resume`. Or it
-// partitions: the connections of some kinds black-holed, those open now and those made later, until `resume`.
+// reply lost and Redis then out of reach until `up`. Or it black-holes the connections of one kind open now: every
+// byte both ways held, none closed, until `resume`. Or it partitions: the connections of some kinds black-holed,
+// those open now and those made later, until `resume`.
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
@@ -22,6 +22,8 @@ export const FAULT_OUTCOMES: Readonly<Record<RedisFault, FaultOutcome>> = {
   'delay-reply': 'made',
   'drop-reply-then-down': 'unknown'
 }
+/** What the service answers a write the outcome leaves: `made`, the write's own answer, when it was made. */
+export const answerTo = (outcome: FaultOutcome, made: number): number => ({ made, 'not made': 503, unknown: 504 })[outcome]
 
 /** An instance's connections: the one its commands go on, and the one it hears invalidations on (tracking.ts). */
 export type RedisConnection = 'main' | 'invalidations'

@@ -16,7 +16,7 @@ import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
 import type { Script } from '../../../src/store/redis/commands.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
@@ -632,7 +632,7 @@ t.test('on Redis, every change of a sandbox through every fault: answered as wha
         proxy.arm(change.script, fault)
         const outcome = FAULT_OUTCOMES[fault]
         const answered = await change.send(t, ops, basePath)
-        t.equal(answered.status, { made: change.status, 'not made': 503, unknown: 504 }[outcome], 'answered as what was done')
+        t.equal(answered.status, answerTo(outcome, change.status), 'answered as what was done')
         t.same(proxy.injected, [fault])
         if (outcome === 'unknown') proxy.up()
         await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)

@@ -16,7 +16,7 @@ import { build } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { FAULT_OUTCOMES, type FaultOutcome, REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
 
 const skip = await redisSkip()
 const OUTCOME_WITHIN_MS = 1000
@@ -57,8 +57,6 @@ async function faulty (t: Test, env: NodeJS.ProcessEnv = {}, url = REDIS_URL): P
 // The sessions' keys, but the instances' heartbeats kept among them (tracking.ts).
 const sessionKeys = async (raw: Redis, keys: RedisKeys): Promise<string[]> =>
   (await raw.keys(`${keys.session}*`)).filter((key) => !key.startsWith(keys.sessionHeartbeat))
-
-const STATUS_OF: Readonly<Record<FaultOutcome, number | undefined>> = { made: undefined, 'not made': 503, unknown: 504 }
 
 interface WriteCase {
   script: Script
@@ -198,7 +196,7 @@ async function faultCase (t: Test, name: string, write: WriteCase, fault: RedisF
   f.arm(write.script, fault)
   const response = await send()
   const outcome = FAULT_OUTCOMES[fault]
-  t.equal(response.statusCode, STATUS_OF[outcome] ?? write.status, `answered ${response.body}`)
+  t.equal(response.statusCode, answerTo(outcome, write.status), `answered ${response.body}`)
   if (outcome === 'unknown') {
     t.equal(response.json().code, 'OUTCOME_UNKNOWN')
     await f.up()
