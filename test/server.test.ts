@@ -168,10 +168,8 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
 })
 
 t.test('a flood of maximum-size items from several accounts cannot exhaust a small heap: writes shed, reads go on', async (t) => {
-  // The items fill the heap only where the store is the heap. The line leaves room for what the test's loader
-  // keeps (it compiles the TypeScript sources in the server's process): on Node 24, under coverage, 101 MB after a
-  // full collection with 224 items stored, where the built server holds 31 MB. The accounts' room is set past the
-  // heap, so that what is tested is shedding, the last defence, which the room refuses writes well before.
+  // The items fill the heap only where the store is the heap. The accounts' room is set past the heap, so that what is
+  // tested is shedding, the last defence, which the room refuses writes well before.
   const room = { STORE_CAPACITY_MIB: '1024', ACCOUNT_CEILING_MIB: '1024' }
   const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED_MIB: '128', ...room },
     { nodeOptions: ['--max-old-space-size=160'] })
@@ -181,8 +179,8 @@ t.test('a flood of maximum-size items from several accounts cannot exhaust a sma
     headers: { 'content-type': 'application/json', ...(token === undefined ? {} : { authorization: `Bearer ${token}` }) },
     body: JSON.stringify(body)
   })
-  // Loading the TypeScript sources under the test's loader leaves garbage that can keep the heap over the line
-  // for a moment after the start (on Node 24): sign-ups shed then are tried again after the next memory sample.
+  // What the start leaves for the collector can keep the heap over the line for a moment: sign-ups shed then are
+  // tried again after the next memory sample.
   const signUp = async (): Promise<string> => {
     for (let attempt = 0; attempt < 40; attempt += 1) {
       const response = await post('/v1/auth/register', newUser())

@@ -9,7 +9,7 @@ const file = process.argv[1]
 // Linux reports these times in USER_HZ, which is 100 on every architecture.
 const TICKS_PER_SECOND = 100
 
-if (out !== undefined && file !== undefined && file.endsWith('.test.ts')) {
+if (out !== undefined && file !== undefined && /\.test\.[jt]s$/.test(file)) {
   process.on('exit', () => {
     // /proc/self/stat's fields after the command's closing parenthesis start at the third: utime, stime, cutime
     // and cstime are the 14th to the 17th.

@@ -7,10 +7,11 @@ import t, { type Test } from 'tap'
 import { REDIS_URL } from '../../harness/redis-keys.js'
 import { type Schemas } from '../support/api.js'
 import { build, TEST_JWT_SECRET } from '../support/app.js'
+import { repositoryModule } from '../support/processes.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 
 async function startBaseline (t: Test, kind: string, page: unknown, env: Record<string, string> = {}): Promise<string> {
-  const baseline = spawn(process.execPath, [...process.execArgv, 'scripts/bench/baseline-server.ts'], {
+  const baseline = spawn(process.execPath, [...process.execArgv, repositoryModule('scripts/bench/baseline-server')], {
     env: { ...process.env, BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET: TEST_JWT_SECRET, ...env },
     stdio: ['ignore', 'pipe', 'inherit']
   })

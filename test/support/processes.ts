@@ -1,7 +1,15 @@
-// The service as real processes: src/server.ts, run with the same loader (and coverage hooks) as the test.
+// The service as real processes: src/server.ts as the suite runs it (built into dist/suite/ by npm test), with the
+// test's Node options (source maps) and coverage hooks.
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { extname } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { testEnvironment } from './app.js'
+
+/** A module of the repository (`src/server`) as this suite has it: built beside the test that asks, or its source. */
+export const repositoryModule = (path: string): string => fileURLToPath(new URL(`../../${path}${extname(import.meta.url)}`, import.meta.url))
+
+const SERVER = repositoryModule('src/server')
 
 export interface Server {
   process: ChildProcess
@@ -14,14 +22,14 @@ export interface Server {
 export interface StartOptions {
   /** Node's own options (`--max-old-space-size=…`). */
   nodeOptions?: string[]
-  /** What to run instead of src/server.ts under the test's loader: a built server (`['dist/src/server.js']`). */
+  /** What to run instead of the suite's src/server.ts: the package's build (`['dist/src/server.js']`). */
   entry?: string[]
   /** The directory to run it in; the repository by default. */
   cwd?: string
 }
 
-/** Starts src/server.ts (or `entry`) on a free port; resolves once it listens. */
-export async function start (env: NodeJS.ProcessEnv, { nodeOptions = [], entry = [...process.execArgv, 'src/server.ts'], cwd }: StartOptions = {}): Promise<Server> {
+/** Starts the suite's src/server.ts (or `entry`) on a free port; resolves once it listens. */
+export async function start (env: NodeJS.ProcessEnv, { nodeOptions = [], entry = [...process.execArgv, SERVER], cwd }: StartOptions = {}): Promise<Server> {
   const child = spawn(process.execPath, [...nodeOptions, ...entry], {
     env: { ...process.env, ...testEnvironment(), LOG_LEVEL: 'info', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -42,9 +50,9 @@ export async function start (env: NodeJS.ProcessEnv, { nodeOptions = [], entry =
   return { process: child, url, opsUrl, output: () => output }
 }
 
-// Runs src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.
+// Runs the suite's src/server.ts to its end, for starts that must fail; resolves with its exit code and standard error.
 export async function failedStart (env: NodeJS.ProcessEnv): Promise<{ code: number | null, stderr: string }> {
-  const child = spawn(process.execPath, [...process.execArgv, 'src/server.ts'], {
+  const child = spawn(process.execPath, [...process.execArgv, SERVER], {
     env: { ...process.env, ...testEnvironment(), ...env },
     stdio: ['ignore', 'pipe', 'pipe']
   })
