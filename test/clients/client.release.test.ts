@@ -78,7 +78,7 @@ for (const store of ['memory', 'redis'] as const) {
     ])
     t.teardown(proxy.close)
 
-    // As a client team runs it (tsx, from its own project): not under the suite's loader, so outside its coverage.
+    // As a client team runs it (tsx, from its own project): not with the suite's Node options and coverage hooks, so outside its coverage.
     await installed
     const child = spawn(process.execPath, ['--import', 'tsx', join(project, 'client.ts')], {
       env: { ...process.env, ITEMS_API: proxy.url, WAIT_MS: '4500' },
