@@ -38,6 +38,8 @@ try {
   })
   const files = (await readFile(costs, 'utf8').catch(() => '')).split('\n').filter((line) => line !== '')
     .map((line) => JSON.parse(line) as { file: string, cpuSeconds: number })
+    // Named by their sources: tap runs them built (dist/suite/).
+    .map(({ file, cpuSeconds }) => ({ file: file.replace(/^dist\/suite\//, '').replace(/\.js$/, '.ts'), cpuSeconds }))
     .sort((a, b) => b.cpuSeconds - a.cpuSeconds)
   const round = (seconds: number): string => seconds.toFixed(1)
   console.log(`\nnpm test: ${round(check.seconds + tests.seconds)} CPU-s in ${round((performance.now() - started) / 1000)} s (check ${round(check.seconds)}, tap ${round(tests.seconds)}, of which ${files.length} test files ${round(files.reduce((sum, { cpuSeconds }) => sum + cpuSeconds, 0))})`)
