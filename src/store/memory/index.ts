@@ -53,7 +53,7 @@ export function createMemoryStore ({
   }
   const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity, rateCounter, clock)
   const users = new MemoryUserStore(capacity)
-  const sessions = new MemorySessionStore(capacity, users)
+  const sessions = new MemorySessionStore(capacity, users, clock)
   const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users, rateCounter)
   let open = true
   return {

@@ -4,10 +4,34 @@ import type { AccountPage, AccountStore } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
-import { FORGET_SESSION, type SessionFamilies } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
 import type { RedisUserStore } from './users.js'
 import { type StoreWrites, writeScript } from './writes.js'
+
+// Defined in removeAccount, after CAPACITY: ARGV[1..3] are the prefixes of the session, refresh-token and
+// user-sessions keys (keys.ts), for the keys the script finds in what it reads. `forget` forgets a session: its
+// refresh tokens, its record, its place among its user's sessions, its charge; and lists it in `ended`, which the
+// script answers (space-separated) for the instance to drop its copies at once, before Redis's invalidation reaches
+// it. (The session rules themselves are src/store/sessions.ts; this is the layout of sessions.ts's Change.)
+const FORGET_SESSION = `
+local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
+local ended = {}
+local function forget (sessionId)
+  local sessionKey = families.session .. sessionId
+  local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
+  releaseCharge(sessionKey)
+  if not fields[1] then return end
+  ended[#ended + 1] = sessionId
+  for i = 2, 4 do
+    for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
+  end
+  redis.call('DEL', sessionKey)
+  redis.call('ZREM', families.userSessions .. fields[1], sessionId)
+end
+`
+
+/** The key prefixes FORGET_SESSION takes. */
+type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
 
 export const accountScripts = {
   // KEYS: user order, users, account bytes, account session bytes, items owned, user emails. ARGV: the highest place

@@ -9,6 +9,9 @@ import type { RedisKeys } from './keys.js'
 // A budget for the deployment that no store reaches: Lua reads it as a number, which Infinity is not.
 const UNBOUNDED_BYTES = 2 ** 53
 
+/** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
+export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})"
+
 /**
  * The ledger of src/store/capacity.ts in Lua, for the write scripts that keep what an account causes: each passes
  * the five keys of `capacityKeys` from KEYS[index] on and calls `capacityAt(index)` first. Bytes are reckoned as
@@ -24,13 +27,11 @@ const UNBOUNDED_BYTES = 2 ** 53
  *   floor back.
  * - `chargeUntil(name, account, bytes, expiresAt, unrefused)`: a charge that lasts as long as the key `name` (an
  *   idempotency key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
- * - `chargeSessionUntil(name, account, bytes, expiresAt)`: the same for a session (`name` its key), charged to the
- *   part of the account's floor kept for its sessions, never refused; `sessionsRoom(account)`, what is left of it.
  * - `makeRoom(account, bytes, records, keeping, now)`: pushes out the account's oldest idempotency records, all it
  *   needs or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
  *   charges of keys Redis has expired: how many.
- * - `itemBytes`, `userBytes`, `keyBytes`, `sessionBytes`: what each thing kept is charged.
+ * - `itemBytes`, `userBytes`, `keyBytes`: what each thing kept is charged (a session's: sessions.ts).
  */
 export const CAPACITY = `
 local capacity
@@ -47,7 +48,7 @@ local function capacityAt (index)
     sessions = KEYS[index + 5]}
   local read = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions', 'chargedSince', 'held')
   if not read[1] then
-    error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})
+    ${NO_BOUNDS}
   end
   totals = {ceiling = tonumber(read[1]), sharedPart = tonumber(read[2]), shared = tonumber(read[3] or '0'), sessions = tonumber(read[4]),
     chargedSince = tonumber(read[5] or '0'), held = tonumber(read[6] or '0')}
@@ -68,9 +69,6 @@ local function itemBytes (json) return stored(#json) + 1024 end
 local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
 -- An idempotency key: its name and value, the name again in its user's keys and in capacity-charges and -expiries.
 local function keyBytes (name, value) return stored(4 * #name + #value) + 512 end
--- A session: its hash (its user, times and token hashes), its id in its user's sessions, its name in capacity-charges
--- and -expiries; and for each token hash remembered, the refresh token's key and value and the hash in the session's.
-local function sessionBytes (name, tokenKey, hashes) return stored(4 * #name + 64 + hashes * (2 * #tokenKey + 64)) + 512 + 64 * hashes end
 -- Why charging the account \`bytes\` would be refused ('account' past its ceiling, 'shared' when it would need more
 -- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
@@ -172,9 +170,6 @@ local function chargeSessions (account, bytes)
   totals.held = totals.held + bytes
   redis.call('HSET', capacity.totals, 'held', totals.held)
 end
-local function sessionsRoom (account)
-  return totals.sessions - tonumber(redis.call('HGET', capacity.sessions, account) or '0')
-end
 -- A charge's entry: its account, its bytes, and 'session' for a session's.
 local function chargeOf (name)
   local held = redis.call('HGET', capacity.charges, name)
@@ -188,12 +183,6 @@ local function releaseCharge (name)
   redis.call('HDEL', capacity.charges, name)
   redis.call('ZREM', capacity.expiries, name)
   if kind == 'session' then chargeSessions(account, -bytes) else charge(account, -bytes) end
-end
-local function chargeSessionUntil (name, account, bytes, expiresAt)
-  local _, previous = chargeOf(name)
-  chargeSessions(account, bytes - previous)
-  redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes .. ' session')
-  redis.call('ZADD', capacity.expiries, expiresAt, name)
 end
 local function chargeUntil (name, account, bytes, expiresAt, unrefused)
   local previousAccount, previous = chargeOf(name)

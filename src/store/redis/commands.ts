@@ -6,7 +6,8 @@ import { StoreOutOfMemoryError, StoreUnavailableError } from '../store.js'
 // Cluster every key must then share one hash slot (docs/redis.md).
 
 export interface Script {
-  readonly numberOfKeys: number
+  /** Left out by a script whose keys vary: its caller passes their number first. */
+  readonly numberOfKeys?: number
   readonly lua: string
 }
 

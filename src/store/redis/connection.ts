@@ -6,6 +6,7 @@ import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
 import { accountScripts, orderUsers } from './accounts.js'
 import { admitAccounts, capacityScripts, readStoreId, setCapacity, storeId } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
+import { commitScripts } from './commit.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts } from './idempotency-keys.js'
 import { indexItems, itemScripts } from './items.js'
 import { type RedisKeys, redisKeys } from './keys.js'
@@ -19,7 +20,7 @@ import { userScripts } from './users.js'
 import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
+export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -188,8 +189,10 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * limits. Round trips per operation (one unless said):
  *
  * - users.add, users.get, users.findByEmailKey: one (a script for add and findByEmailKey);
- * - sessions.open, rotateRefreshToken, revoke: one each (scripts); get: none for a session this instance has read
- *   while Redis tracks it for the instance, one otherwise; sweep: none (Redis expires keys);
+ * - sessions.open, rotateRefreshToken, revoke: two each (what the rules of src/store/sessions.ts read, then the
+ *   change they decide, guarded by what was read: commit.ts), and two more each time another instance changed what
+ *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
+ *   sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
  * - items.update, remove: two (read, then a compare-and-set script), and one more each time another instance
  *   changed the item in between;

@@ -2,9 +2,10 @@ import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, StoreUnavailableError, UserRemovedError, type WriteLimit } from '../store.js'
+import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
+import { retried, STALE } from './commit.js'
 import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, type RedisOutbox } from './outbox.js'
@@ -147,10 +148,6 @@ declare module 'ioredis' {
 
 // A page that meets items gone from Redis says so in the log at most this often.
 const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
-// An edit or delete re-reads the item and tries again when another instance changed it in between; past this
-// many tries it gives up with a StoreUnavailableError rather than hold the request.
-const MAX_CHANGE_ATTEMPTS = 16
-
 // The stored value is the item's text as the contract's serializer wrote it (release 1.0.0 stored the same text,
 // by JSON.stringify of the fields in the same order), so the text read back compares equal to the text written,
 // and a read sends it as Redis answered it (keptItemText).
@@ -301,12 +298,12 @@ export class RedisItemStore implements ItemStore {
    * pure. 0 from `attempt` means the item is gone.
    */
   async #change (id: string, attempt: (current: StoredItem, json: string) => Promise<StoredItem | 0 | string>): Promise<StoredItem | undefined> {
-    const json = await call(this.#redis.hget(this.#keys.items, id))
-    let outcome: StoredItem | 0 | string = json ?? 0
-    for (let attempts = 0; typeof outcome === 'string'; attempts += 1) {
-      if (attempts === MAX_CHANGE_ATTEMPTS) throw new StoreUnavailableError(`item ${id} changed ${attempts} times while being changed`)
-      outcome = await attempt(parseItem(outcome), outcome)
-    }
-    return outcome === 0 ? undefined : outcome
+    let json = await call(this.#redis.hget(this.#keys.items, id))
+    return await retried(`item ${id}`, async () => {
+      const outcome = json === null ? 0 : await attempt(parseItem(json), json)
+      if (typeof outcome !== 'string') return outcome === 0 ? undefined : outcome
+      json = outcome
+      return STALE
+    })
   }
 }

@@ -1,161 +1,151 @@
 import type { Redis, Result } from 'ioredis'
-import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from '../rules.js'
+import { PerKeyQueue } from '../../runtime/per-key-queue.js'
+import { isLive } from '../rules.js'
 import type { Session } from '../../domain/index.js'
+import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
+import { NO_BOUNDS } from './capacity.js'
+import { call, type Script } from './commands.js'
+import { Change, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
-import { type StoreWrites, writeScript } from './writes.js'
-
-// Defined in the session scripts (writeScript), after CAPACITY: ARGV[1..3] are the prefixes of the session,
-// refresh-token and user-sessions keys (keys.ts), for the keys a script finds in what it reads. `forget` forgets a
-// session: its refresh tokens, its record, its place among its user's sessions, its charge; and lists it in
-// `ended`, which the script answers (space-separated) for the instance to drop its copies at once, before Redis's
-// invalidation reaches it. `endOldest` ends the user's oldest sessions but `keep`, at least `count` of them, and as
-// many as it takes for `bytes` more to fit the part of the user's floor kept for sessions.
-export const FORGET_SESSION = `
-local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
-local ended = {}
-local function forget (sessionId)
-  local sessionKey = families.session .. sessionId
-  local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
-  releaseCharge(sessionKey)
-  if not fields[1] then return end
-  ended[#ended + 1] = sessionId
-  for i = 2, 4 do
-    for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
-  end
-  redis.call('DEL', sessionKey)
-  redis.call('ZREM', families.userSessions .. fields[1], sessionId)
-end
-local function endOldest (userId, bytes, count, keep)
-  for _, oldest in ipairs(redis.call('ZRANGE', families.userSessions .. userId, 0, -1)) do
-    if count <= 0 and sessionsRoom(userId) >= bytes then return end
-    if oldest ~= keep then forget(oldest) end
-    count = count - 1
-  end
-end
-`
+import type { StoreWrites } from './writes.js'
 
 export const sessionScripts = {
-  // KEYS: session, its first refresh token, its user's sessions, users, the capacity keys (CAPACITY). ARGV:
-  // (FORGET_SESSION), session id, user id, end (ms), token hash, sessions a user may have. The sessions it ended,
-  // or nil, opening none, when the user has no account (removed).
-  openSession: {
-    numberOfKeys: 4 + CAPACITY_KEYS,
-    lua: writeScript(CAPACITY + FORGET_SESSION, `
-capacityAt(5)
-local sessionId, userId, expiresAt, hash = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-if redis.call('HEXISTS', KEYS[4], userId) == 0 then return false end
-for _, ended in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do releaseCharge(families.session .. ended) end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local bytes = sessionBytes(KEYS[1], KEYS[2], 1)
-endOldest(userId, bytes, redis.call('ZCARD', KEYS[3]) + 1 - tonumber(ARGV[8]))
-redis.call('HSET', KEYS[1], 'user', userId, 'expires', expiresAt, 'rotated', 0, 'current', hash, 'previous', '', 'replaced', '')
--- Redis expires the keys on its own clock (WRITE_DEADLINE's clockAhead).
-redis.call('PEXPIREAT', KEYS[1], expiresAt - clockAhead)
-redis.call('SET', KEYS[2], sessionId, 'PXAT', expiresAt - clockAhead)
--- Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
-redis.call('ZADD', KEYS[3], expiresAt, sessionId)
-redis.call('PEXPIREAT', KEYS[3], redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2] - clockAhead)
-chargeSessionUntil(KEYS[1], userId, bytes, expiresAt)
-return table.concat(ended, ' ')`)
+  // KEYS: users, the capacity totals, account session bytes, capacity charges. ARGV: the session, refresh-token and
+  // user-sessions families (keys.ts), then a refresh token's hash, a session id and a user id, each '' when not
+  // given: the session is the token's, or the one of the id; the user, the one given or the session's.
+  // {session id, its fields (user, expires, rotated, current, previous, replaced), its charge and the bytes it
+  // charges, user id, the user as JSON, the user's sessions (each {id, end, charge, bytes}), the bytes its sessions are charged, the part of a floor kept
+  // for them}; '' for what there is none of.
+  readSessions: {
+    numberOfKeys: 4,
+    lua: `
+local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
+local sessionsPart = redis.call('HGET', KEYS[2], 'sessions')
+if not sessionsPart then ${NO_BOUNDS} end
+-- What a charge's entry ("<user id> <bytes> session") charges.
+local function bytesOf (charge) return string.match(charge, '^%S+ (%d+)') or '0' end
+local sessionId, fields, charge = ARGV[5], {}, ''
+if ARGV[4] ~= '' then sessionId = redis.call('GET', families.refreshToken .. ARGV[4]) or '' end
+if sessionId ~= '' then
+  fields = redis.call('HMGET', families.session .. sessionId, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced')
+  charge = redis.call('HGET', KEYS[4], families.session .. sessionId) or ''
+end
+local userId = ARGV[6]
+if userId == '' then userId = fields[1] or string.match(charge, '^%S*') end
+if userId == '' then return {sessionId, fields, charge, bytesOf(charge), ''} end
+local sessions, names = {}, {}
+local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, -1, 'WITHSCORES')
+for index = 1, #listed, 2 do names[#names + 1] = families.session .. listed[index] end
+local charges = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
+for index = 1, #names do sessions[index] = {listed[2 * index - 1], listed[2 * index], charges[index] or '', bytesOf(charges[index] or '')} end
+return {sessionId, fields, charge, bytesOf(charge), userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('HGET', KEYS[3], userId) or '', sessionsPart}`
   },
-  // KEYS: the presented token, the capacity keys. ARGV: (FORGET_SESSION), presented hash, next hash, now (ms, Redis's
-  // clock as the instance reckons it: see Store.now), reuse leeway (ms), replaced tokens remembered, pairs per
-  // rotation. {status, the sessions it ended, session id, user id, end}.
-  rotateRefreshToken: {
-    numberOfKeys: 1 + CAPACITY_KEYS,
-    lua: writeScript(CAPACITY + FORGET_SESSION, `
-capacityAt(2)
-local presented, nextHash, now, leeway = ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local sessionId = redis.call('GET', KEYS[1])
-if not sessionId then return {'unknown', ''} end
-local sessionKey = families.session .. sessionId
-local session = redis.call('HMGET', sessionKey, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced')
-if not session[1] or tonumber(session[2]) <= now then
-  forget(sessionId)
-  redis.call('DEL', KEYS[1])
-  return {'unknown', table.concat(ended, ' ')}
+  // ARGV: the session family, session ids. The token hashes of each: {current, previous, replaced}, '' for none.
+  readSessionTokens: {
+    numberOfKeys: 0,
+    lua: `
+local tokens = {}
+for index = 2, #ARGV do
+  local fields = redis.call('HMGET', ARGV[1] .. ARGV[index], 'current', 'previous', 'replaced')
+  tokens[index - 1] = {fields[1] or '', fields[2] or '', fields[3] or ''}
 end
-local function split (text)
-  local list = {}
-  for hash in string.gmatch(text, '%S+') do list[#list + 1] = hash end
-  return list
-end
-local function contains (list, wanted)
-  for _, hash in ipairs(list) do if hash == wanted then return true end end
-  return false
-end
-local current, previous, replaced, rotatedAt = split(session[4]), split(session[5]), split(session[6]), tonumber(session[3])
-if contains(current, presented) then
-  for _, hash in ipairs(previous) do replaced[#replaced + 1] = hash end
-  while #replaced > tonumber(ARGV[8]) do redis.call('DEL', families.refreshToken .. table.remove(replaced, 1)) end
-  previous, current, rotatedAt = current, {nextHash}, now
-elseif contains(previous, presented) and now - rotatedAt < leeway then
-  if #current >= tonumber(ARGV[9]) then return {'unknown', ''} end
-  current[#current + 1] = nextHash
-else
-  forget(sessionId)
-  return {'reused', table.concat(ended, ' ')}
-end
-redis.call('HSET', sessionKey, 'rotated', rotatedAt, 'current', table.concat(current, ' '),
-  'previous', table.concat(previous, ' '), 'replaced', table.concat(replaced, ' '))
-redis.call('SET', families.refreshToken .. nextHash, sessionId, 'PXAT', session[2] - clockAhead)
--- A session that grows past its user's room ends the user's oldest others: one alone always fits (the
--- configuration holds the room to at least the largest).
-local bytes = sessionBytes(sessionKey, KEYS[1], #current + #previous + #replaced)
-local _, charged = chargeOf(sessionKey)
-if bytes > charged then endOldest(session[1], bytes - charged, 0, sessionId) end
-chargeSessionUntil(sessionKey, session[1], bytes, session[2])
-return {'rotated', table.concat(ended, ' '), sessionId, session[1], session[2]}`)
-  },
-  // KEYS: the capacity keys. ARGV: (FORGET_SESSION), session id.
-  revokeSession: {
-    numberOfKeys: CAPACITY_KEYS,
-    lua: writeScript(CAPACITY + FORGET_SESSION, `
-capacityAt(1)
-forget(ARGV[4])
-return 1`)
+return tokens`
   }
 } as const satisfies Record<string, Script>
 
-/** The key prefixes FORGET_SESSION takes. */
-export type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
+type ReadSessions = [sessionId: string, fields: Array<string | null>, charge: string, chargedBytes: string, userId: string, user?: string,
+  sessions?: Array<[id: string, end: string, charge: string, chargedBytes: string]>, held?: string, sessionsPart?: string]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    openSession (session: string, token: string, userSessions: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, id: string,
-      userId: string, expiresAt: number, tokenHash: string, maxPerUser: number]): Result<string, Context>
-    rotateRefreshToken (token: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, presentedHash: string, nextHash: string,
-      now: number, reuseLeewayMs: number, remembered: number, maxPairs: number]): Result<[string, string, string?, string?, string?], Context>
-    revokeSession (...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, ...SessionFamilies, id: string]): Result<1, Context>
+    readSessions (users: string, capacity: string, sessionBytes: string, charges: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string,
+      tokenHash: string, sessionId: string, userId: string): Result<ReadSessions, Context>
+    readSessionTokens (sessionFamily: string, ...ids: string[]): Result<Array<[current: string, previous: string, replaced: string]>, Context>
   }
 }
 
+/** One of a user's sessions as read, with its entry in the capacity charges (null: none), which the change guards. */
+interface ListedSession extends HeldSession {
+  readonly charge: string | null
+}
+
+/** A session as read with what forgetting it takes: its tokens, and its `current` field (null: its record is gone), guarded too. */
+interface ReadSession extends ListedSession {
+  readonly current: string | null
+  readonly tokenHashes: readonly string[]
+}
+
+/** What the session rules read: the session, its user's sessions and their room. */
+interface Read {
+  /** The session of the token or id read, while its record or its charge is left; `record` while its record is. */
+  readonly target: ReadSession | undefined
+  readonly record: SessionRecord | undefined
+  readonly userId: string | undefined
+  /** The user's record, null when it has none (removed). */
+  readonly user: string | null
+  readonly sessions: readonly ListedSession[]
+  /** What the user's sessions are charged. */
+  readonly held: number
+  /** The part of each floor kept for sessions. */
+  readonly sessionsPart: number
+}
+
+const split = (text: string | null | undefined): string[] => text === null || text === undefined || text === '' ? [] : text.split(' ')
+const orNull = (text: string | null | undefined): string | null => text === '' || text === undefined ? null : text
+const listedSession = (id: string, end: string | null | undefined, charge: string, bytes: string): ListedSession =>
+  ({ id, expiresAt: Number(end), bytes: Number(bytes), charge: orNull(charge) })
+const withTokens = (listed: ListedSession, ...tokens: Array<string | null | undefined>): ReadSession =>
+  ({ ...listed, current: orNull(tokens[0]), tokenHashes: tokens.flatMap(split) })
+
+// Bytes Redis holds for a value of `length` bytes: a quarter more (jemalloc's size classes round up by less).
+const stored = (length: number): number => Math.ceil(length * 1.25)
+
+/**
+ * The Redis store's sessions: each rule of src/store/sessions.ts run on what one script read, and committed as a
+ * Change guarded by what it read. A session's keys and its charge are laid out in keys.ts.
+ */
 export class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
   readonly #writes: StoreWrites
   readonly #keys: RedisKeys
-  readonly #families: SessionFamilies
   readonly #cache: TrackedSessions
+  readonly #now: () => number
+  // The changes this instance makes to one user's sessions (opening) or with one token (rotating) run one after
+  // another, so that they never retry against each other: only other instances' can make one try again.
+  readonly #inProgress = new PerKeyQueue()
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, cache: TrackedSessions) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, cache: TrackedSessions, now: () => number) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
-    this.#families = [keys.session, keys.refreshToken, keys.userSessions]
     this.#cache = cache
+    this.#now = now
   }
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
-    const keys = this.#keys
-    const ended = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.openSession(keys.session + session.id, keys.refreshToken + refreshTokenHash,
-      keys.userSessions + session.userId, keys.users, ...capacityKeys(keys), deadline, outcomeKey, ...this.#families, session.id, session.userId, session.expiresAt,
-      refreshTokenHash, maxPerUser))
-    if (ended === null) throw new UserRemovedError(`user ${session.userId} has no account`)
-    this.#forgetEnded(ended)
+    await this.#inProgress.run(`user ${session.userId}`, async () => await retried(`user ${session.userId}'s sessions`, async () => {
+      const read = await this.#read('', session.id, session.userId)
+      if (read.user === null) throw new UserRemovedError(`user ${session.userId} has no account`)
+      const change = new Change().guard(this.#keys.users, session.userId, read.user)
+      const record = openedRecord(session, refreshTokenHash)
+      const bytes = this.#bytes(record, refreshTokenHash)
+      const ended = endedByOpening(this.#userSessions(read), bytes, maxPerUser, this.#now())
+      const sessionKey = this.#keys.session + session.id
+      const userSessions = this.#keys.userSessions + session.userId
+      const end = storeTime(session.expiresAt)
+      const released = this.#forget(change, read, await this.#tokensOf(read, ended))
+      change.write('HSET', sessionKey, 'user', session.userId, 'expires', String(session.expiresAt), 'rotated', '0', 'current', refreshTokenHash, 'previous', '', 'replaced', '')
+        .write('PEXPIREAT', sessionKey, end)
+        .write('SET', this.#keys.refreshToken + refreshTokenHash, session.id, 'PXAT', end)
+        // Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
+        .write('ZADD', userSessions, String(session.expiresAt), session.id)
+        // The set lives as long as its last session: its end set when it is new, and only ever moved on.
+        .write('PEXPIREAT', userSessions, end, 'NX')
+        .write('PEXPIREAT', userSessions, end, 'GT')
+      return await this.#commit(change, read, released + this.#charge(change, session, bytes, read.target), ended)
+    }))
   }
 
   cached (id: string, now: number): Session | undefined {
@@ -175,28 +165,125 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
-    const [status, ended, id, userId, expires] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.rotateRefreshToken(
-      this.#keys.refreshToken + presentedHash, ...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, presentedHash, nextHash, now, reuseLeewayMs,
-      REMEMBERED_REPLACED_TOKENS, MAX_PAIRS_PER_ROTATION))
-    this.#forgetEnded(ended)
-    if (status === 'rotated' && id !== undefined && userId !== undefined) {
-      return { status, session: { id, userId, expiresAt: Number(expires) } }
-    }
-    return { status: status === 'reused' ? 'reused' : 'unknown' }
+    return await this.#inProgress.run(`token ${presentedHash}`, async () => await retried('a session', async () => {
+      const read = await this.#read(presentedHash, '', '')
+      const { target, record } = read
+      const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
+      if (rotated.status !== 'rotated' || record === undefined || target === undefined) {
+        const outcome: RefreshOutcome = { status: rotated.status === 'reused' ? 'reused' : 'unknown' }
+        // A session past its end, or a token whose session is gone, is forgotten with its token.
+        if (target === undefined || (rotated.status === 'unknown' && !rotated.ended && record !== undefined)) return outcome
+        const change = new Change().write('DEL', this.#keys.refreshToken + presentedHash)
+        return await this.#commit(change, read, this.#forget(change, read, [target]), [target.id]) ?? outcome
+      }
+      const { session } = record
+      const sessionKey = this.#keys.session + session.id
+      const next = rotated.record
+      const change = new Change()
+        .write('HSET', sessionKey, 'rotated', String(next.rotatedAt), 'current', next.current.join(' '), 'previous', next.previous.join(' '), 'replaced', next.replaced.join(' '))
+      for (const hash of rotated.forgotten) change.write('DEL', this.#keys.refreshToken + hash)
+      change.write('SET', this.#keys.refreshToken + nextHash, session.id, 'PXAT', storeTime(session.expiresAt))
+      const bytes = this.#bytes(next, presentedHash)
+      const ended = endedByGrowth(this.#userSessions(read), session.id, bytes - target.bytes, now)
+      const released = this.#forget(change, read, await this.#tokensOf(read, ended))
+      return await this.#commit(change, read, released + this.#charge(change, session, bytes, target), ended) ?? { status: 'rotated', session }
+    }))
   }
 
   async revoke (id: string): Promise<void> {
-    await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.revokeSession(...capacityKeys(this.#keys), deadline, outcomeKey, ...this.#families, id))
+    await retried(`session ${id}`, async () => {
+      const read = await this.#read('', id, '')
+      if (read.target === undefined) return undefined
+      const change = new Change()
+      return await this.#commit(change, read, this.#forget(change, read, [read.target]), [id])
+    })
     this.#cache.invalidate([id])
-  }
-
-  // The sessions a script ended, dropped from this instance's copies before Redis's invalidation reaches it.
-  #forgetEnded (ended: string): void {
-    if (ended !== '') this.#cache.invalidate(ended.split(' '))
   }
 
   /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */
   async sweep (): Promise<number> {
     return 0
+  }
+
+  async #read (tokenHash: string, sessionId: string, userId: string): Promise<Read> {
+    const keys = this.#keys
+    const [id, fields, charge, chargedBytes, user, userRecord, sessions = [], held, sessionsPart] = await call(this.#redis.readSessions(keys.users, keys.capacity,
+      keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, tokenHash, sessionId, userId))
+    const [owner, expires, rotatedAt, current, previous, replaced] = fields
+    const target = id === '' || (owner == null && charge === '') ? undefined : withTokens(listedSession(id, expires, charge, chargedBytes), current, previous, replaced)
+    return {
+      target,
+      record: owner == null ? undefined : { session: { id, userId: owner, expiresAt: Number(expires) }, current: split(current), previous: split(previous), rotatedAt: Number(rotatedAt), replaced: split(replaced) },
+      userId: orNull(user) ?? undefined,
+      user: orNull(userRecord),
+      sessions: sessions.map((listed) => listedSession(...listed)),
+      held: Number(held ?? 0),
+      sessionsPart: Number(sessionsPart ?? 0)
+    }
+  }
+
+  // The sessions of `ids` among the user's, as read, with their tokens, read now: only those a change ends are.
+  async #tokensOf ({ sessions }: Read, ids: readonly string[]): Promise<ReadSession[]> {
+    const ended = sessions.filter(({ id }) => ids.includes(id))
+    if (ended.length === 0) return []
+    const tokens = await call(this.#redis.readSessionTokens(this.#keys.session, ...ended.map(({ id }) => id)))
+    // One answer for each session asked about.
+    return ended.map((listed, index) => withTokens(listed, ...tokens[index]!))
+  }
+
+  #userSessions ({ sessions, sessionsPart, held }: Read): UserSessions {
+    return { sessions, count: sessions.length, room: sessionsPart - held }
+  }
+
+  // Bytes a session keeps: its hash (its user, times and token hashes), its id in its user's sessions, its name in
+  // capacity-charges and -expiries; and for each token hash remembered, the refresh token's key and value and the
+  // hash in the session's.
+  #bytes (record: SessionRecord, tokenHash: string): number {
+    const hashes = tokenHashes(record).length
+    const name = Buffer.byteLength(this.#keys.session + record.session.id)
+    const tokenKey = Buffer.byteLength(this.#keys.refreshToken + tokenHash)
+    return stored(4 * name + 64 + hashes * (2 * tokenKey + 64)) + 512 + 64 * hashes
+  }
+
+  // Forgets the sessions: their tokens, their records, their places among their user's sessions, their charges.
+  // What that gives back to their user's sessions' charge (negative).
+  #forget (change: Change, read: Read, sessions: readonly ReadSession[]): number {
+    let released = 0
+    for (const { id, current, charge, bytes, tokenHashes } of sessions) {
+      const sessionKey = this.#keys.session + id
+      change.guard(sessionKey, 'current', current).guard(this.#keys.capacityCharges, sessionKey, charge)
+      for (const hash of tokenHashes) change.write('DEL', this.#keys.refreshToken + hash)
+      change.write('DEL', sessionKey)
+      // A session read has its user, from its record or its charge's entry.
+      change.write('ZREM', this.#keys.userSessions + read.userId!, id)
+      if (charge === null) continue
+      change.write('HDEL', this.#keys.capacityCharges, sessionKey).write('ZREM', this.#keys.capacityExpiries, sessionKey)
+      released -= bytes
+    }
+    return released
+  }
+
+  // Charges the session `bytes` until its end, in place of what it was charged as `read` (undefined: a session not
+  // kept yet): what that adds to its user's sessions' charge.
+  #charge (change: Change, session: Session, bytes: number, read: ReadSession | undefined): number {
+    const sessionKey = this.#keys.session + session.id
+    change.guard(sessionKey, 'current', read?.current ?? null).guard(this.#keys.capacityCharges, sessionKey, read?.charge ?? null)
+      .write('HSET', this.#keys.capacityCharges, sessionKey, `${session.userId} ${bytes} session`)
+      .write('ZADD', this.#keys.capacityExpiries, String(session.expiresAt), sessionKey)
+    return bytes - (read?.bytes ?? 0)
+  }
+
+  // Commits the change, with `charged` bytes more charged to the user's sessions: within the part of the floor kept
+  // for them, or, when what was read had passed it already (the bounds changed), within what the change leaves. The
+  // sessions it ended are dropped from this instance's copies before Redis's invalidation reaches it. STALE when
+  // what it read changed before it could commit.
+  async #commit (change: Change, read: Read, charged: number, ended: readonly string[]): Promise<undefined | typeof STALE> {
+    if (read.userId !== undefined && charged !== 0) {
+      change.charge(this.#keys.accountSessionBytes, read.userId, charged, Math.max(read.sessionsPart, read.held + charged), this.#keys.capacity)
+    }
+    const made = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.commit(...change.keys, deadline, outcomeKey, change.json))
+    if (made === 0) return STALE
+    if (ended.length > 0) this.#cache.invalidate([...ended])
+    return undefined
   }
 }

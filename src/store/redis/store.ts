@@ -48,7 +48,7 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
   return {
     users,
-    sessions: new RedisSessionStore(redis, writes, keys, options.sessions),
+    sessions: new RedisSessionStore(redis, writes, keys, options.sessions, options.now),
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },

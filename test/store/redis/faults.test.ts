@@ -84,7 +84,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 409
   },
   loginUser: {
-    script: scripts.openSession,
+    script: scripts.commit,
     status: 200,
     prepare: async ({ api, raw, keys }) => {
       const body = newUser()
@@ -100,7 +100,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   refreshTokens: {
-    script: scripts.rotateRefreshToken,
+    script: scripts.commit,
     status: 200,
     prepare: async ({ api }) => {
       const { refreshToken } = await api.register()
@@ -115,7 +115,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   logoutUser: {
-    script: scripts.revokeSession,
+    script: scripts.commit,
     status: 204,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register()

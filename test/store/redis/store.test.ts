@@ -7,6 +7,7 @@ import { connectRedisStore, scripts } from '../../../src/store/redis/connection.
 import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
 import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
 import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
+import { Change } from '../../../src/store/redis/commit.js'
 import type { Limited } from '../../../src/store/redis/rate-counter.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
@@ -104,22 +105,22 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const future = writeDeadline(Number(seconds) * 1000 + 60_000, 0)
   const keys = redisKeys(prefix)
   const outcome = (write: string): string => `${keys.writeOutcome}${write}`
-  const families = [keys.session, keys.refreshToken, keys.userSessions] as const
   const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
   const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const capacity = capacityKeys(keys)
-  const openSession = async (deadline: WriteDeadline): Promise<string> => await redis.openSession(keys.session + 's1', keys.refreshToken + 'h1', keys.userSessions + 'u1', keys.users,
-    ...capacity, deadline, outcome('open'), ...families, 's1', 'u1', Date.now() + 60_000, 'h1', 20)
-  const rotate = async (deadline: WriteDeadline): Promise<[string, string, string?, string?, string?]> =>
-    await redis.rotateRefreshToken(keys.refreshToken + 'h1', ...capacity, deadline, outcome('rotate'), ...families, 'h1', 'h2', Date.now(), 5000, 16, 32)
+  // A session's change as a rule commits it, and one decided on the session as it was then, which a late commit must
+  // not make once it is stale.
+  const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
+  const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
+  const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<0 | 1> => await redis.commit(...change.keys, deadline, outcome(write), change.json)
   const addItem = async (deadline: WriteDeadline): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
     keys.itemsOwned, keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), -1, 0, 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
   const addUser = async (deadline: WriteDeadline): Promise<unknown> =>
     await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
   await t.rejects(addUser(past), late)
-  await t.rejects(openSession(past), late)
+  await t.rejects(commit(opening, past, 'open'), late)
   await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1'), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
@@ -127,22 +128,23 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   // Before the bounds every write script reads are set, as a start sets them (or after Redis lost them), in time or
   // not, a write is refused.
   await t.rejects(addUser(future), { name: 'ReplyError', message: /^NOBOUNDS the bounds for accounts are not set/ })
+  await t.rejects(redis.readSessions(keys.users, keys.capacity, keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, 'h1', '', ''),
+    { name: 'ReplyError', message: /^NOBOUNDS/ }, 'nor is a session\'s change decided')
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written without bounds')
   await setCapacity(redis, keys, UNBOUNDED)
   t.equal(await addUser(future), 1)
-  t.equal(await openSession(future), '', 'it ended no session')
-  await t.rejects(rotate(past), late)
-  await t.rejects(redis.revokeSession(...capacity, past, outcome('revoke'), ...families, 's1'), late)
-  t.same(await rotate(future), ['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))],
-    'the token was still current: the late rotation changed nothing')
+  t.equal(await commit(opening, future, 'open'), 1)
+  await t.rejects(commit(rotating, past, 'rotate'), late)
+  t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
+  t.equal(await commit(rotating, future, 'again'), 0, 'and once changed, it is not as read')
   t.same(await addItem(future), [1, null])
   await t.rejects(redis.replaceItem(keys.rateLimit, keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, keys.users,
     ...capacity, past, outcome('replace'), -1, 0, 'i1', item, '{}', 'u1', 0), late)
   await t.rejects(redis.removeItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), -1, 0, 'i1', item,
     'u1', 0), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
-  t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('add'), outcome('replace')),
-    ['[""]', JSON.stringify([['rotated', '', 's1', 'u1', String(await redis.hget(keys.session + 's1', 'expires'))]]), '[[1,false]]', null],
+  t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('again'), outcome('add'), outcome('replace')),
+    ['[1]', '[1]', null, '[[1,false]]', null],
     'each write that ran recorded its reply; none that did not')
   t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
 })
@@ -210,6 +212,38 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
   const keys = await redis.keys('*')
   t.ok(keys.length >= 9, `${keys.length} keys`)
   t.same(keys.filter((key) => !key.startsWith(prefix)), [])
+})
+
+t.test('refreshes with one token on two instances at once: one rotates, the other finds the session changed since it read it, reads again, and finds a replay', { skip }, async (t) => {
+  const prefix = redisKeyPrefix(t)
+  const [first, second] = await Promise.all([0, 1].map(async () => await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })))
+  t.teardown(async () => { await Promise.all([first!.close(), second!.close()]) })
+  const now = Date.now()
+  const session = { id: randomUUID(), userId: await account(first!.users), expiresAt: now + 60_000 }
+  await first!.sessions.open(session, 'token', 20)
+  // Both reads reach Redis before either commit: each instance sends its commit only once its read is answered.
+  const outcomes = await Promise.all([first!, second!].map(async (store, index) => (await store.sessions.rotateRefreshToken('token', `next-${index}`, now, 0)).status))
+  t.same(outcomes.sort(), ['reused', 'rotated'])
+  t.equal(await first!.sessions.get(session.id, now), undefined, 'the replay ended the session')
+})
+
+t.test('a sign-in forgets the user\'s sessions past their end, whose charges the sweep gave back: nothing is charged twice', { skip }, async (t) => {
+  const { prefix, store, other } = await storeBesideAnotherInstance(t)
+  const userId = await account(store.users)
+  const now = Date.now()
+  const [earlier, past, live] = [randomUUID(), randomUUID(), randomUUID()]
+  // A live session keeps its user's set of sessions, where the one past its end stays listed until the next sign-in.
+  await store.sessions.open({ id: earlier, userId, expiresAt: now + 60_000 }, 'earlier', 20)
+  const held = (await store.capacity()).heldBytes
+  await store.sessions.open({ id: past, userId, expiresAt: now - 1000 }, 'past', 20)
+  t.same(await other.zrange(`${prefix}user-sessions:${userId}`, '0', '-1'), [past, earlier])
+  t.equal(await store.idempotencyKeys.sweep(now, 100), 1, 'the sweep gave the ended one\'s charge back')
+  await store.sessions.open({ id: live, userId, expiresAt: now + 60_001 }, 'live', 20)
+  t.same(await other.zrange(`${prefix}user-sessions:${userId}`, '0', '-1'), [earlier, live], 'the sign-in took it from its user\'s sessions')
+  const [, bytes] = String(await other.hget(`${prefix}capacity-charges`, `${prefix}session:${live}`)).split(' ')
+  const reading = await store.capacity()
+  t.equal(reading.heldBytes, held + Number(bytes), 'what the user holds is its live sessions\' charges')
+  t.equal(reading.driftBytes, 0, 'nothing was given back twice')
 })
 
 t.test('an edit that another instance keeps beating gives up after 16 tries with a StoreUnavailableError', { skip }, async (t) => {
