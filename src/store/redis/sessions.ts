@@ -14,10 +14,11 @@ import type { StoreWrites } from './writes.js'
 export const sessionScripts = {
   // KEYS: users, the capacity totals, account session bytes, capacity charges. ARGV: the session, refresh-token and
   // user-sessions families (keys.ts), then a refresh token's hash, a session id and a user id, each '' when not
-  // given: the session is the token's, or the one of the id; the user, the one given or the session's.
+  // given: the session is the token's, or the one of the id; the user, the one given or the session's; then how many
+  // of the user's sessions to list, the oldest first.
   // {session id, its fields (user, expires, rotated, current, previous, replaced), its charge and the bytes it
-  // charges, user id, the user as JSON, the user's sessions (each {id, end, charge, bytes}), the bytes its sessions are charged, the part of a floor kept
-  // for them}; '' for what there is none of.
+  // charges, user id, the user as JSON, the user's sessions listed (each {id, end, charge, bytes}), the bytes its
+  // sessions are charged, the part of a floor kept for them, how many sessions it has}; '' for what there is none of.
   readSessions: {
     numberOfKeys: 4,
     lua: `
@@ -36,11 +37,12 @@ local userId = ARGV[6]
 if userId == '' then userId = fields[1] or string.match(charge, '^%S*') end
 if userId == '' then return {sessionId, fields, charge, bytesOf(charge), ''} end
 local sessions, names = {}, {}
-local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, -1, 'WITHSCORES')
+local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, tonumber(ARGV[7]) - 1, 'WITHSCORES')
 for index = 1, #listed, 2 do names[#names + 1] = families.session .. listed[index] end
 local charges = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
 for index = 1, #names do sessions[index] = {listed[2 * index - 1], listed[2 * index], charges[index] or '', bytesOf(charges[index] or '')} end
-return {sessionId, fields, charge, bytesOf(charge), userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('HGET', KEYS[3], userId) or '', sessionsPart}`
+return {sessionId, fields, charge, bytesOf(charge), userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('HGET', KEYS[3], userId) or '', sessionsPart,
+  redis.call('ZCARD', families.userSessions .. userId)}`
   },
   // ARGV: the session family, session ids. The token hashes of each: {current, previous, replaced}, '' for none.
   readSessionTokens: {
@@ -56,12 +58,12 @@ return tokens`
 } as const satisfies Record<string, Script>
 
 type ReadSessions = [sessionId: string, fields: Array<string | null>, charge: string, chargedBytes: string, userId: string, user?: string,
-  sessions?: Array<[id: string, end: string, charge: string, chargedBytes: string]>, held?: string, sessionsPart?: string]
+  sessions?: Array<[id: string, end: string, charge: string, chargedBytes: string]>, held?: string, sessionsPart?: string, count?: number]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     readSessions (users: string, capacity: string, sessionBytes: string, charges: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string,
-      tokenHash: string, sessionId: string, userId: string): Result<ReadSessions, Context>
+      tokenHash: string, sessionId: string, userId: string, listed: number): Result<ReadSessions, Context>
     readSessionTokens (sessionFamily: string, ...ids: string[]): Result<Array<[current: string, previous: string, replaced: string]>, Context>
   }
 }
@@ -85,7 +87,10 @@ interface Read {
   readonly userId: string | undefined
   /** The user's record, null when it has none (removed). */
   readonly user: string | null
+  /** The oldest of the user's sessions, as many as were asked for. */
   readonly sessions: readonly ListedSession[]
+  /** How many sessions the user has. */
+  readonly count: number
   /** What the user's sessions are charged. */
   readonly held: number
   /** The part of each floor kept for sessions. */
@@ -98,6 +103,10 @@ const listedSession = (id: string, end: string | null | undefined, charge: strin
   ({ id, expiresAt: Number(end), bytes: Number(bytes), charge: orNull(charge) })
 const withTokens = (listed: ListedSession, ...tokens: Array<string | null | undefined>): ReadSession =>
   ({ ...listed, current: orNull(tokens[0]), tokenHashes: tokens.flatMap(split) })
+
+// The user's sessions a read lists first, the oldest: a rule that goes through them all has them read again, four
+// times as many, so that a sign-in costs what the sessions it ends cost, not every session its user holds.
+const SESSIONS_LISTED = 16
 
 // Bytes Redis holds for a value of `length` bytes: a quarter more (jemalloc's size classes round up by less).
 const stored = (length: number): number => Math.ceil(length * 1.25)
@@ -126,12 +135,10 @@ export class RedisSessionStore implements SessionStore {
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     await this.#inProgress.run(`user ${session.userId}`, async () => await retried(`user ${session.userId}'s sessions`, async () => {
-      const read = await this.#read('', session.id, session.userId)
+      const bytes = this.#bytes(openedRecord(session, refreshTokenHash), refreshTokenHash)
+      const [read, ended] = await this.#read('', session.id, session.userId, (_read, user) => endedByOpening(user, bytes, maxPerUser, this.#now()))
       if (read.user === null) throw new UserRemovedError(`user ${session.userId} has no account`)
       const change = new Change().guard(this.#keys.users, session.userId, read.user)
-      const record = openedRecord(session, refreshTokenHash)
-      const bytes = this.#bytes(record, refreshTokenHash)
-      const ended = endedByOpening(this.#userSessions(read), bytes, maxPerUser, this.#now())
       const sessionKey = this.#keys.session + session.id
       const userSessions = this.#keys.userSessions + session.userId
       const end = storeTime(session.expiresAt)
@@ -166,9 +173,13 @@ export class RedisSessionStore implements SessionStore {
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
     return await this.#inProgress.run(`token ${presentedHash}`, async () => await retried('a session', async () => {
-      const read = await this.#read(presentedHash, '', '')
+      const [read, { rotated, ended }] = await this.#read(presentedHash, '', '', ({ record, target }, user) => {
+        const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
+        // A rotation that grows its session past its user's room ends the user's oldest others.
+        const grown = rotated.status === 'rotated' && target !== undefined ? this.#bytes(rotated.record, presentedHash) - target.bytes : 0
+        return { rotated, ended: target === undefined ? [] : endedByGrowth(user, target.id, grown, now) }
+      })
       const { target, record } = read
-      const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
       if (rotated.status !== 'rotated' || record === undefined || target === undefined) {
         const outcome: RefreshOutcome = { status: rotated.status === 'reused' ? 'reused' : 'unknown' }
         // A session past its end, or a token whose session is gone, is forgotten with its token.
@@ -184,7 +195,6 @@ export class RedisSessionStore implements SessionStore {
       for (const hash of rotated.forgotten) change.write('DEL', this.#keys.refreshToken + hash)
       change.write('SET', this.#keys.refreshToken + nextHash, session.id, 'PXAT', storeTime(session.expiresAt))
       const bytes = this.#bytes(next, presentedHash)
-      const ended = endedByGrowth(this.#userSessions(read), session.id, bytes - target.bytes, now)
       const released = this.#forget(change, read, await this.#tokensOf(read, ended))
       return await this.#commit(change, read, released + this.#charge(change, session, bytes, target), ended) ?? { status: 'rotated', session }
     }))
@@ -192,7 +202,7 @@ export class RedisSessionStore implements SessionStore {
 
   async revoke (id: string): Promise<void> {
     await retried(`session ${id}`, async () => {
-      const read = await this.#read('', id, '')
+      const [read] = await this.#read('', id, '', () => undefined)
       if (read.target === undefined) return undefined
       const change = new Change()
       return await this.#commit(change, read, this.#forget(change, read, [read.target]), [id])
@@ -205,10 +215,26 @@ export class RedisSessionStore implements SessionStore {
     return 0
   }
 
-  async #read (tokenHash: string, sessionId: string, userId: string): Promise<Read> {
+  // What the rules read, with the user's oldest sessions listed a page at a time: read again, with more listed,
+  // while `decide` went through every one listed and the user has more.
+  async #read<T> (tokenHash: string, sessionId: string, userId: string, decide: (read: Read, user: UserSessions) => T): Promise<[Read, T]> {
+    for (let listed = SESSIONS_LISTED; ; listed *= 4) {
+      const read = await this.#readListing(tokenHash, sessionId, userId, listed)
+      const { sessions } = read
+      const went = { through: false }
+      function * oldestFirst (): Generator<HeldSession> {
+        yield * sessions
+        went.through = true
+      }
+      const decided = decide(read, { sessions: oldestFirst(), count: read.count, room: read.sessionsPart - read.held })
+      if (!went.through || sessions.length === read.count) return [read, decided]
+    }
+  }
+
+  async #readListing (tokenHash: string, sessionId: string, userId: string, listed: number): Promise<Read> {
     const keys = this.#keys
-    const [id, fields, charge, chargedBytes, user, userRecord, sessions = [], held, sessionsPart] = await call(this.#redis.readSessions(keys.users, keys.capacity,
-      keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, tokenHash, sessionId, userId))
+    const [id, fields, charge, chargedBytes, user, userRecord, sessions = [], held, sessionsPart, count = 0] = await call(this.#redis.readSessions(keys.users, keys.capacity,
+      keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, tokenHash, sessionId, userId, listed))
     const [owner, expires, rotatedAt, current, previous, replaced] = fields
     const target = id === '' || (owner == null && charge === '') ? undefined : withTokens(listedSession(id, expires, charge, chargedBytes), current, previous, replaced)
     return {
@@ -217,6 +243,7 @@ export class RedisSessionStore implements SessionStore {
       userId: orNull(user) ?? undefined,
       user: orNull(userRecord),
       sessions: sessions.map((listed) => listedSession(...listed)),
+      count,
       held: Number(held ?? 0),
       sessionsPart: Number(sessionsPart ?? 0)
     }
@@ -229,10 +256,6 @@ export class RedisSessionStore implements SessionStore {
     const tokens = await call(this.#redis.readSessionTokens(this.#keys.session, ...ended.map(({ id }) => id)))
     // One answer for each session asked about.
     return ended.map((listed, index) => withTokens(listed, ...tokens[index]!))
-  }
-
-  #userSessions ({ sessions, sessionsPart, held }: Read): UserSessions {
-    return { sessions, count: sessions.length, room: sessionsPart - held }
   }
 
   // Bytes a session keeps: its hash (its user, times and token hashes), its id in its user's sessions, its name in

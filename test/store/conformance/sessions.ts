@@ -144,6 +144,24 @@ export function sessionsConformance (t: Test, fresh: FreshStore, open: OpenStore
     t.same(await sessions.get(opened[1]!.id, now), opened[1], 'other users\' sessions count apart')
   })
 
+  t.test('sessions: a sign-in under a lower bound than the user\'s sessions were opened under (MAX_SESSIONS_PER_USER lowered) ends every one over it, the oldest first', async (t) => {
+    const { users, sessions } = await fresh(t)
+    const now = Date.now()
+    const userId = await account(users)
+    const opened = []
+    // More than a store reads of a user's sessions at once.
+    for (let index = 0; index < 40; index += 1) {
+      const session = { id: randomUUID(), userId, expiresAt: now + HOUR + index }
+      await sessions.open(session, `token-${index}`, 1000)
+      opened.push(session)
+    }
+    const last = { id: randomUUID(), userId, expiresAt: now + HOUR + 40 }
+    await sessions.open(last, 'token-last', 3)
+    const live = await Promise.all([...opened, last].map(async (session) => await sessions.get(session.id, now)))
+    t.same(live.filter((session) => session !== undefined), [opened[38], opened[39], last])
+    t.same(await sessions.rotateRefreshToken('token-0', 'x', now, 0), { status: 'unknown' }, 'the oldest\'s token with it')
+  })
+
   // What a sweep forgets is each store's own test: the memory store's in memory/sessions.test.ts, Redis's expiry in
   // redis/store.test.ts (it has nothing to sweep).
   t.test('sessions: a sweep takes no live session', async (t) => {

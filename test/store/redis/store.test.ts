@@ -128,7 +128,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   // Before the bounds every write script reads are set, as a start sets them (or after Redis lost them), in time or
   // not, a write is refused.
   await t.rejects(addUser(future), { name: 'ReplyError', message: /^NOBOUNDS the bounds for accounts are not set/ })
-  await t.rejects(redis.readSessions(keys.users, keys.capacity, keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, 'h1', '', ''),
+  await t.rejects(redis.readSessions(keys.users, keys.capacity, keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, 'h1', '', '', 16),
     { name: 'ReplyError', message: /^NOBOUNDS/ }, 'nor is a session\'s change decided')
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written without bounds')
   await setCapacity(redis, keys, UNBOUNDED)
