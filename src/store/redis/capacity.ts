@@ -9,6 +9,12 @@ import type { RedisKeys } from './keys.js'
 // A budget for the deployment that no store reaches: Lua reads it as a number, which Infinity is not.
 const UNBOUNDED_BYTES = 2 ** 53
 
+// Bytes Redis holds for a value, per byte of it: jemalloc's size classes round an allocation up by less than this.
+const HELD_PER_BYTE = 1.25
+
+/** Bytes Redis holds for a value of `length` bytes (CAPACITY's `stored`). */
+export const storedBytes = (length: number): number => Math.ceil(length * HELD_PER_BYTE)
+
 /** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
 export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})"
 
@@ -62,7 +68,7 @@ local function accountOf (account)
   end
   return entry
 end
-local function stored (length) return math.ceil(length * 1.25) end
+local function stored (length) return math.ceil(length * ${HELD_PER_BYTE}) end
 -- An item: its JSON in the items hash, and its id in itemOrder and its three sets (keys.ts).
 local function itemBytes (json) return stored(#json) + 1024 end
 -- A user: its JSON and email key in two hashes, its entries in the capacity hashes.

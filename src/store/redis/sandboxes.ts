@@ -6,6 +6,7 @@ import {
   type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
+import { OutcomeUnknownError } from '../store.js'
 import { setCapacity } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { indexItems } from './items.js'
@@ -315,7 +316,11 @@ export class RedisSandboxes implements Sandboxes {
     if (reset === null) return undefined
     const [before, fixtures, receiver] = reset
     await this.#tidy(this.#deleteKeys(canonical, before))
-    const sandbox = await this.#prepared(canonical, before + 1)
+    // The reset is made, and cannot be taken back as a create's sandbox is: a failure to prepare its new catalogue
+    // must not answer that nothing was done. A reset sent again prepares one.
+    const sandbox = await this.#prepared(canonical, before + 1).catch((cause: unknown) => {
+      throw new OutcomeUnknownError('the sandbox was reset, and its new catalogue could not be prepared: reset it again', { cause })
+    })
     if (receiver !== '') this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
     return { sandbox, fixtures: JSON.parse(fixtures) as unknown }
   }

@@ -4,7 +4,7 @@ import { isLive } from '../rules.js'
 import type { Session } from '../../domain/index.js'
 import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { NO_BOUNDS } from './capacity.js'
+import { NO_BOUNDS, storedBytes } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { Change, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
@@ -107,9 +107,6 @@ const withTokens = (listed: ListedSession, ...tokens: Array<string | null | unde
 // The user's sessions a read lists first, the oldest: a rule that goes through them all has them read again, four
 // times as many, so that a sign-in costs what the sessions it ends cost, not every session its user holds.
 const SESSIONS_LISTED = 16
-
-// Bytes Redis holds for a value of `length` bytes: a quarter more (jemalloc's size classes round up by less).
-const stored = (length: number): number => Math.ceil(length * 1.25)
 
 /**
  * The Redis store's sessions: each rule of src/store/sessions.ts run on what one script read, and committed as a
@@ -265,7 +262,7 @@ export class RedisSessionStore implements SessionStore {
     const hashes = tokenHashes(record).length
     const name = Buffer.byteLength(this.#keys.session + record.session.id)
     const tokenKey = Buffer.byteLength(this.#keys.refreshToken + tokenHash)
-    return stored(4 * name + 64 + hashes * (2 * tokenKey + 64)) + 512 + 64 * hashes
+    return storedBytes(4 * name + 64 + hashes * (2 * tokenKey + 64)) + 512 + 64 * hashes
   }
 
   // Forgets the sessions: their tokens, their records, their places among their user's sessions, their charges.

@@ -618,6 +618,23 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   }
 }
 
+t.test('on Redis, a reset that was made but whose new catalogue could not be prepared is answered as unknown (504), never as not done', { skip: redisSkipped }, async (t) => {
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const keyPrefix = redisKeyPrefix(t)
+  const keys = redisKeys(keyPrefix)
+  const { proxy, api, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+  const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+  // The first command that prepares the reset's new catalogue: whether its items are indexed.
+  proxy.arm('items-indexed', 'drop-connection')
+  const reset = await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)
+  t.equal(reset.status, 504, 'the reset is not answered as undone')
+  t.same(proxy.injected, ['drop-connection'])
+  t.equal(await SANDBOX_CHANGES.resetSandbox!.count(raw, keys, id), 1, 'for it was made')
+  await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200, 'a reset sent again prepares its catalogue')
+})
+
 t.test('on Redis, every change of a sandbox through every fault: answered as what was done, and made once', { skip: redisSkipped }, async (t) => {
   const raw = new Redis(REDIS_URL)
   t.teardown(() => { raw.disconnect() })
