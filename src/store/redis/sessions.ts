@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { isLive } from '../rules.js'
 import type { Session } from '../../domain/index.js'
-import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
+import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, type Rotation, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { NO_BOUNDS, storedBytes } from './capacity.js'
 import { call, type Script } from './commands.js'
@@ -118,7 +118,7 @@ export class RedisSessionStore implements SessionStore {
   readonly #keys: RedisKeys
   readonly #cache: TrackedSessions
   readonly #now: () => number
-  // The changes this instance makes to one user's sessions (opening) or with one token (rotating) run one after
+  // The changes this instance makes to one user's sessions (opening) or to one session (rotating) run one after
   // another, so that they never retry against each other: only other instances' can make one try again.
   readonly #inProgress = new PerKeyQueue()
 
@@ -169,13 +169,19 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
-    return await this.#inProgress.run(`token ${presentedHash}`, async () => await retried('a session', async () => {
-      const [read, { rotated, ended }] = await this.#read(presentedHash, '', '', ({ record, target }, user) => {
-        const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
-        // A rotation that grows its session past its user's room ends the user's oldest others.
-        const grown = rotated.status === 'rotated' && target !== undefined ? this.#bytes(rotated.record, presentedHash) - target.bytes : 0
-        return { rotated, ended: target === undefined ? [] : endedByGrowth(user, target.id, grown, now) }
-      })
+    const decide = ({ record, target }: Read, user: UserSessions): { rotated: Rotation, ended: string[] } => {
+      const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
+      // A rotation that grows its session past its user's room ends the user's oldest others.
+      const grown = rotated.status === 'rotated' && target !== undefined ? this.#bytes(rotated.record, presentedHash) - target.bytes : 0
+      return { rotated, ended: target === undefined ? [] : endedByGrowth(user, target.id, grown, now) }
+    }
+    // The first read finds the session, whose changes this instance makes one after another (parallel refreshes
+    // with the tokens of one rotation's pairs would otherwise all retry against each other); it is decided on once,
+    // and read again only when it went stale while waiting.
+    let first: [Read, ReturnType<typeof decide>] | undefined = await this.#read(presentedHash, '', '', decide)
+    return await this.#inProgress.run(`session ${first[0].target?.id ?? presentedHash}`, async () => await retried('a session', async () => {
+      const [read, { rotated, ended }] = first ?? await this.#read(presentedHash, '', '', decide)
+      first = undefined
       const { target, record } = read
       if (rotated.status !== 'rotated' || record === undefined || target === undefined) {
         const outcome: RefreshOutcome = { status: rotated.status === 'reused' ? 'reused' : 'unknown' }
