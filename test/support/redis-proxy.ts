@@ -22,6 +22,13 @@ export const FAULT_OUTCOMES: Readonly<Record<RedisFault, FaultOutcome>> = {
   'delay-reply': 'made',
   'drop-reply-then-down': 'unknown'
 }
+/**
+ * A heartbeat for an instance behind the proxy: 'delay-reply' holds a reply past the command timeout on a
+ * connection the instance still trusts, held as long as the heartbeat's own deadline, and whichever of the two an
+ * instance found first would decide the answer. A connection silent past that deadline is stalls.test.ts's and
+ * outage.test.ts's.
+ */
+export const TRUSTING_HEARTBEAT = { intervalMs: 250, deadlineMs: 600_000 }
 /** What the service answers a write the outcome leaves: `made`, the write's own answer, when it was made. */
 export const answerTo = (outcome: FaultOutcome, made: number): number => ({ made, 'not made': 503, unknown: 504 })[outcome]
 

@@ -64,6 +64,9 @@ export async function redisSkip (): Promise<string | false> {
   return reason
 }
 
+/** A store's logger for a test that reads no line of it. */
+export const SILENT_LOGGER = { warn: (): void => {}, info: (): void => {} }
+
 let prefixes = 0
 /** A key prefix no other test uses; every key under it is deleted when `t` ends. */
 export function redisKeyPrefix (t: Test): string {

@@ -15,9 +15,10 @@ import { type Receiver, startReceiver } from '../../../harness/webhook-receiver.
 import { Api } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
-import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy } from '../../support/redis-proxy.js'
+import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
 import type { Script } from '../../../src/store/redis/commands.js'
+import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
 import { userScripts } from '../../../src/store/redis/users.js'
@@ -42,11 +43,18 @@ async function withSandboxes (t: Test, store: Kept, env: NodeJS.ProcessEnv = {},
 
 const redisSkipped = await redisSkip()
 
-/** An instance with sandboxes on Redis, met through a proxy that injects the faults a test arms it with. */
-async function throughProxy (t: Test, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ proxy: RedisProxy, api: Api, ops: string }> {
+/**
+ * An instance with sandboxes on Redis, met through a proxy that injects the faults a test arms it with. Given a key
+ * prefix, its store is built with it and TRUSTING_HEARTBEAT, for a test that holds a reply ('delay-reply').
+ */
+async function throughProxy (t: Test, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}, trusting?: { keyPrefix: string }
+): Promise<{ proxy: RedisProxy, api: Api, ops: string }> {
   const proxy = await redisProxy(REDIS_URL)
   t.teardown(proxy.close)
-  return { proxy, ...await withSandboxes(t, 'redis', { REDIS_URL: proxy.url, ...env }, options) }
+  const store = trusting === undefined
+    ? undefined
+    : await connectRedisStore({ url: proxy.url, keyPrefix: trusting.keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
+  return { proxy, ...await withSandboxes(t, 'redis', { REDIS_URL: proxy.url, ...env }, { ...options, ...(store === undefined ? {} : { store }) }) }
 }
 
 // A promise of sandboxes, tried on each store whatever store the run names: each keeps them its own way.
@@ -643,7 +651,7 @@ t.test('on Redis, every change of a sandbox through every fault: answered as wha
       await t.test(`${name}, ${fault}: ${FAULT_OUTCOMES[fault]}`, async (t) => {
         const keyPrefix = redisKeyPrefix(t)
         const keys = redisKeys(keyPrefix)
-        const { proxy, api, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+        const { proxy, api, ops } = await throughProxy(t, {}, {}, { keyPrefix })
         const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
         await change.prepare?.(t, ops, basePath)
         proxy.arm(change.script, fault)

@@ -15,15 +15,11 @@ import { type Api, newUser } from '../../support/api.js'
 import { build } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
-import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
-import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisFault, redisProxy } from '../../support/redis-proxy.js'
+import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisFault, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
 
 const skip = await redisSkip()
 const OUTCOME_WITHIN_MS = 1000
-// A reply held past the command timeout comes on a connection the instance still trusts: held as long as the
-// heartbeat's own deadline, whichever of the two an instance found first would decide the answer. A connection
-// silent past that deadline is stalls.test.ts's and outage.test.ts's.
-const TRUSTING = { intervalMs: 250, deadlineMs: 600_000 }
 
 interface Faulty {
   api: Api
@@ -39,8 +35,7 @@ async function faulty (t: Test, env: NodeJS.ProcessEnv = {}, url = REDIS_URL): P
   const proxy = await redisProxy(url)
   t.teardown(proxy.close)
   const keyPrefix = redisKeyPrefix(t)
-  const logger = { warn: () => {}, info: () => {} }
-  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger, outcomeWithinMs: OUTCOME_WITHIN_MS, heartbeat: TRUSTING })
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, outcomeWithinMs: OUTCOME_WITHIN_MS, heartbeat: TRUSTING_HEARTBEAT })
   // With a handler for each channel, every item write appends its event to the outbox stream, which nothing here
   // consumes: its length counts the events made.
   const ignore = (): void => {}

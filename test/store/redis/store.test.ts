@@ -13,13 +13,12 @@ import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
-import { ownRedis, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
 import { redisProxy } from '../../support/redis-proxy.js'
 import { storeConformance } from '../conformance/index.js'
 import { account, item, user, writeLimit } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
-const silent = { warn: () => {}, info: () => {} }
 
 // Polls until `condition` holds, at most 5 s, then asserts it.
 async function eventually (t: Test, condition: () => Promise<boolean>, what: string): Promise<void> {
@@ -55,7 +54,7 @@ async function readTwiceAlike (store: Store, id: string, now: number): Promise<b
 
 async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, store: Store, other: Redis }> {
   const prefix = redisKeyPrefix(t)
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10 })
   t.teardown(async () => { await store.close() })
   const other = new Redis(REDIS_URL)
   t.teardown(() => { other.disconnect() })
@@ -65,7 +64,7 @@ async function storeBesideAnotherInstance (t: Test): Promise<{ prefix: string, s
 
 t.test('the Store contract, on Redis', { skip }, async (t) => {
   storeConformance(t, async (t, options) => {
-    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, ...options })
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, ...options })
     t.teardown(async () => { await store.close() })
     return store
   })
@@ -73,7 +72,7 @@ t.test('the Store contract, on Redis', { skip }, async (t) => {
 
 t.test('a write refused (over its limit, its key held, its item gone or changed, over the quota) records no reply: a flood of refusals leaves nothing behind', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 1 })
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 1 })
   t.teardown(async () => { await store.close() })
   const redis = new Redis(REDIS_URL)
   t.teardown(() => { redis.disconnect() })
@@ -170,7 +169,7 @@ t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is i
   const write = raw.multi()
   stored.forEach((one, index) => write.hset(keys.items, one.id, JSON.stringify(one)).zadd(keys.itemOrder, index + 1, one.id))
   await write.set(keys.itemSequence, stored.length).exec()
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10_000 })
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10_000 })
   t.teardown(async () => { await store.close() })
   const archivedOfAda = stored.filter((one) => one.contributorId === ada && one.status === 'archived')
   const page = await store.items.page(10, 5, { contributorId: ada, status: 'archived' })
@@ -197,7 +196,7 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
   // would be shared with the same test of another run on the machine.
   const { url } = await ownRedis(t)
   const prefix = 'items-service-test:prefixed:'
-  const store = await connectRedisStore({ url, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  const store = await connectRedisStore({ url, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10 })
   t.teardown(async () => { await store.close() })
   const userId = randomUUID()
   const now = Date.now()
@@ -216,7 +215,7 @@ t.test('every key the store writes starts with its prefix', { skip }, async (t) 
 
 t.test('refreshes with one token on two instances at once: one rotates, the other finds the session changed since it read it, reads again, and finds a replay', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
-  const [first, second] = await Promise.all([0, 1].map(async () => await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })))
+  const [first, second] = await Promise.all([0, 1].map(async () => await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10 })))
   t.teardown(async () => { await Promise.all([first!.close(), second!.close()]) })
   const now = Date.now()
   const session = { id: randomUUID(), userId: await account(first!.users), expiresAt: now + 60_000 }
@@ -261,7 +260,7 @@ t.test('an edit that another instance keeps beating gives up after 16 tries with
 
 t.test('a store closed while Redis is unreachable closes at once', { skip }, async (t) => {
   const redis = await ownRedis(t)
-  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: SILENT_LOGGER, maxItemsPerContributor: 10 })
   await redis.stop()
   while (store.available()) await sleep(5)
   await store.close()
@@ -270,7 +269,7 @@ t.test('a store closed while Redis is unreachable closes at once', { skip }, asy
 
 t.test('sessions are kept only while Redis tracks them for the instance, which it does again by itself after a lost connection', { skip }, async (t) => {
   const redis = await ownRedis(t)
-  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: silent, maxItemsPerContributor: 10 })
+  const store = await connectRedisStore({ url: redis.url, keyPrefix: 'p:', logger: SILENT_LOGGER, maxItemsPerContributor: 10 })
   t.teardown(async () => { await store.close() })
   const other = new Redis(redis.url)
   t.teardown(() => { other.disconnect() })
@@ -320,7 +319,7 @@ t.test('data Redis cannot read as the store wrote it is a bug (500), not an outa
 t.test('each instance keeps the users and sessions it read within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)
   const open = async (cache?: { users: number, sessions: number }): Promise<Store> => {
-    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10, ...(cache === undefined ? {} : { cache }) })
+    const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10, ...(cache === undefined ? {} : { cache }) })
     t.teardown(async () => { await store.close() })
     return store
   }
@@ -360,7 +359,7 @@ t.test('each instance keeps the users and sessions it read within its bounds, an
 })
 
 t.test('the users each instance keeps copies of for its sandboxes are the service\'s own bound, shared by as many sandboxes as may exist', { skip }, async (t) => {
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10, cache: { users: 4, sessions: 1 } })
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, maxItemsPerContributor: 10, cache: { users: 4, sessions: 1 } })
   t.teardown(async () => { await store.close() })
   const { budgetBytes: _, ...capacity } = UNBOUNDED
   // No receiver is set: nothing to deliver.
@@ -378,7 +377,7 @@ t.test('an item is handed out as the bytes Redis holds when they are framed as t
   const prefix = redisKeyPrefix(t)
   const raw = new Redis(REDIS_URL)
   t.teardown(() => { raw.disconnect() })
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: silent, maxItemsPerContributor: 10 })
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: prefix, logger: SILENT_LOGGER, maxItemsPerContributor: 10 })
   t.teardown(async () => { await store.close() })
   const at = '2026-11-27T00:00:00.000Z'
   const item = { id: randomUUID(), name: 'n', description: 'a "quoted" "updatedAt":"2026" }', status: 'active', contributorId: randomUUID(), createdAt: at, updatedAt: at }
@@ -490,7 +489,7 @@ t.test('a session ended by this instance\'s own write (a sign-in past the bound,
   t.teardown(proxy.close)
   // A deadline no busy machine reaches: the copies stay on while the invalidations are held.
   const heartbeat = { intervalMs: 250, deadlineMs: 600_000 }
-  const store = await connectRedisStore({ url: proxy.url, keyPrefix: redisKeyPrefix(t), logger: silent, maxItemsPerContributor: 10, heartbeat })
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, maxItemsPerContributor: 10, heartbeat })
   t.teardown(async () => { await store.close() })
   const now = Date.now()
   const userId = await account(store.users)
