@@ -67,6 +67,58 @@ export const sharedPart = (bounds: CapacityBounds): number =>
 /** How many accounts the floors' part admits in all (accounts with a floor). */
 export const floorsAllowed = (bounds: CapacityBounds): number => Math.floor(floorsKept(bounds) / bounds.floorBytes)
 
+/** The ledger as a charge reads it: the bounds, and what the shared part holds. */
+export interface Ledger {
+  readonly ceilingBytes: number
+  readonly sharedPartBytes: number
+  readonly sharedUsedBytes: number
+  /** The part of each floor kept for its account's sessions. */
+  readonly sessionsBytes: number
+}
+
+/** An account as the ledger keeps it: what it holds beside its sessions, and its floor (0 without one). */
+export interface LedgerAccount {
+  readonly bytes: number
+  readonly floor: number
+}
+
+/**
+ * What the shared part holds once `account` holds `next` bytes beside its sessions: what an account holds past the
+ * rest of its floor (its floor less its sessions' part) draws on it. Said again in Lua, in the Redis store's commit
+ * (src/store/redis/commit.ts), which checks it in the change's own atomic step.
+ */
+export function sharedUsedAfter (ledger: Ledger, account: LedgerAccount, next: number): number {
+  const besideSessions = Math.max(0, account.floor - ledger.sessionsBytes)
+  return ledger.sharedUsedBytes + Math.max(0, next - besideSessions) - Math.max(0, account.bytes - besideSessions)
+}
+
+/**
+ * Why charging `account` `bytes` more would be refused: 'account' past its ceiling, 'shared' when it would need
+ * more of the shared part than is left; undefined when it would not be (a refund never is).
+ */
+export function chargeRefused (ledger: Ledger, account: LedgerAccount, bytes: number): 'account' | 'shared' | undefined {
+  if (bytes <= 0) return undefined
+  if (account.bytes + bytes > ledger.ceilingBytes) return 'account'
+  const sharedUsed = sharedUsedAfter(ledger, account, account.bytes + bytes)
+  return sharedUsed > ledger.sharedUsedBytes && sharedUsed > ledger.sharedPartBytes ? 'shared' : undefined
+}
+
+/**
+ * The idempotency records an account pushes out to make room for a charge its room cannot take: its oldest first
+ * (`records`, those it may push out, oldest first), as many as it takes for `refused(freed)` to say no more; all it
+ * needs or none (undefined, when even all of them would not do).
+ */
+export function recordsPushedOut<Record extends { readonly bytes: number }> (records: Iterable<Record>, refused: (freed: number) => boolean): Record[] | undefined {
+  const pushedOut: Record[] = []
+  let freed = 0
+  for (const record of records) {
+    pushedOut.push(record)
+    freed += record.bytes
+    if (!refused(freed)) return pushedOut
+  }
+  return undefined
+}
+
 /** The bucket of the registration pace: its tokens (registrations it lets through now) when last counted, and when. */
 export interface RegistrationPace {
   tokens: number

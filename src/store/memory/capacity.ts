@@ -1,7 +1,7 @@
 import type { Item, User } from '../../domain/index.js'
 import { ITEM_REQUEST_PROPERTIES } from '../../domain/records.js'
 import { type StoredItem, TEXT } from '../../domain/serialized.js'
-import { type CapacityBounds, type CapacityReading, floorsKept, type RegistrationPace, sharedPart, takeRegistration } from '../capacity.js'
+import { type CapacityBounds, type CapacityReading, chargeRefused, floorsKept, type Ledger, type RegistrationPace, sharedPart, sharedUsedAfter, takeRegistration } from '../capacity.js'
 import { RegistrationPacedError, StoreFullError } from '../store.js'
 
 interface Account {
@@ -151,17 +151,17 @@ export class MemoryCapacity {
    * shared part than is left), or undefined when it would not be; nothing is charged.
    */
   refusal (accountId: string, bytes: number): StoreFullError | undefined {
-    if (bytes <= 0) return undefined
     const account = this.#accounts.get(accountId) ?? NOT_ADMITTED
-    const next = account.bytes + bytes
-    if (next > this.#bounds.ceilingBytes) {
-      return new StoreFullError(`the account would keep ${next} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
+    switch (chargeRefused(this.#ledger(), account, bytes)) {
+      case undefined: return undefined
+      case 'account': return new StoreFullError(`the account would keep ${account.bytes + bytes} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
+      case 'shared': return new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
     }
-    const sharedUsed = this.#sharedUsedAfter(account, next)
-    if (sharedUsed > this.#sharedUsedBytes && sharedUsed > this.#sharedBytes) {
-      return new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
-    }
-    return undefined
+  }
+
+  #ledger (): Ledger {
+    const { ceilingBytes, sessionsBytes } = this.#bounds
+    return { ceilingBytes, sessionsBytes, sharedPartBytes: this.#sharedBytes, sharedUsedBytes: this.#sharedUsedBytes }
   }
 
   /**
@@ -189,17 +189,10 @@ export class MemoryCapacity {
       bytes = -account.bytes
     }
     const next = account.bytes + bytes
-    this.#sharedUsedBytes = this.#sharedUsedAfter(account, next)
+    this.#sharedUsedBytes = sharedUsedAfter(this.#ledger(), account, next)
     account.bytes = next
     this.#heldBytes += bytes
     this.#keep(accountId, account, known !== undefined)
-  }
-
-  // What the shared part would hold with the account at `next` bytes beside its sessions: what passes the rest of
-  // its floor (the floor less its sessions' part).
-  #sharedUsedAfter (account: Account, next: number): number {
-    const besideSessions = Math.max(0, account.floor - this.#bounds.sessionsBytes)
-    return this.#sharedUsedBytes + Math.max(0, next - besideSessions) - Math.max(0, account.bytes - besideSessions)
   }
 
   refund (accountId: string, bytes: number): void {

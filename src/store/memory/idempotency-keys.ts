@@ -1,5 +1,6 @@
 import type { Item } from '../../domain/index.js'
 import { storedItem } from '../../domain/serialized.js'
+import { recordsPushedOut } from '../capacity.js'
 import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
 import { keyBytes, type MemoryCapacity } from './capacity.js'
@@ -123,20 +124,18 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
       refused = this.#capacity.refusal(userId, bytes)
       if (refused === undefined) return
     }
-    const pushedOut: string[] = []
-    let freed = 0
     const kept = keeping === undefined ? undefined : entryKey(keeping)
+    const pushedOut = recordsPushedOut(this.#records(userId, kept), (freed) => this.#capacity.refusal(userId, bytes - freed) !== undefined)
+    if (pushedOut === undefined) throw refused
+    for (const { key } of pushedOut) this.#forget(key, userId)
+  }
+
+  // The user's records, oldest first, but the key `kept`: those whose request ended.
+  * #records (userId: string, kept: string | undefined): Generator<{ key: string, bytes: number }> {
     for (const key of this.#byUser.get(userId) ?? []) {
       const held = this.#entries.get(key)!
-      if (key === kept || held.item === undefined) continue
-      pushedOut.push(key)
-      freed += held.bytes
-      if (this.#capacity.refusal(userId, bytes - freed) === undefined) {
-        for (const gone of pushedOut) this.#forget(gone, userId)
-        return
-      }
+      if (key !== kept && held.item !== undefined) yield { key, bytes: held.bytes }
     }
-    throw refused
   }
 
   /** Forgets every key of the user, claims and records, and gives their charges back. */

@@ -15,6 +15,12 @@ const HELD_PER_BYTE = 1.25
 /** Bytes Redis holds for a value of `length` bytes (CAPACITY's `stored`). */
 export const storedBytes = (length: number): number => Math.ceil(length * HELD_PER_BYTE)
 
+// An item's entries beside its text: its id in itemOrder and its three sets (keys.ts).
+const ITEM_ENTRIES_BYTES = 1024
+
+/** What an item of the text `json` is charged (CAPACITY's `itemBytes`). */
+export const itemBytes = (json: string): number => storedBytes(Buffer.byteLength(json)) + ITEM_ENTRIES_BYTES
+
 /** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
 export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})"
 
@@ -69,8 +75,8 @@ local function accountOf (account)
   return entry
 end
 local function stored (length) return math.ceil(length * ${HELD_PER_BYTE}) end
--- An item: its JSON in the items hash, and its id in itemOrder and its three sets (keys.ts).
-local function itemBytes (json) return stored(#json) + 1024 end
+-- An item: its JSON in the items hash, and its entries beside it.
+local function itemBytes (json) return stored(#json) + ${ITEM_ENTRIES_BYTES} end
 -- A user: its JSON and email key in two hashes, its entries in the capacity hashes.
 local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
 -- An idempotency key: its name and value, the name again in its user's keys and in capacity-charges and -expiries.

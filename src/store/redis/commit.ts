@@ -1,7 +1,11 @@
-import type { Result } from 'ioredis'
-import { StoreUnavailableError } from '../store.js'
-import type { Script, WriteDeadline } from './commands.js'
-import { writeScript } from './writes.js'
+import type { Redis, Result } from 'ioredis'
+import { StoreUnavailableError, type WriteLimit } from '../store.js'
+import { NO_BOUNDS } from './capacity.js'
+import type { Script } from './commands.js'
+import type { RedisKeys } from './keys.js'
+import { APPEND_EVENT, type EventArguments } from './outbox.js'
+import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
+import { type StoreWrites, writeScript } from './writes.js'
 
 /** A time by the store's clock, which the commit turns into one by Redis's (WRITE_DEADLINE's clockAhead). */
 export interface StoreTime {
@@ -10,30 +14,71 @@ export interface StoreTime {
 
 export const storeTime = (at: number): StoreTime => ({ at })
 
-type Argument = string | StoreTime
+/** An argument read when the change is made: the score of `member` in the sorted set `key`. */
+export interface ScoreOf {
+  readonly key: string
+  readonly member: string
+}
+
+type Argument = string | StoreTime | ScoreOf
+
+// In a change's JSON, a value is the index of the ARGV that holds it: cjson decodes no text a user wrote, nor any long one.
+type ValueIndex = number
+
+/** What a guard asks of a hash field: only that it is there, whatever it holds. */
+export const PRESENT = true
+
+/** What `commit` answers when a guard or a bound refused the change: 0 for stale, unless the guard names another. */
+export type Refused = number | string
+
+/** The ledger's keys, as `chargeAccount` takes them (src/store/redis/keys.ts: capacity, accountBytes, accountFloors). */
+export interface LedgerKeys {
+  readonly capacity: string
+  readonly accountBytes: string
+  readonly accountFloors: string
+}
 
 /**
- * One atomic change of Redis's keys, as a rule (src/store/sessions.ts) decided it from what it read: plain commands,
- * and charges of the ledger (src/store/capacity.ts), made only while every field a guard names still holds what was
- * read and every charge stays within its bound. A change decided on a read that another instance's write has since
- * made stale is made by none (`commit` answers 0): the rule reads and decides again (`retried`).
+ * One atomic change of Redis's keys, as a rule decided it from what it read: plain commands, and bounded
+ * increments (a count, the ledger's charges: src/store/capacity.ts), made only while every field a guard names still
+ * holds what was read and every increment stays within its bound. A change decided on a read that another instance's
+ * write has since made stale is made by none (`commit` answers 0): the rule reads and decides again (`retried`).
  */
 export class Change {
   readonly #keys: string[] = []
   readonly #indexes = new Map<string, number>()
-  readonly #guards: Array<[key: number, field: string, value: string | false]> = []
-  readonly #commands: Array<[command: string, key: number, ...Argument[]]> = []
+  readonly #values: string[] = []
+  readonly #guards: Array<[key: number, field: string, value: ValueIndex | false | typeof PRESENT, refused: Refused]> = []
+  readonly #commands: Array<[command: string, key: number, ...Array<ValueIndex | StoreTime | { score: [key: number, member: ValueIndex] }>]> = []
   readonly #charges: Array<[key: number, account: string, bytes: number, most: number, totals: number]> = []
+  readonly #counts: Array<[key: number, field: string, by: number, most: number | false, refused: Refused]> = []
+  #ledger: [totals: number, bytes: number, floors: number, charges: Array<[account: string, bytes: number, createdAtMs: number | false]>] | false = false
+  #event: [outbox: number, ...ValueIndex[]] | false = false
 
-  /** Made only while the hash `key` holds `value` in `field` (null: no such field). */
-  guard (key: string, field: string, value: string | null): this {
-    this.#guards.push([this.#index(key), field, value ?? false])
+  /**
+   * Made only while the hash `key` holds `value` in `field` (null: no such field; PRESENT: any); else `commit`
+   * answers `refused`.
+   */
+  guard (key: string, field: string, value: string | null | typeof PRESENT, refused: Refused = 0): this {
+    this.#guards.push([this.#index(key), field, typeof value === 'string' ? this.#value(value) : value ?? false, refused])
     return this
   }
 
   /** Runs `command` on `key`, after those written before it. */
   write (command: string, key: string, ...args: Argument[]): this {
-    this.#commands.push([command, this.#index(key), ...args])
+    this.#commands.push([command, this.#index(key), ...args.map((arg) => {
+      if (typeof arg === 'string') return this.#value(arg)
+      return 'at' in arg ? arg : { score: [this.#index(arg.key), this.#value(arg.member)] satisfies [number, number] }
+    })])
+    return this
+  }
+
+  /**
+   * Adds `by` to the count in the hash `key`'s `field`, deleting the field once it comes to 0 or less; made only
+   * while it leaves the count at most `most` (when given), else `commit` answers `refused`.
+   */
+  count (key: string, field: string, by: number, most?: number, refused: Refused = 0): this {
+    this.#counts.push([this.#index(key), field, by, most ?? false, refused])
     return this
   }
 
@@ -47,14 +92,37 @@ export class Change {
     return this
   }
 
-  /** What `commit` takes before the write's deadline: the number of keys, the keys. */
-  get keys (): [number, ...string[]] {
-    return [this.#keys.length, ...this.#keys]
+  /**
+   * Charges `account` `bytes` beside its sessions (a refund when negative) in the ledger of src/store/capacity.ts:
+   * `commit` answers 'account' when it would pass the account's ceiling, 'shared' when it would need more of the
+   * shared part than is left. A refund past what was charged counts the rest as the ledger's `uncharged` for an
+   * item created (`createdAtMs`) before items were charged, else as its `drift`. One charge per account a change.
+   */
+  chargeAccount (keys: LedgerKeys, account: string, bytes: number, createdAtMs?: number): this {
+    if (this.#ledger === false) this.#ledger = [this.#index(keys.capacity), this.#index(keys.accountBytes), this.#index(keys.accountFloors), []]
+    this.#ledger[3].push([account, bytes, createdAtMs ?? false])
+    return this
   }
 
-  /** What `commit` takes after the write's deadline and outcome key. */
-  get json (): string {
-    return JSON.stringify([this.#guards, this.#commands, this.#charges])
+  /** Appends the event to the stream `outbox` (APPEND_EVENT), when there is one. */
+  event (outbox: string, event: EventArguments): this {
+    if (event.length > 0) this.#event = [this.#index(outbox), ...event.map((value) => this.#value(value))]
+    return this
+  }
+
+  /** What `commit` takes before the write's deadline: the number of keys, the write limit's counter, the keys. */
+  keys (limitCounter: string): [number, string, ...string[]] {
+    return [this.#keys.length + 1, limitCounter, ...this.#keys]
+  }
+
+  /** What `commit` takes after the write's deadline, outcome key and limit: the change, and the values it names. */
+  get arguments (): [string, ...string[]] {
+    return [JSON.stringify([this.#guards, this.#commands, this.#charges, this.#counts, this.#ledger, this.#event]), ...this.#values]
+  }
+
+  // The change is ARGV[1]; its values follow it.
+  #value (value: string): ValueIndex {
+    return this.#values.push(value) + 1
   }
 
   #index (key: string): number {
@@ -84,30 +152,88 @@ export async function retried<T> (what: string, attempt: () => Promise<T | typeo
 }
 
 export const commitScripts = {
-  // A write script (writeScript) with as many KEYS as its change names. ARGV: the change (Change.json): its guards,
-  // each a key's index, a field and the value it must hold (false: none); its commands, each a name, its key's index
-  // and its arguments, a time by the store's clock written {at = ms}; its charges, each a key's index, an account,
-  // bytes, the most the account may then be charged, and the index of the ledger's totals. 1 when made, 0 when a
-  // guard or a charge's bound refused it.
+  // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
+  // change (Change.arguments), then the values it names, each by its index in ARGV. The change: its guards, each a
+  // key's index, a field, the value it must hold (false: none; true: any) and what to answer when it does not; its
+  // commands, each a name, its key's index and its arguments, a time by the store's clock written {at = ms}; its
+  // session charges, each a key's index, an account, bytes, the most the account may then be charged, and the index
+  // of the ledger's totals; its counts, each a key's index, a field, by how much, the most it may then be (false: no
+  // bound) and what to answer past it; its account charges (false, or the indexes of the totals, the accounts' bytes
+  // and floors, then each account, bytes and the creation of the item refunded, or false or null); its event (false,
+  // or the outbox's index and APPEND_EVENT's event). 1 when made; else what refused it: a guard's answer, 0 past a
+  // session charge's bound, 'account' or 'shared' for the ledger.
   commit: {
-    lua: writeScript('', `
+    lua: writeScript(APPEND_EVENT, `
 local change = cjson.decode(ARGV[1])
-for _, guard in ipairs(change[1]) do
-  if redis.call('HGET', KEYS[guard[1]], guard[2]) ~= guard[3] then return refuse(0) end
+local guards, commands, charges, counts, ledger, event = change[1], change[2], change[3], change[4], change[5], change[6]
+for _, guard in ipairs(guards) do
+  local expected = guard[3]
+  if expected == true then
+    if redis.call('HEXISTS', KEYS[guard[1]], guard[2]) == 0 then return refuse(guard[4]) end
+  elseif redis.call('HGET', KEYS[guard[1]], guard[2]) ~= (expected and ARGV[expected]) then return refuse(guard[4]) end
+end
+local sums = {}
+for index, count in ipairs(counts) do
+  sums[index] = tonumber(redis.call('HGET', KEYS[count[1]], count[2]) or '0') + count[3]
+  if count[4] and count[3] > 0 and sums[index] > count[4] then return refuse(count[5]) end
 end
 local charged = {}
-for index, charge in ipairs(change[3]) do
+for index, charge in ipairs(charges) do
   charged[index] = tonumber(redis.call('HGET', KEYS[charge[1]], charge[2]) or '0')
   if charge[3] > 0 and charged[index] + charge[3] > charge[4] then return refuse(0) end
 end
-for _, command in ipairs(change[2]) do
+if overLimit() then return refuse(-1) end
+-- The ledger of src/store/capacity.ts (MemoryCapacity's refusal and hold): what an account holds past the rest of
+-- its floor (its floor less its sessions' part) draws on the shared part.
+local accounts, shared, ledgerHeld = {}, 0, 0
+if ledger then
+  local totals = redis.call('HMGET', KEYS[ledger[1]], 'ceiling', 'sharedPart', 'shared', 'sessions', 'chargedSince', 'held')
+  if not totals[1] then
+    ${NO_BOUNDS}
+  end
+  shared, ledgerHeld = tonumber(totals[3] or '0'), tonumber(totals[6] or '0')
+  for index, entry in ipairs(ledger[4]) do
+    local account, bytes = entry[1], entry[2]
+    local held = tonumber(redis.call('HGET', KEYS[ledger[2]], account) or '0')
+    local floor = tonumber(redis.call('HGET', KEYS[ledger[3]], account) or '0')
+    local missing = 0
+    if held + bytes < 0 then
+      missing = 0 - (held + bytes)
+      bytes = 0 - held
+    end
+    local besideSessions = math.max(0, floor - tonumber(totals[4]))
+    local nextShared = shared + math.max(0, held + bytes - besideSessions) - math.max(0, held - besideSessions)
+    if bytes > 0 and held + bytes > tonumber(totals[1]) then return refuse('account') end
+    if bytes > 0 and nextShared > shared and nextShared > tonumber(totals[2]) then return refuse('shared') end
+    shared = nextShared
+    accounts[index] = {account, bytes, held + bytes, floor, missing, type(entry[3]) == 'number' and entry[3] < tonumber(totals[5] or '0') and 'uncharged' or 'drift'}
+  end
+end
+for _, command in ipairs(commands) do
   command[2] = KEYS[command[2]]
   for index = 3, #command do
-    if type(command[index]) == 'table' then command[index] = command[index].at - clockAhead end
+    local argument = command[index]
+    if type(argument) ~= 'table' then command[index] = ARGV[argument]
+    elseif argument.at then command[index] = argument.at - clockAhead
+    else command[index] = redis.call('ZSCORE', KEYS[argument.score[1]], ARGV[argument.score[2]]) end
   end
   redis.call(unpack(command))
 end
-for index, charge in ipairs(change[3]) do
+for index, count in ipairs(counts) do
+  if sums[index] <= 0 then redis.call('HDEL', KEYS[count[1]], count[2]) else redis.call('HSET', KEYS[count[1]], count[2], sums[index]) end
+end
+-- Before the session charges, which add to the totals' held as it is then.
+if ledger then
+  local totals, heldInAll = KEYS[ledger[1]], ledgerHeld
+  for _, entry in ipairs(accounts) do
+    local account, bytes, held, floor, missing, missingAs = unpack(entry)
+    if missing > 0 then redis.call('HINCRBY', totals, missingAs, missing) end
+    if held == 0 and floor == 0 then redis.call('HDEL', KEYS[ledger[2]], account) else redis.call('HSET', KEYS[ledger[2]], account, held) end
+    heldInAll = heldInAll + bytes
+  end
+  redis.call('HSET', totals, 'held', heldInAll, 'shared', shared)
+end
+for index, charge in ipairs(charges) do
   local key, account, bytes, totals = KEYS[charge[1]], charge[2], charge[3], KEYS[charge[5]]
   local held = charged[index]
   if held + bytes < 0 then
@@ -118,12 +244,28 @@ for index, charge in ipairs(change[3]) do
   if held + bytes == 0 then redis.call('HDEL', key, account) else redis.call('HSET', key, account, held + bytes) end
   redis.call('HINCRBY', totals, 'held', bytes)
 end
-return 1`)
+if event then
+  local values = {}
+  for index = 2, #event do values[index - 1] = ARGV[event[index]] end
+  appendEvent(KEYS[event[1]], values)
+end
+return 1`, { limited: true })
   }
 } as const satisfies Record<string, Script>
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    commit (...args: [...keys: [number, ...string[]], deadline: WriteDeadline, outcomeKey: string, change: string]): Result<0 | 1, Context>
+    // Its number of keys, its keys (Change.keys), the deadline, the outcome key, the limit's max and window, then Change.arguments.
+    commit (numberOfKeys: number, ...keysAndArguments: Array<string | number>): Result<Limited<Refused>, Context>
   }
+}
+
+/**
+ * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
+ * 1 when made, else what refused it (Change.guard; 0 for stale).
+ */
+export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused> {
+  const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
+  return limitedOutcome(await writes.run(async (deadline, outcomeKey) => await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.arguments)),
+    limit)
 }

@@ -194,14 +194,15 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
  *   sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
- * - items.update, remove: two (read, then a compare-and-set script), and one more each time another instance
- *   changed the item in between;
+ * - items.update, remove: two (the item read, then the change committed guarded by it), two more
+ *   each time another instance changed the item in between, and four more (expired charges given back, the records and
+ *   their charges read, the change committed again) when the contributor's room must push out their own oldest records;
  * - idempotencyKeys.claim, release: one each (a keyed create is its claim and its add);
  * - a rate limit count: one; none for the item writes' limit, which the write's own script counts (a keyed
  *   create's, its claim's);
  * - outbox.take, settle, pending: one each (take fans out new events first, in the same script); subscribe: none
  *   (the instance passes its subscribers to each take). The item writes append their event to the outbox stream in
- *   the script that makes the change, at no extra round trip.
+ *   the step that makes the change, at no extra round trip.
  *
  * Commands are never queued while Redis is unreachable and never sent again after a lost connection (a script may
  * have run): they fail at once, or after COMMAND_TIMEOUT_MS, with a StoreUnavailableError. A write script that

@@ -1,9 +1,12 @@
 import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type WriteLimit } from '../store.js'
+import { chargeRefused, recordsPushedOut } from '../capacity.js'
+import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
+import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type StoreFullError, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
+import type { Change } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type StoreWrites, writeScript } from './writes.js'
@@ -89,6 +92,40 @@ local function recordClaim (key, argument)
   redis.call('PEXPIRE', keys, ttl)
 end
 `
+
+/**
+ * Adds to `change` the pushing out of the user's oldest idempotency records it takes for a charge of `bytes` more to
+ * fit their room (recordsPushedOut, on the ledger as read), each guarded by its charge as read: what they free.
+ * `refused` when even all of them would not do. Charges of keys Redis has expired are given back first.
+ */
+export async function pushOutRecords (redis: Redis, keys: RedisKeys, change: Change, userId: string, bytes: number, refused: StoreFullError): Promise<number> {
+  await call(redis.releaseExpiredCharges(...capacityKeys(keys), EXPIRED_CHARGES_PER_WRITE))
+  const records = `${keys.idempotencyKeys}${userId}`
+  // Sent together: one round trip.
+  const [names, totals, held, floor] = await Promise.all([call(redis.zrange(records, '0', '-1')),
+    call(redis.hmget(keys.capacity, 'ceiling', 'sharedPart', 'shared', 'sessions')), call(redis.hget(keys.accountBytes, userId)), call(redis.hget(keys.accountFloors, userId))])
+  // '' first: HMGET takes one field at least, and no charge has an empty name.
+  const charges = await call(redis.hmget(keys.capacityCharges, '', ...names))
+  const [ceilingBytes, sharedPartBytes, sharedUsedBytes, sessionsBytes] = totals.map(Number) as [number, number, number, number]
+  const ledger = { ceilingBytes, sharedPartBytes, sharedUsedBytes, sessionsBytes }
+  const account = { bytes: Number(held), floor: Number(floor) }
+  if (chargeRefused(ledger, account, bytes) === undefined) return 0
+  // A record's charge is "<user id> <bytes>"; one given back already (expired) has none, and no owner ("null").
+  const own = names.map((name, index) => {
+    const charge = String(charges[index + 1])
+    const [owner, charged] = charge.split(' ')
+    return { name, charge, owner, bytes: Number(charged) }
+  }).filter(({ owner }) => owner === userId)
+  const pushedOut = recordsPushedOut(own, (freed) => chargeRefused(ledger, account, bytes - freed) !== undefined)
+  if (pushedOut === undefined) throw refused
+  let freed = 0
+  for (const { name, charge, bytes } of pushedOut) {
+    change.guard(keys.capacityCharges, name, charge).write('DEL', name).write('ZREM', records, name).write('HDEL', keys.capacityCharges, name)
+      .write('ZREM', keys.capacityExpiries, name)
+    freed += bytes
+  }
+  return freed
+}
 
 export interface IdempotencyKeyBounds {
   readonly ttlMs: number

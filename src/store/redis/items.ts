@@ -3,10 +3,10 @@ import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/seri
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, type Refusal, isRefusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, itemBytes, type Refusal, refusal } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
-import { retried, STALE } from './commit.js'
-import { claimArguments, type IdempotencyKeyBounds, RECORD_CLAIM } from './idempotency-keys.js'
+import { Change, commit, PRESENT, type Refused, retried, STALE } from './commit.js'
+import { claimArguments, type IdempotencyKeyBounds, pushOutRecords, RECORD_CLAIM } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments, type RedisOutbox } from './outbox.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
@@ -41,7 +41,7 @@ for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
 redis.call('ZADD', KEYS[2], sequence, ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
 recordClaim(9, 5)
-appendEvent(KEYS[5], 9)
+appendEvent(KEYS[5], eventAt(9))
 return 1`, { limited: true })
   },
   // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
@@ -52,61 +52,6 @@ local ids = redis.call('ZRANGE', KEYS[2], ARGV[1], ARGV[2])
 local total = redis.call('ZCARD', KEYS[2])
 if #ids == 0 then return {total} end
 return {total, unpack(redis.call('HMGET', KEYS[1], unpack(ids)))}`
-  },
-  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, outbox, order,
-  // the sets by status and by contributor and status of the item as read, then of the item to store (the same when
-  // its status stays), the contributor's idempotency records (idempotencyKeys), users, and the capacity keys
-  // (CAPACITY). ARGV: id, the item as it was read, the item to store, its contributor's id, its creation (ms:
-  // itemKeptBeforeCharges), and the event (APPEND_EVENT). 1 when stored, 0 when the item is gone, the item as it is
-  // now when it changed since it was read, 2 when its contributor has no account (removed), 'account' or 'shared'
-  // when the contributor's room cannot take what the item grows by, even once their own older records are gone,
-  // -1 over the write limit.
-  replaceItem: {
-    numberOfKeys: 10 + CAPACITY_KEYS,
-    lua: writeScript(APPEND_EVENT + CAPACITY, `
-capacityAt(10)
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return refuse(0) end
-if current ~= ARGV[2] then return refuse(current) end
-if redis.call('HEXISTS', KEYS[9], ARGV[4]) == 0 then return refuse(2) end
-if overLimit() then return refuse(-1) end
-itemKeptBeforeCharges(ARGV[5])
-local grows = itemBytes(ARGV[3]) - itemBytes(current)
-local refused = makeRoom(ARGV[4], grows, KEYS[8], '', now) or charge(ARGV[4], grows)
-if refused then return refuse(refused) end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-if KEYS[4] ~= KEYS[6] then
-  local sequence = redis.call('ZSCORE', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZREM', KEYS[5], ARGV[1])
-  redis.call('ZADD', KEYS[6], sequence, ARGV[1])
-  redis.call('ZADD', KEYS[7], sequence, ARGV[1])
-end
-appendEvent(KEYS[2], 6)
-return 1`, { limited: true })
-  },
-  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, order, owned per
-  // contributor, outbox, the item's sets by status, by contributor and by both, and the capacity keys (CAPACITY).
-  // ARGV: id, the item as it was read, its contributor's id and its creation (ms: itemKeptBeforeCharges), both read
-  // by the service (no script parses what a user wrote), and the event (APPEND_EVENT). 1 when removed, 0 when the
-  // item is gone, the item as it is now when it changed since it was read, -1 over the write limit.
-  removeItem: {
-    numberOfKeys: 8 + CAPACITY_KEYS,
-    lua: writeScript(APPEND_EVENT + CAPACITY, `
-capacityAt(8)
-local current = redis.call('HGET', KEYS[1], ARGV[1])
-if not current then return refuse(0) end
-if current ~= ARGV[2] then return refuse(current) end
-if overLimit() then return refuse(-1) end
-local contributorId = ARGV[3]
-itemKeptBeforeCharges(ARGV[4])
-charge(contributorId, -itemBytes(current))
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-for index = 5, 7 do redis.call('ZREM', KEYS[index], ARGV[1]) end
-if redis.call('HINCRBY', KEYS[3], contributorId, -1) <= 0 then redis.call('HDEL', KEYS[3], contributorId) end
-appendEvent(KEYS[4], 5)
-return 1`, { limited: true })
   },
   // Puts items into their sets by status and contributor, for a catalogue stored before those sets were kept
   // (1.0.0). KEYS: order. ARGV: the families of the sets by status, by contributor and by both (keys.ts), which the
@@ -136,15 +81,12 @@ declare module 'ioredis' {
         perUser: number, ...event: EventArguments]
     ): Result<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
-    replaceItem (limitCounter: string, items: string, outbox: string, order: string, byStatus: string, byContributorStatus: string, nextByStatus: string,
-      nextByContributorStatus: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
-        limitWindowMs: number, id: string, expected: string, next: string, contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | 2 | string>, Context>
-    removeItem (limitCounter: string, items: string, order: string, owned: string, outbox: string, byStatus: string, byContributor: string, byContributorStatus: string,
-      ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number, limitWindowMs: number, id: string, expected: string,
-        contributorId: string, createdAtMs: number, ...event: EventArguments]): Result<Limited<-1 | 0 | 1 | string>, Context>
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
+
+// What an edit's commit answers when the item's contributor has no account (removed).
+const CONTRIBUTOR_REMOVED = 'removed'
 
 // A page that meets items gone from Redis says so in the log at most this often.
 const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
@@ -257,20 +199,24 @@ export class RedisItemStore implements ItemStore {
 
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
-    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
     return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       const stored = storedItem(change(current))
       const next = stored[TEXT]
       const event = announce?.(stored)
-      const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
-      const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
-      const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.replaceItem(limitCounter, keys.items, keys.outbox,
-        keys.itemOrder, byStatus, byContributorStatus, nextByStatus, nextByContributorStatus, `${keys.idempotencyKeys}${current.contributorId}`, keys.users,
-        ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json, next, current.contributorId, Date.parse(current.createdAt),
-        ...this.#outbox.eventArguments(event))), limit)
-      if (isRefusal(outcome)) throw refusal(outcome)
-      if (outcome === 2) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
-      if (outcome !== 1) return outcome
+      const edit = (): Change => {
+        const edit = new Change().guard(keys.items, id, json).guard(keys.users, current.contributorId, PRESENT, CONTRIBUTOR_REMOVED)
+          .write('HSET', keys.items, id, next)
+        if (stored.status !== current.status) {
+          const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
+          const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
+          const place = { key: keys.itemOrder, member: id }
+          edit.write('ZREM', byStatus, id).write('ZREM', byContributorStatus, id).write('ZADD', nextByStatus, place, id).write('ZADD', nextByContributorStatus, place, id)
+        }
+        return edit.event(keys.outbox, this.#outbox.eventArguments(event))
+      }
+      const outcome = await this.#charged(edit, current, itemBytes(next) - itemBytes(json), limit)
+      if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
+      if (outcome !== 1) return STALE
       this.#outbox.recorded(event)
       return stored
     }))
@@ -278,32 +224,41 @@ export class RedisItemStore implements ItemStore {
 
   async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
-    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
     return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       confirm(current)
       const event = announce?.(current)
-      const outcome = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeItem(limitCounter, keys.items, keys.itemOrder,
-        keys.itemsOwned, keys.outbox, ...itemListKeys(keys, current), ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, id, json,
-        current.contributorId, Date.parse(current.createdAt), ...this.#outbox.eventArguments(event))), limit)
-      if (outcome !== 1) return outcome
+      const removal = new Change().guard(keys.items, id, json).write('HDEL', keys.items, id).write('ZREM', keys.itemOrder, id)
+      for (const list of itemListKeys(keys, current)) removal.write('ZREM', list, id)
+      removal.count(keys.itemsOwned, current.contributorId, -1).chargeAccount(keys, current.contributorId, -itemBytes(json), Date.parse(current.createdAt))
+        .event(keys.outbox, this.#outbox.eventArguments(event))
+      if (await commit(this.#redis, this.#writes, keys, removal, limit) !== 1) return STALE
       this.#outbox.recorded(event)
       return current
     }))
   }
 
+  // Commits the change `made` of `item` with `bytes` more charged to its contributor. When their room cannot take
+  // it, the change is made again with their own oldest records pushed out to make room (pushOutRecords), counted
+  // against the write limit once; refused then, another write took the room meanwhile: it is read again (0).
+  async #charged (made: () => Change, item: StoredItem, bytes: number, limit: WriteLimit | undefined): Promise<Refused> {
+    const createdAtMs = Date.parse(item.createdAt)
+    const outcome = await commit(this.#redis, this.#writes, this.#keys, made().chargeAccount(this.#keys, item.contributorId, bytes, createdAtMs), limit)
+    if (!isRefusal(outcome)) return outcome
+    const change = made()
+    const freed = await pushOutRecords(this.#redis, this.#keys, change, item.contributorId, bytes, refusal(outcome))
+    return await commit(this.#redis, this.#writes, this.#keys, change.chargeAccount(this.#keys, item.contributorId, bytes - freed, createdAtMs))
+  }
+
   /**
-   * Optimistic concurrency: reads the item, then has `attempt` write it only if it is still as read. When another
-   * instance changed it in between, `attempt` answers with the item as it is now, and runs again on that. So the
+   * Optimistic concurrency: reads the item, then has `attempt` change it only if it is still as read. When another
+   * instance changed it in between, `attempt` answers STALE, and runs again on the item as it is then. So the
    * callbacks of `update` and `remove` may run more than once, each time on the item as it then was: they must be
-   * pure. 0 from `attempt` means the item is gone.
+   * pure. Undefined when the item is gone.
    */
-  async #change (id: string, attempt: (current: StoredItem, json: string) => Promise<StoredItem | 0 | string>): Promise<StoredItem | undefined> {
-    let json = await call(this.#redis.hget(this.#keys.items, id))
+  async #change (id: string, attempt: (current: StoredItem, json: string) => Promise<StoredItem | typeof STALE>): Promise<StoredItem | undefined> {
     return await retried(`item ${id}`, async () => {
-      const outcome = json === null ? 0 : await attempt(parseItem(json), json)
-      if (typeof outcome !== 'string') return outcome === 0 ? undefined : outcome
-      json = outcome
-      return STALE
+      const json = await call(this.#redis.hget(this.#keys.items, id))
+      return json === null ? undefined : await attempt(parseItem(json), json)
     })
   }
 }

@@ -5,26 +5,30 @@ import { call, type Script, type WriteDeadline } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 import { type StoreWrites, writeScript } from './writes.js'
 
-// Appends a change's event to the outbox stream, in the script that makes the change (items.ts), when it was given
-// one: ARGV[first..first+4] = event id, channel, body, the stream's bound (StreamBound), and its traceparent when it
-// has one. A bound in events alone is kept about (trimmed by whole nodes); one in events and bytes (a sandbox's
-// stream, whose events are listed by their place) exactly, the oldest first, the bytes of its bodies counted in the
-// stream's key + '-bytes' (keys.ts, outbox).
+// Appends a change's event to the outbox stream, in the script that makes the change, when it was given one: `event`
+// is {event id, channel, body, the stream's bound (StreamBound), and its traceparent when it has one} (EventArguments),
+// which `eventAt(first)` reads from ARGV[first] on (nil when there is none there). A bound in events alone is kept
+// about (trimmed by whole nodes); one in events and bytes (a sandbox's stream, whose events are listed by their
+// place) exactly, the oldest first, the bytes of its bodies counted in the stream's key + '-bytes' (keys.ts, outbox).
 export const APPEND_EVENT = `
-local function appendEvent (outbox, first)
-  if not ARGV[first] then return end
-  local fields = {'id', ARGV[first], 'channel', ARGV[first + 1], 'body', ARGV[first + 2]}
-  if ARGV[first + 4] then
+local function eventAt (first)
+  if not ARGV[first] then return nil end
+  return {ARGV[first], ARGV[first + 1], ARGV[first + 2], ARGV[first + 3], ARGV[first + 4]}
+end
+local function appendEvent (outbox, event)
+  if not event then return end
+  local fields = {'id', event[1], 'channel', event[2], 'body', event[3]}
+  if event[5] then
     fields[7] = 'traceparent'
-    fields[8] = ARGV[first + 4]
+    fields[8] = event[5]
   end
-  local events, bytes = string.match(ARGV[first + 3], '^(%d+) ?(%d*)$')
+  local events, bytes = string.match(event[4], '^(%d+) ?(%d*)$')
   if bytes == '' then
     redis.call('XADD', outbox, 'MAXLEN', '~', events, '*', unpack(fields))
     return
   end
   redis.call('XADD', outbox, '*', unpack(fields))
-  local held = redis.call('INCRBY', outbox .. '-bytes', #ARGV[first + 2])
+  local held = redis.call('INCRBY', outbox .. '-bytes', #event[3])
   while held > tonumber(bytes) or redis.call('XLEN', outbox) > tonumber(events) do
     local oldest = redis.call('XRANGE', outbox, '-', '+', 'COUNT', 1)[1]
     redis.call('XDEL', outbox, oldest[1])

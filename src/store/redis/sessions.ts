@@ -6,7 +6,7 @@ import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, type Rot
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { NO_BOUNDS, storedBytes } from './capacity.js'
 import { call, type Script } from './commands.js'
-import { Change, retried, STALE, storeTime } from './commit.js'
+import { Change, commit, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
 import type { StoreWrites } from './writes.js'
@@ -307,8 +307,7 @@ export class RedisSessionStore implements SessionStore {
     if (read.userId !== undefined && charged !== 0) {
       change.charge(this.#keys.accountSessionBytes, read.userId, charged, Math.max(read.sessionsPart, read.held + charged), this.#keys.capacity)
     }
-    const made = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.commit(...change.keys, deadline, outcomeKey, change.json))
-    if (made === 0) return STALE
+    if (await commit(this.#redis, this.#writes, this.#keys, change) !== 1) return STALE
     if (ended.length > 0) this.#cache.invalidate([...ended])
     return undefined
   }

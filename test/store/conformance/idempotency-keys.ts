@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
-import { ClaimLostError, type Counted, type IdempotencyClaim, type Store } from '../../../src/store/store.js'
+import { ClaimLostError, type Counted, type IdempotencyClaim, type Store, type StoredItem } from '../../../src/store/store.js'
 import { account, ADDED, announce, count, type FreshStore, HOUR, item, type OpenStore, writeLimit } from './fixtures.js'
 
 export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
@@ -107,6 +107,16 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     // Waits for time to pass, not for an answer: a slower machine only waits longer.
     await sleep(recordedAt + TTL_MS + 50 - Date.now())
     t.ok(await store.items.add(item(writer, larger)), 'once the record is past its time, the same create goes through')
+
+    // An edit likewise: an item of the writer's, in the room left beside the record, grown to the larger one.
+    const editing = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: TTL_MS }, capacity: bounds })
+    const { writer: editor, recordedAt: editedBeside } = await recordedBeside(editing)
+    const kept = await editing.items.add(item(editor))
+    const grow = async (): Promise<StoredItem | undefined> => await editing.items.update(kept!.id, (current) => ({ ...current, ...larger }))
+    await t.rejects(grow(), { name: 'StoreFullError', limit: 'shared' }, 'while the record lives, an edit that grows an item to it does not fit either')
+    t.equal(await held(editing), usersAndRecord + itemBytes, 'and changes nothing')
+    await sleep(editedBeside + TTL_MS + 50 - Date.now())
+    t.match(await grow(), larger, 'once the record is past its time, the same edit goes through')
   })
 
   t.test('idempotency keys: a user keeps the most recent of their recorded keys, as many as the store allows, each for its time to live', async (t) => {

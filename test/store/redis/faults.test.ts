@@ -145,7 +145,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 201
   },
   updateItem: {
-    script: scripts.replaceItem,
+    script: scripts.commit,
     status: 200,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })
@@ -156,7 +156,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   deleteItem: {
-    script: scripts.removeItem,
+    script: scripts.commit,
     status: 204,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })

@@ -7,7 +7,7 @@ import { connectRedisStore, scripts } from '../../../src/store/redis/connection.
 import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
 import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
 import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
-import { Change } from '../../../src/store/redis/commit.js'
+import { Change, type Refused } from '../../../src/store/redis/commit.js'
 import type { Limited } from '../../../src/store/redis/rate-counter.js'
 import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
@@ -112,7 +112,8 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   // not make once it is stale.
   const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
   const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
-  const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<0 | 1> => await redis.commit(...change.keys, deadline, outcome(write), change.json)
+  const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused> =>
+    (await redis.commit(...change.keys(keys.rateLimit), deadline, outcome(write), -1, 0, ...change.arguments))[0]
   const addItem = async (deadline: WriteDeadline): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
     keys.itemsOwned, keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), -1, 0, 'i1', 'u1', item, 10, '', '', 0, 0)
   await t.rejects(addItem(past), late)
@@ -137,13 +138,12 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
   t.equal(await commit(rotating, future, 'again'), 0, 'and once changed, it is not as read')
   t.same(await addItem(future), [1, null])
-  await t.rejects(redis.replaceItem(keys.rateLimit, keys.items, keys.outbox, keys.itemOrder, lists[0], lists[2], lists[0], lists[2], `${keys.idempotencyKeys}u1`, keys.users,
-    ...capacity, past, outcome('replace'), -1, 0, 'i1', item, '{}', 'u1', 0), late)
-  await t.rejects(redis.removeItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemsOwned, keys.outbox, ...lists, ...capacity, past, outcome('remove'), -1, 0, 'i1', item,
-    'u1', 0), late)
+  // An edit as the item store commits it, charged to its contributor.
+  const edit = new Change().guard(keys.items, 'i1', item).write('HSET', keys.items, 'i1', '{}').chargeAccount(keys, 'u1', -8)
+  await t.rejects(commit(edit, past, 'replace'), late)
   t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
   t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('again'), outcome('add'), outcome('replace')),
-    ['[1]', '[1]', null, '[[1,false]]', null],
+    ['[[1,false]]', '[[1,false]]', null, '[[1,false]]', null],
     'each write that ran recorded its reply; none that did not')
   t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
 })
