@@ -90,11 +90,11 @@ export class MemoryCapacity {
   readonly #bounds: CapacityBounds
   readonly #now: () => number
   readonly #floorsKeptBytes: number
-  readonly #sharedBytes: number
   readonly #accounts = new Map<string, Account>()
   #heldBytes = 0
   #floorsBytes = 0
-  #sharedUsedBytes = 0
+  // The bounds a charge reads, and what the shared part holds, kept up to date.
+  readonly #ledger: { -readonly [Field in keyof Ledger]: Ledger[Field] }
   #admitted = 0
   #driftBytes = 0
   #pace: RegistrationPace | undefined
@@ -103,7 +103,7 @@ export class MemoryCapacity {
     this.#bounds = bounds
     this.#now = now
     this.#floorsKeptBytes = floorsKept(bounds)
-    this.#sharedBytes = sharedPart(bounds)
+    this.#ledger = { ceilingBytes: bounds.ceilingBytes, sessionsBytes: bounds.sessionsBytes, sharedPartBytes: sharedPart(bounds), sharedUsedBytes: 0 }
   }
 
   /**
@@ -152,16 +152,11 @@ export class MemoryCapacity {
    */
   refusal (accountId: string, bytes: number): StoreFullError | undefined {
     const account = this.#accounts.get(accountId) ?? NOT_ADMITTED
-    switch (chargeRefused(this.#ledger(), account, bytes)) {
+    switch (chargeRefused(this.#ledger, account, bytes)) {
       case undefined: return undefined
       case 'account': return new StoreFullError(`the account would keep ${account.bytes + bytes} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')
-      case 'shared': return new StoreFullError(`the shared part is used up: ${this.#sharedUsedBytes} bytes of ${this.#sharedBytes}`, 'shared')
+      case 'shared': return new StoreFullError(`the shared part is used up: ${this.#ledger.sharedUsedBytes} bytes of ${this.#ledger.sharedPartBytes}`, 'shared')
     }
-  }
-
-  #ledger (): Ledger {
-    const { ceilingBytes, sessionsBytes } = this.#bounds
-    return { ceilingBytes, sessionsBytes, sharedPartBytes: this.#sharedBytes, sharedUsedBytes: this.#sharedUsedBytes }
   }
 
   /**
@@ -189,7 +184,7 @@ export class MemoryCapacity {
       bytes = -account.bytes
     }
     const next = account.bytes + bytes
-    this.#sharedUsedBytes = sharedUsedAfter(this.#ledger(), account, next)
+    this.#ledger.sharedUsedBytes = sharedUsedAfter(this.#ledger, account, next)
     account.bytes = next
     this.#heldBytes += bytes
     this.#keep(accountId, account, known !== undefined)
@@ -215,7 +210,7 @@ export class MemoryCapacity {
     if (account === undefined || account.floor === 0) return
     const released = { ...account, floor: 0 }
     // What it held within its floor now counts against the shared part, as all it holds without one does.
-    this.#sharedUsedBytes += Math.min(account.bytes, Math.max(0, account.floor - this.#bounds.sessionsBytes))
+    this.#ledger.sharedUsedBytes += Math.min(account.bytes, Math.max(0, account.floor - this.#bounds.sessionsBytes))
     this.#floorsBytes -= account.floor
     this.#admitted -= 1
     this.#accounts.set(accountId, released)
@@ -251,7 +246,7 @@ export class MemoryCapacity {
       heldBytes: this.#heldBytes,
       floorsKeptBytes: this.#floorsKeptBytes,
       floorsBytes: this.#floorsBytes,
-      sharedUsedBytes: this.#sharedUsedBytes,
+      sharedUsedBytes: this.#ledger.sharedUsedBytes,
       accounts: this.#admitted,
       driftBytes: this.#driftBytes
     }
