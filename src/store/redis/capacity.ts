@@ -33,7 +33,7 @@ export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not
  * - `charge(account, bytes, unrefused)`: false once charged (a refund, when negative, always is, and so is a charge
  *   `unrefused`, a claim's); 'account' past the account's ceiling, 'shared' when it would need more of the shared
  *   part than is left; refused, nothing changes. A refund past what was charged counts the rest in the totals'
- *   `uncharged` (an item kept before charges, `keptBeforeCharges(createdAt)`) or `drift` (anything else).
+ *   `drift` (the commit of src/store/redis/commit.ts counts an item's kept before charges apart, as `uncharged`).
  * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
  *   left, 'pace' and the ms to wait when the pace on registrations holds it back. `releaseFloor(account)` gives the
  *   floor back.
@@ -58,12 +58,12 @@ local accounts = {}
 local function capacityAt (index)
   capacity = {totals = KEYS[index], bytes = KEYS[index + 1], floors = KEYS[index + 2], charges = KEYS[index + 3], expiries = KEYS[index + 4],
     sessions = KEYS[index + 5]}
-  local read = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions', 'chargedSince', 'held')
+  local read = redis.call('HMGET', capacity.totals, 'ceiling', 'sharedPart', 'shared', 'sessions', 'held')
   if not read[1] then
     ${NO_BOUNDS}
   end
   totals = {ceiling = tonumber(read[1]), sharedPart = tonumber(read[2]), shared = tonumber(read[3] or '0'), sessions = tonumber(read[4]),
-    chargedSince = tonumber(read[5] or '0'), held = tonumber(read[6] or '0')}
+    held = tonumber(read[5] or '0')}
 end
 -- What the account is charged beside its sessions, and its floor.
 local function accountOf (account)
@@ -94,16 +94,12 @@ local function chargeRefused (account, bytes)
   elseif bytes > 0 and nextShared > totals.shared and nextShared > totals.sharedPart then refused = 'shared' end
   return refused, nextHeld, nextShared, entry
 end
--- Set by a script that changes an item kept before items were charged (created before chargedSince): a refund of
--- it that finds too little charged is counted as that, not as a drift of the ledger.
-local keptBeforeCharges = false
 -- \`unrefused\`: whatever the account's room (a claim: MemoryCapacity.hold says why).
 local function charge (account, bytes, unrefused)
   local held = accountOf(account).held
-  -- A refund is given back only as far as the account was charged; what is missing is counted, apart for items
-  -- kept before charges (a catalogue of 1.1.0), which never were: any other is a drift of the ledger.
+  -- A refund is given back only as far as the account was charged; what is missing is a drift of the ledger.
   if held + bytes < 0 then
-    redis.call('HINCRBY', capacity.totals, keptBeforeCharges and 'uncharged' or 'drift', -(held + bytes))
+    redis.call('HINCRBY', capacity.totals, 'drift', -(held + bytes))
     -- Not -held: Lua writes a negative zero as "-0", which HINCRBY refuses.
     bytes = 0 - held
   end
@@ -207,10 +203,6 @@ local function chargeUntil (name, account, bytes, expiresAt, unrefused)
   redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes)
   redis.call('ZADD', capacity.expiries, expiresAt, name)
   return false
-end
--- Whether the item a script changes was created before items were charged (keptBeforeCharges).
-local function itemKeptBeforeCharges (createdAtMs)
-  keptBeforeCharges = tonumber(createdAtMs) < totals.chargedSince
 end
 local function releaseExpired (now, limit)
   local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or ${EXPIRED_CHARGES_PER_WRITE})
