@@ -16,8 +16,9 @@ import { freePort } from '../../harness/net.js'
 import { REDIS_URL } from '../../harness/redis-keys.js'
 import { accountScripts } from '../../src/store/redis/accounts.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
-import { redisKeyPrefix, redisSkip } from '../support/redis.js'
-import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, redisProxy } from '../support/redis-proxy.js'
+import { connectRedisStore } from '../../src/store/redis/connection.js'
+import { redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../support/redis.js'
+import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, redisProxy, TRUSTING_HEARTBEAT } from '../support/redis-proxy.js'
 import { until } from '../support/wait.js'
 
 type AccountList = operations['listAccounts']['responses'][200]['content']['application/json']
@@ -107,7 +108,9 @@ t.test('Redis: an account\'s removal through every fault is answered as what was
       const keyPrefix = redisKeyPrefix(t)
       const opsPort = await freePort()
       const ops = `http://127.0.0.1:${opsPort}`
-      const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, OPS_PORT: String(opsPort) })
+      // Its connection trusted while a reply is held: the heartbeat's own deadline would race the hold.
+      const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
+      const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, OPS_PORT: String(opsPort) }, { store })
       const { user } = await api.register()
       const kept = async (): Promise<number> => await raw.hexists(redisKeys(keyPrefix).users, user.id)
       proxy.arm(accountScripts.removeAccount, fault)
