@@ -21,6 +21,12 @@ const ITEM_ENTRIES_BYTES = 1024
 /** What an item of the text `json` is charged (CAPACITY's `itemBytes`). */
 export const itemBytes = (json: string): number => storedBytes(Buffer.byteLength(json)) + ITEM_ENTRIES_BYTES
 
+// An idempotency key's entries beside its name and value: in its user's keys, in capacity-charges and -expiries.
+const KEY_ENTRIES_BYTES = 512
+
+/** What an idempotency key `name` holding `value` is charged (CAPACITY's `keyBytes`). */
+export const keyBytes = (name: string, value: string): number => storedBytes(4 * Buffer.byteLength(name) + Buffer.byteLength(value)) + KEY_ENTRIES_BYTES
+
 /** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
 export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})"
 
@@ -37,10 +43,8 @@ export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not
  * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
  *   left, 'pace' and the ms to wait when the pace on registrations holds it back. `releaseFloor(account)` gives the
  *   floor back.
- * - `chargeUntil(name, account, bytes, expiresAt, unrefused)`: a charge that lasts as long as the key `name` (an
- *   idempotency key, which Redis expires), replacing the one it had; `releaseCharge(name)` gives it back before.
- * - `makeRoom(account, bytes, records, keeping, now)`: pushes out the account's oldest idempotency records, all it
- *   needs or none, so that a charge of `bytes` is taken; false, or the refusal when even all of them would not do.
+ * - `chargeOf(name)`: the account, bytes and kind of the charge of the key `name` (an idempotency key or a session,
+ *   which Redis expires); `releaseCharge(name)` gives it back before.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
  *   charges of keys Redis has expired: how many.
  * - `itemBytes`, `userBytes`, `keyBytes`: what each thing kept is charged (a session's: sessions.ts).
@@ -80,7 +84,7 @@ local function itemBytes (json) return stored(#json) + ${ITEM_ENTRIES_BYTES} end
 -- A user: its JSON and email key in two hashes, its entries in the capacity hashes.
 local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
 -- An idempotency key: its name and value, the name again in its user's keys and in capacity-charges and -expiries.
-local function keyBytes (name, value) return stored(4 * #name + #value) + 512 end
+local function keyBytes (name, value) return stored(4 * #name + #value) + ${KEY_ENTRIES_BYTES} end
 -- Why charging the account \`bytes\` would be refused ('account' past its ceiling, 'shared' when it would need more
 -- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
@@ -178,7 +182,7 @@ local function chargeSessions (account, bytes)
   totals.held = totals.held + bytes
   redis.call('HSET', capacity.totals, 'held', totals.held)
 end
--- A charge's entry: its account, its bytes, and 'session' for a session's.
+-- A charge's entry: its account, its bytes, and its kind ('claim', 'session'; none for a record).
 local function chargeOf (name)
   local held = redis.call('HGET', capacity.charges, name)
   if not held then return nil, 0 end
@@ -192,51 +196,10 @@ local function releaseCharge (name)
   redis.call('ZREM', capacity.expiries, name)
   if kind == 'session' then chargeSessions(account, -bytes) else charge(account, -bytes) end
 end
-local function chargeUntil (name, account, bytes, expiresAt, unrefused)
-  local previousAccount, previous = chargeOf(name)
-  if previousAccount and previousAccount ~= account then
-    releaseCharge(name)
-    previous = 0
-  end
-  local refused = charge(account, bytes - previous, unrefused)
-  if refused then return refused end
-  redis.call('HSET', capacity.charges, name, account .. ' ' .. bytes)
-  redis.call('ZADD', capacity.expiries, expiresAt, name)
-  return false
-end
 local function releaseExpired (now, limit)
   local expired = redis.call('ZRANGEBYSCORE', capacity.expiries, '-inf', now, 'LIMIT', 0, limit or ${EXPIRED_CHARGES_PER_WRITE})
   for _, name in ipairs(expired) do releaseCharge(name) end
   return #expired
-end
--- Makes room for charging the account \`bytes\`: when its room cannot take it, pushes out its own oldest records
--- (\`records\`, a sorted set of their names, as the idempotency keys keep it; never \`keeping\`) until it can. All or
--- nothing: false once there is room, else the refusal, and nothing pushed out. Charges past their time are given
--- back before any record is pushed out for room they hold.
-local function makeRoom (account, bytes, records, keeping, now)
-  local refused = chargeRefused(account, bytes)
-  if not refused then return false end
-  if releaseExpired(now) > 0 then
-    refused = chargeRefused(account, bytes)
-    if not refused then return false end
-  end
-  local pushedOut, freed = {}, 0
-  for _, name in ipairs(redis.call('ZRANGE', records, 0, -1)) do
-    local owner, held = chargeOf(name)
-    if name ~= keeping and owner == account then
-      pushedOut[#pushedOut + 1] = name
-      freed = freed + held
-      if not chargeRefused(account, bytes - freed) then
-        for _, gone in ipairs(pushedOut) do
-          redis.call('DEL', gone)
-          redis.call('ZREM', records, gone)
-          releaseCharge(gone)
-        end
-        return false
-      end
-    end
-  end
-  return refused
 end
 `
 

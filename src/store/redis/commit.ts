@@ -20,10 +20,24 @@ export interface ScoreOf {
   readonly member: string
 }
 
-type Argument = string | StoreTime | ScoreOf
+/** An argument read when the change is made: what the change's command `command` (from 1, in order) answered. */
+export interface AnswerOf {
+  readonly command: number
+}
+
+/** A time by the store's clock, `ms` after the change is made. */
+export interface AfterNow {
+  readonly after: number
+}
+
+export const afterNow = (ms: number): AfterNow => ({ after: ms })
+
+type Argument = string | StoreTime | ScoreOf | AnswerOf | AfterNow
 
 // In a change's JSON, a value is the index of the ARGV that holds it: cjson decodes no text a user wrote, nor any long one.
 type ValueIndex = number
+
+type AccountEntry = [account: string, bytes: number, createdAtMs: number | false, replacing: ValueIndex | false]
 
 /** What a guard asks of a hash field: only that it is there, whatever it holds. */
 export const PRESENT = true
@@ -31,11 +45,20 @@ export const PRESENT = true
 /** What `commit` answers when a guard or a bound refused the change: 0 for stale, unless the guard names another. */
 export type Refused = number | string
 
-/** The ledger's keys, as `chargeAccount` takes them (src/store/redis/keys.ts: capacity, accountBytes, accountFloors). */
+/** The ledger's keys, as `chargeAccount` takes them (src/store/redis/keys.ts). */
 export interface LedgerKeys {
   readonly capacity: string
   readonly accountBytes: string
   readonly accountFloors: string
+  readonly capacityCharges: string
+}
+
+/** What else an account charge takes into account. */
+export interface AccountCharge {
+  /** When the item refunded was created: one created before items were charged is counted apart (`uncharged`). */
+  readonly createdAtMs?: number
+  /** A charge of the account's, by its name in capacityCharges, that this one replaces: its bytes are counted as part of these. */
+  readonly replacing?: string
 }
 
 /**
@@ -48,11 +71,11 @@ export class Change {
   readonly #keys: string[] = []
   readonly #indexes = new Map<string, number>()
   readonly #values: string[] = []
-  readonly #guards: Array<[key: number, field: string, value: ValueIndex | false | typeof PRESENT, refused: Refused]> = []
-  readonly #commands: Array<[command: string, key: number, ...Array<ValueIndex | StoreTime | { score: [key: number, member: ValueIndex] }>]> = []
+  readonly #guards: Array<[key: number, field: string | false, value: ValueIndex | false | typeof PRESENT, refused: Refused, orNone?: true]> = []
+  readonly #commands: Array<[command: string, key: number, ...Array<ValueIndex | StoreTime | AnswerOf | AfterNow | { score: [key: number, member: ValueIndex] }>]> = []
   readonly #charges: Array<[key: number, account: string, bytes: number, most: number, totals: number]> = []
   readonly #counts: Array<[key: number, field: string, by: number, most: number | false, refused: Refused]> = []
-  #ledger: [totals: number, bytes: number, floors: number, charges: Array<[account: string, bytes: number, createdAtMs: number | false]>] | false = false
+  #ledger: [totals: number, bytes: number, floors: number, charges: number, entries: AccountEntry[]] | false = false
   #event: [outbox: number, ...ValueIndex[]] | false = false
 
   /**
@@ -64,13 +87,24 @@ export class Change {
     return this
   }
 
+  /** Made only while the string `key` holds `value`, or nothing; else `commit` answers `refused`. */
+  guardUnlessTaken (key: string, value: string, refused: Refused): this {
+    this.#guards.push([this.#index(key), false, this.#value(value), refused, true])
+    return this
+  }
+
   /** Runs `command` on `key`, after those written before it. */
   write (command: string, key: string, ...args: Argument[]): this {
     this.#commands.push([command, this.#index(key), ...args.map((arg) => {
       if (typeof arg === 'string') return this.#value(arg)
-      return 'at' in arg ? arg : { score: [this.#index(arg.key), this.#value(arg.member)] satisfies [number, number] }
+      return 'key' in arg ? { score: [this.#index(arg.key), this.#value(arg.member)] satisfies [number, number] } : arg
     })])
     return this
+  }
+
+  /** What the command written last will answer, as an argument of those written after it. */
+  answerOfLast (): AnswerOf {
+    return { command: this.#commands.length }
   }
 
   /**
@@ -98,9 +132,11 @@ export class Change {
    * shared part than is left. A refund past what was charged counts the rest as the ledger's `uncharged` for an
    * item created (`createdAtMs`) before items were charged, else as its `drift`. One charge per account a change.
    */
-  chargeAccount (keys: LedgerKeys, account: string, bytes: number, createdAtMs?: number): this {
-    if (this.#ledger === false) this.#ledger = [this.#index(keys.capacity), this.#index(keys.accountBytes), this.#index(keys.accountFloors), []]
-    this.#ledger[3].push([account, bytes, createdAtMs ?? false])
+  chargeAccount (keys: LedgerKeys, account: string, bytes: number, { createdAtMs, replacing }: AccountCharge = {}): this {
+    if (this.#ledger === false) {
+      this.#ledger = [this.#index(keys.capacity), this.#index(keys.accountBytes), this.#index(keys.accountFloors), this.#index(keys.capacityCharges), []]
+    }
+    this.#ledger[4].push([account, bytes, createdAtMs ?? false, replacing === undefined ? false : this.#value(replacing)])
     return this
   }
 
@@ -154,23 +190,29 @@ export async function retried<T> (what: string, attempt: () => Promise<T | typeo
 export const commitScripts = {
   // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
   // change (Change.arguments), then the values it names, each by its index in ARGV. The change: its guards, each a
-  // key's index, a field, the value it must hold (false: none; true: any) and what to answer when it does not; its
-  // commands, each a name, its key's index and its arguments, a time by the store's clock written {at = ms}; its
-  // session charges, each a key's index, an account, bytes, the most the account may then be charged, and the index
-  // of the ledger's totals; its counts, each a key's index, a field, by how much, the most it may then be (false: no
-  // bound) and what to answer past it; its account charges (false, or the indexes of the totals, the accounts' bytes
-  // and floors, then each account, bytes and the creation of the item refunded, or false or null); its event (false,
-  // or the outbox's index and APPEND_EVENT's event). 1 when made; else what refused it: a guard's answer, 0 past a
-  // session charge's bound, 'account' or 'shared' for the ledger.
+  // key's index, a hash's field (false: the key is a string), the value it must hold (false: none; true: any), what
+  // to answer when it does not, and true when holding none will do too; its commands, each a name, its key's index
+  // and its arguments, a time by the store's clock written {at = ms}, one from the commit's time {after = ms}, what
+  // an earlier command answered {command = its place}; its session charges, each a key's index, an account, bytes,
+  // the most the account may then be charged, and the index of the ledger's totals; its counts, each a key's index,
+  // a field, by how much, the most it may then be (false: no bound) and what to answer past it; its account charges
+  // (false, or the indexes of the totals, the accounts' bytes and floors and the charges by name, then each account,
+  // bytes, the creation of the item refunded, or false or null, and the name of a charge it replaces, or false); its
+  // event (false, or the outbox's index and APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a
+  // count's answer, 0 past a session charge's bound, 'account' or 'shared' for the ledger.
   commit: {
     lua: writeScript(APPEND_EVENT, `
 local change = cjson.decode(ARGV[1])
 local guards, commands, charges, counts, ledger, event = change[1], change[2], change[3], change[4], change[5], change[6]
 for _, guard in ipairs(guards) do
-  local expected = guard[3]
+  local key, field, expected = KEYS[guard[1]], guard[2], guard[3]
   if expected == true then
-    if redis.call('HEXISTS', KEYS[guard[1]], guard[2]) == 0 then return refuse(guard[4]) end
-  elseif redis.call('HGET', KEYS[guard[1]], guard[2]) ~= (expected and ARGV[expected]) then return refuse(guard[4]) end
+    if redis.call('HEXISTS', key, field) == 0 then return refuse(guard[4]) end
+  else
+    local held
+    if field then held = redis.call('HGET', key, field) else held = redis.call('GET', key) end
+    if held ~= (expected and ARGV[expected]) and not (guard[5] and not held) then return refuse(guard[4]) end
+  end
 end
 local sums = {}
 for index, count in ipairs(counts) do
@@ -192,8 +234,12 @@ if ledger then
     ${NO_BOUNDS}
   end
   shared, ledgerHeld = tonumber(totals[3] or '0'), tonumber(totals[6] or '0')
-  for index, entry in ipairs(ledger[4]) do
+  for index, entry in ipairs(ledger[5]) do
     local account, bytes = entry[1], entry[2]
+    if entry[4] then
+      local owner, previous = string.match(redis.call('HGET', KEYS[ledger[4]], ARGV[entry[4]]) or '', '^(%S+) (%d+)')
+      if owner == account then bytes = bytes - tonumber(previous) end
+    end
     local held = tonumber(redis.call('HGET', KEYS[ledger[2]], account) or '0')
     local floor = tonumber(redis.call('HGET', KEYS[ledger[3]], account) or '0')
     local missing = 0
@@ -209,15 +255,18 @@ if ledger then
     accounts[index] = {account, bytes, held + bytes, floor, missing, type(entry[3]) == 'number' and entry[3] < tonumber(totals[5] or '0') and 'uncharged' or 'drift'}
   end
 end
-for _, command in ipairs(commands) do
+local answers = {}
+for place, command in ipairs(commands) do
   command[2] = KEYS[command[2]]
   for index = 3, #command do
     local argument = command[index]
     if type(argument) ~= 'table' then command[index] = ARGV[argument]
     elseif argument.at then command[index] = argument.at - clockAhead
+    elseif argument.after then command[index] = now + argument.after
+    elseif argument.command then command[index] = answers[argument.command]
     else command[index] = redis.call('ZSCORE', KEYS[argument.score[1]], ARGV[argument.score[2]]) end
   end
-  redis.call(unpack(command))
+  answers[place] = redis.call(unpack(command))
 end
 for index, count in ipairs(counts) do
   if sums[index] <= 0 then redis.call('HDEL', KEYS[count[1]], count[2]) else redis.call('HSET', KEYS[count[1]], count[2], sums[index]) end

@@ -3,47 +3,15 @@ import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/seri
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, itemBytes, type Refusal, refusal } from './capacity.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
-import { Change, commit, PRESENT, type Refused, retried, STALE } from './commit.js'
-import { claimArguments, type IdempotencyKeyBounds, pushOutRecords, RECORD_CLAIM } from './idempotency-keys.js'
+import { isRefusal, itemBytes, refusal } from './capacity.js'
+import { call, type Script } from './commands.js'
+import { type AccountCharge, Change, commit, PRESENT, type Refused, retried, STALE } from './commit.js'
+import { createRecord, pushOutRecords, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
-import { APPEND_EVENT, type EventArguments, type RedisOutbox } from './outbox.js'
-import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
-import { type StoreWrites, writeScript } from './writes.js'
+import type { RedisOutbox } from './outbox.js'
+import type { StoreWrites } from './writes.js'
 
 export const itemScripts = {
-  // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: items, order, sequence,
-  // owned per contributor, outbox, the item's sets by status, by contributor and by both (itemListKeys), the
-  // claim's keys (RECORD_CLAIM), the contributor's idempotency records (idempotencyKeys), users, and the capacity
-  // keys (CAPACITY). ARGV: id, contributor id, item as JSON, items one contributor may own, the claim's arguments,
-  // and the event (APPEND_EVENT). 1 when added, 0 over the quota, 2 when the claim lost its key, 3 when another item
-  // has the id, 4 when the contributor has no account (removed), 'account' or 'shared' when the contributor's room
-  // cannot take the item and its record, even once their own older records are gone, -1 over the write limit.
-  addItem: {
-    numberOfKeys: 13 + CAPACITY_KEYS,
-    lua: writeScript(APPEND_EVENT + CAPACITY + RECORD_CLAIM, `
-capacityAt(13)
-if redis.call('HEXISTS', KEYS[12], ARGV[2]) == 0 then return refuse(4) end
-if not holdsClaim(9, 5) then return refuse(2) end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return refuse(3) end
-if tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0') >= tonumber(ARGV[4]) then return refuse(0) end
-if overLimit() then return refuse(-1) end
-local bytes = itemBytes(ARGV[3])
-local refused = makeRoom(ARGV[2], bytes + recordBytes(9, 5), KEYS[11], KEYS[9], now)
-if refused then return refuse(refused) end
-charge(ARGV[2], bytes)
-chargeRecord(9, 5, ARGV[2])
-redis.call('HINCRBY', KEYS[4], ARGV[2], '1')
--- A text once: Redis formats a number it is given each time it is given one.
-local sequence = tostring(redis.call('INCR', KEYS[3]))
-for index = 6, 8 do redis.call('ZADD', KEYS[index], sequence, ARGV[1]) end
-redis.call('ZADD', KEYS[2], sequence, ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-recordClaim(9, 5)
-appendEvent(KEYS[5], eventAt(9))
-return 1`, { limited: true })
-  },
   // KEYS: items, the sorted set of the page's filter (itemListKey). ARGV: first rank, last rank. {total, item JSON...}.
   pageItems: {
     numberOfKeys: 2,
@@ -75,18 +43,17 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addItem (limitCounter: string, items: string, order: string, sequence: string, owned: string, outbox: string, byStatus: string, byContributor: string,
-      byContributorStatus: string, claimKey: string, claimUserKeys: string, contributorKeys: string, users: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string,
-        limitMax: number, limitWindowMs: number, id: string, contributorId: string, item: string, maxPerContributor: number, claim: string, record: string, ttlMs: number,
-        perUser: number, ...event: EventArguments]
-    ): Result<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>, Context>
     pageItemsBuffer (items: string, list: string, first: number, last: number): Result<[number, ...Array<Buffer | null>], Context>
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
 
-// What an edit's commit answers when the item's contributor has no account (removed).
+// What a change of an item's commit answers when its contributor has no account (removed); and a create's, when
+// its claim lost its key, when another item has its id, and when its contributor owns as many items as allowed.
 const CONTRIBUTOR_REMOVED = 'removed'
+const CLAIM_LOST = 'claim lost'
+const ID_TAKEN = 'id taken'
+const OWNS_MOST = 'owns most'
 
 // A page that meets items gone from Redis says so in the log at most this often.
 const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
@@ -121,7 +88,8 @@ export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> 
 
 export interface RedisItemStoreOptions {
   maxPerContributor: number
-  idempotencyKeys: IdempotencyKeyBounds
+  /** How long a create recorded under an idempotency key is remembered. */
+  recordTtlMs: number
   logger: { warn: (details: object, message: string) => void }
 }
 
@@ -131,7 +99,7 @@ export class RedisItemStore implements ItemStore {
   readonly #keys: RedisKeys
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
-  readonly #idempotencyKeys: IdempotencyKeyBounds
+  readonly #recordTtlMs: number
   // The changes of one item that this instance has in progress run one after another, so that they never retry
   // against each other: only changes made by other instances can make one try again.
   readonly #changesInProgress = new PerKeyQueue()
@@ -148,7 +116,7 @@ export class RedisItemStore implements ItemStore {
     this.#outbox = outbox
     this.#logger = options.logger
     this.#maxPerContributor = options.maxPerContributor
-    this.#idempotencyKeys = options.idempotencyKeys
+    this.#recordTtlMs = options.recordTtlMs
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
@@ -156,17 +124,27 @@ export class RedisItemStore implements ItemStore {
     const stored = storedItem(item)
     const json = stored[TEXT]
     const event = announce?.(stored)
-    const recorded = claimArguments(keys, this.#idempotencyKeys, claim, json)
-    const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
-    const added = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.addItem(limitCounter, keys.items, keys.itemOrder,
-      keys.itemSequence, keys.itemsOwned, keys.outbox, ...itemListKeys(keys, stored), ...recorded.keys, `${keys.idempotencyKeys}${item.contributorId}`, keys.users,
-      ...capacityKeys(keys), deadline, outcomeKey, limitMax, limitWindowMs, item.id, item.contributorId, json, this.#maxPerContributor, ...recorded.arguments,
-      ...this.#outbox.eventArguments(event))), limit)
-    if (isRefusal(added)) throw refusal(added)
-    if (added === 0) return undefined
-    if (added === 2) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
-    if (added === 3) throw new IdTakenError(`item ${item.id} exists already`)
-    if (added === 4) throw new UserRemovedError(`contributor ${item.contributorId} has no account`)
+    const record = claim === undefined ? undefined : createRecord(keys, claim, json)
+    const create = (): Change => {
+      const create = new Change().guard(keys.users, item.contributorId, PRESENT, CONTRIBUTOR_REMOVED)
+      if (record !== undefined) recordCreate(create, keys, item.contributorId, this.#recordTtlMs, record, CLAIM_LOST)
+      create.guard(keys.items, item.id, null, ID_TAKEN).count(keys.itemsOwned, item.contributorId, 1, this.#maxPerContributor, OWNS_MOST)
+        .write('INCR', keys.itemSequence)
+      // Its place in each list: the sequence the commit took.
+      const place = create.answerOfLast()
+      for (const list of [keys.itemOrder, ...itemListKeys(keys, stored)]) create.write('ZADD', list, place, item.id)
+      return create.write('HSET', keys.items, item.id, json).event(keys.outbox, this.#outbox.eventArguments(event))
+    }
+    const bytes = itemBytes(json) + (record?.bytes ?? 0)
+    const outcome = await retried(`item ${item.id}`, async () => {
+      const outcome = await this.#charged(create, item.contributorId, bytes, limit, record === undefined ? {} : { replacing: record.name })
+      // A record read to make room and pushed out by another write meanwhile (0), or the room taken: decided again.
+      return outcome === 0 || isRefusal(outcome) ? STALE : outcome
+    })
+    if (outcome === OWNS_MOST) return undefined
+    if (outcome === CLAIM_LOST) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
+    if (outcome === ID_TAKEN) throw new IdTakenError(`item ${item.id} exists already`)
+    if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${item.contributorId} has no account`)
     this.#outbox.recorded(event)
     return stored
   }
@@ -214,7 +192,7 @@ export class RedisItemStore implements ItemStore {
         }
         return edit.event(keys.outbox, this.#outbox.eventArguments(event))
       }
-      const outcome = await this.#charged(edit, current, itemBytes(next) - itemBytes(json), limit)
+      const outcome = await this.#charged(edit, current.contributorId, itemBytes(next) - itemBytes(json), limit, { createdAtMs: Date.parse(current.createdAt) })
       if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return STALE
       this.#outbox.recorded(event)
@@ -229,7 +207,7 @@ export class RedisItemStore implements ItemStore {
       const event = announce?.(current)
       const removal = new Change().guard(keys.items, id, json).write('HDEL', keys.items, id).write('ZREM', keys.itemOrder, id)
       for (const list of itemListKeys(keys, current)) removal.write('ZREM', list, id)
-      removal.count(keys.itemsOwned, current.contributorId, -1).chargeAccount(keys, current.contributorId, -itemBytes(json), Date.parse(current.createdAt))
+      removal.count(keys.itemsOwned, current.contributorId, -1).chargeAccount(keys, current.contributorId, -itemBytes(json), { createdAtMs: Date.parse(current.createdAt) })
         .event(keys.outbox, this.#outbox.eventArguments(event))
       if (await commit(this.#redis, this.#writes, keys, removal, limit) !== 1) return STALE
       this.#outbox.recorded(event)
@@ -237,16 +215,15 @@ export class RedisItemStore implements ItemStore {
     }))
   }
 
-  // Commits the change `made` of `item` with `bytes` more charged to its contributor. When their room cannot take
-  // it, the change is made again with their own oldest records pushed out to make room (pushOutRecords), counted
-  // against the write limit once; refused then, another write took the room meanwhile: it is read again (0).
-  async #charged (made: () => Change, item: StoredItem, bytes: number, limit: WriteLimit | undefined): Promise<Refused> {
-    const createdAtMs = Date.parse(item.createdAt)
-    const outcome = await commit(this.#redis, this.#writes, this.#keys, made().chargeAccount(this.#keys, item.contributorId, bytes, createdAtMs), limit)
+  // Commits the change `made` with `bytes` more charged to the contributor. When their room cannot take it, the
+  // change is made again with their own oldest records pushed out to make room (pushOutRecords), counted against the
+  // write limit once; refused then, another write took the room meanwhile: the caller decides again.
+  async #charged (made: () => Change, contributorId: string, bytes: number, limit: WriteLimit | undefined, charge: AccountCharge): Promise<Refused> {
+    const outcome = await commit(this.#redis, this.#writes, this.#keys, made().chargeAccount(this.#keys, contributorId, bytes, charge), limit)
     if (!isRefusal(outcome)) return outcome
     const change = made()
-    const freed = await pushOutRecords(this.#redis, this.#keys, change, item.contributorId, bytes, refusal(outcome))
-    return await commit(this.#redis, this.#writes, this.#keys, change.chargeAccount(this.#keys, item.contributorId, bytes - freed, createdAtMs))
+    const freed = await pushOutRecords(this.#redis, this.#keys, change, contributorId, bytes, refusal(outcome), charge.replacing)
+    return await commit(this.#redis, this.#writes, this.#keys, change.chargeAccount(this.#keys, contributorId, bytes - freed, charge))
   }
 
   /**

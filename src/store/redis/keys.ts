@@ -56,7 +56,10 @@ export interface RedisKeys {
    * with its lease) or a recorded create ({ fingerprint, item }, expiring after the keys' time to live).
    */
   readonly idempotencyKey: string
-  /** Family, + user id. Sorted set: the user's recorded idempotencyKey names, scored by when each was recorded. */
+  /**
+   * Family, + user id. Sorted set: the user's idempotencyKey names, claims and records, scored by when each was
+   * claimed or recorded.
+   */
   readonly idempotencyKeys: string
   /**
    * Family, + a uuid of the write's. String, JSON: the reply of a write script (writeScript), expiring after 30 s,
@@ -77,8 +80,8 @@ export interface RedisKeys {
   /** Hash: account (user id) → bytes its sessions are charged. */
   readonly accountSessionBytes: string
   /**
-   * Hash: idempotencyKey or session name → "<user id> <bytes>" ("<user id> <bytes> session" for a session), what the
-   * key is charged to its user while it lasts.
+   * Hash: idempotencyKey or session name → "<user id> <bytes>" (a record's; "<user id> <bytes> claim" for a claim,
+   * "<user id> <bytes> session" for a session), what the key is charged to its user while it lasts.
    */
   readonly capacityCharges: string
   /** Sorted set: the names of capacityCharges, scored by when Redis expires each (ms). */

@@ -6,15 +6,11 @@ import { type RedisKeys, webhookKeys } from './keys.js'
 import { type StoreWrites, writeScript } from './writes.js'
 
 // Appends a change's event to the outbox stream, in the script that makes the change, when it was given one: `event`
-// is {event id, channel, body, the stream's bound (StreamBound), and its traceparent when it has one} (EventArguments),
-// which `eventAt(first)` reads from ARGV[first] on (nil when there is none there). A bound in events alone is kept
-// about (trimmed by whole nodes); one in events and bytes (a sandbox's stream, whose events are listed by their
-// place) exactly, the oldest first, the bytes of its bodies counted in the stream's key + '-bytes' (keys.ts, outbox).
+// is {event id, channel, body, the stream's bound (StreamBound), and its traceparent when it has one} (EventArguments).
+// A bound in events alone is kept about (trimmed by whole nodes); one in events and bytes (a sandbox's stream, whose
+// events are listed by their place) exactly, the oldest first, the bytes of its bodies counted in the stream's key +
+// '-bytes' (keys.ts, outbox).
 export const APPEND_EVENT = `
-local function eventAt (first)
-  if not ARGV[first] then return nil end
-  return {ARGV[first], ARGV[first + 1], ARGV[first + 2], ARGV[first + 3], ARGV[first + 4]}
-end
 local function appendEvent (outbox, event)
   if not event then return end
   local fields = {'id', event[1], 'channel', event[2], 'body', event[3]}

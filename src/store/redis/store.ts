@@ -46,15 +46,16 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
   const { writes } = options
   const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
+  const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
   return {
     users,
     sessions: new RedisSessionStore(redis, writes, keys, options.sessions, options.now),
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
-      idempotencyKeys: { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys },
+      recordTtlMs: idempotencyKeys.ttlMs,
       logger
     }),
-    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys),
+    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
     accounts: new RedisAccounts(redis, writes, keys, users, options.sessions),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),

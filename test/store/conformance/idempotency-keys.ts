@@ -69,7 +69,7 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
   })
 
   t.test('idempotency keys: a write its room cannot take gives back the charges of records past their time before it is refused, with no sweep', async (t) => {
-    const TTL_MS = 200
+    const TTL_MS = 1000
     const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
     // Two users, the other's create under a key whose item is then removed: its record stays charged until its time.
     const recordedBeside = async (store: Store): Promise<{ writer: string, recordedAt: number, usersBytes: number }> => {

@@ -120,7 +120,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 401
   },
   createItem: {
-    script: scripts.addItem,
+    script: scripts.commit,
     status: 201,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })
@@ -235,7 +235,7 @@ t.test('a write while Redis is known to be out of reach is 503 at once: nothing 
   const f = await faulty(t)
   const { accessToken } = await f.api.register({ role: 'contributor' })
   await f.api.createItem(accessToken)
-  f.arm(scripts.addItem, 'drop-reply-then-down')
+  f.arm(scripts.commit, 'drop-reply-then-down')
   t.equal((await f.api.call('createItem', { token: accessToken, body: item })).statusCode, 504)
   // A logout counts against no rate limit: its write is the first thing it sends.
   const refused = await f.api.call('logoutUser', { token: accessToken })

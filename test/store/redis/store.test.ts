@@ -5,11 +5,10 @@ import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { type CapacitySettings, UNBOUNDED } from '../../../src/store/capacity.js'
-import { capacityKeys, type Refusal, setCapacity } from '../../../src/store/redis/capacity.js'
+import { capacityKeys, setCapacity } from '../../../src/store/redis/capacity.js'
 import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
 import { Change, type Refused } from '../../../src/store/redis/commit.js'
-import type { Limited } from '../../../src/store/redis/rate-counter.js'
-import { itemListKeys, redisKeys } from '../../../src/store/redis/keys.js'
+import { redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
@@ -106,7 +105,6 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const outcome = (write: string): string => `${keys.writeOutcome}${write}`
   const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
   const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
-  const lists = itemListKeys(keys, { contributorId: 'u1', status: 'active' })
   const capacity = capacityKeys(keys)
   // A session's change as a rule commits it, and one decided on the session as it was then, which a late commit must
   // not make once it is stale.
@@ -114,14 +112,16 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
   const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused> =>
     (await redis.commit(...change.keys(keys.rateLimit), deadline, outcome(write), -1, 0, ...change.arguments))[0]
-  const addItem = async (deadline: WriteDeadline): Promise<Limited<-1 | 0 | 1 | 2 | 3 | 4 | Refusal>> => await redis.addItem(keys.rateLimit, keys.items, keys.itemOrder, keys.itemSequence,
-    keys.itemsOwned, keys.outbox, ...lists, '', '', `${keys.idempotencyKeys}u1`, keys.users, ...capacity, deadline, outcome('add'), -1, 0, 'i1', 'u1', item, 10, '', '', 0, 0)
-  await t.rejects(addItem(past), late)
+  // An item's create, as the item store commits it (its place in a list the sequence the commit takes).
+  const adding = new Change().guard(keys.items, 'i1', null).write('INCR', keys.itemSequence)
+  adding.write('ZADD', keys.itemOrder, adding.answerOfLast(), 'i1').write('HSET', keys.items, 'i1', item)
+  await t.rejects(commit(adding, past, 'add'), late)
   const addUser = async (deadline: WriteDeadline): Promise<unknown> =>
     await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
   await t.rejects(addUser(past), late)
   await t.rejects(commit(opening, past, 'open'), late)
-  await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1'), late)
+  await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1',
+    1000, 86_400_000), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
@@ -137,7 +137,8 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(commit(rotating, past, 'rotate'), late)
   t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
   t.equal(await commit(rotating, future, 'again'), 0, 'and once changed, it is not as read')
-  t.same(await addItem(future), [1, null])
+  t.equal(await commit(adding, future, 'add'), 1)
+  t.same([await redis.zscore(keys.itemOrder, 'i1'), await redis.get(keys.itemSequence)], ['1', '1'], 'placed by the sequence it took')
   // An edit as the item store commits it, charged to its contributor.
   const edit = new Change().guard(keys.items, 'i1', item).write('HSET', keys.items, 'i1', '{}').chargeAccount(keys, 'u1', -8)
   await t.rejects(commit(edit, past, 'replace'), late)
