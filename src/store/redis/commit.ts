@@ -71,6 +71,7 @@ export class Change {
   readonly #keys: string[] = []
   readonly #indexes = new Map<string, number>()
   readonly #values: string[] = []
+  readonly #valueIndexes = new Map<string, ValueIndex>()
   readonly #guards: Array<[key: number, field: string | false, value: ValueIndex | false | typeof PRESENT, refused: Refused, orNone?: true]> = []
   readonly #commands: Array<[command: string, key: number, ...Array<ValueIndex | StoreTime | AnswerOf | AfterNow | { score: [key: number, member: ValueIndex] }>]> = []
   readonly #charges: Array<[key: number, account: string, bytes: number, most: number, totals: number]> = []
@@ -157,8 +158,14 @@ export class Change {
   }
 
   // The change is ARGV[1]; its values follow it.
+  // A value the change names more than once (an item's id, in its lists) is sent once.
   #value (value: string): ValueIndex {
-    return this.#values.push(value) + 1
+    let index = this.#valueIndexes.get(value)
+    if (index === undefined) {
+      index = this.#values.push(value) + 1
+      this.#valueIndexes.set(value, index)
+    }
+    return index
   }
 
   #index (key: string): number {
@@ -263,7 +270,10 @@ for place, command in ipairs(commands) do
     if type(argument) ~= 'table' then command[index] = ARGV[argument]
     elseif argument.at then command[index] = argument.at - clockAhead
     elseif argument.after then command[index] = now + argument.after
-    elseif argument.command then command[index] = answers[argument.command]
+    elseif argument.command then
+      -- A number as a text once: Redis formats a number it is given each time it is given one.
+      answers[argument.command] = tostring(answers[argument.command])
+      command[index] = answers[argument.command]
     else command[index] = redis.call('ZSCORE', KEYS[argument.score[1]], ARGV[argument.score[2]]) end
   end
   answers[place] = redis.call(unpack(command))
