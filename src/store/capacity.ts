@@ -144,3 +144,25 @@ export function takeRegistration (pace: RegistrationPace | undefined, floorsLeft
   if (tokens < 1) return Math.ceil((1 - tokens) / perMs)
   return { tokens: tokens - 1, at: now }
 }
+
+/** What the pace on registrations reads: the floor's bytes, those of the floors reserved and kept, the room (ms), and its bucket. */
+export interface PaceReading {
+  readonly floorBytes: number
+  readonly floorsBytes: number
+  readonly floorsKeptBytes: number
+  readonly roomMs: number
+  readonly pace: RegistrationPace | undefined
+}
+
+/**
+ * How long (ms) the pace holds the next registration back at `now`, changing nothing: 0 when it would let it
+ * through, when nothing paces registrations (no floor, no room, no bound on the floors), or when no floor is left
+ * (the registration is refused for that instead).
+ */
+export function registrationWait ({ floorBytes, floorsBytes, floorsKeptBytes, roomMs, pace }: PaceReading, now: number): number {
+  if (floorBytes === 0) return 0
+  const floorsLeft = Math.floor((floorsKeptBytes - floorsBytes) / floorBytes)
+  if (floorsLeft < 1 || roomMs === 0 || !Number.isFinite(floorsLeft)) return 0
+  const taken = takeRegistration(pace, floorsLeft, Math.floor(floorsKeptBytes / floorBytes), roomMs, now)
+  return typeof taken === 'number' ? taken : 0
+}

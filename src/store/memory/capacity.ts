@@ -1,7 +1,7 @@
 import type { Item, User } from '../../domain/index.js'
 import { ITEM_REQUEST_PROPERTIES } from '../../domain/records.js'
 import { type StoredItem, TEXT } from '../../domain/serialized.js'
-import { type CapacityBounds, type CapacityReading, chargeRefused, floorsKept, type Ledger, type RegistrationPace, sharedPart, sharedUsedAfter, takeRegistration } from '../capacity.js'
+import { type CapacityBounds, type CapacityReading, chargeRefused, floorsKept, type Ledger, type RegistrationPace, registrationWait, sharedPart, sharedUsedAfter, takeRegistration } from '../capacity.js'
 import { RegistrationPacedError, StoreFullError } from '../store.js'
 
 interface Account {
@@ -129,10 +129,8 @@ export class MemoryCapacity {
 
   /** How long (ms) the pace on registrations holds the next one back: 0 when it would let it through. Changes nothing. */
   registrationWait (): number {
-    if (this.#bounds.floorBytes === 0) return 0
-    const floorsLeft = this.#floorsLeft()
-    const pace = floorsLeft < 1 ? undefined : this.#paced(floorsLeft)
-    return typeof pace === 'number' ? pace : 0
+    const { floorBytes, registrationRoomMs = 0 } = this.#bounds
+    return registrationWait({ floorBytes, floorsBytes: this.#floorsBytes, floorsKeptBytes: this.#floorsKeptBytes, roomMs: registrationRoomMs, pace: this.#pace }, this.#now())
   }
 
   #floorsLeft (): number {

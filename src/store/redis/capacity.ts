@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, sharedPart } from '../capacity.js'
+import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, registrationWait, sharedPart } from '../capacity.js'
 import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { type RoomLimit, StoreFullError } from '../store.js'
 import { randomUuid } from '../../runtime/uuid.js'
@@ -114,9 +114,9 @@ local function charge (account, bytes, unrefused)
   entry.held, totals.held, totals.shared = nextHeld, totals.held + bytes, nextShared
   return false
 end
--- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken (or, \`peek\`,
--- would be; nothing is then kept), else the ms until one is let through.
-local function takeRegistration (floorsLeft, allowed, room, at, peek)
+-- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken, else the ms until
+-- one is let through.
+local function takeRegistration (floorsLeft, allowed, room, at)
   local pace = redis.call('HMGET', capacity.totals, 'paceTokens', 'paceAt')
   local perMs = floorsLeft / room
   local size = math.max(1, floorsLeft * ${PACE_BURST_SHARE})
@@ -126,17 +126,8 @@ local function takeRegistration (floorsLeft, allowed, room, at, peek)
   end
   if tokens < 1 then return math.ceil((1 - tokens) / perMs) end
   if floorsLeft <= allowed * ${PACE_FROM_FLOORS_LEFT_SHARE} then tokens = tokens - 1 end
-  if not peek then redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens), 'paceAt', at) end
+  redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens), 'paceAt', at)
   return false
-end
--- How long the pace holds the next registration back at \`at\` (ms; 0 when it would let it through), changing nothing.
-local function registrationWait (at)
-  local totals = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
-  local floor, floors, kept, room = tonumber(totals[1]), tonumber(totals[2] or '0'), tonumber(totals[3]), tonumber(totals[4])
-  if floor == 0 or room == 0 or kept >= tonumber(UNBOUNDED) then return 0 end
-  local floorsLeft = math.floor((kept - floors) / floor)
-  if floorsLeft < 1 then return 0 end
-  return takeRegistration(floorsLeft, math.floor(kept / floor), room, at, true) or 0
 end
 -- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
 -- 'at' is given: a start that admits 1.1.0's accounts is not paced).
@@ -148,7 +139,7 @@ local function admit (account, bytes, at)
     if floorsLeft < 1 then return 'registration' end
     local room = tonumber(read[4])
     if at and room > 0 and kept < tonumber(UNBOUNDED) then
-      local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at, false)
+      local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at)
       if wait then return 'pace', wait end
     end
   end
@@ -216,14 +207,6 @@ export const CAPACITY_KEYS: CapacityKeys['length'] = 6
 const ACCOUNTS_ADMITTED_PER_CALL = 100
 
 export const capacityScripts = {
-  // KEYS: the capacity keys. How long the pace on registrations holds the next one back (ms; 0: it would not).
-  registrationWait: {
-    numberOfKeys: CAPACITY_KEYS,
-    lua: `${CAPACITY}
-capacityAt(1)
-local time = redis.call('TIME')
-return registrationWait(tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))`
-  },
   // KEYS: the capacity keys. ARGV: how many at most. Gives back the charges of keys Redis has expired: how many.
   releaseExpiredCharges: {
     numberOfKeys: CAPACITY_KEYS,
@@ -254,7 +237,6 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     admitAccounts (users: string, ...args: [...CapacityKeys, ...ids: string[]]): Result<number, Context>
     releaseExpiredCharges (...args: [...CapacityKeys, limit: number]): Result<number, Context>
-    registrationWait (...keys: CapacityKeys): Result<number, Context>
   }
 }
 
@@ -327,9 +309,23 @@ export async function readStoreId (redis: Redis, keys: RedisKeys): Promise<strin
   return await call(redis.hget(keys.capacity, 'storeId'))
 }
 
+// A bound as Redis keeps it: past UNBOUNDED_BYTES, or not set, none.
+const unbounded = (figure: string | null | undefined): number => figure == null || Number(figure) >= UNBOUNDED_BYTES ? Infinity : Number(figure)
+
+/** How long (ms) the pace on registrations holds the next one back at `now` (src/store/capacity.ts), changing nothing. */
+export async function readRegistrationWait (redis: Redis, keys: RedisKeys, now: number): Promise<number> {
+  const [floor, floors, floorsKeptBytes, room, paceTokens, paceAt] = await call(redis.hmget(keys.capacity, 'floor', 'floors', 'floorsKept', 'room', 'paceTokens', 'paceAt'))
+  return registrationWait({
+    floorBytes: Number(floor ?? 0),
+    floorsBytes: Number(floors ?? 0),
+    floorsKeptBytes: unbounded(floorsKeptBytes),
+    roomMs: Number(room ?? 0),
+    pace: paceTokens == null ? undefined : { tokens: Number(paceTokens), at: Number(paceAt) }
+  }, now)
+}
+
 export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<CapacityReading> {
   const [budget, held, floorsKeptBytes, floors, shared, accounts, drift] = await call(redis.hmget(keys.capacity, 'budget', 'held', 'floorsKept', 'floors', 'shared', 'accounts', 'drift'))
-  const unbounded = (figure: string | null | undefined): number => figure == null || Number(figure) >= UNBOUNDED_BYTES ? Infinity : Number(figure)
   return {
     budgetBytes: unbounded(budget),
     heldBytes: Number(held ?? 0),

@@ -45,7 +45,7 @@ export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { rea
 export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options
   const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
-  const users = new RedisUserStore(redis, writes, keys, options.cachedUsers)
+  const users = new RedisUserStore(redis, writes, keys, options.cachedUsers, options.now)
   const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
   return {
     users,

@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
 import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, type Refusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, readRegistrationWait, type Refusal, refusal } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type StoreWrites, writeScript } from './writes.js'
@@ -56,12 +56,14 @@ export class RedisUserStore implements UserStore {
   readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #byId: FifoMap<User>
+  readonly #now: () => number
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, maxCached: number) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, maxCached: number, now: () => number) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
     this.#byId = new FifoMap(maxCached)
+    this.#now = now
   }
 
   async add (user: User): Promise<User | undefined> {
@@ -90,7 +92,7 @@ export class RedisUserStore implements UserStore {
   }
 
   async registrationWait (): Promise<number> {
-    return await call(this.#redis.registrationWait(...capacityKeys(this.#keys)))
+    return await readRegistrationWait(this.#redis, this.#keys, this.#now())
   }
 
   cached (id: string): User | undefined {
