@@ -10,6 +10,11 @@ import { parse } from 'yaml'
 import { claimedVersionProblem, compareVersions, lastRelease, neededKind, nextVersion, releasedChangelog, unreleasedEntries, workingVersion } from '../../scripts/release.js'
 import type { Document } from '../../scripts/contract-breaking.js'
 import { contractChanges } from '../../scripts/contract-changes.js'
+import { changedFixture, type Edit, fixture, limitParameter, parameters, post, schema } from '../support/contract-fixture.js'
+
+// An addition, and a break, to the fixture.
+const addColour: Edit = (c) => { c.setIn(schema('Thing', 'properties', 'colour'), { type: 'string' }) }
+const narrowName: Edit = (c) => { c.setIn(schema('NewThing', 'properties', 'name', 'maxLength'), 1) }
 
 const run = promisify(execFile)
 const IDENTITY = { GIT_AUTHOR_NAME: 'Release Test', GIT_AUTHOR_EMAIL: 'release@example.com', GIT_COMMITTER_NAME: 'Release Test', GIT_COMMITTER_EMAIL: 'release@example.com' }
@@ -27,38 +32,28 @@ t.test('openapi.yaml never claims a released version it is not: the last release
   const released = parse(readFileSync(`contracts/${last}.yaml`, 'utf8')) as Document
   const head = parse(readFileSync('openapi.yaml', 'utf8')) as Document
   t.equal(head.info.version, workingVersion(last, released, head), `contracts/${last}.yaml and openapi.yaml (npm run release -- dev sets the version)`)
-  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
-  const changed = (change: (contract: Record<string, any>) => void): Document => {
-    const contract = structuredClone(base) as Record<string, any>
-    change(contract)
-    return contract as Document
-  }
-  t.equal(workingVersion('1.1.0', base, changed((c) => { c.info.version = '1.1.0' })), '1.1.0', 'the released contract')
-  t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.Thing.properties.colour = { type: 'string' } })), '1.2.0-dev', 'an addition')
-  t.equal(workingVersion('1.1.0', base, changed((c) => { c.components.schemas.NewThing.properties.name.maxLength = 1 })), '2.0.0-dev', 'a break')
-  t.equal(workingVersion('1.1.0', base, changed((c) => { c.info.description = 'Reworded.' })), '1.1.1-dev', 'prose')
+  const base = fixture()
+  t.equal(workingVersion('1.1.0', base, changedFixture((c) => { c.setIn(['info', 'version'], '1.1.0') })), '1.1.0', 'the released contract')
+  t.equal(workingVersion('1.1.0', base, changedFixture(addColour)), '1.2.0-dev', 'an addition')
+  t.equal(workingVersion('1.1.0', base, changedFixture(narrowName)), '2.0.0-dev', 'a break')
+  t.equal(workingVersion('1.1.0', base, changedFixture((c) => { c.setIn(['info', 'description'], 'Reworded.') })), '1.1.1-dev', 'prose')
 })
 
 t.test('npm run generate says when an edited contract still claims the released version', async (t) => {
-  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
-  const edited = structuredClone(base) as Record<string, any>
-  edited.info.version = '1.1.0'
-  edited.components.schemas.Thing.properties.sku = { type: 'string' }
-  t.equal(claimedVersionProblem('1.1.0', base, edited as Document), 'openapi.yaml says 1.1.0, but it is 1.2.0-dev (it is not contracts/1.1.0.yaml): run npm run release -- dev')
-  edited.info.version = '1.2.0-dev'
-  t.equal(claimedVersionProblem('1.1.0', base, edited as Document), undefined, 'nothing once it says what it is')
+  const base = fixture()
+  const edited = (version: string): Document => changedFixture((c) => {
+    c.setIn(['info', 'version'], version)
+    c.setIn(schema('Thing', 'properties', 'sku'), { type: 'string' })
+  })
+  t.equal(claimedVersionProblem('1.1.0', base, edited('1.1.0')), 'openapi.yaml says 1.1.0, but it is 1.2.0-dev (it is not contracts/1.1.0.yaml): run npm run release -- dev')
+  t.equal(claimedVersionProblem('1.1.0', base, edited('1.2.0-dev')), undefined, 'nothing once it says what it is')
 })
 
 t.test('the kind a change needs: breaking is major, anything a client sees minor, prose patch', async (t) => {
-  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
-  const changed = (change: (contract: Record<string, any>) => void): Document => {
-    const contract = structuredClone(base) as Record<string, any>
-    change(contract)
-    return contract as Document
-  }
-  t.equal(neededKind(base, changed((c) => { c.components.schemas.NewThing.properties.name.maxLength = 1 })), 'major')
-  t.equal(neededKind(base, changed((c) => { c.components.schemas.Thing.properties.colour = { type: 'string' } })), 'minor')
-  t.equal(neededKind(base, changed((c) => { c.info.description = 'Reworded.'; c.paths['/things'].get.summary = 'Reworded.' })), 'patch')
+  const base = fixture()
+  t.equal(neededKind(base, changedFixture(narrowName)), 'major')
+  t.equal(neededKind(base, changedFixture(addColour)), 'minor')
+  t.equal(neededKind(base, changedFixture((c) => { c.setIn(['info', 'description'], 'Reworded.'); c.setIn(['paths', '/things', 'get', 'summary'], 'Reworded.') })), 'patch')
 })
 
 t.test('the changelog\'s Unreleased section becomes the release, its heading linked to the contract it keeps', async (t) => {
@@ -67,49 +62,48 @@ t.test('the changelog\'s Unreleased section becomes the release, its heading lin
 })
 
 t.test('the contract\'s changes, as the release lists them: operations, responses, schemas, properties, enum values, deprecations, webhooks', async (t) => {
-  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
-  const head = structuredClone(base) as Record<string, any>
-  head.components.schemas.Thing.properties.colour = { type: 'string' }
-  head.components.schemas.Fresh = { type: 'object' }
-  const [path, pathItem] = Object.entries(head.paths as Record<string, Record<string, any>>)[0]!
-  const [method, operation] = Object.entries(pathItem).find(([, value]) => typeof value === 'object' && value !== null && 'responses' in value)!
-  operation.deprecated = true
-  operation.responses['418'] = { description: 'A teapot.' }
-  const changes = contractChanges(base, head as Document)
+  const base = fixture()
+  const head = changedFixture((c) => {
+    addColour(c)
+    c.setIn(schema('Fresh'), { type: 'object' })
+    c.setIn(['paths', '/things', 'get', 'deprecated'], true)
+    c.setIn(['paths', '/things', 'get', 'responses', '418'], { description: 'A teapot.' })
+  })
+  const changes = contractChanges(base, head)
   t.ok(changes.includes('Added optional property `Thing.colour`.'), 'a property')
   t.ok(changes.includes('Added schema `Fresh`.'), 'a schema')
-  t.ok(changes.includes(`Deprecated operation \`${method.toUpperCase()} ${path}\`${operation.operationId === undefined ? '' : ` (\`${String(operation.operationId)}\`)`}.`), 'a deprecation')
-  t.ok(changes.includes(`Added response 418 to \`${method.toUpperCase()} ${path}\`.`), 'a status')
-  t.same(contractChanges(head as Document, base).filter((change) => change.startsWith('Removed')).sort(),
-    ['Removed property `Thing.colour`.', 'Removed response 418 from `' + `${method.toUpperCase()} ${path}` + '`.', 'Removed schema `Fresh`.'].sort(), 'and the other way, removals')
+  t.ok(changes.includes('Deprecated operation `GET /things` (`listThings`).'), 'a deprecation')
+  t.ok(changes.includes('Added response 418 to `GET /things`.'), 'a status')
+  t.same(contractChanges(head, base).filter((change) => change.startsWith('Removed')).sort(),
+    ['Removed property `Thing.colour`.', 'Removed response 418 from `GET /things`.', 'Removed schema `Fresh`.'].sort(), 'and the other way, removals')
   t.same(contractChanges(base, base), [], 'none between a contract and itself')
 })
 
 t.test('every change a client can see is listed, one mutation at a time, and needs at least a minor release', async (t) => {
-  const base = parse(readFileSync('test/fixtures/contracts/base.yaml', 'utf8')) as Document
-  const cases: Array<[string, (contract: Record<string, any>) => void, string]> = [
-    ['a query parameter', (c) => { c.paths['/things'].get.parameters.push({ name: 'colour', in: 'query', schema: { type: 'string' } }) }, 'Added optional query parameter `colour` to `GET /things`.'],
-    ['a parameter made required', (c) => { c.paths['/things'].get.parameters[0].required = true }, 'Made query parameter `limit` of `GET /things` required.'],
-    ['a parameter\'s bound', (c) => { c.paths['/things'].get.parameters[0].schema.maximum = 50 }, 'Changed `maximum` of query parameter `limit` of `GET /things` from `100` to `50`.'],
-    ['a response header', (c) => { c.paths['/things'].post.responses['201'].headers.ETag = { schema: { type: 'string' } } }, 'Added response header `ETag` to 201 of `POST /things`.'],
-    ['a property\'s maxLength', (c) => { c.components.schemas.Thing.properties.name.maxLength = 300 }, 'Changed `maxLength` of `Thing.name` from `200` to `300`.'],
-    ['a property\'s type', (c) => { c.components.schemas.Thing.properties.size.type = 'number' }, 'Changed `type` of `Thing.size` from `"integer"` to `"number"`.'],
-    ['a property made required', (c) => { c.components.schemas.NewThing.required.push('note') }, 'Made property `NewThing.note` required.'],
-    ['a property named as a prose keyword', (c) => { c.components.schemas.Thing.properties.description = { type: 'string' } }, 'Added optional property `Thing.description`.'],
-    ['a property named summary', (c) => { c.components.schemas.Thing.properties.summary = { type: 'string' } }, 'Added optional property `Thing.summary`.'],
-    ['a request body made optional', (c) => { c.paths['/things'].post.requestBody.required = false }, 'Changed `/paths/~1things/post/requestBody/required`.']
+  const base = fixture()
+  const cases: Array<[string, Edit, string]> = [
+    ['a query parameter', (c) => { c.addIn(parameters, { name: 'colour', in: 'query', schema: { type: 'string' } }) }, 'Added optional query parameter `colour` to `GET /things`.'],
+    ['a parameter made required', (c) => { c.setIn(limitParameter('required'), true) }, 'Made query parameter `limit` of `GET /things` required.'],
+    ['a parameter\'s bound', (c) => { c.setIn(limitParameter('schema', 'maximum'), 50) }, 'Changed `maximum` of query parameter `limit` of `GET /things` from `100` to `50`.'],
+    ['a response header', (c) => { c.setIn(post('responses', '201', 'headers', 'ETag'), { schema: { type: 'string' } }) }, 'Added response header `ETag` to 201 of `POST /things`.'],
+    ['a property\'s maxLength', (c) => { c.setIn(schema('Thing', 'properties', 'name', 'maxLength'), 300) }, 'Changed `maxLength` of `Thing.name` from `200` to `300`.'],
+    ['a property\'s type', (c) => { c.setIn(schema('Thing', 'properties', 'size', 'type'), 'number') }, 'Changed `type` of `Thing.size` from `"integer"` to `"number"`.'],
+    ['a property made required', (c) => { c.addIn(schema('NewThing', 'required'), 'note') }, 'Made property `NewThing.note` required.'],
+    ['a property named as a prose keyword', (c) => { c.setIn(schema('Thing', 'properties', 'description'), { type: 'string' }) }, 'Added optional property `Thing.description`.'],
+    ['a property named summary', (c) => { c.setIn(schema('Thing', 'properties', 'summary'), { type: 'string' }) }, 'Added optional property `Thing.summary`.'],
+    ['a request body made optional', (c) => { c.setIn(post('requestBody', 'required'), false) }, 'Changed `/paths/~1things/post/requestBody/required`.']
   ]
   for (const [what, change, line] of cases) {
-    const head = structuredClone(base) as Record<string, any>
-    change(head)
-    t.same(contractChanges(base, head as Document), [line], what)
-    t.not(neededKind(base, head as Document), 'patch', `${what}: not a patch`)
+    const head = changedFixture(change)
+    t.same(contractChanges(base, head), [line], what)
+    t.not(neededKind(base, head), 'patch', `${what}: not a patch`)
   }
-  const reworded = structuredClone(base) as Record<string, any>
-  reworded.components.schemas.Thing.properties.name.description = 'Reworded.'
-  reworded.paths['/things'].get.parameters[0].description = 'Reworded.'
-  t.same(contractChanges(base, reworded as Document), [], 'prose alone: nothing listed')
-  t.equal(neededKind(base, reworded as Document), 'patch', 'and a patch')
+  const reworded = changedFixture((c) => {
+    c.setIn(schema('Thing', 'properties', 'name', 'description'), 'Reworded.')
+    c.setIn(limitParameter('description'), 'Reworded.')
+  })
+  t.same(contractChanges(base, reworded), [], 'prose alone: nothing listed')
+  t.equal(neededKind(base, reworded), 'patch', 'and a patch')
 })
 
 t.test('in a copy of the repository with an additive change: a patch release is refused, a minor one is coherent and tagged', async (t) => {
