@@ -182,6 +182,27 @@ export class Change {
 // tries it gives up with a StoreUnavailableError rather than hold the request.
 export const MAX_CHANGE_ATTEMPTS = 16
 
+/**
+ * The write limit of one write however many times it is tried (`retried`): counted by the first try that reaches it
+ * (a refusal for room comes after the count), and passed to none after, so that a write tried again is one hit.
+ */
+export function countedOnce (limit: WriteLimit | undefined): () => WriteLimit | undefined {
+  if (limit === undefined) return () => undefined
+  let counted = false
+  const once: WriteLimit = {
+    name: limit.name,
+    key: limit.key,
+    max: limit.max,
+    windowMs: limit.windowMs,
+    counted: (hit) => {
+      counted = true
+      limit.counted(hit)
+    },
+    refusal: (hit) => limit.refusal(hit)
+  }
+  return () => counted ? undefined : once
+}
+
 /** What an attempt answers when what it read was changed before it could commit: it is tried again. */
 export const STALE = Symbol('stale')
 

@@ -5,7 +5,7 @@ import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
 import { isRefusal, itemBytes, refusal } from './capacity.js'
 import { call, type Script } from './commands.js'
-import { type AccountCharge, Change, commit, PRESENT, type Refused, retried, STALE } from './commit.js'
+import { type AccountCharge, Change, commit, countedOnce, PRESENT, type Refused, retried, STALE } from './commit.js'
 import { createRecord, pushOutRecords, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
@@ -136,8 +136,9 @@ export class RedisItemStore implements ItemStore {
       return create.write('HSET', keys.items, item.id, json).event(keys.outbox, this.#outbox.eventArguments(event))
     }
     const bytes = itemBytes(json) + (record?.bytes ?? 0)
+    const counted = countedOnce(limit)
     const outcome = await retried(`item ${item.id}`, async () => {
-      const outcome = await this.#charged(create, item.contributorId, bytes, limit, record === undefined ? {} : { replacing: record.name })
+      const outcome = await this.#charged(create, item.contributorId, bytes, counted(), record === undefined ? {} : { replacing: record.name })
       // A record read to make room and pushed out by another write meanwhile (0), or the room taken: decided again.
       return outcome === 0 || isRefusal(outcome) ? STALE : outcome
     })
@@ -177,6 +178,7 @@ export class RedisItemStore implements ItemStore {
 
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
     const keys = this.#keys
+    const counted = countedOnce(limit)
     return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
       const stored = storedItem(change(current))
       const next = stored[TEXT]
@@ -192,7 +194,7 @@ export class RedisItemStore implements ItemStore {
         }
         return edit.event(keys.outbox, this.#outbox.eventArguments(event))
       }
-      const outcome = await this.#charged(edit, current.contributorId, itemBytes(next) - itemBytes(json), limit, { createdAtMs: Date.parse(current.createdAt) })
+      const outcome = await this.#charged(edit, current.contributorId, itemBytes(next) - itemBytes(json), counted(), { createdAtMs: Date.parse(current.createdAt) })
       if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return STALE
       this.#outbox.recorded(event)

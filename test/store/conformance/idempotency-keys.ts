@@ -119,6 +119,38 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.match(await grow(), larger, 'once the record is past its time, the same edit goes through')
   })
 
+  t.test('idempotency keys: creates sent together, each making room by pushing out the same oldest records, each count once against their write limit', async (t) => {
+    const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
+    // Records larger than the items: a key of 2 000 characters.
+    const recordClaim = (userId: string, index: number): IdempotencyClaim => claim(userId, { key: `${'k'.repeat(2000)}${index}` })
+    const measuring = await open(t, { maxItemsPerContributor: 10 })
+    const measured = await account(measuring.users)
+    const userBytes = await held(measuring)
+    const measuredClaim = recordClaim(measured, 0)
+    await measuring.idempotencyKeys.claim(measuredClaim, HOUR)
+    const recorded = await measuring.items.add(item(measured), undefined, measuredClaim)
+    await measuring.items.remove(recorded!.id, () => {})
+    const recordBytes = await held(measuring) - userBytes
+    const before = await held(measuring)
+    await measuring.items.add(item(measured))
+    const itemBytes = await held(measuring) - before
+    t.ok(recordBytes > 2 * itemBytes, 'a record holds room for more than two items')
+    // Room for the user, four records and an item and a half: the first create fits, each after it pushes out a record.
+    const store = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: userBytes + 4 * recordBytes + 1.5 * itemBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: userBytes + 4 * recordBytes + 1.5 * itemBytes } })
+    const ada = await account(store.users)
+    for (let index = 0; index < 4; index += 1) {
+      const held = recordClaim(ada, index)
+      await store.idempotencyKeys.claim(held, HOUR)
+      const kept = await store.items.add(item(ada), undefined, held)
+      await store.items.remove(kept!.id, () => {})
+    }
+    t.equal(await held(store), userBytes + 4 * recordBytes, 'four records kept')
+    const told: Counted[] = []
+    const created = await Promise.all(Array.from({ length: 4 }, async () => await store.items.add(item(ada), undefined, undefined, writeLimit(ada, 4, told))))
+    t.equal(created.filter((added) => added !== undefined).length, 4, 'each created')
+    t.same(told.map(({ current }) => current).sort(), [1, 2, 3, 4], 'each counted once')
+  })
+
   t.test('idempotency keys: a user keeps the most recent of their recorded keys, as many as the store allows, each for its time to live', async (t) => {
     const { users, items, idempotencyKeys } = await open(t, { maxItemsPerContributor: 1000, idempotencyKeys: { perUser: 2, ttlMs: 1000 } })
     const [ada, grace] = [await account(users), await account(users)]
