@@ -17,6 +17,16 @@ export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     t.ok(Object.isFrozen(await users.get(ada.id)), 'handed out frozen')
   })
 
+  t.test('users: paced registrations wait for nothing once no floor is left: the next is refused for room at once', async (t) => {
+    // Two floors kept, registrations paced over a minute: the second is paced, and lets itself through.
+    const floorBytes = 64 * 1024
+    const { users } = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: 4 * floorBytes, floorBytes, sessionsBytes: 0, ceilingBytes: floorBytes, floorsShare: 0.5, registrationRoomMs: 60_000 } })
+    t.ok(await users.add(user()))
+    t.ok(await users.add(user()))
+    t.equal(await users.registrationWait(), 0, 'no wait is said for a registration no floor is left for')
+    await t.rejects(users.add(user()), { name: 'StoreFullError', limit: 'registration' })
+  })
+
   t.test('ids are never overwritten: a user or an item whose id exists is refused, and what holds it is unchanged', async (t) => {
     const { users, items } = await fresh(t)
     const ada = user()
