@@ -18,13 +18,13 @@ export const storedBytes = (length: number): number => Math.ceil(length * HELD_P
 // An item's entries beside its text: its id in itemOrder and its three sets (keys.ts).
 const ITEM_ENTRIES_BYTES = 1024
 
-/** What an item of the text `json` is charged (CAPACITY's `itemBytes`). */
+/** What an item of the text `json` is charged. */
 export const itemBytes = (json: string): number => storedBytes(Buffer.byteLength(json)) + ITEM_ENTRIES_BYTES
 
 // An idempotency key's entries beside its name and value: in its user's keys, in capacity-charges and -expiries.
 const KEY_ENTRIES_BYTES = 512
 
-/** What an idempotency key `name` holding `value` is charged (CAPACITY's `keyBytes`). */
+/** What an idempotency key `name` holding `value` is charged. */
 export const keyBytes = (name: string, value: string): number => storedBytes(4 * Buffer.byteLength(name) + Buffer.byteLength(value)) + KEY_ENTRIES_BYTES
 
 /** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
@@ -47,7 +47,8 @@ export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not
  *   which Redis expires); `releaseCharge(name)` gives it back before.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
  *   charges of keys Redis has expired: how many.
- * - `itemBytes`, `userBytes`, `keyBytes`: what each thing kept is charged (a session's: sessions.ts).
+ * - `userBytes`: what a user is charged (an item's and an idempotency key's: `itemBytes` and `keyBytes` below; a
+ *   session's: sessions.ts).
  */
 export const CAPACITY = `
 local capacity
@@ -79,12 +80,8 @@ local function accountOf (account)
   return entry
 end
 local function stored (length) return math.ceil(length * ${HELD_PER_BYTE}) end
--- An item: its JSON in the items hash, and its entries beside it.
-local function itemBytes (json) return stored(#json) + ${ITEM_ENTRIES_BYTES} end
 -- A user: its JSON and email key in two hashes, its entries in the capacity hashes.
 local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
--- An idempotency key: its name and value, the name again in its user's keys and in capacity-charges and -expiries.
-local function keyBytes (name, value) return stored(4 * #name + #value) + ${KEY_ENTRIES_BYTES} end
 -- Why charging the account \`bytes\` would be refused ('account' past its ceiling, 'shared' when it would need more
 -- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.

@@ -14,7 +14,8 @@ import { type StoreWrites, writeScript } from './writes.js'
 export const idempotencyKeyScripts = {
   // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: the key
   // (idempotencyKey), the user's keys (idempotencyKeys), the capacity keys (CAPACITY). ARGV: the claim as JSON, its
-  // lease (ms), the user id, the keys a user holds at most, a record's time to live (ms). What holds the key already
+  // lease (ms), the user id, the keys a user holds at most, a record's time to live (ms), what the claim is charged
+  // (keyBytes). What holds the key already
   // (counted against no limit), -1 over the write limit, or nil when the claim now does: listed among the user's
   // keys, whose oldest past the bound go (as the memory store's claim), and charged to the user whatever their room
   // (MemoryCapacity.hold says why), in place of any charge the key still had.
@@ -36,9 +37,8 @@ if over > 0 then
   end
 end
 releaseCharge(KEYS[1])
-local bytes = keyBytes(KEYS[1], ARGV[1])
-charge(userId, bytes, true)
-redis.call('HSET', capacity.charges, KEYS[1], userId .. ' ' .. bytes .. ' claim')
+charge(userId, tonumber(ARGV[6]), true)
+redis.call('HSET', capacity.charges, KEYS[1], userId .. ' ' .. ARGV[6] .. ' claim')
 redis.call('ZADD', capacity.expiries, now + tonumber(ARGV[2]), KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], now, KEYS[1])
@@ -63,7 +63,7 @@ return 1`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     claimIdempotencyKey (limitCounter: string, key: string, userKeys: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
-      limitWindowMs: number, claim: string, leaseMs: number, userId: string, perUser: number, ttlMs: number]): Result<Limited<string | -1 | null>, Context>
+      limitWindowMs: number, claim: string, leaseMs: number, userId: string, perUser: number, ttlMs: number, bytes: number]): Result<Limited<string | -1 | null>, Context>
     releaseIdempotencyKey (key: string, userKeys: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
 }
@@ -165,10 +165,12 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   async claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome> {
     const [limitCounter, limitMax, limitWindowMs] = limitArguments(this.#keys, limit)
     const { ttlMs, perUser } = this.#bounds
-    const json = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(limitCounter,
-      keyOf(this.#keys, claim), this.#userKeys(claim), ...capacityKeys(this.#keys), deadline, outcomeKey, limitMax, limitWindowMs, claimJson(claim), leaseMs,
-      claim.userId, perUser, ttlMs)), limit)
-    return json === null ? { status: 'claimed' } : heldKey(json, claim)
+    const name = keyOf(this.#keys, claim)
+    const json = claimJson(claim)
+    const held = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(limitCounter,
+      name, this.#userKeys(claim), ...capacityKeys(this.#keys), deadline, outcomeKey, limitMax, limitWindowMs, json, leaseMs,
+      claim.userId, perUser, ttlMs, keyBytes(name, json))), limit)
+    return held === null ? { status: 'claimed' } : heldKey(held, claim)
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {

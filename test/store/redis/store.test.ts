@@ -121,7 +121,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   await t.rejects(addUser(past), late)
   await t.rejects(commit(opening, past, 'open'), late)
   await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1',
-    1000, 86_400_000), late)
+    1000, 86_400_000, 600), late)
   await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, past, 60_000), late)
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
 
