@@ -5,21 +5,13 @@
 // `npm run bench:dead-letters`; EVENTS (755), LISTERS (4) and STORE (memory) may be set.
 import { spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { setTimeout as sleep } from 'node:timers/promises'
+import { freePort } from '../../harness/net.js'
 
 interface Page { subscribers: Array<{ subscriber: string, total: number, next?: string, deadLetters: unknown[] }> }
 
 const EVENTS = Number(process.env.EVENTS ?? 755)
 const LISTERS = Number(process.env.LISTERS ?? 4)
-
-async function freePort (): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const address = server.address()
-  await new Promise((resolve) => server.close(resolve))
-  return typeof address === 'object' && address !== null ? address.port : 0
-}
 
 const [port, opsPort, closed] = [await freePort(), await freePort(), await freePort()]
 const secret = `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}`
