@@ -14,7 +14,7 @@ import { build, buildTestApp, captureLogs, testEnvironment } from '../support/ap
 import { opsCall } from '../support/ops.js'
 import { freePort } from '../../harness/net.js'
 import { REDIS_URL } from '../../harness/redis-keys.js'
-import { accountScripts } from '../../src/store/redis/accounts.js'
+import { commitScripts } from '../../src/store/redis/commit.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
 import { connectRedisStore } from '../../src/store/redis/connection.js'
 import { redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../support/redis.js'
@@ -96,6 +96,47 @@ t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) 
 
 t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await accounts(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
 
+// An account that holds past its floor: removed, what it still holds (its items, until they go) counts against the
+// shared part, as an account without a floor's does; once they are gone the ledger is as it was before it came.
+async function pastItsFloor (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const opsPort = await freePort()
+  const api = await build(t, {
+    ...store,
+    OPS_PORT: String(opsPort),
+    // Floors of 64 KiB, half of each kept for sessions; an account may hold 1 MiB.
+    STORE_CAPACITY_MIB: '4',
+    ACCOUNT_FLOOR_KIB: '64',
+    ACCOUNT_SESSIONS_KIB: '32',
+    ACCOUNT_CEILING_MIB: '1',
+    REGISTRATION_ROOM_SECONDS: '0'
+  })
+  await api.register()
+  const start = await api.app.store.capacity()
+  const password = 'correct horse battery staple'
+  const body = newUser({ password })
+  const heavy = await api.register(body)
+  t.equal((await api.call('loginUser', { body: { email: body.email, password } })).statusCode, 200)
+  for (const key of ['k1', 'k2', 'k3', 'k4']) {
+    const created = await api.call('createItem', { token: heavy.accessToken, body: { name: key, description: '\u0001'.repeat(10_000) }, headers: { 'idempotency-key': key } })
+    t.equal(created.statusCode, 201)
+  }
+  t.ok((await api.app.store.capacity()).sharedUsedBytes > 0, 'past its floor')
+
+  t.ok(await api.app.store.accounts.remove(heavy.user.id), 'its user removed, its items not yet')
+  const removed = await api.app.store.capacity()
+  t.same([removed.floorsBytes, removed.accounts], [start.floorsBytes, start.accounts], 'its floor given back')
+  t.ok(removed.heldBytes > start.heldBytes, 'its items still held')
+  t.equal(removed.sharedUsedBytes, removed.heldBytes - start.heldBytes, 'all of which counts against the shared part')
+  t.equal((await opsCall(t, `http://127.0.0.1:${opsPort}`, 'removeAccount', 'DELETE', `/accounts/${heavy.user.id}`)).status, 204)
+  t.same(await api.app.store.capacity(), start, 'its items gone: everything as before it came, nothing drifted')
+}
+
+const PAST = 'an account removed past its floor: what it still holds counts against the shared part until it goes, then nothing of it is left'
+
+t.test(`memory: ${PAST}`, async (t) => { await pastItsFloor(t, { STORE: 'memory' }) })
+
+t.test(`Redis: ${PAST}`, { skip: await redisSkip() }, async (t) => { await pastItsFloor(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
 // As test/store/redis/faults.test.ts does for the public writes.
 t.test('Redis: an account\'s removal through every fault is answered as what was done, and the removal sent again removes it', { skip: await redisSkip() }, async (t) => {
   const raw = new Redis(REDIS_URL)
@@ -113,7 +154,7 @@ t.test('Redis: an account\'s removal through every fault is answered as what was
       const api = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix, OPS_PORT: String(opsPort) }, { store })
       const { user } = await api.register()
       const kept = async (): Promise<number> => await raw.hexists(redisKeys(keyPrefix).users, user.id)
-      proxy.arm(accountScripts.removeAccount, fault)
+      proxy.arm(commitScripts.commit, fault)
       const removal = await opsCall(t, ops, 'removeAccount', 'DELETE', `/accounts/${user.id}`)
       t.same([removal.status, proxy.injected], [answerTo(outcome, 204), [fault]], 'answered as what was done')
       if (outcome === 'unknown') proxy.up()

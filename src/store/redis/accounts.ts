@@ -1,37 +1,15 @@
 import type { Redis, Result } from 'ioredis'
 import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys } from './capacity.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
+import { userBytes } from './capacity.js'
+import { call, type Script } from './commands.js'
+import { Change, commit, retried, STALE } from './commit.js'
+import { forgetUserKeys } from './idempotency-keys.js'
 import type { RedisKeys } from './keys.js'
+import type { RedisSessionStore } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
 import type { RedisUserStore } from './users.js'
-import { type StoreWrites, writeScript } from './writes.js'
-
-// Defined in removeAccount, after CAPACITY: ARGV[1..3] are the prefixes of the session, refresh-token and
-// user-sessions keys (keys.ts), for the keys the script finds in what it reads. `forget` forgets a session: its
-// refresh tokens, its record, its place among its user's sessions, its charge; and lists it in `ended`, which the
-// script answers (space-separated) for the instance to drop its copies at once, before Redis's invalidation reaches
-// it. (The session rules themselves are src/store/sessions.ts; this is the layout of sessions.ts's Change.)
-const FORGET_SESSION = `
-local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
-local ended = {}
-local function forget (sessionId)
-  local sessionKey = families.session .. sessionId
-  local fields = redis.call('HMGET', sessionKey, 'user', 'current', 'previous', 'replaced')
-  releaseCharge(sessionKey)
-  if not fields[1] then return end
-  ended[#ended + 1] = sessionId
-  for i = 2, 4 do
-    for hash in string.gmatch(fields[i], '%S+') do redis.call('DEL', families.refreshToken .. hash) end
-  end
-  redis.call('DEL', sessionKey)
-  redis.call('ZREM', families.userSessions .. fields[1], sessionId)
-end
-`
-
-/** The key prefixes FORGET_SESSION takes. */
-type SessionFamilies = [session: string, refreshToken: string, userSessions: string]
+import type { StoreWrites } from './writes.js'
 
 export const accountScripts = {
   // KEYS: user order, users, account bytes, account session bytes, items owned, user emails. ARGV: the highest place
@@ -57,31 +35,6 @@ end
 if #ids == 0 then return {{}, {}, {}, {}, {}, {}} end
 return {ids, places, redis.call('HMGET', KEYS[2], unpack(ids)), redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids)),
   redis.call('HMGET', KEYS[5], unpack(ids))}`
-  },
-  // KEYS: users, user emails, user order, the user's sessions (userSessions), the user's recorded idempotency keys
-  // (idempotencyKeys), the capacity keys (CAPACITY). ARGV: (FORGET_SESSION), the user id, its email key (read by the
-  // service: no script parses what a user wrote). Ends the user's sessions, forgets its recorded keys, removes the
-  // user and gives its record's charge and its floor back. {1 when there was a user, 0 when not; the sessions ended}.
-  removeAccount: {
-    numberOfKeys: 5 + CAPACITY_KEYS,
-    lua: writeScript(CAPACITY + FORGET_SESSION, `
-capacityAt(6)
-local userId, emailKey = ARGV[4], ARGV[5]
-for _, sessionId in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do forget(sessionId) end
-redis.call('DEL', KEYS[4])
-for _, name in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-  redis.call('DEL', name)
-  releaseCharge(name)
-end
-redis.call('DEL', KEYS[5])
-local json = redis.call('HGET', KEYS[1], userId)
-if not json then return {0, table.concat(ended, ' ')} end
-if redis.call('HGET', KEYS[2], emailKey) == userId then redis.call('HDEL', KEYS[2], emailKey) end
-redis.call('HDEL', KEYS[1], userId)
-redis.call('ZREM', KEYS[3], userId)
-releaseFloor(userId)
-charge(userId, -userBytes(userId, emailKey, json))
-return {1, table.concat(ended, ' ')}`)
   }
 } as const satisfies Record<string, Script>
 
@@ -91,8 +44,6 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     listAccounts (order: string, users: string, bytes: string, sessionBytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
     ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, sessionBytes: Listed, owned: Listed], Context>
-    removeAccount (users: string, emails: string, order: string, userSessions: string, userKeys: string, ...args: [...CapacityKeys, deadline: WriteDeadline,
-      outcomeKey: string, ...SessionFamilies, userId: string, emailKey: string]): Result<[0 | 1, string], Context>
   }
 }
 
@@ -128,14 +79,16 @@ export class RedisAccounts implements AccountStore {
   readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #users: RedisUserStore
-  readonly #sessions: TrackedSessions
+  readonly #sessions: RedisSessionStore
+  readonly #tracked: TrackedSessions
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, users: RedisUserStore, sessions: TrackedSessions) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, { users, sessions, tracked }: { users: RedisUserStore, sessions: RedisSessionStore, tracked: TrackedSessions }) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
     this.#users = users
     this.#sessions = sessions
+    this.#tracked = tracked
   }
 
   async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
@@ -151,12 +104,23 @@ export class RedisAccounts implements AccountStore {
 
   async remove (userId: string): Promise<boolean> {
     const keys = this.#keys
-    const user = await this.#users.get(userId)
-    const [removed, ended] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.removeAccount(keys.users, keys.userEmails, keys.userOrder,
-      keys.userSessions + userId, keys.idempotencyKeys + userId, ...capacityKeys(keys), deadline, outcomeKey, keys.session, keys.refreshToken, keys.userSessions,
-      userId, user?.emailKey ?? ''))
-    if (ended !== '') this.#sessions.invalidate(ended.split(' '))
+    const [removed, ended] = await retried(`account ${userId}`, async () => {
+      const json = await call(this.#redis.hget(keys.users, userId))
+      const user = json === null ? undefined : { json, emailKey: (JSON.parse(json) as User).emailKey }
+      const change = new Change().guard(keys.users, userId, json)
+      const [emailOwner, ended, keysReleased] = await Promise.all([user === undefined ? null : call(this.#redis.hget(keys.userEmails, user.emailKey)),
+        this.#sessions.endAll(change, userId), forgetUserKeys(this.#redis, keys, change, userId)])
+      let released = keysReleased
+      if (user !== undefined) {
+        change.guard(keys.userEmails, user.emailKey, emailOwner).write('HDEL', keys.users, userId).write('ZREM', keys.userOrder, userId)
+        if (emailOwner === userId) change.write('HDEL', keys.userEmails, user.emailKey)
+        released += userBytes(userId, user.emailKey, user.json)
+      }
+      change.chargeAccount(keys, userId, -released, { releasingFloor: user !== undefined })
+      return await commit(this.#redis, this.#writes, keys, change) === 1 ? [user !== undefined, ended] as const : STALE
+    })
+    if (ended.length > 0) this.#tracked.invalidate(ended)
     this.#users.forget(userId)
-    return removed === 1
+    return removed
   }
 }

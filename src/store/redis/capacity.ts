@@ -27,6 +27,13 @@ const KEY_ENTRIES_BYTES = 512
 /** What an idempotency key `name` holding `value` is charged. */
 export const keyBytes = (name: string, value: string): number => storedBytes(4 * Buffer.byteLength(name) + Buffer.byteLength(value)) + KEY_ENTRIES_BYTES
 
+// A user's entries beside its record and its email key: its id in the order of registration and the capacity hashes.
+const USER_ENTRIES_BYTES = 512
+
+/** What the user `id` is charged: its record `json` and its `emailKey`, each in a hash. */
+export const userBytes = (id: string, emailKey: string, json: string): number =>
+  storedBytes(Buffer.byteLength(json) + Buffer.byteLength(emailKey) + 3 * Buffer.byteLength(id)) + USER_ENTRIES_BYTES
+
 /** Lua that fails a script whose bounds for accounts are missing from the capacity totals. */
 export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not set (Redis came back empty); nothing was changed'})"
 
@@ -41,14 +48,11 @@ export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not
  *   part than is left; refused, nothing changes. A refund past what was charged counts the rest in the totals'
  *   `drift` (the commit of src/store/redis/commit.ts counts an item's kept before charges apart, as `uncharged`).
  * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
- *   left, 'pace' and the ms to wait when the pace on registrations holds it back. `releaseFloor(account)` gives the
- *   floor back.
+ *   left, 'pace' and the ms to wait when the pace on registrations holds it back.
  * - `chargeOf(name)`: the account, bytes and kind of the charge of the key `name` (an idempotency key or a session,
  *   which Redis expires); `releaseCharge(name)` gives it back before.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
  *   charges of keys Redis has expired: how many.
- * - `userBytes`: what a user is charged (an item's and an idempotency key's: `itemBytes` and `keyBytes` below; a
- *   session's: sessions.ts).
  */
 export const CAPACITY = `
 local capacity
@@ -79,9 +83,6 @@ local function accountOf (account)
   end
   return entry
 end
-local function stored (length) return math.ceil(length * ${HELD_PER_BYTE}) end
--- A user: its JSON and email key in two hashes, its entries in the capacity hashes.
-local function userBytes (id, emailKey, json) return stored(#json + #emailKey + 3 * #id) + 512 end
 -- Why charging the account \`bytes\` would be refused ('account' past its ceiling, 'shared' when it would need more
 -- of the shared part than is left), or false; and, either way, what it and the shared part would then hold. The
 -- account's floor holds its sessions' part, which charge() never draws on: only the rest of it counts here.
@@ -146,20 +147,6 @@ local function admit (account, bytes, at)
   accountOf(account).floor = floor
   return charge(account, bytes)
 end
--- Gives the account's floor back: what it held within it now counts against the shared part, as all it holds
--- without one does (as the memory store's MemoryCapacity.release).
-local function releaseFloor (account)
-  local entry = accountOf(account)
-  if entry.floor == 0 and redis.call('HEXISTS', capacity.floors, account) == 0 then return end
-  local besideSessions = math.max(0, entry.floor - totals.sessions)
-  local shared = totals.shared + math.min(entry.held, besideSessions)
-  redis.call('HSET', capacity.totals, 'shared', shared)
-  redis.call('HDEL', capacity.floors, account)
-  -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
-  redis.call('HINCRBY', capacity.totals, 'floors', 0 - entry.floor)
-  redis.call('HINCRBY', capacity.totals, 'accounts', -1)
-  entry.floor, totals.shared = 0, shared
-end
 local function chargeSessions (account, bytes)
   local held = tonumber(redis.call('HGET', capacity.sessions, account) or '0')
   if held + bytes < 0 then
@@ -212,18 +199,18 @@ capacityAt(1)
 local time = redis.call('TIME')
 return releaseExpired(tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), tonumber(ARGV[1]))`
   },
-  // KEYS: users, the capacity keys. ARGV: user ids. Admits each that has no floor (an account of 1.1.0, registered
-  // before floors were kept), its record charged as if its email key were as long as the record (it is part of
-  // it): the script reads no user's text. How many could not be admitted, no floor being left.
+  // KEYS: users, the capacity keys. ARGV: user ids, each followed by what it is charged. Admits each that is still
+  // a user and has no floor (an account of 1.1.0, registered before floors were kept). How many could not be
+  // admitted, no floor being left.
   admitAccounts: {
     numberOfKeys: 1 + CAPACITY_KEYS,
     lua: `${CAPACITY}
 capacityAt(2)
 local refused = 0
-for _, id in ipairs(ARGV) do
-  local json = redis.call('HGET', KEYS[1], id)
-  if json and redis.call('HEXISTS', capacity.floors, id) == 0 then
-    if admit(id, userBytes(id, json, json), nil) then refused = refused + 1 end
+for index = 1, #ARGV, 2 do
+  local id = ARGV[index]
+  if redis.call('HEXISTS', KEYS[1], id) == 1 and redis.call('HEXISTS', capacity.floors, id) == 0 then
+    if admit(id, tonumber(ARGV[index + 1]), nil) then refused = refused + 1 end
   end
 end
 return refused`
@@ -232,7 +219,7 @@ return refused`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    admitAccounts (users: string, ...args: [...CapacityKeys, ...ids: string[]]): Result<number, Context>
+    admitAccounts (users: string, ...args: [...CapacityKeys, ...idsAndBytes: Array<string | number>]): Result<number, Context>
     releaseExpiredCharges (...args: [...CapacityKeys, limit: number]): Result<number, Context>
   }
 }
@@ -248,8 +235,9 @@ export async function admitAccounts (redis: Redis, keys: RedisKeys): Promise<num
   let cursor = '0'
   do {
     const [next, fields] = await call(redis.hscan(keys.users, cursor, 'COUNT', ACCOUNTS_ADMITTED_PER_CALL))
-    const ids = fields.filter((_field, index) => index % 2 === 0)
-    if (ids.length > 0) refused += await call(redis.admitAccounts(keys.users, ...capacityKeys(keys), ...ids))
+    // A record charged as if its email key were as long as the record (it is part of it).
+    const charged = fields.flatMap((field, index) => index % 2 === 0 ? [field, userBytes(field, fields[index + 1]!, fields[index + 1]!)] : [])
+    if (charged.length > 0) refused += await call(redis.admitAccounts(keys.users, ...capacityKeys(keys), ...charged))
     cursor = next
   } while (cursor !== '0')
   return refused

@@ -98,11 +98,35 @@ export async function pushOutRecords (redis: Redis, keys: RedisKeys, change: Cha
   if (pushedOut === undefined) throw refused
   let freed = 0
   for (const { name, charge, bytes } of pushedOut) {
-    change.guard(keys.capacityCharges, name, charge).write('DEL', name).write('ZREM', records, name).write('HDEL', keys.capacityCharges, name)
-      .write('ZREM', keys.capacityExpiries, name)
+    forgetKey(change, keys, records, name, charge)
     freed += bytes
   }
   return freed
+}
+
+// Forgets the key `name` among `userKeys`, with its charge, while its charge is still `charge` (null: none).
+function forgetKey (change: Change, keys: RedisKeys, userKeys: string, name: string, charge: string | null): void {
+  change.guard(keys.capacityCharges, name, charge).write('DEL', name).write('ZREM', userKeys, name).write('HDEL', keys.capacityCharges, name)
+    .write('ZREM', keys.capacityExpiries, name)
+}
+
+/**
+ * Adds to `change` the forgetting of every idempotency key of the user's (the account's removal), as read now, each
+ * guarded by its charge as read: what their charges to the user give back.
+ */
+export async function forgetUserKeys (redis: Redis, keys: RedisKeys, change: Change, userId: string): Promise<number> {
+  const userKeys = `${keys.idempotencyKeys}${userId}`
+  const names = await call(redis.zrange(userKeys, '0', '-1'))
+  if (names.length === 0) return 0
+  const charges = await call(redis.hmget(keys.capacityCharges, ...names))
+  let released = 0
+  names.forEach((name, index) => {
+    const charge = charges[index] ?? null
+    forgetKey(change, keys, userKeys, name, charge)
+    const [owner, bytes] = String(charge).split(' ')
+    if (owner === userId) released += Number(bytes)
+  })
+  return released
 }
 
 export interface IdempotencyKeyBounds {

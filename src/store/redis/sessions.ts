@@ -213,6 +213,18 @@ export class RedisSessionStore implements SessionStore {
     this.#cache.invalidate([id])
   }
 
+  /**
+   * Adds to `change` the end of every session of the user's (the account's removal), as read now, and what that
+   * gives back of their charge: the sessions it ends.
+   */
+  async endAll (change: Change, userId: string): Promise<string[]> {
+    const [read] = await this.#read('', '', userId, (_read, user) => [...user.sessions])
+    const ended = await this.#tokensOf(read, read.sessions.map(({ id }) => id))
+    const released = this.#forget(change, read, ended)
+    if (released !== 0) change.charge(this.#keys.accountSessionBytes, userId, released, 0, this.#keys.capacity)
+    return ended.map(({ id }) => id)
+  }
+
   /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */
   async sweep (): Promise<number> {
     return 0

@@ -47,16 +47,17 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
   const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers, options.now)
   const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
+  const sessions = new RedisSessionStore(redis, writes, keys, options.sessions, options.now)
   return {
     users,
-    sessions: new RedisSessionStore(redis, writes, keys, options.sessions, options.now),
+    sessions,
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
       recordTtlMs: idempotencyKeys.ttlMs,
       logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
-    accounts: new RedisAccounts(redis, writes, keys, users, options.sessions),
+    accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions }),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
     capacity: async () => await readCapacity(redis, keys),

@@ -2,14 +2,14 @@ import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
 import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, readRegistrationWait, type Refusal, refusal } from './capacity.js'
+import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, readRegistrationWait, type Refusal, refusal, userBytes } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import { type StoreWrites, writeScript } from './writes.js'
 
 export const userScripts = {
   // KEYS: users, user emails, user order, user sequence, the capacity keys (CAPACITY). ARGV: id, email key, user as
-  // JSON. 1 when added, 0 when
+  // JSON, what the user is charged (userBytes). 1 when added, 0 when
   // the email key is taken, 2 when another user has the id, 'registration' when no floor is left for the account,
   // {5, ms} when the pace on registrations holds it back for that long.
   addUser: {
@@ -18,7 +18,7 @@ export const userScripts = {
 capacityAt(5)
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
-local refused, wait = admit(ARGV[1], userBytes(ARGV[1], ARGV[2], ARGV[3]), now)
+local refused, wait = admit(ARGV[1], tonumber(ARGV[4]), now)
 if refused == 'pace' then return {5, wait} end
 if refused then return refused end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
@@ -38,7 +38,7 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, id: string, emailKey: string, user: string]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
+    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, id: string, emailKey: string, user: string, bytes: number]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -69,7 +69,8 @@ export class RedisUserStore implements UserStore {
   async add (user: User): Promise<User | undefined> {
     const json = JSON.stringify(user)
     const added = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#keys.userOrder, this.#keys.userSequence, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json))
+      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#keys.userOrder, this.#keys.userSequence, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json,
+        userBytes(user.id, user.emailKey, json)))
     if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
     if (isRefusal(added)) throw refusal(added)
     if (Array.isArray(added)) throw new RegistrationPacedError(added[1])

@@ -252,7 +252,7 @@ t.test('a write that Redis answers with an error is not taken for a lost reply: 
   const writes = new RedisWrites(redis, clock, redisKeys(redisKeyPrefix(t)).writeOutcome)
   // A bug (a wrong command) is a ReplyError, as it was; a write past its deadline a StoreUnavailableError (503).
   await t.rejects(writes.run(async () => await redis.call('NO-SUCH-COMMAND')), { name: 'ReplyError' })
-  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.addUser('users', 'emails', 'order', 'sequence', 'capacity', 'bytes', 'floors', 'charges', 'expiries', 'sessions', writeDeadline(0, 0), outcomeKey, 'u', 'e', '{}')),
+  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.addUser('users', 'emails', 'order', 'sequence', 'capacity', 'bytes', 'floors', 'charges', 'expiries', 'sessions', writeDeadline(0, 0), outcomeKey, 'u', 'e', '{}', 600)),
     { name: 'StoreUnavailableError', message: /DEADLINE/ })
   // A client that is not connected sends nothing: the request that got past the store's check just before is 503.
   const unconnected = new Redis(REDIS_URL, { scripts, lazyConnect: true })

@@ -117,7 +117,7 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   adding.write('ZADD', keys.itemOrder, adding.answerOfLast(), 'i1').write('HSET', keys.items, 'i1', item)
   await t.rejects(commit(adding, past, 'add'), late)
   const addUser = async (deadline: WriteDeadline): Promise<unknown> =>
-    await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}')
+    await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}', 600)
   await t.rejects(addUser(past), late)
   await t.rejects(commit(opening, past, 'open'), late)
   await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1',
