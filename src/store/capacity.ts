@@ -133,17 +133,16 @@ export const PACE_FROM_FLOORS_LEFT_SHARE = 1 / 2
 /**
  * Takes one registration from the pace's bucket: the bucket as it is after, or how long (ms) until one is let
  * through. `floorsLeft` (at least 1) spread over `roomMs` is the bucket's rate; PACE_BURST_SHARE of them its size.
- * While more than PACE_FROM_FLOORS_LEFT_SHARE of `floorsAllowed` are left nothing is paced, and the bucket stays
- * full. Said again in Lua, in the Redis store's admission (src/store/redis/capacity.ts).
  */
-export function takeRegistration (pace: RegistrationPace | undefined, floorsLeft: number, floorsAllowed: number, roomMs: number, now: number): RegistrationPace | number {
+function takeRegistration (pace: RegistrationPace | undefined, floorsLeft: number, roomMs: number, now: number): RegistrationPace | number {
   const perMs = floorsLeft / roomMs
-  const size = Math.max(1, floorsLeft * PACE_BURST_SHARE)
-  if (floorsLeft > floorsAllowed * PACE_FROM_FLOORS_LEFT_SHARE) return { tokens: size, at: now }
+  const size = bucketSize(floorsLeft)
   const tokens = pace === undefined ? size : Math.min(size, pace.tokens + Math.max(0, now - pace.at) * perMs)
   if (tokens < 1) return Math.ceil((1 - tokens) / perMs)
   return { tokens: tokens - 1, at: now }
 }
+
+const bucketSize = (floorsLeft: number): number => Math.max(1, floorsLeft * PACE_BURST_SHARE)
 
 /** What the pace on registrations reads: the floor's bytes, those of the floors reserved and kept, the room (ms), and its bucket. */
 export interface PaceReading {
@@ -155,14 +154,28 @@ export interface PaceReading {
 }
 
 /**
- * How long (ms) the pace holds the next registration back at `now`, changing nothing: 0 when it would let it
- * through, when nothing paces registrations (no floor, no room, no bound on the floors), or when no floor is left
- * (the registration is refused for that instead).
+ * Whether the next account may be admitted at `now`, by the floors left and the pace: 'registration' when no floor is
+ * left, the ms to wait while the pace holds it back; else the pace's bucket once it is let through (undefined when
+ * nothing paces registrations: no floor, no room, no bound on the floors), and whether that bucket was counted from
+ * the one read (`paced`: a store that shares it must write it only while it is as read).
  */
-export function registrationWait ({ floorBytes, floorsBytes, floorsKeptBytes, roomMs, pace }: PaceReading, now: number): number {
-  if (floorBytes === 0) return 0
+export function admission ({ floorBytes, floorsBytes, floorsKeptBytes, roomMs, pace }: PaceReading, now: number):
+'registration' | number | { readonly pace: RegistrationPace | undefined, readonly paced: boolean } {
+  if (floorBytes === 0) return { pace: undefined, paced: false }
   const floorsLeft = Math.floor((floorsKeptBytes - floorsBytes) / floorBytes)
-  if (floorsLeft < 1 || roomMs === 0 || !Number.isFinite(floorsLeft)) return 0
-  const taken = takeRegistration(pace, floorsLeft, Math.floor(floorsKeptBytes / floorBytes), roomMs, now)
-  return typeof taken === 'number' ? taken : 0
+  if (floorsLeft < 1) return 'registration'
+  if (roomMs === 0 || !Number.isFinite(floorsLeft)) return { pace: undefined, paced: false }
+  // While more than PACE_FROM_FLOORS_LEFT_SHARE of the floors are left nothing is paced, and the bucket stays full.
+  if (floorsLeft > Math.floor(floorsKeptBytes / floorBytes) * PACE_FROM_FLOORS_LEFT_SHARE) return { pace: { tokens: bucketSize(floorsLeft), at: now }, paced: false }
+  const taken = takeRegistration(pace, floorsLeft, roomMs, now)
+  return typeof taken === 'number' ? taken : { pace: taken, paced: true }
+}
+
+/**
+ * How long (ms) the pace holds the next registration back at `now`, changing nothing: 0 when it would let it
+ * through, when nothing paces registrations, or when no floor is left (the registration is refused for that instead).
+ */
+export function registrationWait (reading: PaceReading, now: number): number {
+  const admitted = admission(reading, now)
+  return typeof admitted === 'number' ? admitted : 0
 }

@@ -137,6 +137,27 @@ t.test(`memory: ${PAST}`, async (t) => { await pastItsFloor(t, { STORE: 'memory'
 
 t.test(`Redis: ${PAST}`, { skip: await redisSkip() }, async (t) => { await pastItsFloor(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
 
+t.test('Redis: a sign-in another instance makes while an account is being removed ends with it: the removal reads again', { skip: await redisSkip() }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const keyPrefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
+  const removing = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix }, { store })
+  const other = await build(t, { STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: keyPrefix })
+  const password = 'correct horse battery staple'
+  const body = newUser({ password })
+  const { user } = await other.register(body)
+  let refreshToken = ''
+  // Between the removal's read and its commit.
+  proxy.before(commitScripts.commit, async () => { refreshToken = (await other.call('loginUser', { body: { email: body.email, password } })).json().refreshToken })
+  t.ok(await removing.app.store.accounts.remove(user.id))
+  t.not(refreshToken, '', 'signed in meanwhile')
+  t.equal((await other.call('refreshTokens', { body: { refreshToken } })).statusCode, 401, 'and that session ended with the account')
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  t.same(await raw.keys(`${keyPrefix}*`).then((names) => names.filter((name) => name.includes(user.id))), [], 'nothing of the account is left')
+})
+
 // As test/store/redis/faults.test.ts does for the public writes.
 t.test('Redis: an account\'s removal through every fault is answered as what was done, and the removal sent again removes it', { skip: await redisSkip() }, async (t) => {
   const raw = new Redis(REDIS_URL)

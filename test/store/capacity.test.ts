@@ -11,7 +11,10 @@ import { loadConfig } from '../../src/config/config.js'
 import { redisKeys } from '../../src/store/redis/keys.js'
 import { type Api, newUser, type Schemas } from '../support/api.js'
 import { build, testEnvironment } from '../support/app.js'
-import { redisKeyPrefix, redisSkip } from '../support/redis.js'
+import { connectRedisStore } from '../../src/store/redis/connection.js'
+import { commitScripts } from '../../src/store/redis/commit.js'
+import { redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../support/redis.js'
+import { redisProxy, TRUSTING_HEARTBEAT } from '../support/redis-proxy.js'
 
 // A description that the heap keeps in 10 000 bytes and its JSON text in 60 000: the heaviest a create can make.
 // The tests are independent (each a store of its own) and mostly wait for the pace and the sweep: two run at a time.
@@ -301,6 +304,25 @@ const HALF = 'registrations are paced only once half of the floors are taken, be
 t.test(`memory: ${HALF}`, async (t) => { await pacedOnlyOnceHalfTaken(t, { STORE: 'memory' }) })
 
 t.test(`Redis: ${HALF}`, { skip: await redisSkip() }, async (t) => { await pacedOnlyOnceHalfTaken(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+
+// Two instances, the pace's last token: one instance's registration read it, and before it committed, the other's took it.
+t.test('Redis: the pace\'s bucket is taken once when two instances register at once: the one that read it before the other took it reads again, and is paced', { skip: await redisSkip() }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const keyPrefix = redisKeyPrefix(t)
+  const env = { ...SCALED, STORE: 'redis', REDIS_KEY_PREFIX: keyPrefix, REGISTRATION_ROOM_SECONDS: '3600' }
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
+  const behind = await build(t, { ...env, REDIS_URL: proxy.url }, { store })
+  const other = await build(t, { ...env, REDIS_URL })
+  const floors = (await other.app.store.capacity()).floorsKeptBytes / FLOOR_BYTES
+  const burst = await Promise.all(Array.from({ length: floors / 2 }, async () => (await other.call('registerUser', { body: newUser() })).statusCode))
+  t.same(burst, burst.map(() => 201), 'half of the floors taken: the pace begins, its bucket one registration')
+  let between = 0
+  proxy.before(commitScripts.commit, async () => { between = (await other.call('registerUser', { body: newUser() })).statusCode })
+  const late = await behind.call('registerUser', { body: newUser() })
+  t.same([between, late.statusCode], [201, 429], 'the one committed first is let through; the other, read again, is paced')
+  t.equal((await other.app.store.capacity()).accounts, floors / 2 + 1, 'one admitted')
+})
 
 async function unpacedForTestRigs (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   const api = await build(t, { ...SCALED, ...store, RATE_LIMIT: 'off' })

@@ -2,7 +2,8 @@
 // and injects the fault it is armed with into the next command that carries a marker (a script's SHA-1, or its
 // text on the first EVAL; or a text of a plain command's, a key's or a field's name): the connection cut before the
 // command reaches Redis, the reply lost after Redis ran it, the reply held past the client's command timeout, or the
-// reply lost and Redis then out of reach until `up`. Or it black-holes the connections of one kind open now: every
+// reply lost and Redis then out of reach until `up`; or the command held until something else is done first
+// (`before`: another instance's write between a read and the commit decided on it). Or it black-holes the connections of one kind open now: every
 // byte both ways held, none closed, until `resume`. Or it partitions: the connections of some kinds black-holed,
 // those open now and those made later, until `resume`.
 import { createHash } from 'node:crypto'
@@ -46,6 +47,8 @@ export interface RedisProxy {
   url: string
   /** The next command of `script`, or the next that carries `text`, meets `fault`. */
   arm: (command: Script | string, fault: RedisFault) => void
+  /** The next command of `script`, or the next that carries `text`, goes on to Redis once `done` is (what its connection sends after it waits with it). */
+  before: (command: Script | string, done: () => Promise<unknown>) => void
   /** Faults injected so far. */
   readonly injected: RedisFault[]
   /** Lets connections through again after `drop-reply-then-down`. */
@@ -75,6 +78,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   const injected: RedisFault[] = []
   const sockets = new Set<Socket>()
   let armed: { markers: string[], fault: RedisFault } | undefined
+  let waiting: { markers: string[], done: () => Promise<unknown> } | undefined
   let down = false
   let partitioned = new Set<ProxiedConnection>()
   interface Pair { kind: ProxiedConnection, stalled: boolean, resume: () => void }
@@ -116,6 +120,14 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
       if (partitioned.has(pair.kind)) pair.stalled = true
       if (pair.stalled) {
         toRedis.push(chunk)
+        return
+      }
+      if (waiting?.markers.some((marker) => text.includes(marker)) === true) {
+        const { done } = waiting
+        waiting = undefined
+        pair.stalled = true
+        toRedis.push(chunk)
+        void done().finally(pair.resume)
         return
       }
       const fault = armed?.markers.some((marker) => text.includes(marker)) === true ? armed.fault : undefined
@@ -160,6 +172,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   return {
     url: url.href,
     arm: (command, fault) => { armed = { markers: typeof command === 'string' ? [command] : markersOf(command), fault } },
+    before: (command, done) => { waiting = { markers: typeof command === 'string' ? [command] : markersOf(command), done } },
     injected,
     up: () => { down = false },
     stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },

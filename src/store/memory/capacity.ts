@@ -1,7 +1,7 @@
 import type { Item, User } from '../../domain/index.js'
 import { ITEM_REQUEST_PROPERTIES } from '../../domain/records.js'
 import { type StoredItem, TEXT } from '../../domain/serialized.js'
-import { type CapacityBounds, type CapacityReading, chargeRefused, floorsKept, type Ledger, type RegistrationPace, registrationWait, sharedPart, sharedUsedAfter, takeRegistration } from '../capacity.js'
+import { admission, type CapacityBounds, type CapacityReading, chargeRefused, floorsKept, type Ledger, type PaceReading, type RegistrationPace, registrationWait, sharedPart, sharedUsedAfter } from '../capacity.js'
 import { RegistrationPacedError, StoreFullError } from '../store.js'
 
 interface Account {
@@ -111,37 +111,30 @@ export class MemoryCapacity {
    * RegistrationPacedError when the pace on registrations holds it back.
    */
   admit (accountId: string, bytes: number): void {
-    const { floorBytes } = this.#bounds
-    if (floorBytes > 0) {
-      const floorsLeft = this.#floorsLeft()
-      if (floorsLeft < 1) {
-        throw new StoreFullError(`no floor of ${floorBytes} bytes is left: ${this.#admitted} accounts' floors take ${this.#floorsBytes} of ${this.#floorsKeptBytes}`, 'registration')
-      }
-      const pace = this.#paced(floorsLeft)
-      if (typeof pace === 'number') throw new RegistrationPacedError(pace)
-      if (pace !== undefined) this.#pace = pace
+    const admitted = admission(this.#paceReading(), this.#now())
+    if (admitted === 'registration') {
+      throw new StoreFullError(`no floor of ${this.#bounds.floorBytes} bytes is left: ${this.#admitted} accounts' floors take ${this.#floorsBytes} of ${this.#floorsKeptBytes}`, 'registration')
     }
-    this.#accounts.set(accountId, { bytes: 0, sessions: 0, floor: floorBytes })
-    this.#floorsBytes += floorBytes
+    if (typeof admitted === 'number') throw new RegistrationPacedError(admitted)
+    const account = { bytes: 0, sessions: 0, floor: this.#bounds.floorBytes }
+    // All or nothing: an account whose charge is refused is not admitted, and takes nothing from the pace.
+    const refused = this.#refusalOf(account, bytes)
+    if (refused !== undefined) throw refused
+    if (admitted.pace !== undefined) this.#pace = admitted.pace
+    this.#accounts.set(accountId, account)
+    this.#floorsBytes += account.floor
     this.#admitted += 1
-    this.charge(accountId, bytes)
+    this.hold(accountId, bytes)
   }
 
   /** How long (ms) the pace on registrations holds the next one back: 0 when it would let it through. Changes nothing. */
   registrationWait (): number {
-    const { floorBytes, registrationRoomMs = 0 } = this.#bounds
-    return registrationWait({ floorBytes, floorsBytes: this.#floorsBytes, floorsKeptBytes: this.#floorsKeptBytes, roomMs: registrationRoomMs, pace: this.#pace }, this.#now())
+    return registrationWait(this.#paceReading(), this.#now())
   }
 
-  #floorsLeft (): number {
-    return Math.floor((this.#floorsKeptBytes - this.#floorsBytes) / this.#bounds.floorBytes)
-  }
-
-  // The pace's bucket once one more registration is let through now, or the ms to wait; undefined when unpaced.
-  #paced (floorsLeft: number): RegistrationPace | number | undefined {
+  #paceReading (): PaceReading {
     const { floorBytes, registrationRoomMs = 0 } = this.#bounds
-    if (registrationRoomMs === 0 || !Number.isFinite(floorsLeft)) return undefined
-    return takeRegistration(this.#pace, floorsLeft, Math.floor(this.#floorsKeptBytes / floorBytes), registrationRoomMs, this.#now())
+    return { floorBytes, floorsBytes: this.#floorsBytes, floorsKeptBytes: this.#floorsKeptBytes, roomMs: registrationRoomMs, pace: this.#pace }
   }
 
   /**
@@ -149,7 +142,10 @@ export class MemoryCapacity {
    * shared part than is left), or undefined when it would not be; nothing is charged.
    */
   refusal (accountId: string, bytes: number): StoreFullError | undefined {
-    const account = this.#accounts.get(accountId) ?? NOT_ADMITTED
+    return this.#refusalOf(this.#accounts.get(accountId) ?? NOT_ADMITTED, bytes)
+  }
+
+  #refusalOf (account: Account, bytes: number): StoreFullError | undefined {
     switch (chargeRefused(this.#ledger, account, bytes)) {
       case undefined: return undefined
       case 'account': return new StoreFullError(`the account would keep ${account.bytes + bytes} bytes, past its ceiling of ${this.#bounds.ceilingBytes}`, 'account')

@@ -1,5 +1,5 @@
 import type { Redis, Result } from 'ioredis'
-import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, PACE_BURST_SHARE, PACE_FROM_FLOORS_LEFT_SHARE, registrationWait, sharedPart } from '../capacity.js'
+import { type CapacityBounds, type CapacityReading, type CapacitySettings, floorsKept, type PaceReading, sharedPart } from '../capacity.js'
 import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { type RoomLimit, StoreFullError } from '../store.js'
 import { randomUuid } from '../../runtime/uuid.js'
@@ -47,8 +47,7 @@ export const NO_BOUNDS = "error({err = 'NOBOUNDS the bounds for accounts are not
  *   `unrefused`, a claim's); 'account' past the account's ceiling, 'shared' when it would need more of the shared
  *   part than is left; refused, nothing changes. A refund past what was charged counts the rest in the totals'
  *   `drift` (the commit of src/store/redis/commit.ts counts an item's kept before charges apart, as `uncharged`).
- * - `admit(account, bytes, now)`: reserves the account's floor and charges it; 'registration' when no floor is
- *   left, 'pace' and the ms to wait when the pace on registrations holds it back.
+ * - `admit(account, bytes)`: reserves the account's floor and charges it; 'registration' when no floor is left.
  * - `chargeOf(name)`: the account, bytes and kind of the charge of the key `name` (an idempotency key or a session,
  *   which Redis expires); `releaseCharge(name)` gives it back before.
  * - `releaseExpired(now, limit)`: gives back, `limit` at a time (EXPIRED_CHARGES_PER_WRITE when left out), the
@@ -112,35 +111,12 @@ local function charge (account, bytes, unrefused)
   entry.held, totals.held, totals.shared = nextHeld, totals.held + bytes, nextShared
   return false
 end
--- The pace on registrations of src/store/capacity.ts (takeRegistration): false once one is taken, else the ms until
--- one is let through.
-local function takeRegistration (floorsLeft, allowed, room, at)
-  local pace = redis.call('HMGET', capacity.totals, 'paceTokens', 'paceAt')
-  local perMs = floorsLeft / room
-  local size = math.max(1, floorsLeft * ${PACE_BURST_SHARE})
-  local tokens = size
-  if floorsLeft <= allowed * ${PACE_FROM_FLOORS_LEFT_SHARE} and pace[1] then
-    tokens = math.min(size, tonumber(pace[1]) + math.max(0, at - tonumber(pace[2])) * perMs)
-  end
-  if tokens < 1 then return math.ceil((1 - tokens) / perMs) end
-  if floorsLeft <= allowed * ${PACE_FROM_FLOORS_LEFT_SHARE} then tokens = tokens - 1 end
-  redis.call('HSET', capacity.totals, 'paceTokens', tostring(tokens), 'paceAt', at)
-  return false
-end
--- 'registration' when no floor is left, 'pace' and the ms to wait when the pace holds it back (only when the time
--- 'at' is given: a start that admits 1.1.0's accounts is not paced).
-local function admit (account, bytes, at)
-  local read = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept', 'room')
+-- 'registration' when no floor is left (the admission of 1.1.0's accounts at a start, which is not paced; a
+-- registration is admitted by its commit: users.ts).
+local function admit (account, bytes)
+  local read = redis.call('HMGET', capacity.totals, 'floor', 'floors', 'floorsKept')
   local floor, floors, kept = tonumber(read[1]), tonumber(read[2] or '0'), tonumber(read[3])
-  if floor > 0 then
-    local floorsLeft = math.floor((kept - floors) / floor)
-    if floorsLeft < 1 then return 'registration' end
-    local room = tonumber(read[4])
-    if at and room > 0 and kept < tonumber(UNBOUNDED) then
-      local wait = takeRegistration(floorsLeft, math.floor(kept / floor), room, at)
-      if wait then return 'pace', wait end
-    end
-  end
+  if floor > 0 and math.floor((kept - floors) / floor) < 1 then return 'registration' end
   redis.call('HSET', capacity.floors, account, floor)
   redis.call('HINCRBY', capacity.totals, 'floors', floor)
   redis.call('HINCRBY', capacity.totals, 'accounts', 1)
@@ -210,7 +186,7 @@ local refused = 0
 for index = 1, #ARGV, 2 do
   local id = ARGV[index]
   if redis.call('HEXISTS', KEYS[1], id) == 1 and redis.call('HEXISTS', capacity.floors, id) == 0 then
-    if admit(id, tonumber(ARGV[index + 1]), nil) then refused = refused + 1 end
+    if admit(id, tonumber(ARGV[index + 1])) then refused = refused + 1 end
   end
 end
 return refused`
@@ -297,16 +273,21 @@ export async function readStoreId (redis: Redis, keys: RedisKeys): Promise<strin
 // A bound as Redis keeps it: past UNBOUNDED_BYTES, or not set, none.
 const unbounded = (figure: string | null | undefined): number => figure == null || Number(figure) >= UNBOUNDED_BYTES ? Infinity : Number(figure)
 
-/** How long (ms) the pace on registrations holds the next one back at `now` (src/store/capacity.ts), changing nothing. */
-export async function readRegistrationWait (redis: Redis, keys: RedisKeys, now: number): Promise<number> {
+/** What the pace on registrations reads (src/store/capacity.ts), with its bucket's fields as Redis holds them. */
+export interface RedisPaceReading extends PaceReading {
+  readonly bucket: readonly [tokens: string | null, at: string | null]
+}
+
+export async function readPace (redis: Redis, keys: RedisKeys): Promise<RedisPaceReading> {
   const [floor, floors, floorsKeptBytes, room, paceTokens, paceAt] = await call(redis.hmget(keys.capacity, 'floor', 'floors', 'floorsKept', 'room', 'paceTokens', 'paceAt'))
-  return registrationWait({
+  return {
     floorBytes: Number(floor ?? 0),
     floorsBytes: Number(floors ?? 0),
     floorsKeptBytes: unbounded(floorsKeptBytes),
     roomMs: Number(room ?? 0),
-    pace: paceTokens == null ? undefined : { tokens: Number(paceTokens), at: Number(paceAt) }
-  }, now)
+    pace: paceTokens == null ? undefined : { tokens: Number(paceTokens), at: Number(paceAt) },
+    bucket: [paceTokens ?? null, paceAt ?? null]
+  }
 }
 
 export async function readCapacity (redis: Redis, keys: RedisKeys): Promise<CapacityReading> {

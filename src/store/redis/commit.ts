@@ -37,7 +37,7 @@ type Argument = string | StoreTime | ScoreOf | AnswerOf | AfterNow
 // In a change's JSON, a value is the index of the ARGV that holds it: cjson decodes no text a user wrote, nor any long one.
 type ValueIndex = number
 
-type AccountEntry = [account: string, bytes: number, createdAtMs: number | false, replacing: ValueIndex | false, releasingFloor: boolean]
+type AccountEntry = [account: string, bytes: number, createdAtMs: number | false, replacing: ValueIndex | false, releasingFloor: boolean, admittingFloor: number | false]
 
 /** What a guard asks of a hash field: only that it is there, whatever it holds. */
 export const PRESENT = true
@@ -64,6 +64,11 @@ export interface AccountCharge {
    * part, as all an account without a floor holds does (MemoryCapacity.release).
    */
   readonly releasingFloor?: boolean
+  /**
+   * A floor of these bytes reserved for the account, which has none, before the charge (its registration): `commit`
+   * answers 'registration' when the floors kept have no room for it.
+   */
+  readonly admittingFloor?: number
 }
 
 /**
@@ -138,11 +143,11 @@ export class Change {
    * shared part than is left. A refund past what was charged counts the rest as the ledger's `uncharged` for an
    * item created (`createdAtMs`) before items were charged, else as its `drift`. One charge per account a change.
    */
-  chargeAccount (keys: LedgerKeys, account: string, bytes: number, { createdAtMs, replacing, releasingFloor = false }: AccountCharge = {}): this {
+  chargeAccount (keys: LedgerKeys, account: string, bytes: number, { createdAtMs, replacing, releasingFloor = false, admittingFloor }: AccountCharge = {}): this {
     if (this.#ledger === false) {
       this.#ledger = [this.#index(keys.capacity), this.#index(keys.accountBytes), this.#index(keys.accountFloors), this.#index(keys.capacityCharges), []]
     }
-    this.#ledger[4].push([account, bytes, createdAtMs ?? false, replacing === undefined ? false : this.#value(replacing), releasingFloor])
+    this.#ledger[4].push([account, bytes, createdAtMs ?? false, replacing === undefined ? false : this.#value(replacing), releasingFloor, admittingFloor ?? false])
     return this
   }
 
@@ -230,10 +235,10 @@ export const commitScripts = {
   // the most the account may then be charged, and the index of the ledger's totals; its counts, each a key's index,
   // a field, by how much, the most it may then be (false: no bound) and what to answer past it; its account charges
   // (false, or the indexes of the totals, the accounts' bytes and floors and the charges by name, then each account,
-  // bytes, the creation of the item refunded, or false or null, the name of a charge it replaces, or false, and
-  // whether its floor is given back); its event (false, or the outbox's index and APPEND_EVENT's event). 1 when
-  // made; else what refused it: a guard's or a count's answer, 0 past a session charge's bound, 'account' or 'shared'
-  // for the ledger.
+  // bytes, the creation of the item refunded, or false or null, the name of a charge it replaces, or false, whether
+  // its floor is given back, and the floor it is admitted with, or false); its event (false, or the outbox's index
+  // and APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer, 0 past a session
+  // charge's bound, 'account', 'shared' or 'registration' for the ledger.
   commit: {
     lua: writeScript(APPEND_EVENT, `
 local change = cjson.decode(ARGV[1])
@@ -277,6 +282,11 @@ if ledger then
     local held = tonumber(redis.call('HGET', KEYS[ledger[2]], account) or '0')
     local floorField = redis.call('HGET', KEYS[ledger[3]], account)
     local floor = tonumber(floorField or '0')
+    if entry[6] then
+      local floors = redis.call('HMGET', KEYS[ledger[1]], 'floors', 'floorsKept')
+      if tonumber(floors[1] or '0') + entry[6] > tonumber(floors[2]) then return refuse('registration') end
+      floor = entry[6]
+    end
     local missing = 0
     if held + bytes < 0 then
       missing = 0 - (held + bytes)
@@ -291,7 +301,7 @@ if ledger then
     if releasedFloor then nextShared = nextShared + math.min(held + bytes, besideSessions) end
     shared = nextShared
     accounts[index] = {account, bytes, held + bytes, releasedFloor and 0 or floor, missing, type(entry[3]) == 'number' and entry[3] < tonumber(totals[5] or '0') and 'uncharged' or 'drift',
-      releasedFloor and floor}
+      releasedFloor and floor, entry[6]}
   end
 end
 local answers = {}
@@ -317,7 +327,7 @@ end
 if ledger then
   local totals, heldInAll = KEYS[ledger[1]], ledgerHeld
   for _, entry in ipairs(accounts) do
-    local account, bytes, held, floor, missing, missingAs, releasedFloor = unpack(entry)
+    local account, bytes, held, floor, missing, missingAs, releasedFloor, admittedFloor = unpack(entry)
     if missing > 0 then redis.call('HINCRBY', totals, missingAs, missing) end
     if held == 0 and floor == 0 then redis.call('HDEL', KEYS[ledger[2]], account) else redis.call('HSET', KEYS[ledger[2]], account, held) end
     if releasedFloor then
@@ -325,6 +335,11 @@ if ledger then
       -- 0 - floor, not -floor: Lua writes a negative zero (a floor of 0) as "-0", which HINCRBY refuses.
       redis.call('HINCRBY', totals, 'floors', 0 - releasedFloor)
       redis.call('HINCRBY', totals, 'accounts', -1)
+    end
+    if admittedFloor then
+      redis.call('HSET', KEYS[ledger[3]], account, admittedFloor)
+      redis.call('HINCRBY', totals, 'floors', admittedFloor)
+      redis.call('HINCRBY', totals, 'accounts', 1)
     end
     heldInAll = heldInAll + bytes
   end

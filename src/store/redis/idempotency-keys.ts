@@ -120,9 +120,9 @@ export async function forgetUserKeys (redis: Redis, keys: RedisKeys, change: Cha
   if (names.length === 0) return 0
   const charges = await call(redis.hmget(keys.capacityCharges, ...names))
   let released = 0
-  names.forEach((name, index) => {
-    const charge = charges[index] ?? null
-    forgetKey(change, keys, userKeys, name, charge)
+  // One charge for each name asked about.
+  charges.forEach((charge, index) => {
+    forgetKey(change, keys, userKeys, names[index]!, charge)
     const [owner, bytes] = String(charge).split(' ')
     if (owner === userId) released += Number(bytes)
   })

@@ -93,6 +93,8 @@ interface Read {
   readonly count: number
   /** What the user's sessions are charged. */
   readonly held: number
+  /** The same as Redis holds it (null: nothing): a session opened or grown since changes it. */
+  readonly heldField: string | null
   /** The part of each floor kept for sessions. */
   readonly sessionsPart: number
 }
@@ -220,6 +222,8 @@ export class RedisSessionStore implements SessionStore {
   async endAll (change: Change, userId: string): Promise<string[]> {
     const [read] = await this.#read('', '', userId, (_read, user) => [...user.sessions])
     const ended = await this.#tokensOf(read, read.sessions.map(({ id }) => id))
+    // Made only while the user has no session but those read: one opened meanwhile is charged, and read next time.
+    change.guard(this.#keys.accountSessionBytes, userId, read.heldField)
     const released = this.#forget(change, read, ended)
     if (released !== 0) change.charge(this.#keys.accountSessionBytes, userId, released, 0, this.#keys.capacity)
     return ended.map(({ id }) => id)
@@ -260,6 +264,7 @@ export class RedisSessionStore implements SessionStore {
       sessions: sessions.map((listed) => listedSession(...listed)),
       count,
       held: Number(held ?? 0),
+      heldField: orNull(held),
       sessionsPart: Number(sessionsPart ?? 0)
     }
   }

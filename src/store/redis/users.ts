@@ -1,31 +1,19 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
+import { admission, registrationWait } from '../capacity.js'
 import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, isRefusal, readRegistrationWait, type Refusal, refusal, userBytes } from './capacity.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
+import { isRefusal, readPace, refusal, userBytes } from './capacity.js'
+import { call, type Script } from './commands.js'
+import { Change, commit, retried, STALE } from './commit.js'
 import type { RedisKeys } from './keys.js'
-import { type StoreWrites, writeScript } from './writes.js'
+import type { StoreWrites } from './writes.js'
+
+// What a registration's commit answers when the email, or the id, is another user's.
+const EMAIL_TAKEN = 2
+const ID_TAKEN = 3
 
 export const userScripts = {
-  // KEYS: users, user emails, user order, user sequence, the capacity keys (CAPACITY). ARGV: id, email key, user as
-  // JSON, what the user is charged (userBytes). 1 when added, 0 when
-  // the email key is taken, 2 when another user has the id, 'registration' when no floor is left for the account,
-  // {5, ms} when the pace on registrations holds it back for that long.
-  addUser: {
-    numberOfKeys: 4 + CAPACITY_KEYS,
-    lua: writeScript(CAPACITY, `
-capacityAt(5)
-if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 0 end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 2 end
-local refused, wait = admit(ARGV[1], tonumber(ARGV[4]), now)
-if refused == 'pace' then return {5, wait} end
-if refused then return refused end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[4]), ARGV[1])
-return 1`)
-  },
   // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
   findUserByEmailKey: {
     numberOfKeys: 2,
@@ -38,7 +26,6 @@ return redis.call('HGET', KEYS[1], id)`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    addUser (users: string, emails: string, order: string, sequence: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, id: string, emailKey: string, user: string, bytes: number]): Result<0 | 1 | 2 | Refusal | [5, number], Context>
     findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
   }
 }
@@ -67,13 +54,30 @@ export class RedisUserStore implements UserStore {
   }
 
   async add (user: User): Promise<User | undefined> {
+    const keys = this.#keys
     const json = JSON.stringify(user)
-    const added = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#redis.addUser(this.#keys.users, this.#keys.userEmails, this.#keys.userOrder, this.#keys.userSequence, ...capacityKeys(this.#keys), deadline, outcomeKey, user.id, user.emailKey, json,
-        userBytes(user.id, user.emailKey, json)))
-    if (added === 2) throw new IdTakenError(`user ${user.id} exists already`)
+    const added = await retried(`user ${user.id}`, async () => {
+      const [reading, emailTaken, idTaken] = await Promise.all([readPace(this.#redis, keys), call(this.#redis.hexists(keys.userEmails, user.emailKey)),
+        call(this.#redis.hexists(keys.users, user.id))])
+      if (emailTaken === 1) return EMAIL_TAKEN
+      if (idTaken === 1) return ID_TAKEN
+      const admitted = admission(reading, this.#now())
+      if (admitted === 'registration') return admitted
+      if (typeof admitted === 'number') throw new RegistrationPacedError(admitted)
+      const change = new Change().guard(keys.userEmails, user.emailKey, null, EMAIL_TAKEN).guard(keys.users, user.id, null, ID_TAKEN)
+      if (admitted.pace !== undefined) {
+        // A bucket counted from the one read is written only while it is as read; a full one whatever it is.
+        if (admitted.paced) change.guard(keys.capacity, 'paceTokens', reading.bucket[0]).guard(keys.capacity, 'paceAt', reading.bucket[1])
+        change.write('HSET', keys.capacity, 'paceTokens', String(admitted.pace.tokens), 'paceAt', String(admitted.pace.at))
+      }
+      change.write('HSET', keys.users, user.id, json).write('HSET', keys.userEmails, user.emailKey, user.id).write('INCR', keys.userSequence)
+      change.write('ZADD', keys.userOrder, change.answerOfLast(), user.id)
+        .chargeAccount(keys, user.id, userBytes(user.id, user.emailKey, json), { admittingFloor: reading.floorBytes })
+      const outcome = await commit(this.#redis, this.#writes, keys, change)
+      return outcome === 0 ? STALE : outcome
+    })
+    if (added === ID_TAKEN) throw new IdTakenError(`user ${user.id} exists already`)
     if (isRefusal(added)) throw refusal(added)
-    if (Array.isArray(added)) throw new RegistrationPacedError(added[1])
     return added === 1 ? parseUser(json) : undefined
   }
 
@@ -93,7 +97,7 @@ export class RedisUserStore implements UserStore {
   }
 
   async registrationWait (): Promise<number> {
-    return await readRegistrationWait(this.#redis, this.#keys, this.#now())
+    return registrationWait(await readPace(this.#redis, this.#keys), this.#now())
   }
 
   cached (id: string): User | undefined {

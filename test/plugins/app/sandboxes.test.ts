@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { Webhook } from 'standardwebhooks'
+import { commitScripts } from '../../../src/store/redis/commit.js'
 import t, { type Test } from 'tap'
 import type { operations } from '../../../generated/operations/openapi.js'
 import { freePort } from '../../../harness/net.js'
@@ -21,7 +22,6 @@ import type { Script } from '../../../src/store/redis/commands.js'
 import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
-import { userScripts } from '../../../src/store/redis/users.js'
 import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
@@ -695,7 +695,7 @@ t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the 
   const password = 'correct horse battery staple'
   const fixtures = { users: [{ email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)).json as Sandbox
-  proxy.arm(userScripts.addUser, 'drop-connection')
+  proxy.arm(commitScripts.commit, 'drop-connection')
   const failed = await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)
   t.same([failed.status, proxy.injected], [503, ['drop-connection']], 'the reset is not done, and says so')
   await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
@@ -708,7 +708,7 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   const { proxy, api, ops } = await throughProxy(t, { SANDBOX_LIMIT: '1', LOG_LEVEL: 'warn' }, { logStream })
   const fixtures = { users: [{ email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   // Its capacity's bounds, set once the registry counts it; then its first fixture.
-  for (const [fault, body] of [['chargedSince', {}], [userScripts.addUser, fixtures]] as const) {
+  for (const [fault, body] of [['chargedSince', {}], [commitScripts.commit, fixtures]] as const) {
     proxy.arm(fault, 'drop-connection')
     t.equal((await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)).status, 503, 'not made')
     await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)

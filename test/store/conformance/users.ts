@@ -27,6 +27,17 @@ export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     await t.rejects(users.add(user()), { name: 'StoreFullError', limit: 'registration' })
   })
 
+  t.test('users: a registration its account cannot be charged for is refused, and reserves nothing', async (t) => {
+    // Floors all kept for sessions, no shared part: nowhere to charge a user's record.
+    const floorBytes = 64 * 1024
+    const store = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: 4 * floorBytes, floorBytes, sessionsBytes: floorBytes, ceilingBytes: floorBytes, floorsShare: 1 } })
+    const before = await store.capacity()
+    const refused = user()
+    await t.rejects(store.users.add(refused), { name: 'StoreFullError', limit: 'shared' })
+    t.same(await store.capacity(), before, 'no floor reserved, nothing charged')
+    t.equal(await store.users.get(refused.id), undefined)
+  })
+
   t.test('ids are never overwritten: a user or an item whose id exists is refused, and what holds it is unchanged', async (t) => {
     const { users, items } = await fresh(t)
     const ada = user()

@@ -5,7 +5,7 @@ import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { itemBytes, keyBytes, MemoryCapacity, sessionBytes, userBytes } from '../../../src/store/memory/capacity.js'
-import { takeRegistration } from '../../../src/store/capacity.js'
+import { admission } from '../../../src/store/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../../../src/store/rules.js'
 import { account, ADDED, announce, HOUR, item, user } from '../conformance/fixtures.js'
@@ -158,10 +158,11 @@ t.test('the ledger: the sessions of an account it never admitted (a store used w
 
 t.test('the pace on registrations: its first registration, paced from the start (a store that opens with half its floors taken), finds the bucket full', async (t) => {
   // 4 floors left of 10: paced; a full bucket is one registration (a 24th of 4, at least one).
-  const first = takeRegistration(undefined, 4, 10, 86_400_000, 1_000)
-  t.same(first, { tokens: 0, at: 1_000 })
-  t.equal(takeRegistration(typeof first === 'number' ? undefined : first, 4, 10, 86_400_000, 1_000), 21_600_000, 'the next waits for the rate: a day over 4 floors')
-  t.same(takeRegistration(undefined, 6, 10, 86_400_000, 1_000), { tokens: 1, at: 1_000 }, 'more than half left: unpaced, the bucket kept full')
+  const reading = { floorBytes: 1, floorsBytes: 6, floorsKeptBytes: 10, roomMs: 86_400_000, pace: undefined }
+  const first = admission(reading, 1_000)
+  t.same(first, { pace: { tokens: 0, at: 1_000 }, paced: true })
+  t.equal(admission({ ...reading, pace: typeof first === 'object' ? first.pace : undefined }, 1_000), 21_600_000, 'the next waits for the rate: a day over 4 floors')
+  t.same(admission({ ...reading, floorsBytes: 4 }, 1_000), { pace: { tokens: 1, at: 1_000 }, paced: false }, 'more than half left: unpaced, the bucket kept full')
 })
 
 t.test('an outbox bounded in dead letters keeps its newest within them, and one unsubscribed keeps nothing more for its subscriber', async (t) => {

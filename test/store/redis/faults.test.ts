@@ -9,6 +9,7 @@ import type { LightMyRequestResponse } from 'fastify'
 import { RedisClock } from '../../../src/store/redis/clock.js'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { type Script, writeDeadline } from '../../../src/store/redis/commands.js'
+import { Change } from '../../../src/store/redis/commit.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { RedisWrites } from '../../../src/store/redis/writes.js'
 import { type Api, newUser } from '../../support/api.js'
@@ -69,7 +70,7 @@ const item = { name: 'once', description: 'made exactly once' }
 
 const cases: Readonly<Record<string, WriteCase>> = {
   registerUser: {
-    script: scripts.addUser,
+    script: scripts.commit,
     status: 201,
     prepare: async ({ api }) => {
       const body = newUser({ email: 'lost-reply@example.com' })
@@ -252,7 +253,8 @@ t.test('a write that Redis answers with an error is not taken for a lost reply: 
   const writes = new RedisWrites(redis, clock, redisKeys(redisKeyPrefix(t)).writeOutcome)
   // A bug (a wrong command) is a ReplyError, as it was; a write past its deadline a StoreUnavailableError (503).
   await t.rejects(writes.run(async () => await redis.call('NO-SUCH-COMMAND')), { name: 'ReplyError' })
-  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.addUser('users', 'emails', 'order', 'sequence', 'capacity', 'bytes', 'floors', 'charges', 'expiries', 'sessions', writeDeadline(0, 0), outcomeKey, 'u', 'e', '{}', 600)),
+  const change = new Change().write('SET', 'late', 'v')
+  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.commit(...change.keys('limit'), writeDeadline(0, 0), outcomeKey, -1, 0, ...change.arguments)),
     { name: 'StoreUnavailableError', message: /DEADLINE/ })
   // A client that is not connected sends nothing: the request that got past the store's check just before is 503.
   const unconnected = new Redis(REDIS_URL, { scripts, lazyConnect: true })

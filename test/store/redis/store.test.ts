@@ -116,9 +116,9 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
   const adding = new Change().guard(keys.items, 'i1', null).write('INCR', keys.itemSequence)
   adding.write('ZADD', keys.itemOrder, adding.answerOfLast(), 'i1').write('HSET', keys.items, 'i1', item)
   await t.rejects(commit(adding, past, 'add'), late)
-  const addUser = async (deadline: WriteDeadline): Promise<unknown> =>
-    await redis.addUser(keys.users, keys.userEmails, keys.userOrder, keys.userSequence, ...capacity, deadline, outcome('user'), 'u1', 'a@b.co', '{}', 600)
-  await t.rejects(addUser(past), late)
+  // A registration as the user store commits it: the user, admitted with a floor and charged.
+  const registering = new Change().guard(keys.users, 'u1', null).write('HSET', keys.users, 'u1', '{}').chargeAccount(keys, 'u1', 600, { admittingFloor: 0 })
+  await t.rejects(commit(registering, past, 'user'), late)
   await t.rejects(commit(opening, past, 'open'), late)
   await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...capacity, past, outcome('claim'), -1, 0, '{}', 60_000, 'u1',
     1000, 86_400_000, 600), late)
@@ -127,12 +127,12 @@ t.test('a write script that Redis runs after its deadline changes nothing and fa
 
   // Before the bounds every write script reads are set, as a start sets them (or after Redis lost them), in time or
   // not, a write is refused.
-  await t.rejects(addUser(future), { name: 'ReplyError', message: /^NOBOUNDS the bounds for accounts are not set/ })
+  await t.rejects(commit(registering, future, 'user'), { name: 'ReplyError', message: /^NOBOUNDS the bounds for accounts are not set/ })
   await t.rejects(redis.readSessions(keys.users, keys.capacity, keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, 'h1', '', '', 16),
     { name: 'ReplyError', message: /^NOBOUNDS/ }, 'nor is a session\'s change decided')
   t.same(await redis.keys(`${prefix}*`), [], 'nothing was written without bounds')
   await setCapacity(redis, keys, UNBOUNDED)
-  t.equal(await addUser(future), 1)
+  t.equal(await commit(registering, future, 'user'), 1)
   t.equal(await commit(opening, future, 'open'), 1)
   await t.rejects(commit(rotating, past, 'rotate'), late)
   t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
