@@ -9,8 +9,10 @@ interface Account {
   bytes: number
   /** Its sessions' bytes: within the part of its floor kept for them. */
   sessions: number
-  /** Its floor, its sessions' part included; 0 for an account the store never admitted (a store used without its users). */
+  /** Its floor, its sessions' part included; 0 without floors. */
   readonly floor: number
+  /** Admitted (counted among the accounts) until it is released; never, in a store used without its users. */
+  readonly admitted: boolean
 }
 
 // What V8 keeps of a string beside its characters (a header, rounded up).
@@ -29,7 +31,7 @@ const SESSION_OVERHEAD_BYTES = 1792
 const TOKEN_HASH_BYTES = 192
 
 // An account the store never admitted: no floor of its own.
-const NOT_ADMITTED: Readonly<Account> = { bytes: 0, sessions: 0, floor: 0 }
+const NOT_ADMITTED: Readonly<Account> = { bytes: 0, sessions: 0, floor: 0, admitted: false }
 
 const TWO_BYTE = /[^\u0000-\u00ff]/ // eslint-disable-line no-control-regex -- the Latin-1 range, which V8 keeps one byte a character
 
@@ -116,7 +118,7 @@ export class MemoryCapacity {
       throw new StoreFullError(`no floor of ${this.#bounds.floorBytes} bytes is left: ${this.#admitted} accounts' floors take ${this.#floorsBytes} of ${this.#floorsKeptBytes}`, 'registration')
     }
     if (typeof admitted === 'number') throw new RegistrationPacedError(admitted)
-    const account = { bytes: 0, sessions: 0, floor: this.#bounds.floorBytes }
+    const account = { bytes: 0, sessions: 0, floor: this.#bounds.floorBytes, admitted: true }
     // All or nothing: an account whose charge is refused is not admitted, and takes nothing from the pace.
     const refused = this.#refusalOf(account, bytes)
     if (refused !== undefined) throw refused
@@ -201,8 +203,8 @@ export class MemoryCapacity {
    */
   release (accountId: string): void {
     const account = this.#accounts.get(accountId)
-    if (account === undefined || account.floor === 0) return
-    const released = { ...account, floor: 0 }
+    if (account?.admitted !== true) return
+    const released = { ...account, floor: 0, admitted: false }
     // What it held within its floor now counts against the shared part, as all it holds without one does.
     this.#ledger.sharedUsedBytes += Math.min(account.bytes, Math.max(0, account.floor - this.#bounds.sessionsBytes))
     this.#floorsBytes -= account.floor
@@ -228,10 +230,10 @@ export class MemoryCapacity {
     this.#keep(accountId, account, known !== undefined)
   }
 
-  // An account the store never admitted is kept only while it holds something.
+  // An account not admitted is kept only while it holds something.
   #keep (accountId: string, account: Account, known: boolean): void {
     if (!known) this.#accounts.set(accountId, account)
-    else if (account.floor === 0 && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
+    else if (!account.admitted && account.bytes === 0 && account.sessions === 0) this.#accounts.delete(accountId)
   }
 
   reading (): CapacityReading {

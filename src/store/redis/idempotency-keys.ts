@@ -6,7 +6,7 @@ import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type StoreFullError, type WriteLimit } from '../store.js'
 import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, keyBytes } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
-import { afterNow, type Change, type Refused } from './commit.js'
+import { afterNow, Change, commit, type Refused } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type StoreWrites, writeScript } from './writes.js'
@@ -44,19 +44,6 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], now, KEYS[1])
 redis.call('PEXPIRE', KEYS[2], ttl)
 return false`, { limited: true })
-  },
-  // KEYS: the key, the user's keys, the capacity keys. ARGV: the claim as JSON. Frees the key, and its charge, if
-  // the claim still holds it.
-  releaseIdempotencyKey: {
-    numberOfKeys: 2 + CAPACITY_KEYS,
-    lua: `${CAPACITY}
-capacityAt(3)
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], KEYS[1])
-  releaseCharge(KEYS[1])
-end
-return 1`
   }
 } as const satisfies Record<string, Script>
 
@@ -64,7 +51,6 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     claimIdempotencyKey (limitCounter: string, key: string, userKeys: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
       limitWindowMs: number, claim: string, leaseMs: number, userId: string, perUser: number, ttlMs: number, bytes: number]): Result<Limited<string | -1 | null>, Context>
-    releaseIdempotencyKey (key: string, userKeys: string, ...args: [...CapacityKeys, claim: string]): Result<1, Context>
   }
 }
 
@@ -123,10 +109,15 @@ export async function forgetUserKeys (redis: Redis, keys: RedisKeys, change: Cha
   // One charge for each name asked about.
   charges.forEach((charge, index) => {
     forgetKey(change, keys, userKeys, names[index]!, charge)
-    const [owner, bytes] = String(charge).split(' ')
-    if (owner === userId) released += Number(bytes)
+    released += chargedTo(userId, charge)
   })
   return released
+}
+
+// What the charge `charge` ("<user id> <bytes>", a claim's followed by " claim"; null: none) charges the user.
+function chargedTo (userId: string, charge: string | null): number {
+  const [owner, bytes] = String(charge).split(' ')
+  return owner === userId ? Number(bytes) : 0
 }
 
 export interface IdempotencyKeyBounds {
@@ -198,8 +189,17 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
   }
 
   async release (claim: IdempotencyClaim): Promise<void> {
-    await this.#writes.runRepeatable(async () => await this.#redis.releaseIdempotencyKey(keyOf(this.#keys, claim), this.#userKeys(claim), ...capacityKeys(this.#keys),
-      claimJson(claim)))
+    const keys = this.#keys
+    const name = keyOf(keys, claim)
+    const json = claimJson(claim)
+    const [held, charge] = await Promise.all([call(this.#redis.get(name)), call(this.#redis.hget(keys.capacityCharges, name))])
+    if (held !== json) return
+    // Forgotten while the claim holds the key, or nothing does (its lease ended), with its charge as read. Refused,
+    // the claim is gone meanwhile (its charge given back, the key claimed again): nothing is left to free.
+    const change = new Change().guardUnlessTaken(name, json, 0)
+    forgetKey(change, keys, this.#userKeys(claim), name, charge)
+    change.chargeAccount(keys, claim.userId, -chargedTo(claim.userId, charge))
+    await commit(this.#redis, this.#writes, keys, change)
   }
 
   #userKeys ({ userId }: IdempotencyClaim): string {

@@ -4,7 +4,7 @@ import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { WRITE_LIMIT } from './rate-counter.js'
-import { call, type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
+import { type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -92,7 +92,6 @@ function asReply (value: unknown): unknown {
 /** How a store's parts send their writes (RedisWrites), with the clock of the store they write. */
 export interface StoreWrites {
   run: <T>(send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>) => Promise<T>
-  runRepeatable: <T>(send: () => Promise<T>) => Promise<T>
 }
 
 /**
@@ -158,25 +157,10 @@ export class RedisWrites implements StoreWrites {
     return outcome
   }
 
-  /**
-   * The reply of a write whose caller sends it again until it is answered (freeing an idempotency key): a lost reply
-   * is its failure, and it is answered once the replicas asked for have it, as `run`'s are.
-   */
-  async runRepeatable<T> (send: () => Promise<T>): Promise<T> {
-    this.#admit()
-    const reply = call(send())
-    const replicated = this.#waitForReplicas()
-    const outcome = await reply
-    await this.#replicated(replicated)
-    return outcome
-  }
-
   /** The writes of a store whose clock runs `clockAheadMs()` ahead of Redis's (a sandbox's), on this one's connection and replicas. */
   ahead (clockAheadMs: () => number): StoreWrites {
     return {
-      run: async (send) => await this.run(send, clockAheadMs()),
-      // A freeing (idempotency-keys.ts) changes no time.
-      runRepeatable: this.runRepeatable.bind(this)
+      run: async (send) => await this.run(send, clockAheadMs())
     }
   }
 

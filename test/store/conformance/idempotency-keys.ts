@@ -68,6 +68,17 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'other' }), HOUR), { status: 'recorded', item: added })
   })
 
+  t.test('idempotency keys: an account removed once its claim lapsed and the sweep gave its charge back is not given it back again', async (t) => {
+    const store = await fresh(t)
+    const before = await store.capacity()
+    const ada = await account(store.users)
+    await store.idempotencyKeys.claim(claim(ada), 1)
+    await sleep(5)
+    await store.idempotencyKeys.sweep(Date.now(), 100)
+    t.ok(await store.accounts.remove(ada))
+    t.same(await store.capacity(), before, 'nothing of it held, nothing given back twice')
+  })
+
   t.test('idempotency keys: a write its room cannot take gives back the charges of records past their time before it is refused, with no sweep', async (t) => {
     const TTL_MS = 1000
     const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
