@@ -13,10 +13,10 @@ export const MAX_PAIRS_PER_ROTATION = 32
 /** Deliveries each webhook subscriber keeps at most; past that, new events are dropped for it (and counted). */
 export const PENDING_DELIVERIES = 10_000
 /**
- * And their events' text, at most: 4 Mi characters in memory (8 MB at most), bytes on Redis (about 8 000 events of a
- * typical item, 200 of the largest); past it too, new events are dropped.
+ * And bytes of their events, at most (src/store/outbox.ts's deliveryBytes: about 8 000 events of a typical item, 200
+ * of the largest; in memory, where a character takes one or two bytes, 8 MB at most); past it too, new events are dropped.
  */
-export const PENDING_DELIVERY_TEXT = 4 * 1024 * 1024
+export const PENDING_DELIVERY_BYTES = 4 * 1024 * 1024
 
 /**
  * Dead letters (deliveries whose last attempt failed) each subscriber keeps at most, for an operator to read and

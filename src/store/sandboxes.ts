@@ -1,5 +1,6 @@
 import type { MemoryStoreOptions } from './memory/index.js'
 import type { CapacityBounds } from './capacity.js'
+import type { OutboxBounds } from './outbox.js'
 import type { Outbox, ServingStore } from './store.js'
 
 /** An event of a sandbox, as its change recorded it (the body its webhooks carry), and its place in the sandbox's order (from 1). */
@@ -8,13 +9,13 @@ export interface SandboxEvent {
   readonly body: string
 }
 
-// What a sandbox keeps of its events at most, the newest: so many, and so many characters of their text.
+// What a sandbox keeps of its events at most, the newest: so many, and so many bytes of their bodies (UTF-8).
 export const SANDBOX_EVENTS = 1000
-export const SANDBOX_EVENT_CHARACTERS = 512 * 1024
+export const SANDBOX_EVENT_BYTES = 512 * 1024
 
 // What a sandbox's outbox keeps for its receiver: as many pending deliveries and dead letters as it keeps events to
-// read back, within as many characters and bytes of them.
-export const SANDBOX_OUTBOX_BOUNDS = { deliveries: SANDBOX_EVENTS, characters: SANDBOX_EVENT_CHARACTERS, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_CHARACTERS }
+// read back, within as many bytes of them.
+export const SANDBOX_OUTBOX_BOUNDS: OutboxBounds = { deliveries: SANDBOX_EVENTS, deliveryBytes: SANDBOX_EVENT_BYTES, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_BYTES }
 
 // How far a sandbox's clock may run ahead of the service's: its timestamps keep four-digit years.
 export const SANDBOX_CLOCK_AHEAD_YEARS = 100

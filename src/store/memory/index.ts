@@ -1,11 +1,12 @@
-import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
 import { type CapacityBounds, UNBOUNDED } from '../capacity.js'
+import type { OutboxBounds } from '../outbox.js'
 import type { Store } from '../store.js'
 import { MemoryAccounts } from './accounts.js'
 import { MemoryCapacity } from './capacity.js'
 import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
 import { MemoryItemStore } from './items.js'
-import { MemoryOutbox, type MemoryOutboxBounds } from './outbox.js'
+import { MemoryOutbox } from './outbox.js'
 import { MemoryRateCounter } from './rate-counter.js'
 import { MemorySessionStore } from './sessions.js'
 import { MemoryUserStore } from './users.js'
@@ -14,7 +15,7 @@ export interface MemoryStoreOptions {
   /** Items one contributor may own at once; unbounded when left out. */
   maxItemsPerContributor?: number
   /** What the outbox keeps per subscriber; past either bound, new events are dropped for it. */
-  pendingDeliveries?: MemoryOutboxBounds
+  pendingDeliveries?: OutboxBounds
   /** Client keys each rate limit keeps under its limit, and as many again over it. */
   keysPerRateLimit?: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
@@ -25,7 +26,7 @@ export interface MemoryStoreOptions {
   clock?: () => number
 }
 
-export const MEMORY_OUTBOX_BOUNDS: MemoryOutboxBounds = { deliveries: PENDING_DELIVERIES, characters: PENDING_DELIVERY_TEXT }
+export const MEMORY_OUTBOX_BOUNDS: OutboxBounds = { deliveries: PENDING_DELIVERIES, deliveryBytes: PENDING_DELIVERY_BYTES }
 
 // Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
 // about 300 bytes each with an email in the key, so at most 30 MB per limit.

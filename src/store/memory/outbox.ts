@@ -1,8 +1,11 @@
+import { deliveryBytes, hasRoom, type OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 
 interface PendingDelivery {
   readonly event: OutboxEvent
+  /** Its event's, against the bound (deliveryBytes). */
+  readonly bytes: number
   attempt: number
   /** When it may be taken again: after its retry's wait, or when its lease ends. */
   dueAt: number
@@ -69,22 +72,13 @@ interface SubscriberQueue {
   deadLetterBytes: number
   /** The position of the newest dead letter ever kept. */
   lastPosition: number
-  /** Characters of the pending events' bodies. */
-  characters: number
+  /** Bytes of the pending deliveries' events (deliveryBytes). */
+  bytes: number
   dropped: number
 }
 
-export interface MemoryOutboxBounds {
-  /** Deliveries each subscriber keeps at most. */
-  deliveries: number
-  /** Characters of event bodies each subscriber keeps at most (an event is up to about 20 000: an item's description). */
-  characters: number
-  /** Dead letters each subscriber keeps at most, and bytes of their events: DEAD_LETTERS and DEAD_LETTER_BYTES when left out. */
-  deadLetters?: number
-  deadLetterBytes?: number
-}
-
 const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queue.leased.size + queue.retries.size
+const pendingOf = (queue: SubscriberQueue): { deliveries: number, bytes: number } => ({ deliveries: pendingCount(queue), bytes: queue.bytes })
 
 /**
  * The outbox of one process: deliveries live as long as it does. Each subscriber keeps a bounded number of them;
@@ -93,31 +87,33 @@ const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queu
  */
 export class MemoryOutbox implements Outbox {
   readonly durable = false
-  readonly #bounds: Required<MemoryOutboxBounds>
+  readonly #bounds: Required<OutboxBounds>
   readonly #queues = new Map<string, SubscriberQueue>()
   readonly #listeners: Array<(event: OutboxEvent) => void> = []
 
-  constructor (bounds: MemoryOutboxBounds) {
+  constructor (bounds: OutboxBounds) {
     this.#bounds = { deadLetters: DEAD_LETTERS, deadLetterBytes: DEAD_LETTER_BYTES, ...bounds }
   }
 
   /** Keeps the event for every subscriber of its channel; called by the item store with the change it stores. */
   record (event: OutboxEvent): void {
+    let bytes: number | undefined
     for (const queue of this.#queues.values()) {
       if (!queue.channels.has(event.channel)) continue
-      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + event.body.length > this.#bounds.characters) {
+      bytes ??= deliveryBytes(event)
+      if (!hasRoom(pendingOf(queue), bytes, this.#bounds)) {
         queue.dropped += 1
         continue
       }
-      queue.fresh.set(event.id, { event, attempt: 0, dueAt: 0 })
-      queue.characters += event.body.length
+      queue.fresh.set(event.id, { event, bytes, attempt: 0, dueAt: 0 })
+      queue.bytes += bytes
     }
     for (const listener of this.#listeners) listener(event)
   }
 
   async subscribe (subscriber: string, channels: readonly string[]): Promise<void> {
     if (this.#queues.has(subscriber)) return
-    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), deadLetterBytes: 0, lastPosition: 0, characters: 0, dropped: 0 })
+    this.#queues.set(subscriber, { channels: new Set(channels), fresh: new Map(), leased: new Map(), retries: new RetryHeap(), deadLetters: new Map(), deadLetterBytes: 0, lastPosition: 0, bytes: 0, dropped: 0 })
   }
 
   /** Forgets the subscriber with whatever it had pending and dead-lettered: the events recorded from now on are not kept for it. */
@@ -166,7 +162,7 @@ export class MemoryOutbox implements Outbox {
     if (queue === undefined || pending === undefined) return
     queue.leased.delete(delivery.event.id)
     if (retryAt === undefined) {
-      queue.characters -= pending.event.body.length
+      queue.bytes -= pending.bytes
       return
     }
     pending.dueAt = retryAt
@@ -227,11 +223,12 @@ export class MemoryOutbox implements Outbox {
       const deadLetter = queue.deadLetters.get(eventId)
       if (deadLetter === undefined) continue
       const { event, listed } = deadLetter
-      if (pendingCount(queue) >= this.#bounds.deliveries || queue.characters + event.body.length > this.#bounds.characters) break
+      const bytes = deliveryBytes(event)
+      if (!hasRoom(pendingOf(queue), bytes, this.#bounds)) break
       queue.deadLetters.delete(eventId)
       queue.deadLetterBytes -= listed.eventBytes
-      queue.fresh.set(eventId, { event, attempt: 0, dueAt: now })
-      queue.characters += event.body.length
+      queue.fresh.set(eventId, { event, bytes, attempt: 0, dueAt: now })
+      queue.bytes += bytes
       redelivered += 1
     }
     return redelivered

@@ -1,21 +1,22 @@
 import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
 import {
-  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
+  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
   type SandboxClockReading, type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 
-/** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and characters) of them. */
+/** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and SANDBOX_EVENT_BYTES) of them. */
 class SandboxEvents {
-  readonly #kept: SandboxEvent[] = []
-  #characters = 0
+  readonly #kept: Array<SandboxEvent & { readonly bytes: number }> = []
+  #bytes = 0
   #lastSequence = 0
 
   record (body: string): void {
     this.#lastSequence += 1
-    this.#kept.push({ sequence: this.#lastSequence, body })
-    this.#characters += body.length
-    while (this.#kept.length > SANDBOX_EVENTS || this.#characters > SANDBOX_EVENT_CHARACTERS) this.#characters -= this.#kept.shift()!.body.length
+    const bytes = Buffer.byteLength(body)
+    this.#kept.push({ sequence: this.#lastSequence, body, bytes })
+    this.#bytes += bytes
+    while (this.#kept.length > SANDBOX_EVENTS || this.#bytes > SANDBOX_EVENT_BYTES) this.#bytes -= this.#kept.shift()!.bytes
   }
 
   after (sequence: number, limit: number): SandboxEvent[] {

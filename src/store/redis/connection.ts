@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import { PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../rules.js'
+import { PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
@@ -63,7 +63,7 @@ export interface RedisStoreOptions {
   logger: RedisStoreLogger
   /** Deliveries each webhook subscriber keeps at most (default PENDING_DELIVERIES); past that, new events are dropped for it. */
   maxPendingDeliveries?: number
-  /** Bytes of their events each webhook subscriber keeps at most (default PENDING_DELIVERY_TEXT); past that too. */
+  /** Bytes of their events each webhook subscriber keeps at most (default PENDING_DELIVERY_BYTES); past that too. */
   maxPendingDeliveryBytes?: number
   /** What each instance keeps in its own memory: users, sessions (see the defaults below). */
   cache?: { users: number, sessions: number }
@@ -322,7 +322,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       cachedUsers,
       maxItemsPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: options.idempotencyKeys,
-      outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: options.maxPendingDeliveryBytes ?? PENDING_DELIVERY_TEXT }
+      outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: options.maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
     }),
     sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available, watcher),
     available,

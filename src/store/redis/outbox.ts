@@ -1,4 +1,5 @@
 import type { Redis, Result } from 'ioredis'
+import type { OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
@@ -45,6 +46,15 @@ local function listingEnd (stream)
 end
 `
 
+// src/store/outbox.ts's hasRoom, for the scripts that add a pending delivery: whether the subscriber whose due
+// deliveries and pending bytes are `due` and `bytes` has room for one whose `stored` event ("<channel> <body>", whose
+// length is deliveryBytes) is so long, within `most` deliveries and `mostBytes` bytes.
+const PENDING_ROOM = `
+local function hasRoom (due, bytes, stored, most, mostBytes)
+  return redis.call('ZCARD', due) < most and tonumber(redis.call('GET', bytes) or '0') + #stored <= mostBytes
+end
+`
+
 export const outboxScripts = {
   // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count, traceparents and cursor.
   // ARGV: now (ms), most to take, lease (ms), most events to fan out, most deliveries a subscriber keeps, 'listed'
@@ -57,7 +67,7 @@ export const outboxScripts = {
   // or '', ...}.
   takeDeliveries: {
     numberOfKeys: 7,
-    lua: `
+    lua: `${PENDING_ROOM}
 local now = tonumber(ARGV[1])
 local function fanOut (entries)
   for _, entry in ipairs(entries) do
@@ -70,7 +80,7 @@ local function fanOut (entries)
     for i = 8, #ARGV, 6 do
       if (ARGV[6] == '' or ARGV[i + 1] == KEYS[2]) and string.find(' ' .. ARGV[i] .. ' ', ' ' .. channel .. ' ', 1, true) then
         local due, events, dropped, traceparents, bytes = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
-        if redis.call('ZCARD', due) >= tonumber(ARGV[5]) or tonumber(redis.call('GET', bytes) or '0') + #stored > tonumber(ARGV[7]) then
+        if not hasRoom(due, bytes, stored, tonumber(ARGV[5]), tonumber(ARGV[7])) then
           redis.call('INCR', dropped)
         elseif redis.call('ZADD', due, 'NX', recordedAt, eventId) == 1 then
           redis.call('HSET', events, eventId, stored)
@@ -205,31 +215,32 @@ return listed`
   },
   // A write script (writeScript), so that a redelivery whose reply is lost is answered as what it did. KEYS: a
   // subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their events,
-  // order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most to give back when no ids follow, then
-  // the event ids to deliver again (none: the oldest dead letters). Each goes back to the due deliveries as a new one,
-  // while there is room. {how many went, 1 when it stopped for want of room}.
+  // order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most bytes of their events, most to give
+  // back when no ids follow, then the event ids to deliver again (none: the oldest dead letters). Each goes back to
+  // the due deliveries as a new one, while there is room (PENDING_ROOM). {how many went, 1 when it stopped for want
+  // of room}.
   redeliverDeadLetters: {
     numberOfKeys: 9,
-    lua: writeScript('', `
+    lua: writeScript(PENDING_ROOM, `
 local ids = {}
-for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', KEYS[8], 0, tonumber(ARGV[3]) - 1) end
+for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then ids = redis.call('ZRANGE', KEYS[8], 0, tonumber(ARGV[4]) - 1) end
 local redelivered = 0
 for _, eventId in ipairs(ids) do
   local json = redis.call('HGET', KEYS[6], eventId)
   if json then
-    if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+    local letter = cjson.decode(json)
+    local stored = letter.channel .. ' ' .. redis.call('HGET', KEYS[7], eventId)
+    if not hasRoom(KEYS[1], KEYS[5], stored, tonumber(ARGV[2]), tonumber(ARGV[3])) then
       if redelivered == 0 then return refuse({0, 1}) end
       return {redelivered, 1}
     end
-    local letter = cjson.decode(json)
-    local body = redis.call('HGET', KEYS[7], eventId)
     redis.call('ZADD', KEYS[1], ARGV[1], eventId)
-    redis.call('HSET', KEYS[2], eventId, letter.channel .. ' ' .. body)
-    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('INCRBY', KEYS[5], #letter.channel + 1 + #body) end
+    redis.call('HSET', KEYS[2], eventId, stored)
+    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('INCRBY', KEYS[5], #stored) end
     redis.call('HDEL', KEYS[3], eventId)
     if letter.traceparent then redis.call('HSET', KEYS[4], eventId, letter.traceparent) end
-    redis.call('DECRBY', KEYS[9], #body)
+    redis.call('DECRBY', KEYS[9], #stored - #letter.channel - 1)
     redis.call('HDEL', KEYS[6], eventId)
     redis.call('HDEL', KEYS[7], eventId)
     redis.call('ZREM', KEYS[8], eventId)
@@ -253,7 +264,7 @@ declare module 'ioredis' {
     listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
       bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
     redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
-      deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
+      deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, maxPendingBytes: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }
 }
 
@@ -280,14 +291,7 @@ export interface StreamBound {
 }
 
 /** What an outbox keeps for each subscriber, and in its stream. */
-export interface RedisOutboxBounds {
-  /** Deliveries each subscriber keeps at most. */
-  readonly deliveries: number
-  /** Bytes of their events each subscriber keeps at most (its pending deliveries'). */
-  readonly deliveryBytes: number
-  /** Dead letters each subscriber keeps at most, and bytes of their events: DEAD_LETTERS and DEAD_LETTER_BYTES when left out. */
-  readonly deadLetters?: number
-  readonly deadLetterBytes?: number
+export interface RedisOutboxBounds extends OutboxBounds {
   /**
    * What the stream keeps: OUTBOX_STREAM_BOUND when left out. One in bytes as well makes it a listing, kept exactly
    * for its events to be read back by their place, which its subscribers read from a cursor each, leaving it whole.
@@ -418,7 +422,7 @@ export class RedisOutbox implements Outbox {
       const batch = eventIds?.slice(first, first + REDELIVERY_BATCH) ?? []
       const [count, full] = await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.redeliverDeadLetters(keys.due, keys.events, keys.attempts,
         keys.traceparents, keys.pendingBytes, keys.deadLetters, keys.deadLetterEvents, keys.deadLetterOrder, keys.deadLetterBytes, deadline, outcomeKey, now,
-        this.#bounds.deliveries, REDELIVERY_BATCH, ...batch))
+        this.#bounds.deliveries, this.#bounds.deliveryBytes, REDELIVERY_BATCH, ...batch))
       redelivered += count
       if (full === 1 || (eventIds === undefined && count < REDELIVERY_BATCH)) break
     }

@@ -3,7 +3,7 @@ import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import {
-  type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_CHARACTERS, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
+  type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
@@ -480,7 +480,7 @@ export class RedisSandboxes implements Sandboxes {
       cachedUsers: this.#cachedUsers,
       maxItemsPerContributor: this.#options.maxItemsPerContributor,
       idempotencyKeys: this.#options.idempotencyKeys,
-      outbox: { ...SANDBOX_OUTBOX_BOUNDS, deliveryBytes: SANDBOX_OUTBOX_BOUNDS.characters, stream: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_CHARACTERS } }
+      outbox: { ...SANDBOX_OUTBOX_BOUNDS, stream: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_BYTES } }
     })
     const sandbox: Generation = { id, generation, clockAheadMs: 0, outbox: catalogue.outbox, store: { ...catalogue, available: this.#available } }
     this.#served.set(id, sandbox)

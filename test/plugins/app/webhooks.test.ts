@@ -226,7 +226,7 @@ t.test('past its bound, new events are dropped for a subscriber, counted and log
   const target = await receiver(t)
   target.answer('hang', 'hang')
   const { lines, logStream } = captureLogs()
-  const store = createMemoryStore({ pendingDeliveries: { deliveries: 2, characters: 1024 * 1024 } })
+  const store = createMemoryStore({ pendingDeliveries: { deliveries: 2, deliveryBytes: 1024 * 1024 } })
   const api = await build(t, { WEBHOOKS: JSON.stringify([subscription(target)]), WEBHOOK_TIMEOUT_MS: '500', WEBHOOK_RETRY_DELAYS_MS: '50', LOG_LEVEL: 'warn' }, { store, logStream })
   const owner = await api.register()
   const kept = [await api.createItem(owner.accessToken, { name: 'first' }), await api.createItem(owner.accessToken, { name: 'second' })]

@@ -105,4 +105,19 @@ export function deadLettersConformance (t: Test, fresh: FreshStore, open: OpenSt
     t.equal(await outbox.redeliver('s', undefined, now), 0, 'no room: they stay')
     t.equal((await outbox.deadLetters('s', { after: 0, limit: 10 })).total, 2)
   })
+
+  t.test('outbox: dead letters are delivered again only while the subscriber\'s pending deliveries\' events have room in bytes', async (t) => {
+    // Each event about 1 100 bytes: two fit, a third does not.
+    const { users, items, outbox } = await open(t, { maxItemsPerContributor: 10, maxPendingDeliveryBytes: 3000 })
+    await outbox.subscribe('s', [ADDED])
+    const contributorId = await account(users)
+    for (let index = 0; index < 2; index += 1) await items.add(item(contributorId, { description: 'd'.repeat(1000) }), announce(ADDED))
+    const now = Date.now() + 1
+    for (const delivery of (await outbox.take('s', now, 2, HOUR)).deliveries) await outbox.deadLetter('s', delivery, 'answered 500', now)
+    await items.add(item(contributorId, { description: 'd'.repeat(1000) }), announce(ADDED))
+    await outbox.take('s', now, 1, HOUR)
+    t.equal(await outbox.redeliver('s', undefined, now), 1, 'as many as the room takes')
+    t.equal((await outbox.deadLetters('s', { after: 0, limit: 10 })).total, 1, 'the other stays')
+    t.equal(await outbox.pending('s'), 2)
+  })
 }

@@ -9,7 +9,7 @@ import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore, Wr
 export interface OpenStoreOptions {
   maxItemsPerContributor: number
   maxPendingDeliveries?: number
-  /** Of their events' text: characters in memory, bytes on Redis. */
+  /** Of their events (src/store/outbox.ts, deliveryBytes). */
   maxPendingDeliveryBytes?: number
   idempotencyKeys?: { ttlMs?: number, perUser?: number }
   capacity?: CapacityBounds

@@ -155,4 +155,15 @@ export function outboxConformance (t: Test, fresh: FreshStore, open: OpenStore):
     const next = await outbox.take('slow', Date.now() + 1, 10, HOUR)
     t.same([bodies(next.deliveries).map((body) => (body as { item: Item }).item.name), next.dropped], [['after one ended'], 0], 'a delivery ended makes room')
   })
+
+  t.test('outbox: the bound on pending deliveries\' events is in bytes, whatever characters make them', async (t) => {
+    // Each event about 1 100 characters, in about 2 100 bytes (UTF-8 takes two for each 'é'): two fit in characters, one in bytes.
+    const { users, items, outbox } = await open(t, { maxItemsPerContributor: 1000, maxPendingDeliveryBytes: 3000 })
+    await outbox.subscribe('slow', [ADDED])
+    for (let index = 0; index < 3; index += 1) await items.add(item(await account(users), { name: `item ${index}`, description: 'é'.repeat(1000) }), announce(ADDED))
+    const taken = await outbox.take('slow', Date.now() + 1, 10, HOUR)
+    const [event] = taken.deliveries.map((delivery) => delivery.event)
+    t.ok(event !== undefined && event.body.length < 1500 && Buffer.byteLength(event.body) > 2000, 'an event of fewer characters than bytes')
+    t.same([bodies(taken.deliveries).map((body) => (body as { item: Item }).item.name), taken.dropped], [['item 0'], 2])
+  })
 }

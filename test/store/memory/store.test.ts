@@ -7,7 +7,7 @@ import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { itemBytes, keyBytes, MemoryCapacity, sessionBytes, userBytes } from '../../../src/store/memory/capacity.js'
 import { admission } from '../../../src/store/capacity.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
-import { PENDING_DELIVERIES, PENDING_DELIVERY_TEXT } from '../../../src/store/rules.js'
+import { PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../../src/store/rules.js'
 import { account, ADDED, announce, HOUR, item, user } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
@@ -15,7 +15,7 @@ storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, m
   maxItemsPerContributor,
   idempotencyKeys,
   ...(capacity === undefined ? {} : { capacity }),
-  pendingDeliveries: { deliveries: maxPendingDeliveries ?? PENDING_DELIVERIES, characters: maxPendingDeliveryBytes ?? PENDING_DELIVERY_TEXT }
+  pendingDeliveries: { deliveries: maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
 }))
 
 t.test('idempotency keys are charged to their user: a create out of room pushes out their own oldest records, all it needs or none, and no one else\'s', async (t) => {
@@ -166,7 +166,7 @@ t.test('the pace on registrations: its first registration, paced from the start 
 })
 
 t.test('an outbox bounded in dead letters keeps its newest within them, and one unsubscribed keeps nothing more for its subscriber', async (t) => {
-  const { users, items, outbox } = createMemoryStore({ pendingDeliveries: { deliveries: 10, characters: 1024 * 1024, deadLetters: 2, deadLetterBytes: 1024 * 1024 } })
+  const { users, items, outbox } = createMemoryStore({ pendingDeliveries: { deliveries: 10, deliveryBytes: 1024 * 1024, deadLetters: 2, deadLetterBytes: 1024 * 1024 } })
   await outbox.subscribe('s', [ADDED])
   const contributorId = await account(users)
   for (let index = 0; index < 3; index += 1) await items.add(item(contributorId), announce(ADDED))
