@@ -20,9 +20,9 @@ export const deliveryBytes = ({ channel, body }: Pick<OutboxEvent, 'channel' | '
   Buffer.byteLength(channel) + 1 + Buffer.byteLength(body)
 
 /**
- * Whether a subscriber whose pending deliveries are `pending` has room for one more of `bytes` (deliveryBytes): at
- * either bound a new event is dropped for it, and a dead letter stays one. (Redis decides it in its scripts, by
+ * Whether a subscriber with `deliveries` pending, of `pendingBytes`, has room for one more of `bytes` (deliveryBytes):
+ * at either bound a new event is dropped for it, and a dead letter stays one. (Redis decides it in its scripts, by
  * outbox.ts's PENDING_ROOM.)
  */
-export const hasRoom = (pending: { readonly deliveries: number, readonly bytes: number }, bytes: number, bounds: OutboxBounds): boolean =>
-  pending.deliveries < bounds.deliveries && pending.bytes + bytes <= bounds.deliveryBytes
+export const hasRoom = (deliveries: number, pendingBytes: number, bytes: number, bounds: OutboxBounds): boolean =>
+  deliveries < bounds.deliveries && pendingBytes + bytes <= bounds.deliveryBytes

@@ -78,7 +78,6 @@ interface SubscriberQueue {
 }
 
 const pendingCount = (queue: SubscriberQueue): number => queue.fresh.size + queue.leased.size + queue.retries.size
-const pendingOf = (queue: SubscriberQueue): { deliveries: number, bytes: number } => ({ deliveries: pendingCount(queue), bytes: queue.bytes })
 
 /**
  * The outbox of one process: deliveries live as long as it does. Each subscriber keeps a bounded number of them;
@@ -101,7 +100,7 @@ export class MemoryOutbox implements Outbox {
     for (const queue of this.#queues.values()) {
       if (!queue.channels.has(event.channel)) continue
       bytes ??= deliveryBytes(event)
-      if (!hasRoom(pendingOf(queue), bytes, this.#bounds)) {
+      if (!hasRoom(pendingCount(queue), queue.bytes, bytes, this.#bounds)) {
         queue.dropped += 1
         continue
       }
@@ -224,7 +223,7 @@ export class MemoryOutbox implements Outbox {
       if (deadLetter === undefined) continue
       const { event, listed } = deadLetter
       const bytes = deliveryBytes(event)
-      if (!hasRoom(pendingOf(queue), bytes, this.#bounds)) break
+      if (!hasRoom(pendingCount(queue), queue.bytes, bytes, this.#bounds)) break
       queue.deadLetters.delete(eventId)
       queue.deadLetterBytes -= listed.eventBytes
       queue.fresh.set(eventId, { event, bytes, attempt: 0, dueAt: now })
