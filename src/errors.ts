@@ -63,7 +63,8 @@ export const notFound = (what: string): ApiError => new ApiError(404, 'NOT_FOUND
 
 export const sandboxesOff = (): ApiError => new ApiError(404, 'NOT_FOUND', 'Sandboxes are off on this instance (SANDBOXES=on turns them on).')
 
-export const sandboxLimitReached = (): ApiError => new ApiError(507, 'STORE_FULL', 'As many sandboxes as the service allows exist; delete one first.')
+export const sandboxLimitReached = (limit: number): ApiError => new ApiError(507, 'STORE_FULL',
+  `All ${limit} sandboxes that SANDBOX_LIMIT allows exist; delete one (or wait for one to idle out after SANDBOX_IDLE_SECONDS), or raise SANDBOX_LIMIT.`)
 
 export const preconditionFailed = (): ApiError =>
   new ApiError(412, 'PRECONDITION_FAILED', 'The item has changed since you read it; read it again and retry.')

@@ -881,7 +881,7 @@ export interface operations {
                     /**
                      * @example {
                      *       "code": "STORE_FULL",
-                     *       "message": "As many sandboxes as the service allows exist; delete one first."
+                     *       "message": "All 100 sandboxes that SANDBOX_LIMIT allows exist; delete one (or wait for one to idle out after SANDBOX_IDLE_SECONDS), or raise SANDBOX_LIMIT."
                      *     }
                      */
                     "application/json": components["schemas"]["ErrorResponse"];

@@ -6,7 +6,7 @@ import type { DestinationStream } from 'pino'
 import type { HashingProcess } from '../auth/hashing-process.js'
 import { type AppSettings, withDefaults } from '../config/config.js'
 import { connectionLimits } from '../config/connection-limits.js'
-import { handleClientError, handleError } from '../plugins/app/errors.js'
+import { contractedAnswers } from '../plugins/app/errors.js'
 import type { Subscribers } from '../plugins/app/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Tracing } from '../plugins/external/tracing.js'
@@ -75,14 +75,7 @@ export async function buildApp (settings: AppSettings = {}, options: BuildAppOpt
     ...connectionLimits(config.requestTimeoutMs),
     // While closing, in-flight and kept-alive requests are still served; readiness reports the draining.
     return503OnClosing: false,
-    // A malformed URL goes through the one error handler like every other error.
-    frameworkErrors: handleError,
-    clientErrorHandler: handleClientError,
-    // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an
-    // undeclared 414 past 100 characters). Node's header limit (16 KiB) bounds the whole URL anyway.
-    routerOptions: { maxParamLength: 16_384 },
-    // Only what the contract declares is served: no HEAD twin of every GET.
-    exposeHeadRoutes: false,
+    ...contractedAnswers,
     // Behind a balancer, the client's address (request.ip, which rate limits key on) comes from X-Forwarded-For
     // only when the operator says the proxy is trusted.
     trustProxy: config.trustProxy,

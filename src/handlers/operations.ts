@@ -123,7 +123,7 @@ async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: S
 export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
   const sandboxes = sandboxesOf(request)
   const sandbox = await sandboxes.create(request.body)
-  if (sandbox === undefined) throw sandboxLimitReached()
+  if (sandbox === undefined) throw sandboxLimitReached(sandboxes.settings.limit)
   await seeded(request, sandboxes, sandbox, request.body, 'create')
   request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
   return await reply.code(201).send(sandboxBody(sandboxes, sandbox))

@@ -116,6 +116,20 @@ export function handleClientError (error: Error & { code?: string }, socket: Soc
   socket.destroySoon()
 }
 
+/**
+ * The server options by which only what a contract declares leaves a server, on the API's port and the operations
+ * port alike: Fastify's own errors in the contract's shapes, and no answer the contracts do not declare.
+ */
+export const contractedAnswers = {
+  frameworkErrors: handleError,
+  clientErrorHandler: handleClientError,
+  // A path parameter of any length reaches validation, which answers the contract's 400 (Fastify would send an
+  // undeclared 414 past 100 characters). Node's header limit bounds the whole URL anyway.
+  routerOptions: { maxParamLength: 16_384 },
+  // Only what the contract declares is served: no HEAD twin of every GET.
+  exposeHeadRoutes: false
+} as const
+
 /** Turns every error, and every unknown route, into the contract's ErrorResponse and ValidationErrorResponse shapes. */
 async function errorsPlugin (app: FastifyInstance): Promise<void> {
   app.setErrorHandler(handleError)

@@ -11,7 +11,7 @@ import { generatedValidators, registerContractRoutes } from '../../pipeline/inde
 import { contractSerializers } from '../../domain/serialized.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { subscriberName, type Subscription } from '../../webhooks/subscriptions.js'
-import errorsPlugin, { handleClientError, handleError } from './errors.js'
+import errorsPlugin, { contractedAnswers } from './errors.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -44,11 +44,9 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     loggerInstance: app.log.child({ api: 'operations' }),
     // Unique across instances and restarts, as the public API's: an audit line names its request alone.
     genReqId: () => randomUuid(),
-    exposeHeadRoutes: false,
     bodyLimit: BODY_LIMIT_BYTES,
     ...connectionLimits(options.requestTimeoutMs),
-    frameworkErrors: handleError,
-    clientErrorHandler: handleClientError
+    ...contractedAnswers
   })
   server.decorate('metrics', app.metrics)
   server.decorate('store', app.store)

@@ -129,7 +129,7 @@ onEachStore('at most SANDBOX_LIMIT exist at once: one more is 507, until one is 
   const kept = await create()
   await create()
   t.same(await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {}),
-    { status: 507, json: { code: 'STORE_FULL', message: 'As many sandboxes as the service allows exist; delete one first.' } })
+    { status: 507, json: { code: 'STORE_FULL', message: 'All 2 sandboxes that SANDBOX_LIMIT allows exist; delete one (or wait for one to idle out after SANDBOX_IDLE_SECONDS), or raise SANDBOX_LIMIT.' } })
   t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', kept.base)).status, 204)
   t.ok(await create(), 'one deleted makes room for the next')
 })
