@@ -6,7 +6,7 @@ import runtime0 from 'ajv/dist/runtime/ucs2length.js'
 export const registerUser_body: ValidateFunction = validate52;
 const schema19 = {"$ref":"RegisterRequest"};
 const schema20 = {"$id":"RegisterRequest","type":"object","additionalProperties":false,"required":["email","password","firstName","lastName","role"],"properties":{"email":{"$ref":"Email"},"password":{"type":"string","minLength":8,"maxLength":128,"description":"Used as typed; never trimmed or case-folded."},"firstName":{"$ref":"PersonName"},"lastName":{"$ref":"PersonName"},"role":{"$ref":"Role"}}};
-const schema21 = {"$id":"Email","type":"string","format":"email","maxLength":254,"examples":["ada@example.com"]};
+const schema21 = {"$id":"Email","type":"string","format":"email","maxLength":254,"examples":["grace@example.com"]};
 const formats0 = /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/i;
 const func1 = runtime0.default;
 
@@ -58,7 +58,7 @@ return errors === 0;
 }
 validate54.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema22 = {"$id":"PersonName","type":"string","minLength":1,"maxLength":100,"examples":["Ada"]};
+const schema22 = {"$id":"PersonName","type":"string","minLength":1,"maxLength":100,"examples":["Grace"]};
 
 function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="PersonName" */;

@@ -266,7 +266,7 @@ const schema26 = {"$ref":"AuthResponse"};
 const schema27 = {"$id":"AuthResponse","type":"object","required":["accessToken","refreshToken","expiresIn","user"],"properties":{"accessToken":{"type":"string","description":"A JWT to send as `Authorization: Bearer <accessToken>`."},"refreshToken":{"type":"string","description":"An opaque, single-use token for `refreshTokens`."},"expiresIn":{"type":"integer","minimum":1,"description":"The access token's lifetime in seconds."},"user":{"$ref":"UserSummary"}}};
 const schema28 = {"$id":"UserSummary","type":"object","required":["id","email","firstName","lastName","role"],"properties":{"id":{"type":"string","format":"uuid"},"email":{"$ref":"Email"},"firstName":{"$ref":"PersonName"},"lastName":{"$ref":"PersonName"},"role":{"$ref":"Role"}}};
 const formats0 = /^(?:urn:uuid:)?[0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12}$/i;
-const schema29 = {"$id":"Email","type":"string","format":"email","maxLength":254,"examples":["ada@example.com"]};
+const schema29 = {"$id":"Email","type":"string","format":"email","maxLength":254,"examples":["grace@example.com"]};
 const formats2 = /^[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$/i;
 const func1 = runtime0.default;
 
@@ -318,7 +318,7 @@ return errors === 0;
 }
 validate67.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
-const schema30 = {"$id":"PersonName","type":"string","minLength":1,"maxLength":100,"examples":["Ada"]};
+const schema30 = {"$id":"PersonName","type":"string","minLength":1,"maxLength":100,"examples":["Grace"]};
 
 function validate69(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="PersonName" */;

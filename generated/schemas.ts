@@ -19,7 +19,7 @@ export const schemas = {
     "format": "email",
     "maxLength": 254,
     "examples": [
-      "ada@example.com"
+      "grace@example.com"
     ]
   },
   "PersonName": {
@@ -28,7 +28,7 @@ export const schemas = {
     "minLength": 1,
     "maxLength": 100,
     "examples": [
-      "Ada"
+      "Grace"
     ]
   },
   "ItemName": {

@@ -20,14 +20,11 @@ export interface Target {
   readonly dir: string
   /** Only these of its modules, when not all. */
   readonly only?: readonly string[]
-  /** Modules it has no use for, besides the official client's. */
-  readonly without?: readonly string[]
 }
 
 export const targets: readonly Target[] = [
   { contract: 'openapi.yaml', dir: 'generated/' },
-  // The operations API does not serve its contract.
-  { contract: 'ops/openapi.yaml', dir: 'generated/operations/', without: ['document.ts'] },
+  { contract: 'ops/openapi.yaml', dir: 'generated/operations/' },
   // The official client is packed from its own folder: the contract's types go with it.
   { contract: 'openapi.yaml', dir: 'clients/typescript/src/generated/', only: ['openapi.ts', 'resources.ts'] },
   // And the operations API's types, for its sandboxes (clients/typescript/src/sandboxes.ts).
@@ -56,7 +53,7 @@ const generated = new Map<string, Promise<GeneratedFile[]>>()
 export async function generate (target: Target): Promise<GeneratedFile[]> {
   const files = generated.get(target.contract) ?? generateAll(target)
   generated.set(target.contract, files)
-  return (await files).filter((file) => target.only?.includes(file.path) ?? (!CLIENT_ONLY.has(file.path) && target.without?.includes(file.path) !== true))
+  return (await files).filter((file) => target.only?.includes(file.path) ?? !CLIENT_ONLY.has(file.path))
 }
 
 async function generateAll (target: Target): Promise<GeneratedFile[]> {

@@ -144,7 +144,7 @@ await app.close()
 })
 
 t.test('compose.yaml runs three instances on Redis, named only by variables the service reads, and Prometheus scrapes them', async (t) => {
-  type Service = { environment?: Record<string, string> }
+  type Service = { environment?: Record<string, string>, stop_grace_period?: string }
   const compose = parse(await readFile('compose.yaml', 'utf8'), { merge: true }) as { services: Record<string, Service> }
   const known = new Set(Object.keys(environmentSchema.properties))
   const instances = Object.entries(compose.services).filter(([name]) => name.startsWith('items-'))
@@ -153,6 +153,8 @@ t.test('compose.yaml runs three instances on Redis, named only by variables the 
     t.same(Object.keys(service.environment ?? {}).filter((variable) => !known.has(variable)), [], `${name} names no unknown variable`)
     t.match(service.environment, { STORE: 'redis', NODE_ENV: 'production' }, `${name} shares the catalogue on Redis`)
     t.match(service.environment, { OPS_HOST: '0.0.0.0', OPS_TOKEN: /^\$\{OPS_TOKEN:\?/ }, `${name}'s operations port, open to the network, takes a token from the environment`)
+    const graceSeconds = Number(/^(\d+)s$/.exec(service.stop_grace_period ?? '')?.[1] ?? 10)
+    t.ok(graceSeconds * 1000 > Number(service.environment?.SHUTDOWN_TIMEOUT_MS), `${name} is given longer to stop (${graceSeconds} s) than its SHUTDOWN_TIMEOUT_MS, so it drains before it is killed`)
   }
   t.ok(compose.services.redis, 'with Redis')
   const servers = Object.entries(compose.services as Record<string, { command?: string[] }>).filter(([name]) => /^redis(-replica-\d)?$/.test(name))

@@ -15,14 +15,17 @@ import { HANG_MS } from './support/wait.js'
 const WORKERS = 16
 const ITEMS_EACH = 3
 
-/** The variables the recipe's command sets, as written in docs/testing.md. */
-function recipeEnvironment (): Record<string, string> {
+/** The variables the command of docs/testing.md's `heading` sets (the rig's recipe by default), as written there. */
+function recipeEnvironment (heading = "### A test rig's settings"): Record<string, string> {
   const docs = readFileSync('docs/testing.md', 'utf8')
-  const section = docs.slice(docs.indexOf("### A test rig's settings"))
+  const section = docs.slice(docs.indexOf(heading))
   const command = /```sh\n([\s\S]*?)```/.exec(section)?.[1] ?? ''
   const started = command.slice(command.indexOf('&&') + 2).replace(/\\\n/g, ' ')
   return Object.fromEntries([...started.matchAll(/\b([A-Z_]+)=(\S+)/g)].map(([, name, value]) => [name!, value!]))
 }
+
+// The heading of docs/testing.md whose command starts a rig's server with sandboxes.
+const SANDBOX_RIG = '### Sandboxes: a catalogue per worker'
 
 /** A JSON request as a worker sends it, with its access token when given; the answer's status and body. */
 async function send (url: string, init: RequestInit & { token?: string } = {}): Promise<{ status: number, body: unknown }> {
@@ -119,7 +122,9 @@ async function sandboxRig (t: Test, servers: Server[]): Promise<number> {
 t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exact unfiltered totals, the events they caused (listed, and delivered signed to their own receiver) and an expiry made by the clock', async (t) => {
   // On the memory store, whatever the run's store: Redis's follows.
   const began = performance.now()
-  const server = await start({ ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'memory' })
+  const recipe = recipeEnvironment(SANDBOX_RIG)
+  t.match(recipe, { NODE_ENV: 'test', RATE_LIMIT: 'off', PASSWORD_HASH_MEMORY_KIB: '8', PASSWORD_HASH_PASSES: '1', SANDBOXES: 'on', OPS_PORT: '9464' }, 'the sandbox rig\'s command says its settings')
+  const server = await start({ ...recipe, OPS_PORT: '0', STORE: 'memory' })
   t.teardown(() => { server.process.kill('SIGKILL') })
   const readyMs = performance.now() - began
   const ranMs = await sandboxRig(t, [server])
@@ -127,7 +132,7 @@ t.test('the rig on sandboxes: 16 workers, each in a sandbox of its own, see exac
 })
 
 t.test('the rig on sandboxes on Redis, two instances started from the recipe sharing them: each worker makes its sandbox and names its receiver on one and uses it on the other', { skip: await redisSkip() }, async (t) => {
-  const environment = { ...recipeEnvironment(), OPS_PORT: '0', SANDBOXES: 'on', STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix(t), JWT_SECRET: randomBytes(32).toString('base64') }
+  const environment = { ...recipeEnvironment(SANDBOX_RIG), OPS_PORT: '0', STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix(t), JWT_SECRET: randomBytes(32).toString('base64') }
   const servers = await Promise.all([start(environment), start(environment)])
   t.teardown(() => { for (const server of servers) server.process.kill('SIGKILL') })
   const ranMs = await sandboxRig(t, servers)

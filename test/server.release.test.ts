@@ -14,7 +14,7 @@ t.test('npm start builds only what changed, and stopping its process (or npm run
   t.teardown(async () => { await rm(copy, { recursive: true, force: true }) })
   for (const entry of ['package.json', 'tsconfig.json', 'openapi.yaml', 'src', 'generated']) await cp(entry, join(copy, entry), { recursive: true })
   await symlink(join(process.cwd(), 'node_modules'), join(copy, 'node_modules'))
-  const npmStart = async (command: readonly string[] = ['start']): Promise<{ child: ChildProcess, url: string }> => {
+  const npmStart = async (command: readonly string[] = ['start']): Promise<{ child: ChildProcess, url: string, output: () => string }> => {
     const child = spawn('npm', command, { cwd: copy, env: { ...process.env, ...testEnvironment(), PORT: '0', LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] })
     t.teardown(() => { child.kill('SIGKILL') })
     let output = ''
@@ -27,7 +27,7 @@ t.test('npm start builds only what changed, and stopping its process (or npm run
       })
       child.once('exit', (code) => { reject(new Error(`npm ${command.join(' ')} exited with ${code}: ${output}`)) })
     })
-    return { child, url }
+    return { child, url, output: () => output }
   }
   const stopped = async ({ child, url }: { child: ChildProcess, url: string }): Promise<void> => {
     const exited = once(child, 'exit')
@@ -37,6 +37,7 @@ t.test('npm start builds only what changed, and stopping its process (or npm run
   }
   const built = async (): Promise<Map<string, number>> => new Map(await Promise.all((await readdir(join(copy, 'dist'), { recursive: true })).map(async (file) => [file, (await stat(join(copy, 'dist', file))).mtimeMs] as const)))
   const first = await npmStart()
+  t.match(first.output(), /^npm start: compiling into dist\/ what changed since the last build[^\n]*\n[\s\S]*Server listening/m, 'says what it does before it builds')
   t.equal((await fetch(`${first.url}/health/live`)).status, 200, 'serves')
   await stopped(first)
   const afterFirst = await built()

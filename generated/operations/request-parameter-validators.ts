@@ -511,8 +511,8 @@ return errors === 0;
 }
 validate54.evaluated = {"props":{"accountId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandbox_params: ValidateFunction = validate55;
-const schema22 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+export const listSandboxes_querystring: ValidateFunction = validate55;
+const schema22 = {"type":"object","properties":{"limit":{"type":"integer","minimum":1,"maximum":100,"default":50,"x-finite":true},"after":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":[],"x-decimal":{"limit":"integer"}};
 
 function validate55(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -525,8 +525,11 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sandboxId === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(data.limit === undefined){
+data.limit = 50;
+}
+if(typeof data["limit"] == "string" && !isNaN(data["limit"]) && !pattern3.test(data["limit"])){
+const err0 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "limit"},message:"must be a number written in decimal digits"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -535,20 +538,17 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.sandboxId !== undefined){
-let data0 = data.sandboxId;
-if(typeof data0 !== "string"){
+let data0 = data.limit;
+if(!(((typeof data0 == "number") && (!(data0 % 1) && !isNaN(data0))) && (isFinite(data0)))){
 let dataType0 = typeof data0;
 let coerced0 = undefined;
 if(!(coerced0 !== undefined)){
-if(dataType0 == "number" || dataType0 == "boolean"){
-coerced0 = "" + data0;
-}
-else if(data0 === null){
-coerced0 = "";
+if(dataType0 === "boolean" || data0 === null
+              || (dataType0 === "string" && data0 && data0 == +data0 && !(data0 % 1))){
+coerced0 = +data0;
 }
 else {
-const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err1 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -561,16 +561,12 @@ errors++;
 if(coerced0 !== undefined){
 data0 = coerced0;
 if(data !== undefined){
-data["sandboxId"] = coerced0;
+data["limit"] = coerced0;
 }
 }
 }
-if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
-data["sandboxId"] = data0.slice(-36).toLowerCase();
-}
-if(typeof data0 === "string"){
-if(!(formats2.test(data0))){
-const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(typeof data0 == "number" && !isFinite(data0)){
+const err2 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -579,11 +575,9 @@ vErrors.push(err2);
 }
 errors++;
 }
-}
-}
-}
-else {
-const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if((typeof data0 == "number") && (isFinite(data0))){
+if(data0 > 100 || isNaN(data0)){
+const err3 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 100},message:"must be <= 100"};
 if(vErrors === null){
 vErrors = [err3];
 }
@@ -592,12 +586,80 @@ vErrors.push(err3);
 }
 errors++;
 }
+if(data0 < 1 || isNaN(data0)){
+const err4 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(data.after !== undefined){
+let data1 = data.after;
+if(typeof data1 !== "string"){
+let dataType1 = typeof data1;
+let coerced1 = undefined;
+if(!(coerced1 !== undefined)){
+if(dataType1 == "number" || dataType1 == "boolean"){
+coerced1 = "" + data1;
+}
+else if(data1 === null){
+coerced1 = "";
+}
+else {
+const err5 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+if(coerced1 !== undefined){
+data1 = coerced1;
+if(data !== undefined){
+data["after"] = coerced1;
+}
+}
+}
+if(typeof data1 == "string" && data1.length >= 36 && data !== undefined){
+data["after"] = data1.slice(-36).toLowerCase();
+}
+if(typeof data1 === "string"){
+if(!(formats2.test(data1))){
+const err6 = {instancePath:instancePath+"/after",schemaPath:"#/properties/after/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err7 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
 validate55.errors = vErrors;
 return errors === 0;
 }
-validate55.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+validate55.evaluated = {"props":{"limit":true,"after":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listSandboxEvents_params: ValidateFunction = validate56;
+export const deleteSandbox_params: ValidateFunction = validate56;
 const schema23 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate56(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -683,13 +745,99 @@ return errors === 0;
 }
 validate56.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const listSandboxEvents_querystring: ValidateFunction = validate57;
-const schema24 = {"type":"object","properties":{"after":{"type":"integer","minimum":0,"default":0,"x-finite":true},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true}},"required":[],"x-decimal":{"after":"integer","limit":"integer"}};
+export const listSandboxEvents_params: ValidateFunction = validate57;
+const schema24 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
 const evaluated0 = validate57.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate57.errors = vErrors;
+return errors === 0;
+}
+validate57.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const listSandboxEvents_querystring: ValidateFunction = validate58;
+const schema25 = {"type":"object","properties":{"after":{"type":"integer","minimum":0,"default":0,"x-finite":true},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true}},"required":[],"x-decimal":{"after":"integer","limit":"integer"}};
+
+function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate58.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -842,98 +990,12 @@ vErrors.push(err9);
 }
 errors++;
 }
-validate57.errors = vErrors;
-return errors === 0;
-}
-validate57.evaluated = {"props":{"after":true,"limit":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_params: ValidateFunction = validate58;
-const schema25 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
-
-function validate58(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate58.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sandboxId === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.sandboxId !== undefined){
-let data0 = data.sandboxId;
-if(typeof data0 !== "string"){
-let dataType0 = typeof data0;
-let coerced0 = undefined;
-if(!(coerced0 !== undefined)){
-if(dataType0 == "number" || dataType0 == "boolean"){
-coerced0 = "" + data0;
-}
-else if(data0 === null){
-coerced0 = "";
-}
-else {
-const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(coerced0 !== undefined){
-data0 = coerced0;
-if(data !== undefined){
-data["sandboxId"] = coerced0;
-}
-}
-}
-if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
-data["sandboxId"] = data0.slice(-36).toLowerCase();
-}
-if(typeof data0 === "string"){
-if(!(formats2.test(data0))){
-const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
 validate58.errors = vErrors;
 return errors === 0;
 }
-validate58.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+validate58.evaluated = {"props":{"after":true,"limit":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_params: ValidateFunction = validate59;
+export const resetSandbox_params: ValidateFunction = validate59;
 const schema26 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1019,7 +1081,7 @@ return errors === 0;
 }
 validate59.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_params: ValidateFunction = validate60;
+export const setSandboxWebhook_params: ValidateFunction = validate60;
 const schema27 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1105,7 +1167,7 @@ return errors === 0;
 }
 validate60.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_params: ValidateFunction = validate61;
+export const deleteSandboxWebhook_params: ValidateFunction = validate61;
 const schema28 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1190,4 +1252,90 @@ validate61.errors = vErrors;
 return errors === 0;
 }
 validate61.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_params: ValidateFunction = validate62;
+const schema29 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate62.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate62.errors = vErrors;
+return errors === 0;
+}
+validate62.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 

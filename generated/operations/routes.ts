@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'setSandboxWebhook' | 'deleteSandboxWebhook' | 'advanceSandboxClock'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'listSandboxes' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'setSandboxWebhook' | 'deleteSandboxWebhook' | 'advanceSandboxClock'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -55,6 +55,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   redeliverDeadLetters: never
   listAccounts: 'limit'
   removeAccount: never
+  listSandboxes: 'limit'
   createSandbox: never
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
@@ -323,6 +324,65 @@ export const routes: readonly RouteDefinition[] = [
         "required": [
           "accountId"
         ]
+      }
+    }
+  },
+  {
+    "operationId": "listSandboxes",
+    "method": "GET",
+    "url": "/sandboxes",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404",
+      "500",
+      "503"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "SandboxList"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": 50
+          },
+          "after": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": []
       }
     }
   },

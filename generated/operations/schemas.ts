@@ -34,6 +34,74 @@ export const schemas = {
       }
     }
   },
+  "SandboxList": {
+    "$id": "SandboxList",
+    "type": "object",
+    "required": [
+      "sandboxes",
+      "total",
+      "limit"
+    ],
+    "properties": {
+      "sandboxes": {
+        "type": "array",
+        "items": {
+          "$ref": "SandboxSummary"
+        }
+      },
+      "total": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "How many sandboxes exist."
+      },
+      "limit": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "How many may exist at once (`SANDBOX_LIMIT`)."
+      },
+      "next": {
+        "type": "string",
+        "format": "uuid",
+        "description": "Present when more sandboxes follow this page; pass it as `after` for the next."
+      }
+    }
+  },
+  "SandboxSummary": {
+    "$id": "SandboxSummary",
+    "type": "object",
+    "required": [
+      "id",
+      "lastUsedAt",
+      "heldBytes",
+      "capacityBytes"
+    ],
+    "properties": {
+      "id": {
+        "type": "string",
+        "format": "uuid"
+      },
+      "createdAt": {
+        "type": "string",
+        "format": "date-time",
+        "description": "When it was made; absent for one made by an instance that did not note it (before 1.2.0)."
+      },
+      "lastUsedAt": {
+        "type": "string",
+        "format": "date-time",
+        "description": "When a request last used it; it is deleted once unused for `SANDBOX_IDLE_SECONDS`."
+      },
+      "heldBytes": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "What its accounts make it keep, in bytes as the store holds them."
+      },
+      "capacityBytes": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "What it keeps at most for its accounts (`SANDBOX_CAPACITY_KIB`)."
+      }
+    }
+  },
   "SandboxFixtures": {
     "$id": "SandboxFixtures",
     "type": "object",

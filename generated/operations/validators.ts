@@ -30,6 +30,9 @@ export const validators = {
   removeAccount: {
     params: parameters.removeAccount_params
   },
+  listSandboxes: {
+    querystring: parameters.listSandboxes_querystring
+  },
   createSandbox: {
     body: bodies.createSandbox_body
   },

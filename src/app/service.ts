@@ -1,4 +1,5 @@
 import type { FastifyInstance } from 'fastify'
+import { contractDocument } from '../../generated/document.js'
 import type { HashingProcess } from '../auth/hashing-process.js'
 import type { AppConfig } from '../config/config.js'
 import { handlers } from '../handlers/index.js'
@@ -15,7 +16,7 @@ import sandboxesPlugin, { type SandboxRouting } from '../plugins/app/sandboxes.j
 import storePlugin from '../plugins/app/store.js'
 import webhooksPlugin from '../plugins/app/webhooks.js'
 import corsPlugin from '../plugins/external/cors.js'
-import docsPlugin from '../plugins/external/docs.js'
+import docsPlugin, { apiServers } from '../plugins/external/docs.js'
 import tracingPlugin, { type Tracing } from '../plugins/external/tracing.js'
 import underPressurePlugin from '../plugins/external/under-pressure.js'
 import type { Store } from '../store/store.js'
@@ -76,7 +77,7 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(webhooksPlugin, { config: config.webhooks })
   await app.register(authPlugin, { ...config, hashingProcess: options.hashingProcess })
   await app.register(seedPlugin, { file: config.seedFile })
-  await app.register(docsPlugin)
+  await app.register(docsPlugin, { document: contractDocument, servers: apiServers({ sandboxes: config.sandboxes !== undefined }) })
   await app.register(routesPlugin, { handlers, config, metricsExposed: config.operations !== undefined })
   if (config.operations !== undefined) {
     await app.register(operationsPlugin, { ...config.operations, subscriptions: config.webhooks.subscriptions, requestTimeoutMs: config.requestTimeoutMs })

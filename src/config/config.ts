@@ -3,7 +3,7 @@ import { Ajv, type ErrorObject } from 'ajv'
 import { OWASP_HASH_COST, type PasswordHashCost } from '../auth/hash-cost.js'
 import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from '../runtime/plain-object.js'
-import { ConfigError, delays, origins, proxies, redisUrl, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './values.js'
+import { ConfigError, delays, origins, proxies, redisUrl, secrets, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './values.js'
 import type { CapacitySettings } from '../store/capacity.js'
 import type { RedisSentinel } from '../store/redis/connection.js'
 import type { SandboxBounds } from '../store/sandboxes.js'
@@ -62,6 +62,8 @@ export interface AppConfig {
     secret: string
     /** True when no JWT_SECRET was given and a random one was made for this process. */
     secretGenerated: boolean
+    /** Secrets that verify access tokens beside `secret`, and never sign (JWT_VERIFY_SECRETS). */
+    verifySecrets: readonly string[]
     accessTokenTtlSeconds: number
     issuer: string
     audience: string
@@ -225,6 +227,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),
       secretGenerated: jwtSecret === undefined,
+      verifySecrets: env.JWT_VERIFY_SECRETS === undefined ? [] : secrets(env.JWT_VERIFY_SECRETS, 'JWT_VERIFY_SECRETS'),
       accessTokenTtlSeconds: env.ACCESS_TOKEN_TTL_SECONDS,
       issuer: 'items-service',
       audience: 'items-service'

@@ -1,6 +1,6 @@
 // Every environment variable the service reads, said once: its type, default, bounds and meaning. loadConfig
 // validates the environment against this schema (with Ajv), the Environment type is derived from it, and the
-// README's configuration table is written from it (npm run docs:config; a test checks the README is current).
+// configuration table (docs/configuration.md) is written from it (npm run docs:config; a test checks the page is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
 import { OWASP_HASH_COST } from '../auth/hash-cost.js'
 import { IDEMPOTENCY_KEY_DEFAULTS } from '../store/rules.js'
@@ -9,7 +9,7 @@ interface Variable {
   readonly description: string
   /** The name this variable had before; read when the new one is unset, with a one-line deprecation warning. */
   readonly replaces?: string
-  /** How the README shows a default that is not a plain value (one derived at run time). */
+  /** How docs/configuration.md shows a default that is not a plain value (one derived at run time). */
   readonly defaultShown?: string
 }
 
@@ -69,6 +69,10 @@ export const variables = {
     minLength: 32,
     defaultShown: 'random per process',
     description: 'HS256 signing secret, at least 32 characters. When unset outside production a random one is made and a warning logged: tokens then do not survive a restart.'
+  },
+  JWT_VERIFY_SECRETS: {
+    type: 'string',
+    description: 'Secrets that verify access tokens beside `JWT_SECRET` and never sign, comma-separated, each at least 32 characters: a rotation\'s next secret before the instances sign with it, then its previous one until the tokens it signed have lapsed (`ACCESS_TOKEN_TTL_SECONDS`; docs/operations.md, "Rotating JWT_SECRET").'
   },
   ACCESS_TOKEN_TTL_SECONDS: { type: 'integer', minimum: 1, default: 900, replaces: 'ACCESS_TOKEN_TTL', description: 'Access token lifetime (reported as `expiresIn`).' },
   REFRESH_TOKEN_TTL_SECONDS: { type: 'integer', minimum: 1, default: 604800, replaces: 'REFRESH_TOKEN_TTL', description: 'Absolute session lifetime (7 days); refreshing does not extend it.' },
@@ -247,7 +251,7 @@ export const variables = {
     type: 'string',
     description: 'Browser origins allowed to call the API, comma-separated, as a browser sends them (`http://localhost:5173,https://app.example.com`). Unset, CORS is off and a preflight is a 404.'
   },
-  SEED_FILE: { type: 'string', minLength: 1, description: 'A JSON file of users and items loaded before the server is ready (README, "Fixtures"). Refused when `NODE_ENV=production`.' },
+  SEED_FILE: { type: 'string', minLength: 1, description: 'A JSON file of users and items loaded before the server is ready (docs/testing.md, "Fixtures for integration tests"). Refused when `NODE_ENV=production`.' },
   SHUTDOWN_TIMEOUT_MS: {
     type: 'integer',
     minimum: 1,
@@ -305,7 +309,7 @@ export function invalidValue (name: VariableName, setAs: string, raw: string): s
   return `${setAs} must be at least ${String(variable.minLength)} characters long`
 }
 
-/** The README's configuration table, row by row from the schema. */
+/** docs/configuration.md's table, row by row from the schema. */
 export function configurationTable (): string {
   const rows = Object.entries<VariableSchema>(variables).map(([name, variable]) => {
     const shown = variable.defaultShown ?? ('default' in variable && variable.default !== undefined ? `\`${variable.default}\`` : 'none')

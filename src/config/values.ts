@@ -82,3 +82,10 @@ export const delays: Reader<number[]> = (raw, name) => {
   if (values.length > 0 && values.every((value) => /^\d{1,9}$/.test(value))) return values.map(Number)
   throw new ConfigError(`Invalid configuration: ${name} must be comma-separated whole milliseconds, got "${raw}"`)
 }
+
+// Signing secrets, comma-separated: each as long as JWT_SECRET must be.
+export const secrets: Reader<string[]> = (raw, name) => {
+  const listed = raw.split(',').map((secret) => secret.trim())
+  if (listed.every((secret) => secret.length >= 32)) return listed
+  throw new ConfigError(`Invalid configuration: ${name} must be comma-separated secrets of at least 32 characters each`)
+}

@@ -120,6 +120,22 @@ async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: S
   }
 }
 
+export const listSandboxes: OperationsHandler<'listSandboxes'> = async (request, reply) => {
+  const sandboxes = sandboxesOf(request)
+  const { limit, after } = request.query
+  const [page, total] = await Promise.all([sandboxes.list(after, limit), sandboxes.count()])
+  const { capacityBytes } = sandboxes.settings
+  const listed = page.sandboxes.map(({ id, createdAt, usedAt, heldBytes }) => ({
+    id,
+    ...(createdAt === undefined ? {} : { createdAt: new Date(createdAt).toISOString() }),
+    lastUsedAt: new Date(usedAt).toISOString(),
+    heldBytes,
+    capacityBytes
+  }))
+  const body = { sandboxes: listed, total, limit: sandboxes.settings.limit }
+  return await reply.code(200).send(page.next === undefined ? body : { ...body, next: page.next })
+}
+
 export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
   const sandboxes = sandboxesOf(request)
   const sandbox = await sandboxes.create(request.body)
@@ -182,5 +198,5 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
 
 /** Every operation of the operations API, by operationId. */
 export const operationsHandlers: OperationsHandlers = {
-  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, setSandboxWebhook, deleteSandboxWebhook, listSandboxEvents
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, listSandboxes, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, setSandboxWebhook, deleteSandboxWebhook, listSandboxEvents
 }

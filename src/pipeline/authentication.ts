@@ -86,8 +86,10 @@ function accessClaims (payload: Record<string, unknown>): VerifiedClaims | undef
 }
 
 interface BearerAuthOptions {
-  /** @fastify/jwt's signer and verifier, set up with the service's secret, algorithm, issuer and audience. */
-  readonly jwt: Pick<JWT, 'sign' | 'verify'>
+  /** @fastify/jwt's signer, set up with the service's secret, algorithm, issuer and audience. */
+  readonly jwt: Pick<JWT, 'sign'>
+  /** The payload of a token whose signature (by any secret that verifies), issuer and audience have passed. */
+  readonly verifyAccessToken: (token: string) => Record<string, unknown>
   readonly metrics: Metrics
   readonly accessTokenTtlSeconds: number
 }
@@ -96,7 +98,7 @@ interface BearerAuthOptions {
  * The `bearerAuth` scheme of openapi.yaml: rejects the request with 401 unless it carries a valid access token of a
  * live session, and sets `request.user` to the caller it speaks for.
  */
-export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthOptions): onRequestHookHandler {
+export function bearerAuth ({ jwt, verifyAccessToken, metrics, accessTokenTtlSeconds }: BearerAuthOptions): onRequestHookHandler {
   // Revocation is still checked on every request, against the session: the cache only skips the signature. Every
   // token this service signs has the same length (uuids, and times of ten digits until 2286); a longer one was not
   // issued by it, and is refused before it is verified or kept.
@@ -107,13 +109,13 @@ export function bearerAuth ({ jwt, metrics, accessTokenTtlSeconds }: BearerAuthO
     help: `Access tokens whose verification is kept (at most ${verifiedTokens.capacity}, of at most ${maxTokenLength} bytes each).`,
     collect () { this.set(verifiedTokens.size) }
   })
-  // app.jwt.verify with no per-call options reuses one prebuilt fast-jwt verifier; request.jwtVerify() would
-  // rebuild its options and run a callback chain on every request.
+  // app.jwt.verify with no per-call options (under verifyAccessToken) reuses one prebuilt fast-jwt verifier;
+  // request.jwtVerify() would rebuild its options and run a callback chain on every request.
   const verify = (token: string, header: string, connection: object, now: number): VerifiedClaims => {
     if (token.length > maxTokenLength) throw invalidToken()
     let claims: VerifiedClaims | undefined
     try {
-      claims = accessClaims(jwt.verify<Record<string, unknown>>(token))
+      claims = accessClaims(verifyAccessToken(token))
     } catch (error) {
       if ((error as { code?: string }).code === 'FAST_JWT_EXPIRED') throw tokenExpired()
       throw invalidToken()

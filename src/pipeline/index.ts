@@ -158,7 +158,7 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
     ['load shedding', loadShedding({ readings: { eventLoopDelayMs: app.eventLoopDelayMs, memoryUsage: app.memoryUsage }, limits: config, metrics: app.metrics, log: app.log })],
     ['limits by address', limits.byAddress],
     ['authentication', authentication({
-      bearerAuth: bearerAuth({ jwt: app.jwt, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
+      bearerAuth: bearerAuth({ jwt: app.jwt, verifyAccessToken: app.verifyAccessToken, metrics: app.metrics, accessTokenTtlSeconds: config.jwt.accessTokenTtlSeconds })
     })],
     ['role', roleGuard],
     ['limits by caller', limits.byCaller],

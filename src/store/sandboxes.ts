@@ -54,6 +54,24 @@ export interface Sandbox {
   readonly store: ServingStore
 }
 
+/** A sandbox as the operations API lists it. */
+export interface SandboxSummary {
+  /** Its id, in lower case. */
+  readonly id: string
+  /** When it was made (ms since the epoch); undefined where the store did not note it. */
+  readonly createdAt: number | undefined
+  /** When a request last used it (ms since the epoch). */
+  readonly usedAt: number
+  /** What its accounts make it keep, in bytes as the store holds them. */
+  readonly heldBytes: number
+}
+
+/** A page of sandboxes, by id: `next` is the last one's id when more follow. */
+export interface SandboxPage {
+  readonly sandboxes: readonly SandboxSummary[]
+  readonly next: string | undefined
+}
+
 /** A sandbox's clock as a move left it: its time (ms since the epoch) and how far it runs ahead of the service's. */
 export interface SandboxClockReading {
   readonly now: number
@@ -91,6 +109,8 @@ export interface Sandboxes {
   readonly settings: SandboxBounds
   /** How many exist now. */
   count: () => Promise<number>
+  /** Up to `limit` sandboxes, by id, those whose id sorts after `after` when it is given; none is noted as used. */
+  list: (after: string | undefined, limit: number) => Promise<SandboxPage>
   /** Makes an empty sandbox, to be seeded with `fixtures` (its caller's part); undefined when as many as the limit exist. */
   create: (fixtures: unknown) => Promise<Sandbox | undefined>
   /** The sandbox, noted as used now (its idle lifetime starts again); undefined when none. */

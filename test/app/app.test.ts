@@ -320,6 +320,16 @@ t.test('a request\'s logger writes its id on every line, its children\'s too, at
   ])
 })
 
+t.test('with SANDBOXES=on the served contract names a sandbox of the instance as its second server, as the contract does', async (t) => {
+  const api = await build(t, { SANDBOXES: 'on', OPS_PORT: String(await freePort()) })
+  const { servers } = parse(readFileSync('openapi.yaml', 'utf8')) as { servers: Array<{ variables?: unknown }> }
+  t.same((await api.app.inject({ method: 'GET', url: '/openapi.json' })).json().servers, [
+    { url: '/', description: 'The instance serving this document.' },
+    { url: '/sandboxes/{sandboxId}', description: 'A sandbox of the instance serving this document: create one on its operations API (`POST /sandboxes`), then put its id here.', variables: servers[1]?.variables }
+  ])
+  t.match((await api.app.inject({ method: 'GET', url: '/openapi.yaml' })).body, /servers:\n {2}- url: \/\n[\s\S]*- url: \/sandboxes\/\{sandboxId\}\n/, 'and in /openapi.yaml')
+})
+
 t.test('the contract is served as JSON and YAML, with Swagger UI at /docs', async (t) => {
   const api = await build(t)
   const json = await api.app.inject({ method: 'GET', url: '/openapi.json' })

@@ -239,6 +239,15 @@ t.test('CORS_ORIGINS: none by default, else origins as a browser sends them', as
   }
 })
 
+t.test('JWT_VERIFY_SECRETS: none by default, else secrets as long as JWT_SECRET must be', async (t) => {
+  t.same(loadConfig({}).jwt.verifySecrets, [])
+  const [one, two] = ['a'.repeat(32), 'b'.repeat(48)]
+  t.same(loadConfig({ JWT_VERIFY_SECRETS: `${one}, ${two}` }).jwt.verifySecrets, [one, two])
+  for (const value of ['short', `${one},`, '']) {
+    t.throws(() => loadConfig({ JWT_VERIFY_SECRETS: value }), { name: 'ConfigError', message: /^Invalid configuration: JWT_VERIFY_SECRETS must be comma-separated secrets of at least 32 characters each$/ }, value)
+  }
+})
+
 t.test('the operations API listens on loopback unless OPS_HOST says otherwise; elsewhere without OPS_TOKEN a production start stops', async (t) => {
   const token = 'an-operations-token-of-16+'
   t.equal(loadConfig({ OPS_PORT: '9464', HOST: '0.0.0.0' }).operations?.host, '127.0.0.1', 'not on HOST: loopback by default')
@@ -300,9 +309,9 @@ t.test('an integer setting is whole digits: nothing else passes for a number', a
   t.equal(loadConfig({ PORT: '0' }).port, 0)
 })
 
-t.test('the README\'s configuration table is the schema\'s (npm run docs:config writes it)', async (t) => {
+t.test('docs/configuration.md\'s table is the schema\'s (npm run docs:config writes it)', async (t) => {
   const { readFileSync } = await import('node:fs')
-  const { withCurrentTable, README } = await import('../../scripts/config-table.js')
-  const readme = readFileSync(README, 'utf8')
-  t.equal(readme, withCurrentTable(readme))
+  const { withCurrentTable, CONFIGURATION_PAGE } = await import('../../scripts/config-table.js')
+  const page = readFileSync(CONFIGURATION_PAGE, 'utf8')
+  t.equal(page, withCurrentTable(page))
 })

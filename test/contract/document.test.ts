@@ -102,3 +102,28 @@ t.test('the contracts lint clean under Spectral spectral:oas', async (t) => {
   const { stdout } = await run('npx', ['spectral', 'lint', '--format', 'json', '--quiet', ...contracts], { env: quiet })
   t.same(JSON.parse(stdout), [])
 })
+
+t.test('in Swagger UI, each response of both contracts reads in at most two lines, and the document opens in plain words', async (t) => {
+  interface Response { readonly description?: string }
+  interface Operation { readonly responses?: Record<string, Response> }
+  interface Document {
+    readonly info: { readonly description: string }
+    readonly paths: Record<string, Record<string, Operation>>
+    readonly webhooks?: Record<string, Record<string, Operation>>
+    readonly components: { readonly responses?: Record<string, Response> }
+  }
+  // Two lines of the width the contracts wrap at: a description is folded to its first line where it is longer.
+  const fitsTwoLines = (text: string): boolean => text.trim().split('\n').length <= 2 && text.length <= 240
+  for (const file of ['openapi.yaml', 'ops/openapi.yaml']) {
+    const document = parse(await readFile(file, 'utf8')) as Document
+    const responses = [
+      ...Object.entries(document.components.responses ?? {}),
+      ...[...Object.entries(document.paths), ...Object.entries(document.webhooks ?? {})].flatMap(([path, operations]) =>
+        Object.entries(operations).flatMap(([method, operation]) =>
+          Object.entries(operation.responses ?? {}).map(([status, response]) => [`${path} ${method} ${status}`, response] as const)))
+    ]
+    const long = responses.filter(([, response]) => !fitsTwoLines(response.description ?? '')).map(([where]) => where)
+    t.same(long, [], `${file}: every response's description fits two lines`)
+    t.notMatch(document.info.description, /x-roles|x-rate-limits|x-load-shedding|Structured Fields/, `${file}: the document's description names no extension, nor the headers' grammar`)
+  }
+})

@@ -67,7 +67,7 @@ function failingStore (error: Error): Store {
       }
     }),
     capacity: failing,
-    sandboxes: (settings) => ({ settings, count: failing, create: failing, use: failing, reset: failing, delete: failing, abandon: failing, deleteIdle: failing, advanceClock: failing, events: failing, setReceiver: failing, close: async () => {} }),
+    sandboxes: (settings) => ({ settings, count: failing, list: failing, create: failing, use: failing, reset: failing, delete: failing, abandon: failing, deleteIdle: failing, advanceClock: failing, events: failing, setReceiver: failing, close: async () => {} }),
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
       peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },
@@ -146,6 +146,7 @@ const validOperationsBodies: Record<OperationsOperationId, unknown> = {
   redeliverDeadLetters: {},
   listAccounts: undefined,
   removeAccount: undefined,
+  listSandboxes: undefined,
   createSandbox: {},
   deleteSandbox: undefined,
   listSandboxEvents: undefined,

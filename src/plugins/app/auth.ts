@@ -1,4 +1,5 @@
 import fastifyJwt from '@fastify/jwt'
+import { createVerifier } from 'fast-jwt'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { HashingProcess } from '../../auth/hashing-process.js'
@@ -22,6 +23,11 @@ declare module 'fastify' {
     registrations: PerKeyQueue
     /** Issues, refreshes and revokes token pairs (the sessions they belong to are in the request's `store.sessions`). */
     tokens: Tokens
+    /**
+     * The payload of an access token signed with JWT_SECRET or one of JWT_VERIFY_SECRETS, its issuer, audience and
+     * times checked; throws fast-jwt's error otherwise.
+     */
+    verifyAccessToken: (token: string) => Record<string, unknown>
   }
 }
 
@@ -54,22 +60,43 @@ function signInQueueObserver (app: FastifyInstance, maxWaiting: number): QueueOb
   }
 }
 
+const signatureFailed = (error: unknown): boolean => (error as { code?: string }).code === 'FAST_JWT_INVALID_SIGNATURE'
+
 /**
  * What accounts need: @fastify/jwt with the service's secret, algorithm, issuer and audience (`app.jwt`), the
  * password hasher, the token pairs and the sweep of ended sessions. The check of each request's access token is
  * the pipeline's authentication step (src/pipeline/authentication.ts).
  */
 async function authPlugin (app: FastifyInstance, options: AuthPluginOptions): Promise<void> {
-  const { secret, issuer, audience, accessTokenTtlSeconds } = options.jwt
+  const { secret, verifySecrets, issuer, audience, accessTokenTtlSeconds } = options.jwt
+  // Pinning the algorithm rejects `alg: none` and any other algorithm a forger puts in the header.
+  const verify = {
+    algorithms: ['HS256' as const],
+    allowedIss: issuer,
+    allowedAud: audience,
+    requiredClaims: ['exp', 'iat', 'sub', 'sid', 'jti', 'typ']
+  }
   await app.register(fastifyJwt, {
     secret,
     sign: { algorithm: 'HS256', iss: issuer, aud: audience, expiresIn: accessTokenTtlSeconds },
-    // Pinning the algorithm rejects `alg: none` and any other algorithm a forger puts in the header.
-    verify: {
-      algorithms: ['HS256'],
-      allowedIss: issuer,
-      allowedAud: audience,
-      requiredClaims: ['exp', 'iat', 'sub', 'sid', 'jti', 'typ']
+    verify
+  })
+  // A token of another secret is tried against them only once the signing secret's signature failed: a rotation
+  // costs nothing to the tokens of the secret that signs.
+  const otherVerifiers = verifySecrets.map((key) => createVerifier({ key, ...verify }))
+  app.decorate('verifyAccessToken', (token: string): Record<string, unknown> => {
+    try {
+      return app.jwt.verify<Record<string, unknown>>(token)
+    } catch (error) {
+      if (!signatureFailed(error)) throw error
+      for (const other of otherVerifiers) {
+        try {
+          return other(token)
+        } catch (otherError) {
+          if (!signatureFailed(otherError)) throw otherError
+        }
+      }
+      throw error
     }
   })
 

@@ -1,5 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { contractDocument } from '../../../generated/operations/document.js'
 import { routes } from '../../../generated/operations/routes.js'
 import { schemas } from '../../../generated/operations/schemas.js'
 import { operationValidators } from '../../../generated/operations/validators.js'
@@ -11,6 +12,7 @@ import { generatedValidators, registerContractRoutes } from '../../pipeline/inde
 import { contractSerializers } from '../../domain/serialized.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { subscriberName, type Subscription } from '../../webhooks/subscriptions.js'
+import docsPlugin from '../external/docs.js'
 import errorsPlugin, { contractedAnswers } from './errors.js'
 
 declare module 'fastify' {
@@ -55,6 +57,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('seedStore', app.seedStore)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
+  const guard = opsToken(options.token)
   // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
   // none is deprecated or limited, and none is shed, so that an overloaded instance can still be looked into.
   await registerContractRoutes(server, {
@@ -62,8 +65,10 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
     validators: generatedValidators(routes, operationValidators),
     serializer: operationsSerializer,
     handlers: operationsHandlers,
-    pipeline: [['authentication', authentication({ opsToken: opsToken(options.token) })]]
+    pipeline: [['authentication', authentication({ opsToken: guard })]]
   })
+  // Its contract and Swagger UI, as the public API serves its own, under the same token as its operations.
+  await server.register(docsPlugin, { document: contractDocument, servers: [{ url: '/', description: 'The operations API of the instance serving this document.' }], guard })
   app.addHook('onReady', async () => {
     try {
       await server.listen({

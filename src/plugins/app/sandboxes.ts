@@ -71,6 +71,17 @@ async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, 
   const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
   const sandboxes = app.store.sandboxes?.(bounds, store, receivers) ?? new MemorySandboxes(bounds, store, receivers)
   app.decorate('sandboxes', sandboxes)
+  app.metrics.gauge<'state'>({
+    name: 'items_service_sandboxes',
+    help: 'Sandboxes, by state: live (that exist; on Redis, every instance\'s) and limit (SANDBOX_LIMIT: one more is refused with 507).',
+    labelNames: ['state'],
+    async collect () {
+      this.set({ state: 'limit' }, bounds.limit)
+      // While the store is unreachable, the last figure stays.
+      const live = await sandboxes.count().catch(() => undefined)
+      if (live !== undefined) this.set({ state: 'live' }, live)
+    }
+  })
   app.addHook('onRequest', (request, reply, done) => {
     const id = routing.routedInto(request.raw)
     if (id === undefined) {

@@ -2,7 +2,7 @@ import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
 import {
   KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
-  type SandboxClockReading, type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
+  type SandboxClockReading, type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 
 /** The events of one sandbox in the order they were recorded, the newest SANDBOX_EVENTS (and SANDBOX_EVENT_BYTES) of them. */
@@ -49,6 +49,8 @@ interface Kept extends Sandbox {
   readonly clock: SandboxClock
   readonly events: SandboxEvents
   readonly fixtures: unknown
+  /** When it was made (ms since the epoch); a reset keeps it. */
+  readonly createdAt: number
   receiver: SandboxReceiver | undefined
   /** When a request last used it (ms since the epoch). */
   usedAt: number
@@ -72,9 +74,16 @@ export class MemorySandboxes implements Sandboxes {
     return this.#byId.size
   }
 
+  async list (after: string | undefined, limit: number): Promise<SandboxPage> {
+    const ids = [...this.#byId.keys()].filter((id) => after === undefined || id > after.toLowerCase()).sort()
+    const listed = ids.slice(0, limit).map((id) => this.#byId.get(id)!)
+    const sandboxes = await Promise.all(listed.map(async ({ id, createdAt, usedAt, store }) => ({ id, createdAt, usedAt, heldBytes: (await store.capacity()).heldBytes })))
+    return { sandboxes, next: ids.length > limit ? listed.at(-1)?.id : undefined }
+  }
+
   async create (fixtures: unknown): Promise<Sandbox | undefined> {
     if (this.#byId.size >= this.settings.limit) return undefined
-    const sandbox = this.#made(randomUuid(), fixtures)
+    const sandbox = this.#made(randomUuid(), fixtures, Date.now())
     this.#byId.set(sandbox.id, sandbox)
     return sandbox
   }
@@ -88,7 +97,7 @@ export class MemorySandboxes implements Sandboxes {
   async reset (id: string): Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined> {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return undefined
-    const emptied = this.#made(sandbox.id, sandbox.fixtures)
+    const emptied = this.#made(sandbox.id, sandbox.fixtures, sandbox.createdAt)
     this.#byId.set(sandbox.id, emptied)
     this.#deliver(emptied, sandbox.receiver)
     return { sandbox: emptied, fixtures: emptied.fixtures }
@@ -146,7 +155,7 @@ export class MemorySandboxes implements Sandboxes {
     return this.#byId.get(id.toLowerCase())
   }
 
-  #made (id: string, fixtures: unknown): Kept {
+  #made (id: string, fixtures: unknown, createdAt: number): Kept {
     const clock = new SandboxClock()
     const store = createMemoryStore({
       ...this.#store,
@@ -158,6 +167,6 @@ export class MemorySandboxes implements Sandboxes {
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event.body) })
-    return { id, store, clock, events, fixtures, receiver: undefined, usedAt: Date.now() }
+    return { id, store, clock, events, fixtures, createdAt, receiver: undefined, usedAt: Date.now() }
   }
 }

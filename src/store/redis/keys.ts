@@ -92,6 +92,8 @@ export interface RedisKeys {
   readonly sandboxFixtures: string
   /** Sorted set: sandbox ids, scored by when a request last used each (ms, Redis's clock). */
   readonly sandboxUse: string
+  /** Hash: sandbox id → when it was made (ms, Redis's clock). */
+  readonly sandboxCreated: string
   /**
    * Hash: sandbox id → its receiver as JSON ({ subscriber, url, secret }): where its events are delivered, as
    * `subscriber` of its outbox (a new one each time a receiver is set).
@@ -140,6 +142,7 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   sandboxes: `${prefix}sandboxes`,
   sandboxFixtures: `${prefix}sandbox-fixtures`,
   sandboxUse: `${prefix}sandbox-use`,
+  sandboxCreated: `${prefix}sandbox-created`,
   sandboxReceivers: `${prefix}sandbox-receivers`,
   sandboxReceiversVersion: `${prefix}sandbox-receivers-version`,
   sandboxLeftovers: `${prefix}sandbox-leftovers`,

@@ -4,7 +4,7 @@ import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import {
   type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
-  type SandboxEvent, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
+  type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
 import { setCapacity } from './capacity.js'
@@ -16,9 +16,9 @@ import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
 import { type RedisWrites, writeScript } from './writes.js'
 
-// KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers, sandboxReceivers and
-// sandboxReceiversVersion (keys.ts).
-const REGISTRY_KEYS = 6
+// KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers, sandboxReceivers,
+// sandboxReceiversVersion and sandboxCreated (keys.ts).
+const REGISTRY_KEYS = 7
 
 // What stands for the generation and the subscriber in the names of a generation's keys that a script names itself
 // (`named`), once it has read the generation: a script may use keys it is not given on one Redis server, which the
@@ -42,6 +42,7 @@ if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return refuse(0) end
 redis.call('HSET', KEYS[1], ARGV[1], '1 0')
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('HSET', KEYS[7], ARGV[1], now)
 return 1`)
   },
   // KEYS: sandboxes, sandboxUse. ARGV: sandbox id, now (ms). The sandbox's "<generation> <clock ahead>", noting it
@@ -84,6 +85,7 @@ if not entry then return refuse(false) end
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1])
 if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then redis.call('INCR', KEYS[6]) end
 local generation = tonumber(string.match(entry, '^(%d+)'))
 redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
@@ -174,7 +176,7 @@ return listed`
   }
 } as const satisfies Record<string, Script>
 
-type RegistryKeys = [sandboxes: string, fixtures: string, use: string, leftovers: string, receivers: string, receiversVersion: string]
+type RegistryKeys = [sandboxes: string, fixtures: string, use: string, leftovers: string, receivers: string, receiversVersion: string, created: string]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
@@ -251,7 +253,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#connection = connection
     this.#writes = writes
     this.#keys = keys
-    this.#registry = [keys.sandboxes, keys.sandboxFixtures, keys.sandboxUse, keys.sandboxLeftovers, keys.sandboxReceivers, keys.sandboxReceiversVersion]
+    this.#registry = [keys.sandboxes, keys.sandboxFixtures, keys.sandboxUse, keys.sandboxLeftovers, keys.sandboxReceivers, keys.sandboxReceiversVersion, keys.sandboxCreated]
     this.#options = options
     this.#available = available
     this.#served = new FifoMap(bounds.limit)
@@ -264,6 +266,29 @@ export class RedisSandboxes implements Sandboxes {
 
   async count (): Promise<number> {
     return await call(this.#connection.redis.zcard(this.#keys.sandboxUse))
+  }
+
+  /** Reads every id with its last use (as many as the limit at most), to list them by id. */
+  async list (after: string | undefined, limit: number): Promise<SandboxPage> {
+    const { redis } = this.#connection
+    const used = await call(redis.zrange(this.#keys.sandboxUse, '0', '-1', 'WITHSCORES'))
+    const usedAt = new Map<string, number>()
+    for (let index = 0; index < used.length; index += 2) usedAt.set(used[index]!, Number(used[index + 1]))
+    const ids = [...usedAt.keys()].filter((id) => after === undefined || id > after.toLowerCase()).sort()
+    const listed = ids.slice(0, limit)
+    const [entries, created] = listed.length === 0
+      ? [[], []]
+      : await Promise.all([call(redis.hmget(this.#keys.sandboxes, ...listed)), call(redis.hmget(this.#keys.sandboxCreated, ...listed))])
+    // One deleted since its id was read has no entry, and is left out.
+    const live = listed.map((id, index) => ({ id, entry: entries[index], createdAt: created[index] }))
+      .filter((sandbox): sandbox is { id: string, entry: string, createdAt: string | null | undefined } => typeof sandbox.entry === 'string')
+    const sandboxes = await Promise.all(live.map(async ({ id, entry, createdAt }) => ({
+      id,
+      createdAt: typeof createdAt === 'string' ? Number(createdAt) : undefined,
+      usedAt: usedAt.get(id)!,
+      heldBytes: (await this.#generationAt(id, Number(entry.split(' ')[0])).store.capacity()).heldBytes
+    })))
+    return { sandboxes, next: ids.length > limit ? listed.at(-1) : undefined }
   }
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {

@@ -124,6 +124,48 @@ onEachStore('a sandbox is a catalogue of its own: its users, items, totals and k
   t.equal((await second.call('listItems', { token: bob.accessToken })).json().pagination.total, 1, 'the other sandbox is as it was')
 })
 
+onEachStore('GET /sandboxes lists the live sandboxes by id, a page at a time, with what each keeps; /metrics counts them', async (t, store) => {
+  const { ops, create } = await withSandboxes(t, store, { SANDBOX_LIMIT: '5' })
+  const empty = await opsCall(t, ops, 'listSandboxes', 'GET', '/sandboxes')
+  t.same(empty, { status: 200, json: { sandboxes: [], total: 0, limit: 5 } }, 'none at first')
+  const before = Date.now()
+  const made = await Promise.all([create(), create(), create()])
+  const ids = made.map((sandbox) => sandbox.base.split('/')[2]!).sort()
+  await made[1]!.register()
+  const first = await opsCall(t, ops, 'listSandboxes', 'GET', '/sandboxes?limit=2')
+  const firstPage = first.json as { sandboxes: Array<{ id: string, createdAt: string, lastUsedAt: string, heldBytes: number, capacityBytes: number }>, total: number, limit: number, next: string }
+  t.same([firstPage.sandboxes.map(({ id }) => id), firstPage.total, firstPage.limit, firstPage.next], [ids.slice(0, 2), 3, 5, ids[1]], 'a page of two, by id, says where the next begins')
+  const second = await opsCall(t, ops, 'listSandboxes', 'GET', `/sandboxes?limit=2&after=${firstPage.next.toUpperCase()}`)
+  const secondPage = second.json as typeof firstPage
+  t.same([secondPage.sandboxes.map(({ id }) => id), secondPage.next], [ids.slice(2), undefined], 'the next page, the last')
+  const listed = [...firstPage.sandboxes, ...secondPage.sandboxes]
+  for (const sandbox of listed) {
+    t.ok(Date.parse(sandbox.createdAt) >= before - 1000 && Date.parse(sandbox.lastUsedAt) >= Date.parse(sandbox.createdAt) - 1000, `${sandbox.id}: made and used since the test began`)
+    t.equal(sandbox.capacityBytes, 2 * 1024 * 1024, 'of SANDBOX_CAPACITY_KIB')
+  }
+  const registeredIn = made[1]!.base.split('/')[2]!
+  const held = new Map(listed.map(({ id, heldBytes }) => [id, heldBytes]))
+  t.ok(held.get(registeredIn)! > 0 && listed.filter(({ id }) => id !== registeredIn).every(({ heldBytes }) => heldBytes === 0), 'what a sandbox keeps is its own: only the one with an account holds anything')
+  const metrics = await (await fetch(`${ops}/metrics`)).text()
+  t.match(metrics, /^items_service_sandboxes\{state="live"\} 3$/m, 'the live sandboxes are a gauge')
+  t.match(metrics, /^items_service_sandboxes\{state="limit"\} 5$/m, 'beside their limit')
+  t.equal((await opsCall(t, ops, 'deleteSandbox', 'DELETE', `/sandboxes/${ids[0]!}`)).status, 204)
+  const after = (await opsCall(t, ops, 'listSandboxes', 'GET', '/sandboxes')).json as typeof firstPage
+  t.same([after.sandboxes.map(({ id }) => id), after.total], [ids.slice(1), 2], 'a deleted one is no longer listed')
+})
+
+t.test('on Redis, a sandbox whose making time was not kept (made by an instance before it kept one) is listed without it', { skip: redisSkipped }, async (t) => {
+  const keyPrefix = redisKeyPrefix(t)
+  const { ops, create } = await withSandboxes(t, 'redis', { REDIS_KEY_PREFIX: keyPrefix })
+  const id = (await create()).base.split('/')[2]!
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  t.equal(await redis.hdel(`${keyPrefix}sandbox-created`, id), 1, 'its making time forgotten')
+  const { json } = await opsCall(t, ops, 'listSandboxes', 'GET', '/sandboxes')
+  const [listed] = (json as { sandboxes: Array<Record<string, unknown>> }).sandboxes
+  t.same([listed?.id, 'createdAt' in (listed ?? {}), typeof listed?.lastUsedAt], [id, false, 'string'])
+})
+
 onEachStore('at most SANDBOX_LIMIT exist at once: one more is 507, until one is deleted', async (t, store) => {
   const { ops, create } = await withSandboxes(t, store, { SANDBOX_LIMIT: '2' })
   const kept = await create()

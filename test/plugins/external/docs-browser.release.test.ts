@@ -1,11 +1,11 @@
 // API consumers meet the service through Swagger UI: drive /docs in headless Chromium (Debian's package, with
 // playwright-core) the way a person would. Without Chromium the test is skipped, except under CI=true.
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { mkdir } from 'node:fs/promises'
 import { chromium } from 'playwright-core'
 import t from 'tap'
 import { routes } from '../../../generated/routes.js'
-import { newUser } from '../../support/api.js'
+import { start } from '../../support/processes.js'
 import { buildTestApp } from '../../support/app.js'
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium'
@@ -15,13 +15,18 @@ const skip = existsSync(CHROMIUM) || process.env.CI === 'true'
   ? false
   : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`
 
-t.test('Swagger UI at /docs shows every operation, authorizes with a token that survives a reload, and runs requests', { skip }, async (t) => {
-  const app = await buildTestApp(t)
-  const baseUrl = await app.listen({ host: '127.0.0.1', port: 0 })
-  const user = newUser()
-  await fetch(`${baseUrl}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(user) })
+t.test('Swagger UI at /docs shows every operation, authorizes with a token that survives a reload, and runs every operation with what it fills in', { skip }, async (t) => {
+  // The built server as `npm start` runs it, started from an environment, with sandboxes on.
+  const server = await start({ SANDBOXES: 'on', OPS_PORT: '0' })
+  t.teardown(() => { server.process.kill('SIGKILL') })
+  const baseUrl = server.url
+  const ops = server.opsUrl ?? ''
+  // As after the README's Try it: its user is registered, and is the one signed in here.
+  const readme = readFileSync('README.md', 'utf8')
+  const readmeUser = JSON.parse(/"\$BASE\/v1\/auth\/register" -w '\\n' -d '([^']+)'/.exec(readme)?.[1] ?? 'null') as { email: string, password: string }
+  await fetch(`${baseUrl}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(readmeUser) })
   const login = await fetch(`${baseUrl}/v1/auth/login`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: user.email, password: user.password })
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: readmeUser.email, password: readmeUser.password })
   })
   const { accessToken } = await login.json() as { accessToken: string }
 
@@ -38,15 +43,17 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   page.on('console', (message) => { if (/Content Security Policy/i.test(message.text())) refusals.push(message.text()) })
   await page.goto(`${baseUrl}/docs/`)
 
-  for (const route of routes) {
-    const tag = route.url === '/' ? 'docs' : route.url.startsWith('/health') ? 'ops' : route.url.startsWith('/v1/auth') ? 'auth' : 'items'
-    await page.locator(`#operations-${tag}-${route.operationId}`).waitFor()
-    t.pass(`${route.operationId} is listed under ${tag}`)
+  const tagOf = (route: (typeof routes)[number]): string => route.url === '/' ? 'docs' : route.url.startsWith('/health') ? 'ops' : route.url.startsWith('/v1/auth') ? 'auth' : 'items'
+  const shown = routes.filter((route) => tagOf(route) !== 'docs')
+  for (const route of shown) {
+    await page.locator(`#operations-${tagOf(route)}-${route.operationId}`).waitFor()
+    t.pass(`${route.operationId} is listed under ${tagOf(route)}`)
   }
+  t.equal(await page.locator('#operations-tag-docs').isVisible(), false, 'the redirect to this page (the docs tag) is not shown: Try it out could only lead back here')
 
   // An operation reads in a screen or two: its error responses and headers folded, one click opening each.
   const viewportHeight = 900
-  for (const route of routes) {
+  for (const route of shown) {
     const operation = page.locator(`[id$="-${route.operationId}"]`).first()
     await operation.locator('.opblock-summary').click()
     await operation.locator('.responses-wrapper').waitFor()
@@ -82,11 +89,6 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
     t.match(await model.innerText(), new RegExp(`^${event}\\s*Collapse all\\s*object\\n[\\s\\S]*specversion[\\s\\S]*data[\\s\\S]*type`), `${event} shows its fields`)
   }
 
-  await page.locator('.auth-wrapper .authorize').click()
-  await page.locator('.modal-ux input[type=text], .modal-ux input[type=password]').first().fill(accessToken)
-  await page.locator('.modal-ux .auth-btn-wrapper .authorize').click()
-  await page.locator('.modal-ux .auth-btn-wrapper .btn-done').click()
-
   // Runs an operation with what Swagger UI fills in, and `itemId` typed in where the path has one.
   const tryItOut = async (operationId: string, tag: string, itemId?: string): Promise<string> => {
     const operation = page.locator(`#operations-${tag}-${operationId}`)
@@ -105,11 +107,27 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
       if (await input.count() > 0) t.equal(await input.inputValue(), '', `${operationId}: ${optional} is not filled in`)
     }
     if (itemId !== undefined) await operation.locator('tr[data-param-name="itemId"] input').fill(itemId)
+    // The answer of an earlier run is cleared first, so that the one read is this run's.
+    const cleared = operation.locator('.btn-clear')
+    if (await cleared.count() > 0) await cleared.click()
+    const answered = operation.locator('.live-responses-table .response .response-col_status').first()
+    await answered.waitFor({ state: 'detached' })
     await operation.locator('.execute').click()
-    const status = operation.locator('.live-responses-table .response .response-col_status').first()
-    await status.waitFor()
-    return (await status.innerText()).trim()
+    await answered.waitFor()
+    return (await answered.innerText()).trim()
   }
+  // Before Authorize, with the examples the UI fills in, after the README's Try it: none collides with its user.
+  t.equal(await tryItOut('registerUser', 'auth'), '201', 'Try it out on registerUser, with the example body')
+  t.equal(await tryItOut('loginUser', 'auth'), '200', 'Try it out on loginUser, with the example body: the example user\'s sign-in')
+  t.equal(await tryItOut('refreshTokens', 'auth'), '401', 'Try it out on refreshTokens: the example token is no real one, and is refused as the contract says')
+  t.equal(await tryItOut('checkLiveness', 'ops'), '200', 'Try it out on checkLiveness')
+  t.equal(await tryItOut('checkReadiness', 'ops'), '200', 'Try it out on checkReadiness')
+
+  await page.locator('.auth-wrapper .authorize').click()
+  await page.locator('.modal-ux input[type=text], .modal-ux input[type=password]').first().fill(accessToken)
+  await page.locator('.modal-ux .auth-btn-wrapper .authorize').click()
+  await page.locator('.modal-ux .auth-btn-wrapper .btn-done').click()
+
   t.equal(await tryItOut('listItems', 'items'), '200', 'Try it out on listItems')
   t.equal(await tryItOut('createItem', 'items'), '201', 'Try it out on createItem, with the example body')
   const listed = await (await fetch(`${baseUrl}/v1/items`, { headers: { authorization: `Bearer ${accessToken}` } })).json() as { pagination: { total: number }, data: Array<{ id: string }> }
@@ -127,6 +145,21 @@ t.test('Swagger UI at /docs shows every operation, authorizes with a token that 
   await page.reload({ waitUntil: 'networkidle' })
   t.equal(await tryItOut('listItems', 'items'), '200', 'still authorized after a reload')
 
+  // The sandbox server, chosen in the servers list with a sandbox's id: a request goes to the sandbox's catalogue.
+  const made = await fetch(`${ops}/sandboxes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+  const sandbox = await made.json() as { id: string }
+  await page.locator('.servers select').first().selectOption('/sandboxes/{sandboxId}')
+  await page.locator('.servers input').first().fill(sandbox.id)
+  t.equal(await tryItOut('registerUser', 'auth'), '201', 'on the sandbox server, the example user registers in the sandbox (its own catalogue)')
+  const events = await fetch(`${ops}/sandboxes/${sandbox.id}/events`)
+  t.equal(events.status, 200, 'the sandbox the UI called exists')
+  const inSandbox = await fetch(`${baseUrl}/sandboxes/${sandbox.id}/v1/auth/login`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: 'grace@example.com', password: 'correct horse battery staple' })
+  })
+  t.equal(inSandbox.status, 200, 'and the user it registered signs in there')
+  await page.locator('.servers select').first().selectOption('/')
+
+  t.equal(await tryItOut('logoutUser', 'auth'), '204', 'Try it out on logoutUser, last: it ends the session the UI was authorized with')
   t.same(refusals, [], 'the Content Security Policy of /docs blocks nothing Swagger UI needs')
 
   await mkdir('test-artifacts', { recursive: true })
@@ -149,7 +182,8 @@ t.test('Swagger UI renders every operation for a browser that reaches the servic
   const failed: string[] = []
   page.on('requestfailed', (request) => { failed.push(request.url()) })
   await page.goto(`http://docs.test:${port}/docs/`)
-  for (const route of routes) await page.locator(`[id$="-${route.operationId}"]`).first().waitFor({ timeout: 30_000 })
+  // Rendered, shown or not: the redirect to the docs is rendered hidden.
+  for (const route of routes) await page.locator(`[id$="-${route.operationId}"]`).first().waitFor({ state: 'attached', timeout: 30_000 })
   t.pass(`all ${routes.length} operations rendered`)
   t.same(failed, [], 'no request of the page failed (none was upgraded to HTTPS, which the service does not serve)')
 })

@@ -297,10 +297,10 @@ export interface components {
         Role: "contributor" | "viewer";
         /**
          * Format: email
-         * @example ada@example.com
+         * @example grace@example.com
          */
         Email: string;
-        /** @example Ada */
+        /** @example Grace */
         PersonName: string;
         /** @example Difference engine */
         ItemName: string;
@@ -503,10 +503,8 @@ export interface components {
             content?: never;
         };
         /**
-         * @description Any other status (redirects are not followed), no answer within `WEBHOOK_TIMEOUT_MS` (10 s) or no
-         *     connection: the attempt failed, and the event is sent again, with the same `webhook-id`, after 5 s, 5 min,
-         *     30 min, 2 h, 5 h, 10 h and 10 h (`WEBHOOK_RETRY_DELAYS_MS`, each ±10 %). After the last attempt the
-         *     delivery is given up and logged.
+         * @description Any other status, no answer within `WEBHOOK_TIMEOUT_MS` or no connection: the event is sent again, with the
+         *     same `webhook-id`, on the retry schedule (`WEBHOOK_RETRY_DELAYS_MS`), then given up.
          */
         WebhookFailed: {
             headers: {
@@ -531,9 +529,9 @@ export interface components {
                  *       "expiresIn": 900,
                  *       "user": {
                  *         "id": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
-                 *         "email": "ada@example.com",
-                 *         "firstName": "Ada",
-                 *         "lastName": "Lovelace",
+                 *         "email": "grace@example.com",
+                 *         "firstName": "Grace",
+                 *         "lastName": "Hopper",
                  *         "role": "contributor"
                  *       }
                  *     }
@@ -740,10 +738,8 @@ export interface components {
             };
         };
         /**
-         * @description Too many requests from this client, or item changes by this user, or (for a registration, once half of the
-         *     room kept for new accounts is taken) too many registrations to the whole service, which are then paced so
-         *     that no flood takes the rest, and named `registration-pace` in `RateLimit`; try again after `Retry-After`
-         *     seconds (`RATE_LIMITED`).
+         * @description Too many requests from this client or changes by this user, or registrations to the whole service
+         *     (`RATE_LIMITED`); try again after `Retry-After` seconds.
          */
         TooManyRequests: {
             headers: {
@@ -785,12 +781,8 @@ export interface components {
             };
         };
         /**
-         * @description The service sent the change to its data store but lost the store's answer, and could not learn in time
-         *     whether the change was made (`OUTCOME_UNKNOWN`): it may have been. Never sent for a change that was not
-         *     made (that is a 503). Resolve it by retrying: with the same `Idempotency-Key` for a create (answered once,
-         *     however often it is sent), by reading the item for an edit or a delete, by signing in again for a
-         *     registration (409 `EMAIL_ALREADY_REGISTERED` says it was made), or by presenting the same refresh token
-         *     within its reuse leeway.
+         * @description The change reached the data store, whose answer was lost: it may have been made (`OUTCOME_UNKNOWN`). Send
+         *     it again (a create with the same `Idempotency-Key`), or read the item to see.
          */
         OutcomeUnknown: {
             headers: {
@@ -809,11 +801,8 @@ export interface components {
             };
         };
         /**
-         * @description No room for the change (`STORE_FULL`); nothing was changed. Every account is guaranteed room for a few dozen
-         *     ordinary items and their idempotency keys, which no other account can take; past it, up to a ceiling, it
-         *     shares a part kept apart for that. This answers a write that would take the caller past its ceiling, a write
-         *     past the caller's guaranteed room once the shared room is used up, or a registration once the room kept for
-         *     new accounts is all reserved. Deleting items makes room; retrying soon does not help.
+         * @description No room for the change, the caller's own or the service's (`STORE_FULL`); nothing was changed. Deleting
+         *     items makes room; retrying soon does not help.
          */
         StoreFull: {
             headers: {
@@ -1017,10 +1006,10 @@ export interface operations {
             content: {
                 /**
                  * @example {
-                 *       "email": "ada@example.com",
+                 *       "email": "grace@example.com",
                  *       "password": "correct horse battery staple",
-                 *       "firstName": "Ada",
-                 *       "lastName": "Lovelace",
+                 *       "firstName": "Grace",
+                 *       "lastName": "Hopper",
                  *       "role": "contributor"
                  *     }
                  */
@@ -1067,7 +1056,7 @@ export interface operations {
             content: {
                 /**
                  * @example {
-                 *       "email": "ada@example.com",
+                 *       "email": "grace@example.com",
                  *       "password": "correct horse battery staple"
                  *     }
                  */

@@ -129,7 +129,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * The live sandboxes, a page at a time
+         * @description Every sandbox that exists, by id, each with when it was made, when a request last used it, and what its
+         *     accounts keep of its `capacityBytes`; `total` counts them all, of `SANDBOX_LIMIT`. On Redis, every instance
+         *     lists the same. A page with more after it says `next`: ask for the next page with `after=<next>`.
+         */
+        get: operations["listSandboxes"];
         put?: never;
         /**
          * Create a sandbox
@@ -277,6 +283,36 @@ export interface components {
             /** @description How long the sandbox lives on while no request uses it. */
             idleSeconds: number;
             /** @description What the sandbox keeps at most for its accounts, as the store counts it. */
+            capacityBytes: number;
+        };
+        SandboxList: {
+            sandboxes: components["schemas"]["SandboxSummary"][];
+            /** @description How many sandboxes exist. */
+            total: number;
+            /** @description How many may exist at once (`SANDBOX_LIMIT`). */
+            limit: number;
+            /**
+             * Format: uuid
+             * @description Present when more sandboxes follow this page; pass it as `after` for the next.
+             */
+            next?: string;
+        };
+        SandboxSummary: {
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: date-time
+             * @description When it was made; absent for one made by an instance that did not note it (before 1.2.0).
+             */
+            createdAt?: string;
+            /**
+             * Format: date-time
+             * @description When a request last used it; it is deleted once unused for `SANDBOX_IDLE_SECONDS`.
+             */
+            lastUsedAt: string;
+            /** @description What its accounts make it keep, in bytes as the store holds them. */
+            heldBytes: number;
+            /** @description What it keeps at most for its accounts (`SANDBOX_CAPACITY_KIB`). */
             capacityBytes: number;
         };
         /** @description A `SEED_FILE`'s shape (docs/testing.md): each user as `registerUser`'s body of openapi.yaml, with an `id` when it is to have that one; each item as `createItem`'s, with its `owner` (a contributor's email in `users`), and an `id` and `status` when given. Checked entry by entry: a 400 names the first at fault. */
@@ -536,9 +572,8 @@ export interface components {
             };
         };
         /**
-         * @description The instance cannot reach its data store (`SERVICE_UNAVAILABLE`). A change answered so was not made or, for
-         *     one made in steps (a sandbox's reset, an account's removal, a redelivery of many), made in part, which the
-         *     same change sent again finishes. Try again after `Retry-After` seconds.
+         * @description The instance cannot reach its data store (`SERVICE_UNAVAILABLE`): the change was not made, or made in part,
+         *     which the same change sent again finishes. Try again after `Retry-After` seconds.
          */
         ServiceUnavailable: {
             headers: {
@@ -557,11 +592,8 @@ export interface components {
             };
         };
         /**
-         * @description The instance sent the change to its data store but lost the store's answer, and could not learn in time
-         *     whether the change was made (`OUTCOME_UNKNOWN`): it may have been. Never sent for a change that was not made
-         *     (that is a 503). A sandbox's reset, deletion or receiver, an account's removal and a redelivery may be sent
-         *     again as they are; a sandbox created twice is two (one left unused idles out), and a clock moved twice has
-         *     moved twice (a reset puts it back).
+         * @description The change reached the data store, whose answer was lost: it may have been made (`OUTCOME_UNKNOWN`). Which
+         *     changes may be sent again as they are: docs/contract.md, "Reading the contract".
          */
         OutcomeUnknown: {
             headers: {
@@ -812,6 +844,57 @@ export interface operations {
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["OutcomeUnknown"];
+        };
+    };
+    listSandboxes: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Sandboxes listed at most.
+                 * @example 50
+                 */
+                limit?: number;
+                /**
+                 * @description Only sandboxes whose id sorts after this one, a page's `next`.
+                 * @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03
+                 */
+                after?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The sandboxes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "sandboxes": [
+                     *         {
+                     *           "id": "3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03",
+                     *           "createdAt": "2026-12-07T09:00:00.000Z",
+                     *           "lastUsedAt": "2026-12-07T09:12:30.000Z",
+                     *           "heldBytes": 8364,
+                     *           "capacityBytes": 2097152
+                     *         }
+                     *       ],
+                     *       "total": 1,
+                     *       "limit": 100
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SandboxList"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["SandboxesOff"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createSandbox: {
