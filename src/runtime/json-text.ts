@@ -37,3 +37,30 @@ export function parseJson (text: string): unknown {
     throw new SyntaxError(`is not valid JSON (at line ${line}, column ${column})`)
   }
 }
+
+/**
+ * Whether the JSON `text` nests objects and arrays more than `levels` deep (a top-level object is one level), by its
+ * brackets outside strings: read before it is parsed, so that no recursion over what it makes (JSON.stringify, a
+ * validator) meets a depth that overflows the stack.
+ */
+export function nestedDeeperThan (text: string, levels: number): boolean {
+  let depth = 0
+  let inString = false
+  for (let index = 0; index < text.length; index += 1) {
+    const character = text.charCodeAt(index)
+    if (inString) {
+      if (character === BACKSLASH) index += 1
+      else if (character === QUOTE) inString = false
+    } else if (character === QUOTE) {
+      inString = true
+    } else if (character === OPEN_BRACE || character === OPEN_BRACKET) {
+      depth += 1
+      if (depth > levels) return true
+    } else if (character === CLOSE_BRACE || character === CLOSE_BRACKET) {
+      depth -= 1
+    }
+  }
+  return false
+}
+
+const [BACKSLASH, QUOTE, OPEN_BRACE, OPEN_BRACKET, CLOSE_BRACE, CLOSE_BRACKET] = ['\\', '"', '{', '[', '}', ']'].map((character) => character.charCodeAt(0))

@@ -18,12 +18,25 @@ type Schema = JsonSchema & {
   maximum?: number
   minProperties?: number
   additionalProperties?: boolean
+  items?: Schema
+  minItems?: number
+  maxItems?: number
+  uniqueItems?: boolean
 }
+
+// The keywords `valid` makes values of, and those that say nothing of a value (annotations, this suite's own): a
+// schema with any other is refused, so that a keyword the contract comes to use is never fuzzed as if it were not
+// there (values it takes for valid that the contract refuses).
+const KNOWN_KEYWORDS = new Set(['$ref', '$id', 'type', 'properties', 'required', 'enum', 'const', 'format', 'minLength', 'maxLength', 'minimum',
+  'maximum', 'minProperties', 'additionalProperties', 'items', 'minItems', 'maxItems', 'uniqueItems', 'title', 'description', 'examples',
+  'example', 'default', 'deprecated', 'x-canonical-uuid', 'x-extensible-enum'])
 
 const componentSchemas: Readonly<Record<string, Schema>> = schemas
 
 // The route table refers to the contract's component schemas by their $id.
 const resolved = (schema: Schema): Schema => {
+  const unknown = Object.keys(schema).filter((keyword) => !KNOWN_KEYWORDS.has(keyword))
+  if (unknown.length > 0) throw new Error(`the fuzz generator knows no ${unknown.join(', ')} (in ${JSON.stringify(schema)}): teach it the keyword`)
   if (schema.$ref === undefined) return schema
   const target = componentSchemas[schema.$ref]
   if (target === undefined) throw new Error(`unknown schema ${schema.$ref}`)
@@ -54,8 +67,14 @@ export function valid (reference: Schema): fc.Arbitrary<unknown> {
   return fc.oneof(...types(schema).map((type): fc.Arbitrary<unknown> => {
     switch (type) {
       case 'null': return fc.constant(null)
+      case 'boolean': return fc.boolean()
       case 'integer': return fc.integer({ min: schema.minimum ?? -(2 ** 31), max: schema.maximum ?? 2 ** 31 - 1 })
       case 'string': return validString(schema)
+      case 'array': {
+        const constraints = { minLength: schema.minItems ?? 0, maxLength: schema.maxItems ?? 10 }
+        const item = valid(schema.items ?? {})
+        return schema.uniqueItems === true ? fc.uniqueArray(item, { ...constraints, selector: (value) => JSON.stringify(value) }) : fc.array(item, constraints)
+      }
       default: {
         const properties = schema.properties ?? {}
         const record = fc.record(

@@ -5,11 +5,12 @@ import { routes } from '../../../generated/operations/routes.js'
 import { schemas } from '../../../generated/operations/schemas.js'
 import { operationValidators } from '../../../generated/operations/validators.js'
 import { connectionLimits } from '../../config/connection-limits.js'
-import { ListenError } from '../../errors.js'
+import { InvalidRequestError, ListenError } from '../../errors.js'
 import { operationsHandlers } from '../../handlers/operations.js'
 import { authentication, opsToken } from '../../pipeline/authentication.js'
 import { generatedValidators, registerContractRoutes } from '../../pipeline/index.js'
 import { contractSerializers } from '../../domain/serialized.js'
+import { nestedDeeperThan } from '../../runtime/json-text.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { subscriberName, type Subscription } from '../../webhooks/subscriptions.js'
 import docsPlugin from '../external/docs.js'
@@ -37,6 +38,10 @@ const operationsSerializer = contractSerializers(schemas)
 // Its largest requests are a redelivery of 1 000 event ids (about 40 KB) and a sandbox's fixtures.
 const BODY_LIMIT_BYTES = 64 * 1024
 
+// Its deepest request is a sandbox's fixtures (an object, its lists, their entries): a body nested deeper is none
+// of its requests, and is refused before anything (a fixture kept as JSON on Redis) recurses over it.
+const BODY_LEVELS = 16
+
 /**
  * The operations API (ops/openapi.yaml) on a server of its own, on OPS_PORT, so that what it tells never reaches
  * the public API's port. It starts listening when the app is ready and stops when the app closes.
@@ -57,6 +62,16 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('seedStore', app.seedStore)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)
+  const parseJson = server.getDefaultJsonParser('error', 'error')
+  server.removeContentTypeParser('application/json')
+  server.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    const text = body.toString()
+    if (nestedDeeperThan(text, BODY_LEVELS)) {
+      done(new InvalidRequestError([{ field: 'body', issue: `is nested deeper than ${BODY_LEVELS} levels` }]), undefined)
+      return
+    }
+    parseJson(request, text, done)
+  })
   const guard = opsToken(options.token)
   // Every operation is under the contract's one requirement, opsToken (test/contract/document.test.ts holds it to that);
   // none is deprecated or limited, and none is shed, so that an overloaded instance can still be looked into.

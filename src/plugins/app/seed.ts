@@ -10,7 +10,7 @@ import { parseJson } from '../../runtime/json-text.js'
 import { isPlainObject } from '../../runtime/plain-object.js'
 import { newItem, newUser } from '../../domain/records.js'
 import { itemFields } from '../../domain/serialized.js'
-import { IdTakenError, type ServingStore } from '../../store/store.js'
+import { IdTakenError, type ServingStore, StoreFullError } from '../../store/store.js'
 
 type Schemas = components['schemas']
 
@@ -56,12 +56,17 @@ function givenId (id: unknown, where: string, given: Map<string, string>): strin
   return key
 }
 
-/** What the store adds, or a SeedError saying `problem` when the id the entry gives is another's. */
-async function refusingTakenIds<T> (adding: Promise<T>, problem: string): Promise<T> {
+/**
+ * What the store adds, or a SeedError naming the entry `where` when the store refuses it: the id it gives is another
+ * `what`'s, or the store (a sandbox's, within SANDBOX_CAPACITY_KIB) has no room for it.
+ */
+async function added<T> (adding: Promise<T>, where: string, what: 'user' | 'item'): Promise<T> {
   try {
     return await adding
   } catch (error) {
-    throw error instanceof IdTakenError ? new SeedError(problem) : error
+    if (error instanceof IdTakenError) throw new SeedError(`${where}.id: belongs to another ${what} already`)
+    if (error instanceof StoreFullError) throw new SeedError(`${where}: the store has no room for it (${error.message})`)
+    throw error
   }
 }
 
@@ -101,8 +106,8 @@ async function seedStore (app: FastifyInstance, store: ServingStore, seed: unkno
     const first = listedAt.get(key)
     if (first !== undefined) throw new SeedError(`${where}.email: is listed already, as users[${first}]`)
     listedAt.set(key, index)
-    const added = await refusingTakenIds(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), store.now(), userId)), `${where}.id: belongs to another user already`)
-    if (added !== undefined) continue
+    const registered = await added(store.users.add(newUser(user, key, await passwords.hash(user.password, requester), store.now(), userId)), where, 'user')
+    if (registered !== undefined) continue
     // Registered before: by an earlier start of this file when it has the id the file gives.
     if (userId !== undefined && (await store.users.findByEmailKey(key))?.id !== userId) {
       throw new SeedError(`${where}.id: the email is registered already, with another id`)
@@ -129,8 +134,8 @@ async function seedStore (app: FastifyInstance, store: ServingStore, seed: unkno
       itemsSkipped += 1
       continue
     }
-    const added = await refusingTakenIds(store.items.add(newItem(item, contributor.id, store.now(), status, itemId)), `${where}.id: belongs to another item already`)
-    if (added === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
+    const stored = await added(store.items.add(newItem(item, contributor.id, store.now(), status, itemId)), where, 'item')
+    if (stored === undefined) throw new SeedError(`${where}: its owner already owns as many items as MAX_ITEMS_PER_USER allows`)
   }
   if (seededBefore.size > 0) {
     app.log.info({ users: seededBefore.size, items: itemsSkipped }, 'SEED_FILE: users registered before (by an earlier start) skipped, with their items')

@@ -142,8 +142,8 @@ t.test('a seed never overwrites: an id that belongs to someone or something else
   const full = seedFile(t, { users: [ada, grace] })
   const roomForOne = { budgetBytes: 65_536, floorBytes: 65_536, sessionsBytes: 0, ceilingBytes: 65_536, floorsShare: 1 }
   await t.rejects(buildTestApp(t, { SEED_FILE: full }, { store: createMemoryStore({ capacity: roomForOne }) }),
-    { name: 'SeedError', message: `Cannot load SEED_FILE ${full}: StoreFullError: no floor of 65536 bytes is left: 1 accounts' floors take 65536 of 65536` },
-    'any other refusal is said as the store says it')
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${full}: users[1]: the store has no room for it (no floor of 65536 bytes is left: 1 accounts' floors take 65536 of 65536)` },
+    'a user the store has no room for is named, with what the store says')
   t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item, 'the item is as it was')
   t.equal((await api.call('loginUser', { body: { email: owner.user.email, password: 'correct horse battery staple' } })).statusCode, 200, 'its owner signs in as before')
 })
