@@ -1,12 +1,14 @@
 // Run in a checkout whose contract gives items a property more (test/contract/data-from-contract.test.ts makes one):
 // builds the service on each store and sends the property through a create, its replay, a get, a list and an edit,
-// printing as JSON what each answered. Arguments: the property's name, its value at the create, its value at the edit.
+// printing as JSON what each answered. Arguments: the property's name, its value at the create, its value at the edit
+// (each as JSON).
 import { randomUUID } from 'node:crypto'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { buildApp, loadConfig } from '../../src/index.js'
 
-const [property, created, edited] = process.argv.slice(2)
-if (property === undefined || created === undefined || edited === undefined) throw new Error('usage: property-round-trip <property> <created> <edited>')
+const [property, createdJson, editedJson] = process.argv.slice(2)
+if (property === undefined || createdJson === undefined || editedJson === undefined) throw new Error('usage: property-round-trip <property> <created, JSON> <edited, JSON>')
+const [created, edited] = [JSON.parse(createdJson) as unknown, JSON.parse(editedJson) as unknown]
 
 interface Answer { status: number, body: unknown }
 
