@@ -6,6 +6,7 @@ import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from
 import { type Sandbox, SANDBOX_CLOCK_AHEAD_YEARS, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
+import type { PreparedSeed } from '../plugins/app/seed.js'
 import { readSubscription, subscriberName } from '../webhooks/subscriptions.js'
 import type { ContractHandler } from './handler.js'
 
@@ -106,17 +107,22 @@ function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'cr
   return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes }
 }
 
-// Puts the sandbox's fixtures in: a fixture at fault is the request's 400, naming it (`users[0].email`). On any
-// failure a sandbox just created is abandoned (its caller never learnt its id), and one reset is kept, for the
-// reset tried again (the store out of reach) or its deletion.
-async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: unknown, after: 'create' | 'reset'): Promise<void> {
+// A fixture at fault is the request's 400, naming it (`users[0].email`).
+function fixtureAtFault (error: unknown): unknown {
+  if (!(error instanceof Error && error.name === 'SeedError')) return error
+  const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
+  return new InvalidRequestError([{ field, issue }])
+}
+
+// Puts the sandbox's fixtures in (a fixture the store refuses is a 400 naming it). On any failure a sandbox just
+// created is abandoned (its caller never learnt its id), and one reset is kept, for the reset tried again (the store
+// out of reach) or its deletion.
+async function seeded (request: FastifyRequest, sandboxes: Sandboxes, sandbox: Sandbox, fixtures: PreparedSeed, after: 'create' | 'reset'): Promise<void> {
   try {
     await request.server.seedStore(sandbox.store, fixtures)
   } catch (error) {
     if (after === 'create') await sandboxes.abandon(sandbox.id)
-    if (!(error instanceof Error && error.name === 'SeedError')) throw error
-    const [, field = 'body', issue = error.message] = /^([^:\s]+): (.*)$/.exec(error.message) ?? []
-    throw new InvalidRequestError([{ field, issue }])
+    throw fixtureAtFault(error)
   }
 }
 
@@ -136,11 +142,14 @@ export const listSandboxes: OperationsHandler<'listSandboxes'> = async (request,
   return await reply.code(200).send(page.next === undefined ? body : { ...body, next: page.next })
 }
 
+// The fixtures are checked and their passwords hashed before the sandbox is made: what it keeps for its resets holds
+// no password in the clear.
 export const createSandbox: OperationsHandler<'createSandbox'> = async (request, reply) => {
   const sandboxes = sandboxesOf(request)
-  const sandbox = await sandboxes.create(request.body)
+  const fixtures = await request.server.prepareSeed(request.body).catch((error: unknown) => { throw fixtureAtFault(error) })
+  const sandbox = await sandboxes.create(fixtures)
   if (sandbox === undefined) throw sandboxLimitReached(sandboxes.settings.limit)
-  await seeded(request, sandboxes, sandbox, request.body, 'create')
+  await seeded(request, sandboxes, sandbox, fixtures, 'create')
   request.log.info({ audit: 'createSandbox', sandboxId: sandbox.id }, 'sandbox created')
   return await reply.code(201).send(sandboxBody(sandboxes, sandbox))
 }
@@ -149,7 +158,7 @@ export const resetSandbox: OperationsHandler<'resetSandbox'> = async (request, r
   const sandboxes = sandboxesOf(request)
   const reset = await sandboxes.reset(request.params.sandboxId)
   if (reset === undefined) throw notFound('Sandbox')
-  await seeded(request, sandboxes, reset.sandbox, reset.fixtures, 'reset')
+  await seeded(request, sandboxes, reset.sandbox, await request.server.keptSeed(reset.fixtures), 'reset')
   request.log.info({ audit: 'resetSandbox', sandboxId: reset.sandbox.id }, 'sandbox reset')
   return await reply.code(200).send(sandboxBody(sandboxes, reset.sandbox))
 }

@@ -59,6 +59,8 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('store', app.store)
   server.decorate('events', app.events)
   server.decorate('sandboxes', app.sandboxes)
+  server.decorate('prepareSeed', app.prepareSeed)
+  server.decorate('keptSeed', app.keptSeed)
   server.decorate('seedStore', app.seedStore)
   server.decorate('webhookSubscribers', new Map(options.subscriptions.map((subscription) => [subscriberName(subscription.url), subscription.id])))
   await server.register(errorsPlugin)

@@ -88,7 +88,7 @@ export interface RedisKeys {
   readonly capacityExpiries: string
   /** Hash: sandbox id → "<generation> <clock ahead ms>": its keys' generation (sandbox), and how far its clock was moved on. */
   readonly sandboxes: string
-  /** Hash: sandbox id → the fixtures it was created with (JSON), which a reset puts back. */
+  /** Hash: sandbox id → the fixtures it was created with, checked and their passwords hashed (JSON), which a reset puts back. */
   readonly sandboxFixtures: string
   /** Sorted set: sandbox ids, scored by when a request last used each (ms, Redis's clock). */
   readonly sandboxUse: string

@@ -188,6 +188,27 @@ onEachStore('a body of the operations API nested deeper than any of its requests
   t.equal(fine.status, 201, 'a body within the bound is parsed as before, whatever its strings hold')
 })
 
+t.test('on Redis, a sandbox keeps its fixtures with their passwords hashed, never in the clear, and a reset signs them in as before', { skip: redisSkipped }, async (t) => {
+  const keyPrefix = redisKeyPrefix(t)
+  const { api, ops } = await withSandboxes(t, 'redis', { REDIS_KEY_PREFIX: keyPrefix })
+  const password = 'a fixture password nobody may read back'
+  const user = { email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }
+  const { id, basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', { users: [user] })).json as Sandbox
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  const kept = await redis.hget(`${keyPrefix}sandbox-fixtures`, id) ?? ''
+  t.notMatch(kept, password, 'the password is not kept')
+  t.match(kept, '$argon2id$', 'its hash is')
+  const signIn = async (): Promise<number> => (await new Api(api.app, basePath).call('loginUser', { body: { email: user.email, password } })).statusCode
+  t.equal(await signIn(), 200)
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200)
+  t.equal(await signIn(), 200, 'signed in after a reset, from the hash kept')
+  // Fixtures kept as they were sent, by an instance before this one, are prepared at the reset.
+  await redis.hset(`${keyPrefix}sandbox-fixtures`, id, JSON.stringify({ users: [user] }))
+  t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)).status, 200)
+  t.equal(await signIn(), 200, 'and after a reset from fixtures kept as they were sent')
+})
+
 onEachStore('at most SANDBOX_LIMIT exist at once: one more is 507, until one is deleted', async (t, store) => {
   const { ops, create } = await withSandboxes(t, store, { SANDBOX_LIMIT: '2' })
   const kept = await create()

@@ -161,3 +161,11 @@ t.test('a second start skips what a first seeded with the same ids, and stops wh
   await t.rejects(buildTestApp(t, { SEED_FILE: file }, { store }),
     { name: 'SeedError', message: `Cannot load SEED_FILE ${file}: items[0].id: belongs to another item already` })
 })
+
+t.test('an item whose owner\'s email a start before registered, not as a contributor, stops the start naming the entry', async (t) => {
+  const store = createMemoryStore()
+  await (await build(t, {}, { store })).register({ email: ada.email, role: 'viewer' })
+  const file = seedFile(t, { users: [ada], items: [{ owner: ada.email, name: 'Difference engine' }] })
+  await t.rejects(buildTestApp(t, { SEED_FILE: file }, { store }),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${file}: items[0].owner: the email is registered already, not as a contributor` })
+})
