@@ -1,12 +1,11 @@
 import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
 import { emailKey } from '../auth/email.js'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
 import { type Sandbox, SANDBOX_CLOCK_AHEAD_YEARS, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
-import type { PreparedSeed } from '../plugins/app/seed.js'
 import { readSubscription, subscriberName } from '../webhooks/subscriptions.js'
 import type { ContractHandler } from './handler.js'
 
@@ -106,6 +105,9 @@ function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'cr
   const { idleMs, capacityBytes } = sandboxes.settings
   return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes }
 }
+
+// A seed checked and its passwords hashed (the seed plugin's prepareSeed).
+type PreparedSeed = Awaited<ReturnType<FastifyInstance['prepareSeed']>>
 
 // A fixture at fault is the request's 400, naming it (`users[0].email`).
 function fixtureAtFault (error: unknown): unknown {

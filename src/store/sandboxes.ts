@@ -72,6 +72,16 @@ export interface SandboxPage {
   readonly next: string | undefined
 }
 
+/**
+ * The page of `ids` (every sandbox's, in any order) that a listing answers: at most `limit`, by id, those after
+ * `after` (in any case) when it is given, and the last one's id when more follow.
+ */
+export function pageById (ids: Iterable<string>, after: string | undefined, limit: number): { readonly listed: string[], readonly next: string | undefined } {
+  const following = [...ids].filter((id) => after === undefined || id > after.toLowerCase()).sort()
+  const listed = following.slice(0, limit)
+  return { listed, next: following.length > limit ? listed.at(-1) : undefined }
+}
+
 /** A sandbox's clock as a move left it: its time (ms since the epoch) and how far it runs ahead of the service's. */
 export interface SandboxClockReading {
   readonly now: number

@@ -1,7 +1,7 @@
 import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
 import {
-  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
+  KEYS_PER_SANDBOX_RATE_LIMIT, pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
   type SandboxClockReading, type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 
@@ -75,10 +75,10 @@ export class MemorySandboxes implements Sandboxes {
   }
 
   async list (after: string | undefined, limit: number): Promise<SandboxPage> {
-    const ids = [...this.#byId.keys()].filter((id) => after === undefined || id > after.toLowerCase()).sort()
-    const listed = ids.slice(0, limit).map((id) => this.#byId.get(id)!)
-    const sandboxes = await Promise.all(listed.map(async ({ id, createdAt, usedAt, store }) => ({ id, createdAt, usedAt, heldBytes: (await store.capacity()).heldBytes })))
-    return { sandboxes, next: ids.length > limit ? listed.at(-1)?.id : undefined }
+    const { listed, next } = pageById(this.#byId.keys(), after, limit)
+    const sandboxes = await Promise.all(listed.map((id) => this.#byId.get(id)!).map(async ({ id, createdAt, usedAt, store }) =>
+      ({ id, createdAt, usedAt, heldBytes: (await store.capacity()).heldBytes })))
+    return { sandboxes, next }
   }
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {

@@ -3,7 +3,7 @@ import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import {
-  type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
+  pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
@@ -274,8 +274,7 @@ export class RedisSandboxes implements Sandboxes {
     const used = await call(redis.zrange(this.#keys.sandboxUse, '0', '-1', 'WITHSCORES'))
     const usedAt = new Map<string, number>()
     for (let index = 0; index < used.length; index += 2) usedAt.set(used[index]!, Number(used[index + 1]))
-    const ids = [...usedAt.keys()].filter((id) => after === undefined || id > after.toLowerCase()).sort()
-    const listed = ids.slice(0, limit)
+    const { listed, next } = pageById(usedAt.keys(), after, limit)
     const [entries, created] = listed.length === 0
       ? [[], []]
       : await Promise.all([call(redis.hmget(this.#keys.sandboxes, ...listed)), call(redis.hmget(this.#keys.sandboxCreated, ...listed))])
@@ -288,7 +287,7 @@ export class RedisSandboxes implements Sandboxes {
       usedAt: usedAt.get(id)!,
       heldBytes: (await this.#generationAt(id, Number(entry.split(' ')[0])).store.capacity()).heldBytes
     })))
-    return { sandboxes, next: ids.length > limit ? listed.at(-1) : undefined }
+    return { sandboxes, next }
   }
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {
