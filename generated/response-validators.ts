@@ -92,7 +92,7 @@ validate52.evaluated = {"props":{"status":true},"dynamicProps":false,"dynamicIte
 export const checkLiveness_503: ValidateFunction = validate55;
 const schema21 = {"$ref":"ErrorResponse"};
 const schema22 = {"$id":"ErrorResponse","title":"ErrorResponse","description":"The body of every error but a 400 (the spec's `Error`).","type":"object","required":["code","message"],"properties":{"code":{"$ref":"ErrorCode"},"message":{"type":"string","description":"A readable explanation, for people rather than programs."}}};
-const schema23 = {"$id":"ErrorCode","type":"string","x-extensible-enum":true,"description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.\n- `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.\n- `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.\n- `STORE_FULL` (507): no room for the change, the caller's own or the room accounts share; nothing was changed (see the `StoreFull` response).\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","IDEMPOTENCY_KEY_IN_USE","IDEMPOTENCY_KEY_REUSED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN","STORE_FULL"]};
+const schema23 = {"$id":"ErrorCode","type":"string","x-extensible-enum":true,"description":"- `VALIDATION_ERROR` (400): the body or a parameter is invalid, or the body is not JSON.\n- `AUTHENTICATION_REQUIRED` (401): a protected operation was called without an access token.\n- `TOKEN_EXPIRED` (401): the access token has expired; refresh it.\n- `INVALID_TOKEN` (401): the access token is malformed, wrongly signed, or its session was revoked.\n- `INVALID_CREDENTIALS` (401): sign-in with an unknown email or a wrong password.\n- `INVALID_REFRESH_TOKEN` (401): the refresh token is unknown, expired, used or revoked.\n- `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.\n- `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.\n- `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.\n- `ACCOUNT_QUOTA_EXCEEDED` (403): the change would take the account past the bytes the service keeps for each one.\n- `NOT_FOUND` (404): the item, or the route, does not exist.\n- `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).\n- `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.\n- `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.\n- `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.\n- `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not JSON.\n- `RATE_LIMITED` (429): too many attempts, or too many item changes by one user; see `Retry-After`.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.\n- `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.\n- `STORE_FULL` (507): the service admits no more accounts; nothing was changed (see the `StoreFull` response).\n","enum":["VALIDATION_ERROR","AUTHENTICATION_REQUIRED","TOKEN_EXPIRED","INVALID_TOKEN","INVALID_CREDENTIALS","INVALID_REFRESH_TOKEN","BAD_REQUEST","FORBIDDEN","ITEM_QUOTA_EXCEEDED","ACCOUNT_QUOTA_EXCEEDED","NOT_FOUND","PRECONDITION_FAILED","EMAIL_ALREADY_REGISTERED","IDEMPOTENCY_KEY_IN_USE","IDEMPOTENCY_KEY_REUSED","PAYLOAD_TOO_LARGE","RANGE_NOT_SATISFIABLE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN","STORE_FULL"]};
 
 function validate57(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorCode" */;
@@ -115,7 +115,7 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(!((((((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "IDEMPOTENCY_KEY_IN_USE")) || (data === "IDEMPOTENCY_KEY_REUSED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE")) || (data === "OUTCOME_UNKNOWN")) || (data === "STORE_FULL"))){
+if(!(((((((((((((((((((((((data === "VALIDATION_ERROR") || (data === "AUTHENTICATION_REQUIRED")) || (data === "TOKEN_EXPIRED")) || (data === "INVALID_TOKEN")) || (data === "INVALID_CREDENTIALS")) || (data === "INVALID_REFRESH_TOKEN")) || (data === "BAD_REQUEST")) || (data === "FORBIDDEN")) || (data === "ITEM_QUOTA_EXCEEDED")) || (data === "ACCOUNT_QUOTA_EXCEEDED")) || (data === "NOT_FOUND")) || (data === "PRECONDITION_FAILED")) || (data === "EMAIL_ALREADY_REGISTERED")) || (data === "IDEMPOTENCY_KEY_IN_USE")) || (data === "IDEMPOTENCY_KEY_REUSED")) || (data === "PAYLOAD_TOO_LARGE")) || (data === "RANGE_NOT_SATISFIABLE")) || (data === "UNSUPPORTED_MEDIA_TYPE")) || (data === "RATE_LIMITED")) || (data === "INTERNAL_ERROR")) || (data === "SERVICE_UNAVAILABLE")) || (data === "OUTCOME_UNKNOWN")) || (data === "STORE_FULL"))){
 const err1 = {instancePath,schemaPath:"#/enum",keyword:"enum",params:{allowedValues: schema23.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err1];
@@ -2510,8 +2510,8 @@ return errors === 0;
 }
 validate189.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const createItem_507: ValidateFunction = validate191;
-const schema90 = {"$ref":"ErrorResponse"};
+export const getItem_200: ValidateFunction = validate191;
+const schema90 = {"$ref":"Item"};
 
 function validate191(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2523,17 +2523,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 validate191.errors = vErrors;
 return errors === 0;
 }
-validate191.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate191.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_200: ValidateFunction = validate193;
-const schema91 = {"$ref":"Item"};
+export const getItem_400: ValidateFunction = validate193;
+const schema91 = {"$ref":"ValidationErrorResponse"};
 
 function validate193(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2545,17 +2545,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate193.errors = vErrors;
 return errors === 0;
 }
-validate193.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate193.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_400: ValidateFunction = validate195;
-const schema92 = {"$ref":"ValidationErrorResponse"};
+export const getItem_401: ValidateFunction = validate195;
+const schema92 = {"$ref":"ErrorResponse"};
 
 function validate195(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2567,16 +2567,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate195.errors = vErrors;
 return errors === 0;
 }
-validate195.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate195.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_401: ValidateFunction = validate197;
+export const getItem_404: ValidateFunction = validate197;
 const schema93 = {"$ref":"ErrorResponse"};
 
 function validate197(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2598,7 +2598,7 @@ return errors === 0;
 }
 validate197.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_404: ValidateFunction = validate199;
+export const getItem_500: ValidateFunction = validate199;
 const schema94 = {"$ref":"ErrorResponse"};
 
 function validate199(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2620,7 +2620,7 @@ return errors === 0;
 }
 validate199.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_500: ValidateFunction = validate201;
+export const getItem_503: ValidateFunction = validate201;
 const schema95 = {"$ref":"ErrorResponse"};
 
 function validate201(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2642,8 +2642,8 @@ return errors === 0;
 }
 validate201.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const getItem_503: ValidateFunction = validate203;
-const schema96 = {"$ref":"ErrorResponse"};
+export const deleteItem_400: ValidateFunction = validate203;
+const schema96 = {"$ref":"ValidationErrorResponse"};
 
 function validate203(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2655,17 +2655,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate203.errors = vErrors;
 return errors === 0;
 }
-validate203.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate203.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_400: ValidateFunction = validate205;
-const schema97 = {"$ref":"ValidationErrorResponse"};
+export const deleteItem_401: ValidateFunction = validate205;
+const schema97 = {"$ref":"ErrorResponse"};
 
 function validate205(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2677,16 +2677,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate205.errors = vErrors;
 return errors === 0;
 }
-validate205.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate205.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_401: ValidateFunction = validate207;
+export const deleteItem_403: ValidateFunction = validate207;
 const schema98 = {"$ref":"ErrorResponse"};
 
 function validate207(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2708,7 +2708,7 @@ return errors === 0;
 }
 validate207.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_403: ValidateFunction = validate209;
+export const deleteItem_404: ValidateFunction = validate209;
 const schema99 = {"$ref":"ErrorResponse"};
 
 function validate209(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2730,7 +2730,7 @@ return errors === 0;
 }
 validate209.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_404: ValidateFunction = validate211;
+export const deleteItem_412: ValidateFunction = validate211;
 const schema100 = {"$ref":"ErrorResponse"};
 
 function validate211(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2752,7 +2752,7 @@ return errors === 0;
 }
 validate211.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_412: ValidateFunction = validate213;
+export const deleteItem_429: ValidateFunction = validate213;
 const schema101 = {"$ref":"ErrorResponse"};
 
 function validate213(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2774,7 +2774,7 @@ return errors === 0;
 }
 validate213.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_429: ValidateFunction = validate215;
+export const deleteItem_500: ValidateFunction = validate215;
 const schema102 = {"$ref":"ErrorResponse"};
 
 function validate215(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2796,7 +2796,7 @@ return errors === 0;
 }
 validate215.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_500: ValidateFunction = validate217;
+export const deleteItem_503: ValidateFunction = validate217;
 const schema103 = {"$ref":"ErrorResponse"};
 
 function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2818,7 +2818,7 @@ return errors === 0;
 }
 validate217.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_503: ValidateFunction = validate219;
+export const deleteItem_504: ValidateFunction = validate219;
 const schema104 = {"$ref":"ErrorResponse"};
 
 function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2840,8 +2840,8 @@ return errors === 0;
 }
 validate219.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteItem_504: ValidateFunction = validate221;
-const schema105 = {"$ref":"ErrorResponse"};
+export const updateItem_200: ValidateFunction = validate221;
+const schema105 = {"$ref":"Item"};
 
 function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2853,17 +2853,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
+if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
 errors = vErrors.length;
 }
 validate221.errors = vErrors;
 return errors === 0;
 }
-validate221.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate221.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_200: ValidateFunction = validate223;
-const schema106 = {"$ref":"Item"};
+export const updateItem_400: ValidateFunction = validate223;
+const schema106 = {"$ref":"ValidationErrorResponse"};
 
 function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2875,17 +2875,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate145(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate145.errors : vErrors.concat(validate145.errors);
+if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
 errors = vErrors.length;
 }
 validate223.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"id":true,"name":true,"description":true,"status":true,"contributorId":true,"createdAt":true,"updatedAt":true},"dynamicProps":false,"dynamicItems":false};
+validate223.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_400: ValidateFunction = validate225;
-const schema107 = {"$ref":"ValidationErrorResponse"};
+export const updateItem_401: ValidateFunction = validate225;
+const schema107 = {"$ref":"ErrorResponse"};
 
 function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2897,16 +2897,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate77(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate77.errors : vErrors.concat(validate77.errors);
+if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
 errors = vErrors.length;
 }
 validate225.errors = vErrors;
 return errors === 0;
 }
-validate225.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate225.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_401: ValidateFunction = validate227;
+export const updateItem_403: ValidateFunction = validate227;
 const schema108 = {"$ref":"ErrorResponse"};
 
 function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2928,7 +2928,7 @@ return errors === 0;
 }
 validate227.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_403: ValidateFunction = validate229;
+export const updateItem_404: ValidateFunction = validate229;
 const schema109 = {"$ref":"ErrorResponse"};
 
 function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2950,7 +2950,7 @@ return errors === 0;
 }
 validate229.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_404: ValidateFunction = validate231;
+export const updateItem_412: ValidateFunction = validate231;
 const schema110 = {"$ref":"ErrorResponse"};
 
 function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2972,7 +2972,7 @@ return errors === 0;
 }
 validate231.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_412: ValidateFunction = validate233;
+export const updateItem_413: ValidateFunction = validate233;
 const schema111 = {"$ref":"ErrorResponse"};
 
 function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -2994,7 +2994,7 @@ return errors === 0;
 }
 validate233.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_413: ValidateFunction = validate235;
+export const updateItem_415: ValidateFunction = validate235;
 const schema112 = {"$ref":"ErrorResponse"};
 
 function validate235(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3016,7 +3016,7 @@ return errors === 0;
 }
 validate235.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_415: ValidateFunction = validate237;
+export const updateItem_429: ValidateFunction = validate237;
 const schema113 = {"$ref":"ErrorResponse"};
 
 function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3038,7 +3038,7 @@ return errors === 0;
 }
 validate237.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_429: ValidateFunction = validate239;
+export const updateItem_500: ValidateFunction = validate239;
 const schema114 = {"$ref":"ErrorResponse"};
 
 function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3060,7 +3060,7 @@ return errors === 0;
 }
 validate239.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_500: ValidateFunction = validate241;
+export const updateItem_503: ValidateFunction = validate241;
 const schema115 = {"$ref":"ErrorResponse"};
 
 function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3082,7 +3082,7 @@ return errors === 0;
 }
 validate241.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const updateItem_503: ValidateFunction = validate243;
+export const updateItem_504: ValidateFunction = validate243;
 const schema116 = {"$ref":"ErrorResponse"};
 
 function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3103,48 +3103,4 @@ validate243.errors = vErrors;
 return errors === 0;
 }
 validate243.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const updateItem_504: ValidateFunction = validate245;
-const schema117 = {"$ref":"ErrorResponse"};
-
-function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate245.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
-validate245.errors = vErrors;
-return errors === 0;
-}
-validate245.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const updateItem_507: ValidateFunction = validate247;
-const schema118 = {"$ref":"ErrorResponse"};
-
-function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate247.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate56(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate56.errors : vErrors.concat(validate56.errors);
-errors = vErrors.length;
-}
-validate247.errors = vErrors;
-return errors === 0;
-}
-validate247.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

@@ -12,7 +12,7 @@ export type RouteOperationId = 'openDocs' | 'checkLiveness' | 'checkReadiness' |
 export type IdempotentOperationId = 'createItem'
 
 /** The rate limits the operations count against (their `x-rate-limits`), by name. */
-export type RateLimitName = 'register' | 'login-address' | 'login' | 'login-failures' | 'refresh' | 'item-writes'
+export type RateLimitName = 'register' | 'registrations' | 'login-address' | 'login' | 'login-failures' | 'refresh' | 'item-writes'
 
 export interface RouteDefinition {
   readonly operationId: RouteOperationId
@@ -140,7 +140,8 @@ export const routes: readonly RouteDefinition[] = [
     "security": [],
     "roles": [],
     "rateLimits": [
-      "register"
+      "register",
+      "registrations"
     ],
     "idempotent": false,
     "sheddable": true,
@@ -480,8 +481,7 @@ export const routes: readonly RouteDefinition[] = [
       "429",
       "500",
       "503",
-      "504",
-      "507"
+      "504"
     ],
     "requiredHeaders": {
       "201": [
@@ -531,9 +531,6 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "504": {
-          "$ref": "ErrorResponse"
-        },
-        "507": {
           "$ref": "ErrorResponse"
         }
       },
@@ -743,8 +740,7 @@ export const routes: readonly RouteDefinition[] = [
       "429",
       "500",
       "503",
-      "504",
-      "507"
+      "504"
     ],
     "requiredHeaders": {
       "200": [
@@ -793,9 +789,6 @@ export const routes: readonly RouteDefinition[] = [
           "$ref": "ErrorResponse"
         },
         "504": {
-          "$ref": "ErrorResponse"
-        },
-        "507": {
           "$ref": "ErrorResponse"
         }
       },

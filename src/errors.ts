@@ -1,7 +1,6 @@
 import type { components } from '../generated/openapi.js'
 import type { RateLimitName } from '../generated/routes.js'
 import type { schemas } from '../generated/schemas.js'
-import type { RoomLimit } from './store/store.js'
 
 /**
  * The codes this service sends: the contract's list, closed (the contract's type is open to the codes a later
@@ -72,25 +71,12 @@ export const preconditionFailed = (): ApiError =>
 /** The only body a 500 ever has: nothing about what failed leaves the service. */
 export const INTERNAL_ERROR_BODY: ErrorBody = { code: 'INTERNAL_ERROR', message: 'An unexpected error occurred.' }
 
-const ROOM_REFUSED: Readonly<Record<RoomLimit, string>> = {
-  account: 'Your account holds as much as the service keeps for one account; delete some items first.',
-  shared: 'The service holds as much as it may; nothing more can be added until some is removed.',
-  registration: 'The service has no room left for another account.'
-}
+/** A registration past the accounts the store admits (MAX_ACCOUNTS; a sandbox's SANDBOX_ACCOUNTS). */
+export const storeFull = (accounts: number): ApiError => new ApiError(507, 'STORE_FULL', `The service holds the ${accounts} accounts it admits; no more can register.`)
 
-/** A write refused for room: the caller's own, the part every account shares, or the room kept for new accounts. */
-export const storeFull = (limit: RoomLimit): ApiError => new ApiError(507, 'STORE_FULL', ROOM_REFUSED[limit])
-
-/**
- * A registration held back by the service-wide pace on registrations (src/store/capacity.ts): named in the RateLimit
- * field after the limit of its address, which counted it first (`counted`, the field as that limit set it; the pace
- * is on only while rate limits are).
- */
-export const registrationPaced = (retryAfterSeconds: number, counted: string): ApiError =>
-  new ApiError(429, 'RATE_LIMITED', 'Registrations to the whole service are paced while most of its room for new accounts is taken; try again later.', {
-    'retry-after': String(retryAfterSeconds),
-    ratelimit: `${counted}, "registration-pace";r=0;t=${retryAfterSeconds}`
-  })
+/** A write past its account's quota (ACCOUNT_QUOTA_KIB), its own oldest idempotency records forgotten already. */
+export const accountQuotaExceeded = (quotaBytes: number): ApiError => new ApiError(403, 'ACCOUNT_QUOTA_EXCEEDED',
+  `This would take your account past the ${quotaBytes} bytes of items the service keeps for each; delete or shorten some items first.`)
 
 export const serviceUnavailable = (message: string, retryAfterSeconds?: number): ApiError =>
   new ApiError(503, 'SERVICE_UNAVAILABLE', message, retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) })
@@ -101,6 +87,7 @@ export const outcomeUnknown = (): ApiError =>
 // What each limit the contract names counts, as a refusal says it.
 const LIMITED: Readonly<Record<RateLimitName, string>> = {
   register: 'Too many registrations from this address',
+  registrations: 'Too many registrations to the service',
   'login-address': 'Too many sign-ins from this address',
   login: 'Too many sign-ins to this account from this address',
   'login-failures': 'Too many failed sign-ins to this account',

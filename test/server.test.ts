@@ -96,7 +96,8 @@ t.test('SIGTERM during keep-alive load: no request fails, no connection is reset
 // shutdown begins, no new connection is taken (refused: nothing was sent, a client may send it elsewhere), so none
 // is closed under a request it carries.
 t.test('SIGTERM during write load from clients that connect again: no request sent is reset, new connections are refused', async (t) => {
-  const server = await start({})
+  // Each client writes until the shutdown: a quota it never reaches.
+  const server = await start({ ACCOUNT_QUOTA_KIB: '1048576' })
   const body = JSON.stringify({ name: 'written while shutting down', description: 'd'.repeat(2000) })
   const { outcomes, code } = await throughShutdown(server, 64, async (outcome, agent, signalled) => {
     const registered = await fetch(`${server.url}/v1/auth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(newUser({ role: 'contributor' })) })
@@ -168,9 +169,9 @@ t.test('a failed listen says why in one line on standard error and exits 1, at a
 })
 
 t.test('a flood of maximum-size items from several accounts cannot exhaust a small heap: writes shed, reads go on', async (t) => {
-  // The items fill the heap only where the store is the heap. The accounts' room is set past the heap, so that what is
-  // tested is shedding, the last defence, which the room refuses writes well before.
-  const room = { STORE_CAPACITY_MIB: '1024', ACCOUNT_CEILING_MIB: '1024' }
+  // The items fill the heap only where the store is the heap. The accounts' quotas are set past the heap, so that what
+  // is tested is shedding, the last defence, which a sized deployment's quotas refuse writes well before.
+  const room = { ACCOUNT_QUOTA_KIB: '1048576' }
   const server = await start({ STORE: 'memory', RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '100', RATE_LIMIT_WRITES: '100000', MAX_ITEMS_PER_USER: '100000', MAX_HEAP_USED_MIB: '128', ...room },
     { nodeOptions: ['--max-old-space-size=160'] })
   t.teardown(() => { server.process.kill('SIGKILL') })

@@ -111,7 +111,7 @@ export interface paths {
         /**
          * Remove an account with everything it keeps
          * @description Removes the account: its user (its email may register again), its sessions (its tokens are refused from
-         *     then on, on every instance), its idempotency keys, its floor, and each item it owns, with an
+         *     then on, on every instance), its idempotency keys, its place among the accounts, and each item it owns, with an
          *     `items.item.removed` event whose `actorId` is the account's own. Idempotent: an account removed already, or
          *     never registered, answers 204 too, and an item left behind by a removal cut short is removed by the next.
          *     Each removal is logged (`account removed`, with what it removed).
@@ -141,7 +141,7 @@ export interface paths {
          * Create a sandbox
          * @description Makes a sandbox with the users and items of the body (a `SEED_FILE`'s shape, docs/testing.md; `{}` for an
          *     empty one), and answers where it is served once they are in. Its users register, sign in and write as on the service's
-         *     own catalogue; its rate limits count its own requests only, and registrations in it are not paced.
+         *     own catalogue; its rate limits count its own requests only, and the service-wide limit on registrations counts none in it.
          */
         post: operations["createSandbox"];
         delete?: never;
@@ -282,7 +282,7 @@ export interface components {
             basePath: string;
             /** @description How long the sandbox lives on while no request uses it. */
             idleSeconds: number;
-            /** @description What the sandbox keeps at most for its accounts, as the store counts it. */
+            /** @description What its accounts keep at most, all together (`SANDBOX_ACCOUNTS` times `ACCOUNT_QUOTA_KIB`). */
             capacityBytes: number;
         };
         SandboxList: {
@@ -310,9 +310,9 @@ export interface components {
              * @description When a request last used it; it is deleted once unused for `SANDBOX_IDLE_SECONDS`.
              */
             lastUsedAt: string;
-            /** @description What its accounts make it keep, in bytes as the store holds them. */
+            /** @description The bytes of their quotas its accounts use (their items' and idempotency records' texts, UTF-8). */
             heldBytes: number;
-            /** @description What it keeps at most for its accounts (`SANDBOX_CAPACITY_KIB`). */
+            /** @description What its accounts keep at most, all together (`SANDBOX_ACCOUNTS` times `ACCOUNT_QUOTA_KIB`). */
             capacityBytes: number;
         };
         /** @description A `SEED_FILE`'s shape (docs/testing.md): each user as `registerUser`'s body of openapi.yaml, with an `id` when it is to have that one; each item as `createItem`'s, with its `owner` (a contributor's email in `users`), and an `id` and `status` when given. Checked entry by entry: a 400 names the first at fault. */
@@ -402,7 +402,7 @@ export interface components {
             role: "contributor" | "viewer";
             /** Format: date-time */
             createdAt: string;
-            /** @description What the account makes the store keep, in bytes as the store holds them, its sessions included. */
+            /** @description The bytes of its quota the account uses (its items' and idempotency records' texts, UTF-8; `ACCOUNT_QUOTA_KIB`). */
             heldBytes: number;
             /** @description Items it owns. */
             items: number;

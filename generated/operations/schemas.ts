@@ -30,7 +30,7 @@ export const schemas = {
       "capacityBytes": {
         "type": "integer",
         "minimum": 1,
-        "description": "What the sandbox keeps at most for its accounts, as the store counts it."
+        "description": "What its accounts keep at most, all together (`SANDBOX_ACCOUNTS` times `ACCOUNT_QUOTA_KIB`)."
       }
     }
   },
@@ -93,12 +93,12 @@ export const schemas = {
       "heldBytes": {
         "type": "integer",
         "minimum": 0,
-        "description": "What its accounts make it keep, in bytes as the store holds them."
+        "description": "The bytes of their quotas its accounts use (their items' and idempotency records' texts, UTF-8)."
       },
       "capacityBytes": {
         "type": "integer",
         "minimum": 1,
-        "description": "What it keeps at most for its accounts (`SANDBOX_CAPACITY_KIB`)."
+        "description": "What its accounts keep at most, all together (`SANDBOX_ACCOUNTS` times `ACCOUNT_QUOTA_KIB`)."
       }
     }
   },
@@ -357,7 +357,7 @@ export const schemas = {
       "heldBytes": {
         "type": "integer",
         "minimum": 0,
-        "description": "What the account makes the store keep, in bytes as the store holds them, its sessions included."
+        "description": "The bytes of its quota the account uses (its items' and idempotency records' texts, UTF-8; `ACCOUNT_QUOTA_KIB`)."
       },
       "items": {
         "type": "integer",

@@ -20,12 +20,8 @@ export const serviceEnv = {
   PASSWORD_QUEUE_LIMIT: '1000',
   MAX_ITEMS_PER_USER: UNREACHABLE,
   MAX_SESSIONS_PER_USER: UNREACHABLE,
-  // One account makes every item of a run: its room is the store's (the ledger's charges are paid all the same).
-  ACCOUNT_CEILING_MIB: UNREACHABLE,
-  // The login storm signs the list's user in thousands of times: its sessions' part holds them all, so that none
-  // ends the session every other scenario's requests carry (which then measured 401s).
-  ACCOUNT_SESSIONS_KIB: '65536',
-  ACCOUNT_FLOOR_KIB: '65540'
+  // One account makes every item of a run: its quota holds them all (their bytes are counted all the same).
+  ACCOUNT_QUOTA_KIB: '1048576'
 }
 
 /** A JSON request to the service; throws on any status but 2xx. */

@@ -91,8 +91,8 @@ const filters: Array<[string, ItemFilter]> = [
   ['contributorId & status=archived', { contributorId: CONTRIBUTORS[0], status: 'archived' }]
 ]
 console.log(`${ITEMS} items on ${ON_REDIS ? 'Redis' : 'the memory store'}, ${CONTRIBUTORS.length} contributors, every fourth archived; ` +
-  `filled in ${fillSeconds.toFixed(1)} s, ${Math.round(bytesPerItem)} bytes of ${ON_REDIS ? 'Redis memory' : 'heap'} per item (name "Item N", a ${DESCRIPTION.length}-character description)` +
-  (ON_REDIS ? '' : `; ${Math.round((await store.capacity())!.heldBytes / ITEMS)} bytes charged to its contributor (src/store/memory/capacity.ts)`))
+  `filled in ${fillSeconds.toFixed(1)} s, ${Math.round(bytesPerItem)} bytes of ${ON_REDIS ? 'Redis memory' : 'heap'} per item (name "Item N", a ${DESCRIPTION.length}-character description); ` +
+  `${Math.round((await store.usage()).heldBytes / ITEMS)} bytes counted against its contributor's quota (src/domain/quotas.ts)`)
 console.log(`| filter | items kept | µs a page of ${PAGE_SIZE}: first | middle | last |`)
 console.log('|---|---:|---:|---:|---:|')
 for (const [name, filter] of filters) {

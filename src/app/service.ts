@@ -62,12 +62,24 @@ export async function itemsService (app: FastifyInstance, options: ItemsServiceO
   await app.register(metricsPlugin, { exposed: config.operations !== undefined })
   await app.register(shutdownPlugin, config)
   await app.register(underPressurePlugin)
-  await app.register(storePlugin, { config: config.store, timeCommands: config.operations !== undefined, maxHeapUsedBytes: config.maxHeapUsedBytes, ...(options.store === undefined ? {} : { store: options.store }) })
-  const { maxItemsPerUser, idempotencyKeys, capacity } = config.store
+  await app.register(storePlugin, {
+    config: config.store,
+    timeCommands: config.operations !== undefined,
+    sizing: {
+      production: config.environment === 'production',
+      maxHeapUsedBytes: config.maxHeapUsedBytes,
+      sessionsPerAccount: config.maxSessionsPerUser,
+      sandboxes: config.sandboxes,
+      rateLimited: config.rateLimits !== null,
+      subscribers: config.webhooks.subscriptions.length
+    },
+    ...(options.store === undefined ? {} : { store: options.store })
+  })
+  const { maxItemsPerUser, idempotencyKeys } = config.store
   await app.register(sandboxesPlugin, {
     routing: options.sandboxRouting ?? null,
     bounds: config.sandboxes,
-    store: { maxItemsPerContributor: maxItemsPerUser, idempotencyKeys, capacity },
+    store: { maxItemsPerContributor: maxItemsPerUser, idempotencyKeys },
     deliveries: config.webhooks
   })
   await app.register(eventsPlugin, {

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto'
 import { Ajv, type ErrorObject } from 'ajv'
 import { OWASP_HASH_COST, type PasswordHashCost } from '../auth/hash-cost.js'
-import { type Environment, environmentSchema, invalidValue, type VariableName, type VariableSchema, variables } from './environment.js'
+import { type Environment, environmentSchema, invalidValue, removedVariables, type VariableName, type VariableSchema, variables } from './environment.js'
 import { isPlainObject } from '../runtime/plain-object.js'
 import { ConfigError, delays, origins, proxies, redisUrl, secrets, sentinels, subscriptions, subscriptionsFile, type TrustedProxies } from './values.js'
-import type { CapacitySettings } from '../store/capacity.js'
+import type { AccountBounds } from '../domain/quotas.js'
 import type { RedisSentinel } from '../store/redis/connection.js'
 import type { SandboxBounds } from '../store/sandboxes.js'
 import type { Subscription } from '../webhooks/subscriptions.js'
@@ -16,6 +16,15 @@ export interface RateLimit {
   max: number
   windowSeconds: number
 }
+
+// The window of the service-wide limit on registrations, and how many of them fill MAX_ACCOUNTS at the most it lets
+// through: a flood takes at least a day.
+const REGISTRATIONS_WINDOW_SECONDS = 3600
+const REGISTRATION_WINDOWS_TO_FILL = 25
+
+/** The limit on registrations to the whole service: a 25th of the accounts it admits an hour, at least one. */
+export const registrationsLimit = (maxAccounts: number): RateLimit =>
+  ({ max: Math.max(1, Math.floor(maxAccounts / REGISTRATION_WINDOWS_TO_FILL)), windowSeconds: REGISTRATIONS_WINDOW_SECONDS })
 
 export interface StoreConfig {
   /** Where data is kept: this process's memory, or Redis, shared by every instance. */
@@ -31,11 +40,8 @@ export interface StoreConfig {
   maxItemsPerUser: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys: { ttlMs: number, perUser: number }
-  /**
-   * The room for accounts (src/store/capacity.ts). Without a budget, the store derives one when it opens: in memory
-   * from the heap (MAX_HEAP_USED_MIB), on Redis from its maxmemory.
-   */
-  capacity: CapacitySettings
+  /** How many accounts the store admits, and each one's quota (src/domain/quotas.ts). */
+  accounts: AccountBounds
 }
 
 export interface WebhooksConfig extends DeliverySettings {
@@ -87,6 +93,8 @@ export interface AppConfig {
     register: RateLimit
     refresh: RateLimit
     writes: RateLimit
+    /** Registrations to the whole service (each sandbox's fill only its own accounts, and are not counted). */
+    registrations: RateLimit
   } | null
   store: StoreConfig
   webhooks: WebhooksConfig
@@ -130,6 +138,9 @@ function readEnvironment (source: NodeJS.ProcessEnv): { environment: Environment
     if (usedName !== name) deprecations.push(`${usedName} is deprecated and will be removed: set ${name} instead`)
     setAs.set(name, usedName)
     given[name] = variable.type === 'integer' && /^-?\d{1,15}$/.test(raw) ? Number(raw) : raw
+  }
+  for (const [name, replacement] of Object.entries(removedVariables)) {
+    if (source[name] !== undefined) deprecations.push(`${name} is no longer read: ${replacement} (docs/capacity.md)`)
   }
   const environment: unknown = { ...given }
   if (validateEnvironment(environment)) return { environment, deprecations }
@@ -205,12 +216,6 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
   if (env.WEBHOOK_RECLAIM_AFTER_MS <= env.WEBHOOK_TIMEOUT_MS) {
     throw new ConfigError('Invalid configuration: WEBHOOK_RECLAIM_AFTER_MS must be longer than WEBHOOK_TIMEOUT_MS')
   }
-  if (env.ACCOUNT_CEILING_MIB * MIB < env.ACCOUNT_FLOOR_KIB * 1024) {
-    throw new ConfigError('Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB')
-  }
-  if (env.ACCOUNT_FLOOR_KIB < env.ACCOUNT_SESSIONS_KIB + 4) {
-    throw new ConfigError('Invalid configuration: ACCOUNT_FLOOR_KIB must be at least ACCOUNT_SESSIONS_KIB + 4 (the floor holds the sessions\' part and a user)')
-  }
   const maxHeapUsedBytes = env.MAX_HEAP_USED_MIB === undefined ? undefined : env.MAX_HEAP_USED_MIB * MIB
   const warnings = [...deprecations, ...operationsWarnings(env, environment)]
   const rateLimit = (max: number, seconds = windowSeconds): RateLimit => ({ max, windowSeconds: seconds })
@@ -222,7 +227,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
     tracing: env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined && env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === undefined
       ? undefined
       : { protocol: env.OTEL_EXPORTER_OTLP_PROTOCOL, serviceName: env.OTEL_SERVICE_NAME },
-    sandboxes: env.SANDBOXES === 'off' ? undefined : { limit: env.SANDBOX_LIMIT, idleMs: env.SANDBOX_IDLE_SECONDS * 1000, capacityBytes: env.SANDBOX_CAPACITY_KIB * 1024 },
+    sandboxes: env.SANDBOXES === 'off' ? undefined : { limit: env.SANDBOX_LIMIT, idleMs: env.SANDBOX_IDLE_SECONDS * 1000, accounts: env.SANDBOX_ACCOUNTS, quotaBytes: env.ACCOUNT_QUOTA_KIB * 1024 },
     logLevel: env.LOG_LEVEL,
     jwt: {
       secret: jwtSecret ?? randomBytes(32).toString('base64url'),
@@ -248,7 +253,8 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
           loginFailures: rateLimit(env.RATE_LIMIT_LOGIN_FAILURES, env.RATE_LIMIT_LOGIN_FAILURES_WINDOW_SECONDS),
           register: rateLimit(env.RATE_LIMIT_REGISTER),
           refresh: rateLimit(env.RATE_LIMIT_REFRESH),
-          writes: rateLimit(env.RATE_LIMIT_WRITES)
+          writes: rateLimit(env.RATE_LIMIT_WRITES),
+          registrations: registrationsLimit(env.MAX_ACCOUNTS)
         },
     store: {
       kind: env.STORE,
@@ -260,15 +266,7 @@ export function loadConfig (source: NodeJS.ProcessEnv = process.env): AppConfig 
       redisKeyPrefix: env.REDIS_KEY_PREFIX,
       maxItemsPerUser: env.MAX_ITEMS_PER_USER,
       idempotencyKeys: { ttlMs: env.IDEMPOTENCY_KEY_TTL_SECONDS * 1000, perUser: env.MAX_IDEMPOTENCY_KEYS_PER_USER },
-      capacity: {
-        budgetBytes: env.STORE_CAPACITY_MIB === undefined ? undefined : env.STORE_CAPACITY_MIB * MIB,
-        floorBytes: env.ACCOUNT_FLOOR_KIB * 1024,
-        sessionsBytes: env.ACCOUNT_SESSIONS_KIB * 1024,
-        ceilingBytes: env.ACCOUNT_CEILING_MIB * MIB,
-        floorsShare: env.ACCOUNT_FLOORS_PERCENT / 100,
-        // A test rig's RATE_LIMIT=off registers as fast as it asks.
-        registrationRoomMs: env.RATE_LIMIT === 'off' ? 0 : env.REGISTRATION_ROOM_SECONDS * 1000
-      }
+      accounts: { accounts: env.MAX_ACCOUNTS, quotaBytes: env.ACCOUNT_QUOTA_KIB * 1024 }
     },
     webhooks: {
       subscriptions: env.WEBHOOKS !== undefined
@@ -308,9 +306,7 @@ function merged<T> (defaults: T, settings: Settings<T> | undefined): T {
  * The defaults (what `loadConfig({})` gives: development, a random JWT secret) with `settings` laid over them, part
  * by part; lists and other values are replaced whole. A part that is off by default (the operations API, tracing,
  * sandboxes)
- * and that the settings turn on keeps the defaults it has when on for what they leave out. Nothing
- * is derived here from one setting for another: a default that depends on others (the store's budget) is derived
- * where they are all known, after this.
+ * and that the settings turn on keeps the defaults it has when on for what they leave out.
  */
 export function withDefaults (settings: AppSettings = {}): AppConfig {
   const defaults = loadConfig({})

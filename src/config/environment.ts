@@ -116,14 +116,14 @@ export const variables = {
   },
   SANDBOX_LIMIT: { type: 'integer', minimum: 1, maximum: 10000, default: 100, description: 'Sandboxes that may exist at once; one more is 507 `STORE_FULL` until one is deleted or idles out.' },
   SANDBOX_IDLE_SECONDS: { type: 'integer', minimum: 1, default: 3600, description: 'A sandbox no request has used for this long is deleted, with everything it keeps.' },
-  SANDBOX_CAPACITY_KIB: {
+  SANDBOX_ACCOUNTS: {
     type: 'integer',
-    minimum: 256,
-    maximum: 1048576,
-    default: 2048,
-    description: 'What each sandbox keeps at most for its accounts, as `STORE_CAPACITY_MIB` for the service (its floors and ceilings are the service\'s). All of them together keep at most `SANDBOX_LIMIT` times this.'
+    minimum: 1,
+    maximum: 1000,
+    default: 10,
+    description: 'Accounts each sandbox admits (its own `MAX_ACCOUNTS`), each within `ACCOUNT_QUOTA_KIB`; one more is 507 `STORE_FULL`, and fixtures with more users are refused (400).'
   },
-  RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off, the pace on registrations (`REGISTRATION_ROOM_SECONDS`) too (for test rigs that register hundreds of accounts a minute).' },
+  RATE_LIMIT: { type: 'string', enum: ['on', 'off'], default: 'on', description: '`off` switches every rate limit off, the service-wide limit on registrations too (for test rigs that register hundreds of accounts a minute).' },
   RATE_LIMIT_WINDOW_SECONDS: { type: 'integer', minimum: 1, default: 60, replaces: 'RATE_LIMIT_WINDOW', description: 'Window of every rate limit but the account limit.' },
   RATE_LIMIT_LOGIN: { type: 'integer', minimum: 1, default: 10, description: 'Sign-in attempts per window per client address and email.' },
   RATE_LIMIT_LOGIN_ADDRESS: { type: 'integer', minimum: 1, default: 60, description: 'Sign-in attempts per window per client address, whatever the email; checked before the body is read.' },
@@ -185,44 +185,20 @@ export const variables = {
     type: 'integer',
     minimum: 1,
     default: IDEMPOTENCY_KEY_DEFAULTS.perUser,
-    description: 'Idempotency keys remembered per user; one more forgets their oldest (and so does a new key the user\'s room cannot take: `STORE_CAPACITY_MIB`).'
+    description: 'Idempotency keys remembered per user; one more forgets their oldest (and so does a write that would pass the user\'s quota: `ACCOUNT_QUOTA_KIB`).'
   },
-  STORE_CAPACITY_MIB: {
+  MAX_ACCOUNTS: {
     type: 'integer',
     minimum: 1,
-    defaultShown: 'memory: two thirds of the heap in use that sheds writes (`MAX_HEAP_USED_MIB`); Redis: two thirds of its `maxmemory`',
-    description: 'What the store keeps for accounts (their users, items and idempotency keys, counted as the store holds them): the part kept for floors (`ACCOUNT_FLOORS_PERCENT`), one reserved for each account when it registers, and the part accounts share past their floors. A registration no floor is left for, and a write past a floor once the shared part is used up, are 507 `STORE_FULL` (docs/security.md). On Redis every instance reads the last start\'s; with neither this nor a `maxmemory`, nothing is guaranteed (a warning at start). The budget in effect is logged at start.'
+    default: 1000,
+    description: 'Accounts the service admits; one more registration is 507 `STORE_FULL`. Registrations to the whole service are limited to a 25th of them an hour (`registrations`, while `RATE_LIMIT=on`), so that no flood fills them in less than a day. With `ACCOUNT_QUOTA_KIB`, it sizes the store: the start checks that every account\'s worst case fits (docs/capacity.md).'
   },
-  ACCOUNT_FLOORS_PERCENT: {
+  ACCOUNT_QUOTA_KIB: {
     type: 'integer',
-    minimum: 1,
-    maximum: 99,
-    default: 50,
-    description: 'The part of `STORE_CAPACITY_MIB` kept for accounts\' floors, those admitted and those yet to come; the rest is shared past the floors. Neither part can take from the other: heavy accounts never close registration, and registrations never shrink the shared part.'
-  },
-  REGISTRATION_ROOM_SECONDS: {
-    type: 'integer',
-    minimum: 0,
-    default: 86400,
-    description: 'Once half of the floors are taken, the least time a flood of registrations, from any number of addresses, takes to reserve every floor left (a day): registrations for the whole service are then paced at the floors left over this time, an hour of it at once; one past the pace is 429 `RATE_LIMITED` with `Retry-After`, before its password is hashed. `0` (or `RATE_LIMIT=off`) paces nothing.'
-  },
-  ACCOUNT_FLOOR_KIB: {
-    type: 'integer',
-    minimum: 36,
-    default: 100,
-    description: 'Room every account is guaranteed, its sessions\' part (`ACCOUNT_SESSIONS_KIB`) included: within it, no other account\'s use refuses its writes (beside its sessions, about 40 ordinary items with their keys in memory, 20 on Redis). 10 485 accounts a GiB of `STORE_CAPACITY_MIB`.'
-  },
-  ACCOUNT_SESSIONS_KIB: {
-    type: 'integer',
-    minimum: 32,
-    default: 40,
-    description: 'The part of each account\'s floor kept for its sessions and refresh tokens (20 sessions just signed in; fewer that have refreshed often): a sign-in or refresh past it ends the account\'s own oldest session. At least the largest session (80 token hashes remembered).'
-  },
-  ACCOUNT_CEILING_MIB: {
-    type: 'integer',
-    minimum: 1,
-    default: 8,
-    description: 'Room one account may take at most; a write past it is 507 `STORE_FULL`.'
+    minimum: 64,
+    maximum: 1048576,
+    default: 128,
+    description: 'What each account keeps at most: the UTF-8 bytes of its items\' texts and of its idempotency records\'. A create or an edit past it forgets the account\'s own oldest records first, then is 403 `ACCOUNT_QUOTA_EXCEEDED`.'
   },
   WEBHOOKS: {
     type: 'string',
@@ -280,6 +256,14 @@ export const variables = {
     description: 'Shed requests (but item deletes and logouts) with 503 while the mean event-loop delay exceeds this; `0` never sheds for delay.'
   }
 } as const satisfies Record<string, VariableSchema>
+
+/** Variables the service no longer reads, each with what took its place: set, a start warns. */
+export const removedVariables: Readonly<Record<string, string>> = Object.fromEntries([
+  ...['STORE_CAPACITY_MIB', 'ACCOUNT_FLOORS_PERCENT', 'ACCOUNT_FLOOR_KIB', 'ACCOUNT_SESSIONS_KIB', 'ACCOUNT_CEILING_MIB'].map((name) =>
+    [name, 'MAX_ACCOUNTS and ACCOUNT_QUOTA_KIB bound what the store keeps for accounts']),
+  ['REGISTRATION_ROOM_SECONDS', 'registrations are limited to a 25th of MAX_ACCOUNTS an hour'],
+  ['SANDBOX_CAPACITY_KIB', 'SANDBOX_ACCOUNTS, each within ACCOUNT_QUOTA_KIB']
+])
 
 export type VariableName = keyof typeof variables
 type ValueOf<V> = V extends { readonly enum: ReadonlyArray<infer Choice> } ? Choice : V extends { readonly type: 'integer' } ? number : string

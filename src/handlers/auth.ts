@@ -6,7 +6,7 @@ import type { TokenPair } from '../auth/tokens.js'
 import { emailAlreadyRegistered, invalidCredentials, invalidRefreshToken, serviceUnavailable } from '../errors.js'
 import { newUser } from '../domain/records.js'
 import type { User } from '../domain/index.js'
-import { OutcomeUnknownError, RegistrationPacedError, StoreUnavailableError, UserRemovedError } from '../store/store.js'
+import { OutcomeUnknownError, StoreUnavailableError, UserRemovedError } from '../store/store.js'
 import type { Handler } from './handler.js'
 
 type AuthResponse = components['schemas']['AuthResponse']
@@ -38,9 +38,6 @@ export const registerUser: Handler<'registerUser'> = async (request, reply) => {
   // outcome, rather than each hashing a password only to be refused.
   const user = await registrations.run(key, async () => {
     if (await store.users.findByEmailKey(key) !== undefined) throw emailAlreadyRegistered()
-    // A registration the pace holds back costs no password hash.
-    const paced = await store.users.registrationWait()
-    if (paced > 0) throw new RegistrationPacedError(paced)
     return await store.users.add(newUser(request.body, key, await passwords.hash(request.body.password, requester(request)), store.now()))
   })
   // A registration of the same email on another instance may have won while this one was hashing.

@@ -3,7 +3,7 @@ import type { DefaultedParameters, RouteOperationId } from '../../generated/oper
 import { emailKey } from '../auth/email.js'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
-import { type Sandbox, SANDBOX_CLOCK_AHEAD_YEARS, type Sandboxes } from '../store/sandboxes.js'
+import { type Sandbox, SANDBOX_CLOCK_AHEAD_YEARS, sandboxCapacityBytes, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
 import type { DeadLetter } from '../store/store.js'
 import { readSubscription, subscriberName } from '../webhooks/subscriptions.js'
@@ -102,8 +102,7 @@ function sandboxesOf (request: FastifyRequest): Sandboxes {
 
 // The sandbox as the operations API answers it.
 function sandboxBody (sandboxes: Sandboxes, { id }: Sandbox): OperationsBody<'createSandbox', 201> {
-  const { idleMs, capacityBytes } = sandboxes.settings
-  return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(idleMs / 1000), capacityBytes }
+  return { id, basePath: `/sandboxes/${id}`, idleSeconds: Math.ceil(sandboxes.settings.idleMs / 1000), capacityBytes: sandboxCapacityBytes(sandboxes.settings) }
 }
 
 // A seed checked and its passwords hashed (the seed plugin's prepareSeed).
@@ -132,7 +131,7 @@ export const listSandboxes: OperationsHandler<'listSandboxes'> = async (request,
   const sandboxes = sandboxesOf(request)
   const { limit, after } = request.query
   const [page, total] = await Promise.all([sandboxes.list(after, limit), sandboxes.count()])
-  const { capacityBytes } = sandboxes.settings
+  const capacityBytes = sandboxCapacityBytes(sandboxes.settings)
   const listed = page.sandboxes.map(({ id, createdAt, usedAt, heldBytes }) => ({
     id,
     ...(createdAt === undefined ? {} : { createdAt: new Date(createdAt).toISOString() }),

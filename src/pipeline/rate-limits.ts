@@ -95,8 +95,8 @@ class WriteLimitOfRequest implements WriteLimit {
 }
 
 interface Counting {
-  /** The key a request counts under. */
-  readonly keyOf: (request: FastifyRequest) => string
+  /** The key a request counts under; undefined when this limit does not count it. */
+  readonly keyOf: (request: FastifyRequest) => string | undefined
   /**
    * When the request counts. Keyed by the client address alone: in `onRequest`, before authentication and before
    * any body is read or password checked. The sign-in's: after validation (a sign-in has no authentication), once
@@ -113,6 +113,9 @@ interface Counting {
 // limit, login-failures, counts only failed sign-ins, once answered, and is not among them.
 const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
   register: { keyOf: byAddress, counts: 'on arrival', refundable: true },
+  // One key for the whole service, once the registration is valid. A sandbox's registrations fill only its own
+  // accounts: they are not counted.
+  registrations: { keyOf: (request) => request.scopedStore === null ? 'service' : undefined, counts: 'once valid', refundable: true },
   'login-address': { keyOf: byAddress, counts: 'on arrival', refundable: true },
   login: { keyOf: (request) => `${request.clientAddress}|${signInEmail(request)}`, counts: 'once valid', refundable: true },
   refresh: { keyOf: byAddress, counts: 'on arrival', refundable: false },
@@ -139,9 +142,9 @@ const COUNTING: Record<Exclude<RateLimitName, 'login-failures'>, Counting> = {
  */
 export function rateLimits ({ limits, metrics }: RateLimitsOptions): RateLimitSteps {
   if (limits === null) return { byAddress: () => undefined, byCaller: () => undefined }
-  const { login, loginAddress, loginFailures, register, refresh, writes } = limits
+  const { login, loginAddress, loginFailures, register, refresh, writes, registrations } = limits
   const limitsByName: Record<RateLimitName, RateLimit> = {
-    register, 'login-address': loginAddress, login, 'login-failures': loginFailures, refresh, 'item-writes': writes
+    register, registrations, 'login-address': loginAddress, login, 'login-failures': loginFailures, refresh, 'item-writes': writes
   }
   const refusals = metrics.counter<'limit'>({
     name: 'items_service_rate_limited_total',
@@ -154,6 +157,7 @@ export function rateLimits ({ limits, metrics }: RateLimitsOptions): RateLimitSt
     const windowMs = windowSeconds * 1000
     return (request, reply, done) => {
       const key = keyOf(request)
+      if (key === undefined) return done()
       request.store.rateCounter(name).incr(key, windowMs, max, (outcome) => {
         const refused = verdict(name, outcome, max)
         if (!(outcome instanceof Error)) {
@@ -171,7 +175,8 @@ export function rateLimits ({ limits, metrics }: RateLimitsOptions): RateLimitSt
     const windowMs = windowSeconds * 1000
     const limitRefused = (): void => { refusals.inc({ limit: name }) }
     return (request, reply, done) => {
-      request.writeLimit = new WriteLimitOfRequest(name, keyOf(request), max, windowMs, request, reply, limitRefused)
+      const key = keyOf(request)
+      if (key !== undefined) request.writeLimit = new WriteLimitOfRequest(name, key, max, windowMs, request, reply, limitRefused)
       done()
     }
   }

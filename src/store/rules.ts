@@ -33,10 +33,10 @@ export const DEAD_LETTER_BYTES = 8 * 1024 * 1024
 export const IDEMPOTENCY_KEY_DEFAULTS = { ttlMs: 86_400_000, perUser: 1000 } as const
 
 /**
- * Charges of idempotency keys past their time that a write its account's room cannot take gives back first, before
- * it pushes out a record or is refused; the sweep gives back the rest.
+ * Client keys each rate limit keeps under its limit, and as many again over it (which new keys cannot push out):
+ * a digest of an email or an address, so each of a bounded size.
  */
-export const EXPIRED_CHARGES_PER_WRITE = 16
+export const KEYS_PER_RATE_LIMIT = 50_000
 
 /** A session serves until its end (milliseconds since the epoch), not at it. */
 export const isLive = (session: Session, now: number): boolean => session.expiresAt > now

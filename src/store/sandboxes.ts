@@ -1,5 +1,4 @@
 import type { MemoryStoreOptions } from './memory/index.js'
-import type { CapacityBounds } from './capacity.js'
 import type { OutboxBounds } from './outbox.js'
 import type { Outbox, ServingStore } from './store.js'
 
@@ -62,7 +61,7 @@ export interface SandboxSummary {
   readonly createdAt: number | undefined
   /** When a request last used it (ms since the epoch). */
   readonly usedAt: number
-  /** What its accounts make it keep, in bytes as the store holds them. */
+  /** The bytes of their quotas its accounts use. */
   readonly heldBytes: number
 }
 
@@ -97,22 +96,25 @@ export interface SandboxBounds {
   readonly limit: number
   /** How long a sandbox no request uses lives on. */
   readonly idleMs: number
-  /** What each sandbox's store keeps at most for its accounts. */
-  readonly capacityBytes: number
+  /** Accounts each sandbox admits (its own MAX_ACCOUNTS). */
+  readonly accounts: number
+  /** Each account's quota, the service's (ACCOUNT_QUOTA_KIB). */
+  readonly quotaBytes: number
 }
 
-/** What each sandbox's store is made with: the service's own settings, but for the budget. */
+/** What a sandbox's accounts keep at most of their quotas, all together. */
+export const sandboxCapacityBytes = ({ accounts, quotaBytes }: SandboxBounds): number => accounts * quotaBytes
+
+/** What each sandbox's store is made with: the service's own settings, but for the accounts it admits. */
 export interface SandboxStoreOptions {
   readonly maxItemsPerContributor: number
   readonly idempotencyKeys: MemoryStoreOptions['idempotencyKeys']
-  /** The service's floors and ceilings; the budget is SandboxBounds.capacityBytes. */
-  readonly capacity: Omit<CapacityBounds, 'budgetBytes'>
 }
 
 /**
  * The sandboxes of a service: isolated catalogues, each with its own users, sessions, items, idempotency keys,
- * rate-limit counts, events and clock, bounded in number (`limit`), in what each keeps (`capacityBytes`, as the
- * service's budget bounds its accounts) and in how long each lives unused (`idleMs`). A sandbox's id is looked up
+ * rate-limit counts, events and clock, bounded in number (`limit`), in what each keeps (`accounts`, each within the
+ * service's quota) and in how long each lives unused (`idleMs`). A sandbox's id is looked up
  * in any case; every answer names it in lower case.
  */
 export interface Sandboxes {

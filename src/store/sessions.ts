@@ -48,15 +48,13 @@ export function rotation (record: SessionRecord | undefined, presented: string, 
   return { status: 'reused' }
 }
 
-/** One of a user's sessions, as the rules of their room read it. */
+/** One of a user's sessions, as the rule of their count reads it. */
 export interface HeldSession {
   readonly id: string
   readonly expiresAt: number
-  /** What it is charged to its user's sessions, in bytes as its store holds them. */
-  readonly bytes: number
 }
 
-/** A user's sessions and their room (src/store/capacity.ts). */
+/** A user's sessions. */
 export interface UserSessions {
   /**
    * Oldest first: every session of a deployment lives as long, so the first to end is the first opened. Read only as
@@ -65,33 +63,20 @@ export interface UserSessions {
   readonly sessions: Iterable<HeldSession>
   /** How many there are. */
   readonly count: number
-  /** What is left of the part of the user's floor kept for sessions. */
-  readonly room: number
 }
 
-// The user's oldest sessions but `keep`: those past their end that come first, at least `count`, and as many as it
-// takes for `bytes` more to fit the room.
-function oldest ({ sessions, room }: UserSessions, bytes: number, count: number, now: number, keep?: string): string[] {
+/**
+ * The sessions that opening one more for the user ends, the oldest first: those past their end that come first,
+ * and at least as many as it takes to keep `maxPerUser`. With the tokens each remembers (REMEMBERED_REPLACED_TOKENS,
+ * MAX_PAIRS_PER_ROTATION), this bounds what one account's sessions keep.
+ */
+export function endedByOpening ({ sessions, count }: UserSessions, maxPerUser: number, now: number): string[] {
+  let over = count + 1 - maxPerUser
   const ended: string[] = []
-  for (const { id, expiresAt, bytes: held } of sessions) {
-    if (expiresAt > now && count <= 0 && room >= bytes) break
-    if (id !== keep) {
-      ended.push(id)
-      room += held
-    }
-    count -= 1
+  for (const { id, expiresAt } of sessions) {
+    if (expiresAt > now && over <= 0) break
+    ended.push(id)
+    over -= 1
   }
   return ended
 }
-
-/**
- * The sessions that opening one of `bytes` for the user ends, the oldest first: those past their end, at least as
- * many as it takes to keep `maxPerUser`, and as many as it takes for it to fit the room.
- */
-export const endedByOpening = (user: UserSessions, bytes: number, maxPerUser: number, now: number): string[] => oldest(user, bytes, user.count + 1 - maxPerUser, now)
-
-/**
- * The user's other sessions that a rotation growing `session` by `grown` bytes ends, the oldest first: one session
- * alone always fits (the configuration holds the room to at least the largest).
- */
-export const endedByGrowth = (user: UserSessions, session: string, grown: number, now: number): string[] => grown > 0 ? oldest(user, grown, 0, now, session) : []

@@ -1,6 +1,5 @@
 import type { Item, ItemStatus, Session, User } from '../domain/index.js'
 import type { ItemText, StoredItem } from '../domain/serialized.js'
-import type { CapacityReading } from './capacity.js'
 import type { SandboxBounds, Sandboxes, SandboxStoreOptions, SandboxWatcher } from './sandboxes.js'
 
 export type { ItemText, StoredItem } from '../domain/serialized.js'
@@ -13,19 +12,13 @@ export type RefreshOutcome =
 export interface UserStore {
   /**
    * Adds the user, unless one with the same emailKey exists (then undefined); rejects with an IdTakenError when
-   * another has its id. Atomic.
+   * another has its id, and with a StoreFullError when the store holds as many accounts as it admits. Atomic.
    */
   add (user: User): Promise<User | undefined>
   get (id: string): Promise<User | undefined>
   /** The user, when this process has it at hand (no round trip); undefined means only: ask `get`. See `Store`. */
   cached (id: string): User | undefined
   findByEmailKey (emailKey: string): Promise<User | undefined>
-  /**
-   * How long (ms) the service-wide pace on registrations (src/store/capacity.ts) would hold a registration back now:
-   * 0 when `add` would let it through. Read only, so that a registration the pace refuses is refused before its
-   * password is hashed; `add` takes the pace in its own atomic step.
-   */
-  registrationWait (): Promise<number>
 }
 
 /**
@@ -132,8 +125,8 @@ export interface IdempotencyKeyStore {
   /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
   release (claim: IdempotencyClaim): Promise<void>
   /**
-   * Gives back what keys past their time were charged to their users (on Redis, sessions' too), at most `limit`,
-   * the oldest first: how many. Run every few seconds, so that an expired record's room is free again within them.
+   * Forgets records past their time to live, at most `limit`, the oldest first, giving their bytes back to their
+   * accounts' quotas: how many. Run every few seconds, so that an expired record's room is free again within them.
    */
   sweep (now: number, limit: number): Promise<number>
 }
@@ -141,7 +134,7 @@ export interface IdempotencyKeyStore {
 /** An account as the operations API lists it. */
 export interface AccountSummary {
   readonly user: User
-  /** What it makes the store keep, its sessions included, in bytes as the store holds them. */
+  /** The bytes of its quota it uses (src/domain/quotas.ts). */
   readonly heldBytes: number
   /** Items it owns. */
   readonly items: number
@@ -162,9 +155,9 @@ export interface AccountStore {
    */
   list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage>
   /**
-   * Removes the account's user, its sessions, its recorded idempotency keys and its floor, at once: false when it has
-   * no user (removed already). Its items stay for the caller to remove, each with its event; what they hold stays
-   * charged to the account until then, and so do the claims of its requests in flight until they end.
+   * Removes the account's user, its sessions and its idempotency keys, at once, and with them its place among the
+   * accounts: false when it has no user (removed already). Its items stay for the caller to remove, each with its
+   * event; their bytes stay counted against the account's quota until then.
    */
   remove (userId: string): Promise<boolean>
 }
@@ -177,10 +170,12 @@ export class ClaimLostError extends Error {
 export interface ItemStore {
   /**
    * Adds the item and records its event, unless its contributor already owns as many as the store allows each
-   * one (then undefined, and no event); rejects with an IdTakenError when another item has its id, and with a
-   * UserRemovedError when its contributor has no account (removed). With a claim, records the item under its key
-   * too, or, when the claim no longer holds the key, adds nothing and rejects with a ClaimLostError. With a limit,
-   * counts against it once nothing but room stands in the item's way, and adds nothing over it. Atomic.
+   * one (then undefined, and no event); rejects with an IdTakenError when another item has its id, with a
+   * UserRemovedError when its contributor has no account (removed), and with a QuotaExceededError when the item
+   * (and its record) would take the contributor past their quota even once their own older records are forgotten
+   * (src/domain/quotas.ts). With a claim, records the item under its key too, or, when the claim no longer holds the
+   * key, adds nothing and rejects with a ClaimLostError. With a limit, counts against it once nothing but the quota
+   * stands in the item's way, and adds nothing over it. Atomic.
    */
   add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined>
   /** The item as a read sends it: its text (a store may keep no parsed item at hand). */
@@ -193,8 +188,8 @@ export interface ItemStore {
    * Atomically replaces the item with `change(current)` and records its event; undefined when there is no such
    * item. When `change` throws, the item stays as it was, no event is recorded and the error reaches the caller;
    * when the item's contributor has no account (removed, its items going with it), it rejects with a
-   * UserRemovedError, changing nothing. With a limit, counts against it once `change` has returned, and changes
-   * nothing over it.
+   * UserRemovedError, changing nothing, and with a QuotaExceededError past the contributor's quota (as `add`). With
+   * a limit, counts against it once `change` has returned, and changes nothing over it.
    */
   update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined>
   /**
@@ -337,31 +332,21 @@ export class IdTakenError extends Error {
   override name = 'IdTakenError'
 }
 
-/**
- * Whose room refused a write (src/store/capacity.ts): the account's own (the write would take it past its ceiling),
- * the shared part's (used up, and the write would take the account past its floor), or the floors' part's (a
- * registration for which no floor is left).
- */
-export type RoomLimit = 'account' | 'shared' | 'registration'
-
-/** A write refused for room (RoomLimit says whose). Nothing was changed. */
+/** A registration refused: the store holds as many accounts as it admits (AccountBounds.accounts). Nothing was changed. */
 export class StoreFullError extends Error {
   override name = 'StoreFullError'
 
-  constructor (message: string, readonly limit: RoomLimit) {
-    super(message)
+  constructor (readonly accounts: number) {
+    super(`the store holds the ${accounts} accounts it admits`)
   }
 }
 
-/**
- * A registration the service-wide pace holds back (src/store/capacity.ts): floors are left, but one more now would
- * let a flood reserve them faster than the pace allows. Nothing was changed; it may be retried after `retryAfterMs`.
- */
-export class RegistrationPacedError extends Error {
-  override name = 'RegistrationPacedError'
+/** A write that would take its account past its quota (AccountBounds.quotaBytes). Nothing was changed. */
+export class QuotaExceededError extends Error {
+  override name = 'QuotaExceededError'
 
-  constructor (readonly retryAfterMs: number) {
-    super(`registrations are paced: the next in ${retryAfterMs} ms`)
+  constructor (readonly quotaBytes: number) {
+    super(`the account would keep more than its quota of ${quotaBytes} bytes`)
   }
 }
 
@@ -394,7 +379,7 @@ export class OutcomeUnknownError extends Error {
 /**
  * Everything the service keeps. Items and users handed out are immutable snapshots, each item with its JSON text
  * (`StoredItem`), made once, when it was written. Any operation may reject with a StoreUnavailableError; a write,
- * with an OutcomeUnknownError; adding a user or an item, with a StoreFullError where the store bounds them.
+ * with an OutcomeUnknownError; adding a user, with a StoreFullError; writing an item, with a QuotaExceededError.
  *
  * Authentication reads the caller's session and user on every request. Each store keeps them at hand (in memory,
  * all of them; on Redis, those this instance has read and is told of every change to), and `cached` hands them
@@ -415,10 +400,15 @@ export interface Store {
    * store that instances share, the store's (Redis's, as this instance reckons it), the one clock they all read.
    */
   now (): number
-  /** The bytes accounts make the store keep, and the room set aside for them (src/store/capacity.ts). */
-  capacity (): Promise<CapacityReading>
+  /** How many accounts the store holds, and the bytes of their quotas they use (src/domain/quotas.ts). */
+  usage (): Promise<StoreUsage>
   /** False while the store cannot serve requests (its server unreachable). */
   available (): boolean
+  /**
+   * What the store's own server holds at most (Redis's maxmemory), for the sizing rule (src/domain/sizing.ts);
+   * undefined where the process's heap bounds it (memory) or nothing does.
+   */
+  readonly limitBytes?: number | undefined
   /**
    * Sandboxes kept in this store, beside its own catalogue, for every instance that shares it (Redis: under key
    * prefixes of their own); left out by a store whose sandboxes are kept in the process instead (memory).
@@ -426,6 +416,11 @@ export interface Store {
   sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions, watcher: SandboxWatcher) => Sandboxes
   /** Releases what the store holds (connections); it serves nothing afterwards. */
   close (): Promise<void>
+}
+
+export interface StoreUsage {
+  readonly accounts: number
+  readonly heldBytes: number
 }
 
 /** What serves a request: a store, or a sandbox's catalogue kept in one (which its Sandboxes delete). */

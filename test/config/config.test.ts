@@ -53,10 +53,7 @@ t.test('a generated secret is announced with a warning at startup', async (t) =>
 })
 
 t.test('the store: memory by default; Redis with its URL and key prefix, and only with a shared JWT_SECRET', async (t) => {
-  // The budget is the store's to derive when it opens (test/plugins/app/store.test.ts): from the heap in memory, from
-  // maxmemory on Redis.
-  const capacity = { budgetBytes: undefined, floorBytes: 100 * 1024, sessionsBytes: 40 * 1024, ceilingBytes: 8 * 1024 * 1024, floorsShare: 0.5, registrationRoomMs: 86_400_000 }
-  const storeDefaults = { capacity, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
+  const storeDefaults = { accounts: { accounts: 1000, quotaBytes: 128 * 1024 }, idempotencyKeys: { ttlMs: 86_400_000, perUser: 1000 } }
   t.same(loadConfig({}).store, { kind: 'memory', redisUrl: 'redis://127.0.0.1:6379', redisSentinel: undefined, redisReplicasToAcknowledge: 0, redisKeyPrefix: 'items-service:', maxItemsPerUser: 1000, ...storeDefaults })
   const secret = { JWT_SECRET: 's'.repeat(32) }
   t.same(loadConfig({ ...secret, STORE: 'redis', REDIS_URL: 'rediss://user:pw@redis.internal:6380/2', REDIS_KEY_PREFIX: 'catalogue:' }).store,
@@ -83,23 +80,25 @@ t.test('the store: memory by default; Redis with its URL and key prefix, and onl
     t.throws(() => loadConfig({ ...secret, REDIS_SENTINELS: value }), { name: 'ConfigError', message: /^Invalid configuration: REDIS_SENTINELS must be comma-separated host:port pairs/ }, value)
   }
   t.same(loadConfig({ IDEMPOTENCY_KEY_TTL_SECONDS: '3600', MAX_IDEMPOTENCY_KEYS_PER_USER: '10' }).store.idempotencyKeys, { ttlMs: 3_600_000, perUser: 10 })
-  t.same(loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '48', ACCOUNT_CEILING_MIB: '2', ACCOUNT_FLOORS_PERCENT: '25', REGISTRATION_ROOM_SECONDS: '0' }).store.capacity,
-    { budgetBytes: 64 * 1024 * 1024, floorBytes: 64 * 1024, sessionsBytes: 48 * 1024, ceilingBytes: 2 * 1024 * 1024, floorsShare: 0.25, registrationRoomMs: 0 })
-  t.equal(loadConfig({ RATE_LIMIT: 'off' }).store.capacity.registrationRoomMs, 0, 'RATE_LIMIT=off paces no registration')
-  t.equal(loadConfig({ RATE_LIMIT: 'off', REGISTRATION_ROOM_SECONDS: '60' }).store.capacity.registrationRoomMs, 0, 'whatever the room says')
-  t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '2048', ACCOUNT_CEILING_MIB: '1' }), { message: 'Invalid configuration: ACCOUNT_CEILING_MIB must be at least ACCOUNT_FLOOR_KIB' })
-  t.throws(() => loadConfig({ ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '61' }),
-    { message: 'Invalid configuration: ACCOUNT_FLOOR_KIB must be at least ACCOUNT_SESSIONS_KIB + 4 (the floor holds the sessions\' part and a user)' })
+  t.same(loadConfig({ MAX_ACCOUNTS: '5000', ACCOUNT_QUOTA_KIB: '128' }).store.accounts, { accounts: 5000, quotaBytes: 128 * 1024 })
+  t.same(loadConfig({ MAX_ACCOUNTS: '5000' }).rateLimits?.registrations, { max: 200, windowSeconds: 3600 }, 'registrations to the service: a 25th of MAX_ACCOUNTS an hour')
+  t.same(loadConfig({ MAX_ACCOUNTS: '10' }).rateLimits?.registrations, { max: 1, windowSeconds: 3600 }, 'one at least')
+  t.equal(loadConfig({ RATE_LIMIT: 'off' }).rateLimits, null, 'RATE_LIMIT=off limits no registration')
+  const removed = loadConfig({ STORE_CAPACITY_MIB: '64', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '48', ACCOUNT_CEILING_MIB: '2', ACCOUNT_FLOORS_PERCENT: '25', REGISTRATION_ROOM_SECONDS: '0', SANDBOX_CAPACITY_KIB: '512' })
+  t.same(removed.warnings, [
+    ...['STORE_CAPACITY_MIB', 'ACCOUNT_FLOORS_PERCENT', 'ACCOUNT_FLOOR_KIB', 'ACCOUNT_SESSIONS_KIB', 'ACCOUNT_CEILING_MIB'].map((name) =>
+      `${name} is no longer read: MAX_ACCOUNTS and ACCOUNT_QUOTA_KIB bound what the store keeps for accounts (docs/capacity.md)`),
+    'REGISTRATION_ROOM_SECONDS is no longer read: registrations are limited to a 25th of MAX_ACCOUNTS an hour (docs/capacity.md)',
+    'SANDBOX_CAPACITY_KIB is no longer read: SANDBOX_ACCOUNTS, each within ACCOUNT_QUOTA_KIB (docs/capacity.md)'
+  ], 'a setting no longer read is named at start, with what took its place')
   t.throws(() => loadConfig({ STORE: 'redis' }), { message: 'Invalid configuration: JWT_SECRET is required when STORE is redis (every instance must share it)' })
   for (const [name, value] of [['STORE', 'postgres'], ['REDIS_URL', 'http://127.0.0.1:6379'], ['REDIS_URL', 'redis://'], ['REDIS_URL', 'redis://a b'], ['REDIS_KEY_PREFIX', '']]) {
     t.throws(() => loadConfig({ ...secret, [name!]: value }), { name: 'ConfigError', message: new RegExp(`^Invalid configuration: ${name} must `) }, `${name}=${value}`)
   }
 })
 
-t.test('settings laid over the defaults take no default derived for another setting, and a part they turn on keeps its own defaults', async (t) => {
-  const onRedis = loadConfig({ STORE: 'redis', JWT_SECRET: 's'.repeat(32) })
-  t.equal(withDefaults(onRedis).store.capacity.budgetBytes, undefined, 'a Redis configuration keeps no memory store\'s budget')
-  t.equal(withDefaults({ store: { kind: 'redis' } }).store.capacity.budgetBytes, undefined, 'nor one given in part')
+t.test('settings laid over the defaults keep the defaults of what they leave out, and a part they turn on keeps its own defaults', async (t) => {
+  t.same(withDefaults({ store: { accounts: { accounts: 7 } } }).store.accounts, { accounts: 7, quotaBytes: 128 * 1024 }, 'a bound given in part keeps the other')
   t.same(withDefaults({ operations: { port: 0 } }).operations, { host: '127.0.0.1', port: 0, token: undefined }, 'the operations API on loopback')
   t.same(withDefaults({ tracing: { serviceName: 'named' } }).tracing, { protocol: 'http/protobuf', serviceName: 'named' })
   t.equal(withDefaults({}).operations, undefined, 'off unless turned on')
@@ -278,7 +277,7 @@ t.test('SANDBOXES=on needs the operations API, or the start stops in one line; o
     message: 'Invalid configuration: SANDBOXES=on needs OPS_PORT: sandboxes are created on the operations API'
   })
   t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', STORE: 'redis', JWT_SECRET: 'a'.repeat(32) }).sandboxes?.limit, 100, 'on Redis too')
-  t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', SANDBOX_IDLE_SECONDS: '60' }).sandboxes, { limit: 100, idleMs: 60_000, capacityBytes: 2 * 1024 * 1024 })
+  t.same(loadConfig({ SANDBOXES: 'on', OPS_PORT: '0', SANDBOX_IDLE_SECONDS: '60' }).sandboxes, { limit: 100, idleMs: 60_000, accounts: 10, quotaBytes: 128 * 1024 })
   t.equal(loadConfig({}).sandboxes, undefined, 'off by default')
 })
 

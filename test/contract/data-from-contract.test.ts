@@ -1,7 +1,7 @@
 // The contract is the whole truth for an item's data: in a scratch copy of the service whose contract gives Item,
 // CreateItemRequest and UpdateItemRequest optional properties more (a text, and a list of texts), `npm run generate`
-// alone (no hand edit) makes each flow through a create, its replay, a get, a list and an edit, on each store, and
-// the fuzz test's generator make valid requests of them.
+// alone (no hand edit) makes each flow through a create, its replay, a get, a list and an edit, on each store, counts
+// each against its account's quota, and makes the fuzz test's generator make valid requests of them.
 import { execFile } from 'node:child_process'
 import { cp, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -53,8 +53,10 @@ t.test('a property the contract adds to an item is kept by every store, with not
     const answers = JSON.parse(stdout) as Record<string, Record<string, Answer>>
     for (const store of ['memory', 'redis']) {
       const answer = answers[store]!
-      t.same(Object.fromEntries(Object.entries(answer).map(([step, { status }]) => [step, status])),
-        { register: 201, create: 201, replay: 201, get: 200, list: 200, edit: 200, getEdited: 200 }, `${property}, ${store}: every step answered`)
+      const { 'made-true': sending, 'made-false': notSending, ...steps } = answer
+      t.same(Object.fromEntries(Object.entries(steps).map(([step, { status }]) => [step, status])),
+        { register: 201, create: 201, replay: 201, get: 200, list: 200, edit: 200, getEdited: 200, 'filler-true': 201, 'filler-false': 201 }, `${property}, ${store}: every step answered`)
+      t.ok(sending!.status > 0 && sending!.status < notSending!.status, `${property}, ${store}: an account sending it is refused sooner by its quota (${sending!.status} creates against ${notSending!.status})`)
       t.same(answer.create!.body[property], created, `${property}, ${store}: the create keeps it`)
       t.same(answer.replay!.body[property], created, `${property}, ${store}: so does its replay`)
       t.same(answer.get!.body[property], created, `${property}, ${store}: a get reads it`)

@@ -66,7 +66,7 @@ function failingStore (error: Error): Store {
         return typeof value === 'function' ? value.bind(target) : value
       }
     }),
-    capacity: failing,
+    usage: failing,
     sandboxes: (settings) => ({ settings, count: failing, list: failing, create: failing, use: failing, reset: failing, delete: failing, abandon: failing, deleteIdle: failing, advanceClock: failing, events: failing, setReceiver: failing, close: async () => {} }),
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },

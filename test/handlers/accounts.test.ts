@@ -41,7 +41,7 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   items.push(...(await api.call('listItems', { token: removed.accessToken, query: { contributorId: removed.user.id } })).json().data.filter((item: { name: string }) => item.name === 'keyed'))
   const viewer = await api.register({ role: 'viewer' })
   const newest = await api.register()
-  const before = await api.app.store.capacity()
+  const before = await api.app.store.usage()
 
   const first = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts?limit=2')).json as AccountList
   t.same(first.accounts.map((account) => account.id), [newest.user.id, viewer.user.id], 'the newest first')
@@ -51,7 +51,7 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   t.equal(second.next, undefined, 'the last page says no next')
   const none = (await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?before=${first.next!.replace(/\d+/, '1')}`)).json as AccountList
   t.same(none, { accounts: [] }, 'none before the first')
-  t.ok(second.accounts[0]!.heldBytes > first.accounts[0]!.heldBytes, 'what each holds: items and sessions count')
+  t.same([first.accounts[0]!.heldBytes, second.accounts[0]!.heldBytes > 0], [0, true], 'what each keeps against its quota: its items and records')
   // As an erasure request names it: in another case than it registered with.
   const byEmail = async (query: string): Promise<string[]> => ((await opsCall(t, ops, 'listAccounts', 'GET', `/accounts?${query}`)).json as AccountList).accounts.map(({ id }) => id)
   t.same(await byEmail(`email=${encodeURIComponent(removedUser.email.toUpperCase())}`), [removed.user.id], 'found by its email, its letters\' case aside')
@@ -72,11 +72,8 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   }
   t.equal((await api.call('refreshTokens', { body: { refreshToken: secondSession.refreshToken } })).statusCode, 401, 'its refresh tokens too')
   t.equal((await api.call('getItem', { token: newest.accessToken, params: { itemId: items[0]!.id } })).statusCode, 404, 'its items are gone')
-  const after = await api.app.store.capacity()
-  t.equal(before.floorsBytes - after.floorsBytes, 100 * 1024, 'its floor given back')
-  t.equal(after.accounts, before.accounts - 1)
-  t.ok(after.heldBytes < before.heldBytes, 'and everything it held')
-  t.same([before.sharedUsedBytes, after.sharedUsedBytes], [0, 0], 'light accounts, before and after: nothing held past a floor')
+  const after = await api.app.store.usage()
+  t.same(after, { accounts: before.accounts - 1, heldBytes: 0 }, 'its place among the accounts given back, and everything it kept')
   const listed = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts')).json as AccountList
   t.same(listed.accounts.map((account) => account.id), [newest.user.id, viewer.user.id], 'no longer listed')
 
@@ -85,57 +82,42 @@ async function accounts (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   t.match(audited.at(-1), { accountId: removed.user.id, userRemoved: false, itemsRemoved: 0 })
   t.match(audited.map((line) => line.reqId), [/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, /^[0-9a-f-]{36}$/],
     'each audit line names its request by a uuid, unique across instances and restarts')
-  t.equal((await api.app.store.capacity()).floorsBytes, after.floorsBytes, 'no floor given back twice')
+  t.same(await api.app.store.usage(), after, 'nothing given back twice')
   t.equal((await api.call('registerUser', { body: removedUser })).statusCode, 201, 'its email registers again')
   t.equal((await opsCall(t, ops, 'removeAccount', 'DELETE', '/accounts/not-a-uuid')).status, 400)
 }
 
-const WHAT = 'accounts are listed newest first with what each holds, or by email; one removed goes with its user, sessions, keys, floor and items (each with its event), audited, idempotently'
+const WHAT = 'accounts are listed newest first with what each holds, or by email; one removed goes with its user, sessions, keys, place and items (each with its event), audited, idempotently'
 
 t.test(`memory: ${WHAT}`, async (t) => { await accounts(t, { STORE: 'memory' }) })
 
 t.test(`Redis: ${WHAT}`, { skip: await redisSkip() }, async (t) => { await accounts(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
 
-// An account that holds past its floor: removed, what it still holds (its items, until they go) counts against the
-// shared part, as an account without a floor's does; once they are gone the ledger is as it was before it came.
-async function pastItsFloor (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+// An account removed: its items go one by one, each with its event, after its user; until they are gone their bytes
+// stay counted, and then nothing of it is left.
+async function removedWithItems (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   const opsPort = await freePort()
-  const api = await build(t, {
-    ...store,
-    OPS_PORT: String(opsPort),
-    // Floors of 64 KiB, half of each kept for sessions; an account may hold 1 MiB.
-    STORE_CAPACITY_MIB: '4',
-    ACCOUNT_FLOOR_KIB: '64',
-    ACCOUNT_SESSIONS_KIB: '32',
-    ACCOUNT_CEILING_MIB: '1',
-    REGISTRATION_ROOM_SECONDS: '0'
-  })
+  const api = await build(t, { ...store, OPS_PORT: String(opsPort) })
   await api.register()
-  const start = await api.app.store.capacity()
-  const password = 'correct horse battery staple'
-  const body = newUser({ password })
-  const heavy = await api.register(body)
-  t.equal((await api.call('loginUser', { body: { email: body.email, password } })).statusCode, 200)
+  const start = await api.app.store.usage()
+  const heavy = await api.register()
   for (const key of ['k1', 'k2', 'k3', 'k4']) {
-    const created = await api.call('createItem', { token: heavy.accessToken, body: { name: key, description: '\u0001'.repeat(10_000) }, headers: { 'idempotency-key': key } })
+    const created = await api.call('createItem', { token: heavy.accessToken, body: { name: key, description: 'd'.repeat(10_000) }, headers: { 'idempotency-key': key } })
     t.equal(created.statusCode, 201)
   }
-  t.ok((await api.app.store.capacity()).sharedUsedBytes > 0, 'past its floor')
-
   t.ok(await api.app.store.accounts.remove(heavy.user.id), 'its user removed, its items not yet')
-  const removed = await api.app.store.capacity()
-  t.same([removed.floorsBytes, removed.accounts], [start.floorsBytes, start.accounts], 'its floor given back')
-  t.ok(removed.heldBytes > start.heldBytes, 'its items still held')
-  t.equal(removed.sharedUsedBytes, removed.heldBytes - start.heldBytes, 'all of which counts against the shared part')
+  const removed = await api.app.store.usage()
+  t.equal(removed.accounts, start.accounts, 'its place given back')
+  t.ok(removed.heldBytes > 4 * 10_000 && removed.heldBytes < 8 * 10_000, 'its items still counted, its records not')
   t.equal((await opsCall(t, `http://127.0.0.1:${opsPort}`, 'removeAccount', 'DELETE', `/accounts/${heavy.user.id}`)).status, 204)
-  t.same(await api.app.store.capacity(), start, 'its items gone: everything as before it came, nothing drifted')
+  t.same(await api.app.store.usage(), start, 'its items gone: everything as before it came')
 }
 
-const PAST = 'an account removed past its floor: what it still holds counts against the shared part until it goes, then nothing of it is left'
+const REMOVED = 'an account removed: its items stay counted until they go, then nothing of it is left'
 
-t.test(`memory: ${PAST}`, async (t) => { await pastItsFloor(t, { STORE: 'memory' }) })
+t.test(`memory: ${REMOVED}`, async (t) => { await removedWithItems(t, { STORE: 'memory' }) })
 
-t.test(`Redis: ${PAST}`, { skip: await redisSkip() }, async (t) => { await pastItsFloor(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+t.test(`Redis: ${REMOVED}`, { skip: await redisSkip() }, async (t) => { await removedWithItems(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
 
 t.test('Redis: a sign-in another instance makes while an account is being removed ends with it: the removal reads again', { skip: await redisSkip() }, async (t) => {
   const proxy = await redisProxy(REDIS_URL)
@@ -156,6 +138,28 @@ t.test('Redis: a sign-in another instance makes while an account is being remove
   const raw = new Redis(REDIS_URL)
   t.teardown(() => { raw.disconnect() })
   t.same(await raw.keys(`${keyPrefix}*`).then((names) => names.filter((name) => name.includes(user.id))), [], 'nothing of the account is left')
+})
+
+t.test('Redis: a keyed create another instance makes while an account is being removed: the removal reads again, and none of its keys is left', { skip: await redisSkip() }, async (t) => {
+  const proxy = await redisProxy(REDIS_URL)
+  t.teardown(proxy.close)
+  const keyPrefix = redisKeyPrefix(t)
+  const store = await connectRedisStore({ url: proxy.url, keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
+  const removing = await build(t, { STORE: 'redis', REDIS_URL: proxy.url, REDIS_KEY_PREFIX: keyPrefix }, { store })
+  const other = await build(t, { STORE: 'redis', REDIS_URL, REDIS_KEY_PREFIX: keyPrefix })
+  const { user, accessToken } = await other.register()
+  let created = 0
+  // Between the removal's read and its commit.
+  proxy.before(commitScripts.commit, async () => {
+    created = (await other.call('createItem', { token: accessToken, body: { name: 'made meanwhile' }, headers: { 'idempotency-key': 'meanwhile' } })).statusCode
+  })
+  t.ok(await removing.app.store.accounts.remove(user.id))
+  t.equal(created, 201, 'created meanwhile')
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  t.same(await raw.keys(`${keyPrefix}idempotency-key*${user.id}*`), [], 'its key forgotten with the others')
+  const { json } = await other.call('listItems', { token: (await other.register()).accessToken, query: { contributorId: user.id } }).then((response) => ({ json: response.json() }))
+  t.equal(Number(await raw.hget(`${keyPrefix}account-bytes`, user.id)), Buffer.byteLength(JSON.stringify(json.data[0])), 'and its record\'s bytes: only its item is counted, until the item goes')
 })
 
 // As test/store/redis/faults.test.ts does for the public writes.
@@ -225,7 +229,7 @@ async function deployment (t: Test, store: NodeJS.ProcessEnv): Promise<{ ops: st
 async function removalIsFinal (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
   const { ops, removing, serving, hashing, authenticated } = await deployment(t, store)
   const api = new Api(serving)
-  const before = await serving.store.capacity()
+  const before = await serving.store.usage()
   const password = 'correct horse battery staple'
   const signingIn = newUser({ password })
   const { user: { id: signingInId } } = await removing.register(signingIn)
@@ -262,8 +266,7 @@ async function removalIsFinal (t: Test, store: NodeJS.ProcessEnv): Promise<void>
 
   const accounts = (await opsCall(t, ops, 'listAccounts', 'GET', '/accounts')).json as AccountList
   t.same(accounts.accounts.map((account) => account.id), [witness.user.id], 'only the witness is left')
-  t.equal((await serving.store.capacity()).heldBytes - before.heldBytes, accounts.accounts[0]!.heldBytes,
-    'nothing is charged but what the accounts listed hold: no session opened for the removed one')
+  t.equal((await serving.store.usage()).heldBytes - before.heldBytes, accounts.accounts[0]!.heldBytes, 'nothing is kept but what the accounts listed hold')
 }
 
 const FINAL = 'a removal is final: a sign-in that checks its password while the account is removed answers 401 and opens nothing; a create authenticated before it stores nothing after it'

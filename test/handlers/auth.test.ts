@@ -292,8 +292,7 @@ t.test('an account removed between its registration and its first session answer
       },
       get: async (id) => await memory.users.get(id),
       cached: (id) => memory.users.cached(id),
-      findByEmailKey: async (key) => await memory.users.findByEmailKey(key),
-      registrationWait: async () => await memory.users.registrationWait()
+      findByEmailKey: async (key) => await memory.users.findByEmailKey(key)
     }
   }
   const api = await build(t, {}, { store })
@@ -310,7 +309,7 @@ t.test('a store that has nothing at hand (a Redis instance that has just started
   const { users, sessions } = store
   const nothingAtHand: Store = {
     ...store,
-    users: { add: async (user) => await users.add(user), get: async (id) => await users.get(id), findByEmailKey: async (key) => await users.findByEmailKey(key), registrationWait: async () => await users.registrationWait(), cached: () => undefined },
+    users: { add: async (user) => await users.add(user), get: async (id) => await users.get(id), findByEmailKey: async (key) => await users.findByEmailKey(key), cached: () => undefined },
     sessions: {
       open: async (session, hash, max) => { await sessions.open(session, hash, max) },
       get: async (id, now) => await sessions.get(id, now),
@@ -546,7 +545,8 @@ t.test('rate limits', async (t) => {
     const api = await build(t, { RATE_LIMIT: 'on', RATE_LIMIT_LOGIN: '2', RATE_LIMIT_LOGIN_ADDRESS: '5', RATE_LIMIT_LOGIN_FAILURES: '4', RATE_LIMIT_WINDOW_SECONDS: '60' })
     const { email, password } = newUser()
     const registered = await api.call('registerUser', { body: { email, password, firstName: 'A', lastName: 'B', role: 'viewer' } })
-    t.same(rateLimitItems(registered.headers['ratelimit-policy']), { register: { q: 20, w: 60 } })
+    // MAX_ACCOUNTS of the tests' apps, 10 000: a 25th of it an hour.
+    t.same(rateLimitItems(registered.headers['ratelimit-policy']), { register: { q: 20, w: 60 }, registrations: { q: 400, w: 3600 } })
     t.match(rateLimitItems(registered.headers.ratelimit), { register: { r: 19, t: Number } })
     const login = async (guess: string, remoteAddress = '192.0.2.1') => await api.call('loginUser', { remoteAddress, body: { email, password: guess } })
     const failed = await login('wrong-password')

@@ -165,8 +165,8 @@ t.test('dead letters too large to list at once are listed a bounded page at a ti
     WEBHOOKS: JSON.stringify(urls.map((url) => ({ url, secret: SECRET }))),
     WEBHOOK_RETRY_DELAYS_MS: '10',
     RATE_LIMIT: 'off',
-    // Room for the 120 items (about 71 KB each as the heap holds them) in one account.
-    ACCOUNT_CEILING_MIB: '16'
+    // Room for the 120 items (about 60 KB of text each) in one account's quota.
+    ACCOUNT_QUOTA_KIB: '16384'
   })
   const ops = `http://127.0.0.1:${opsPort}`
   const { accessToken } = await api.register({ role: 'contributor' })

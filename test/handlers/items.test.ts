@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import t, { type Test } from 'tap'
 import type { DomainEvent } from '../../src/plugins/app/events.js'
 import type { RouteOperationId } from '../../generated/routes.js'
-import { type Api, newUser, rateLimitItems, type Schemas } from '../support/api.js'
+import { type Api, rateLimitItems, type Schemas } from '../support/api.js'
 import { build } from '../support/app.js'
 
 const MISSING_ID = '00000000-0000-4000-8000-000000000000'
@@ -450,37 +450,6 @@ t.test('item writes are bounded per user', async (t) => {
     const listed = await api.call('listItems', { token: owner.accessToken })
     t.same(listed.json().data.map((item: { name: string }) => item.name), ['b'], 'nothing written past the limit')
     t.match(rateLimitItems((await api.call('createItem', { token: other.accessToken, body: { name: 'd' } })).headers.ratelimit), { 'item-writes': { r: 1 } }, 'each user has a limit of their own')
-  })
-
-  t.test('the memory store keeps room for each account: 507 STORE_FULL, saying whose room, past an account\'s ceiling or once no floor is left; a delete makes room', async (t) => {
-    // Room for three floors of 256 KiB and next to nothing shared: each account may use only its own. Unpaced.
-    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '1', ACCOUNT_FLOOR_KIB: '256', ACCOUNT_CEILING_MIB: '1', ACCOUNT_FLOORS_PERCENT: '99', REGISTRATION_ROOM_SECONDS: '0' })
-    const [first, second] = [await api.register(), await api.register(), await api.register()]
-    const full = await api.call('registerUser', { body: newUser() })
-    t.equal(full.statusCode, 507)
-    t.same(full.json(), { code: 'STORE_FULL', message: 'The service has no room left for another account.' })
-    const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
-    const kept = await api.createItem(first!.accessToken, { name: 'light' })
-    let create = await api.call('createItem', { token: first!.accessToken, body: heavy })
-    const made: string[] = []
-    for (; create.statusCode === 201 && made.length < 100; create = await api.call('createItem', { token: first!.accessToken, body: heavy })) made.push(create.json().id)
-    t.same([create.statusCode, create.json().code], [507, 'STORE_FULL'], 'past the first account\'s room')
-    const light = await api.createItem(second!.accessToken, { name: 'light' })
-    const edit = await api.call('updateItem', { token: first!.accessToken, params: { itemId: kept.id }, body: heavy })
-    t.same([edit.statusCode, edit.json().code], [507, 'STORE_FULL'], 'an edit that grows past it too')
-    t.same((await api.call('getItem', { token: first!.accessToken, params: { itemId: kept.id } })).json(), kept, 'and nothing changed')
-    t.equal((await api.call('deleteItem', { token: first!.accessToken, params: { itemId: made[0]! } })).statusCode, 204)
-    t.equal((await api.call('createItem', { token: first!.accessToken, body: heavy })).statusCode, 201, 'a delete makes room')
-    t.equal((await api.call('updateItem', { token: second!.accessToken, params: { itemId: light.id }, body: heavy })).statusCode, 200, 'the other account still has its own')
-  })
-
-  t.test('an account\'s ceiling: a write past it is 507 STORE_FULL saying so, whatever room is left', async (t) => {
-    const api = await build(t, { STORE: 'memory', STORE_CAPACITY_MIB: '8', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_CEILING_MIB: '1' })
-    const { accessToken } = await api.register()
-    const heavy = { name: 'heavy', description: '\u0001'.repeat(10_000) }
-    let create = await api.call('createItem', { token: accessToken, body: heavy })
-    for (let made = 1; create.statusCode === 201 && made < 100; made += 1) create = await api.call('createItem', { token: accessToken, body: heavy })
-    t.same(create.json(), { code: 'STORE_FULL', message: 'Your account holds as much as the service keeps for one account; delete some items first.' })
   })
 
   t.test('a contributor owns at most MAX_ITEMS_PER_USER items; a delete makes room', async (t) => {

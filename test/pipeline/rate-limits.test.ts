@@ -25,7 +25,8 @@ t.test('every rate-limit key is one line of printable ASCII, of a size no email 
     'rate-limit:login-address:127.0.0.1',
     ...[`rate-limit:login-failures:${known}`, `rate-limit:login-failures:${unknown}`].sort(),
     ...[`rate-limit:login:127.0.0.1|${known}`, `rate-limit:login:127.0.0.1|${unknown}`].sort(),
-    'rate-limit:register:127.0.0.1'
+    'rate-limit:register:127.0.0.1',
+    'rate-limit:registrations:service'
   ])
   t.ok(keys.every((key) => /^[\x21-\x7e]+$/.test(key) && key.length <= 'rate-limit:login:'.length + 39 + 1 + 43), 'each one line of printable ASCII, no longer than an address and a digest')
 })

@@ -1,6 +1,7 @@
 // Run in a checkout whose contract gives items a property more (test/contract/data-from-contract.test.ts makes one):
 // builds the service on each store and sends the property through a create, its replay, a get, a list and an edit,
-// printing as JSON what each answered. Arguments: the property's name, its value at the create, its value at the edit
+// printing as JSON what each answered; then counts the creates two accounts make before their quotas refuse them,
+// one sending the property and one not. Arguments: the property's name, its value at the create, its value at the edit
 // (each as JSON).
 import { randomUUID } from 'node:crypto'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
@@ -26,7 +27,7 @@ for (const store of ['memory', 'redis']) {
     STORE: store,
     REDIS_URL,
     REDIS_KEY_PREFIX: prefix,
-    STORE_CAPACITY_MIB: '64'
+    ACCOUNT_QUOTA_KIB: '64'
   }))
   try {
     const send = async (name: string, method: 'GET' | 'POST' | 'PATCH', url: string, payload?: object, headers: Record<string, string> = {}): Promise<Answer> => {
@@ -46,6 +47,13 @@ for (const store of ['memory', 'redis']) {
     await send('list', 'GET', `/v1/items?contributorId=${user.id}`, undefined, caller)
     await send('edit', 'PATCH', `/v1/items/${id}`, { [property]: edited }, caller)
     await send('getEdited', 'GET', `/v1/items/${id}`, undefined, caller)
+    for (const sending of [true, false]) {
+      const filler = await send(`filler-${String(sending)}`, 'POST', '/v1/auth/register', { email: `filler-${String(sending)}-${store}@example.com`, password: 'a-password-long-enough', firstName: 'Fill', lastName: 'Er', role: 'contributor' })
+      const headers = { authorization: `Bearer ${(filler.body as { accessToken: string }).accessToken}` }
+      let made = 0
+      for (; made < 10_000 && (await app.inject({ method: 'POST', url: '/v1/items', payload: { name: 'A filler', description: 'd'.repeat(500), ...(sending ? { [property]: created } : {}) }, headers })).statusCode === 201;) made += 1
+      answers[store] = { ...answers[store], [`made-${String(sending)}`]: { status: made, body: null } }
+    }
   } finally {
     await app.close()
     if (store === 'redis') await deleteKeys(prefix)

@@ -2,8 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, registrationPaced, serviceUnavailable, sessionEnded, storeFull, type ValidationErrorBody } from '../../errors.js'
-import { ClaimLostError, OutcomeUnknownError, RegistrationPacedError, StoreFullError, StoreUnavailableError, UserRemovedError } from '../../store/store.js'
+import { accountQuotaExceeded, ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, serviceUnavailable, sessionEnded, storeFull, type ValidationErrorBody } from '../../errors.js'
+import { ClaimLostError, OutcomeUnknownError, QuotaExceededError, StoreFullError, StoreUnavailableError, UserRemovedError } from '../../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -48,16 +48,16 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | RegistrationPacedError | ClaimLostError | UserRemovedError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | QuotaExceededError | ClaimLostError | UserRemovedError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // Another request holds the key now: this one's retry will get that one's answer.
   if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
-    request.log.warn({ err: error, limit: error.limit }, 'store full')
-    return sendApiError(reply, storeFull(error.limit))
+    request.log.warn({ err: error, accounts: error.accounts }, 'store full')
+    return sendApiError(reply, storeFull(error.accounts))
   }
+  if (error instanceof QuotaExceededError) return sendApiError(reply, accountQuotaExceeded(error.quotaBytes))
   // The account was removed while the request was on its way: its session ended with it.
   if (error instanceof UserRemovedError) return sendApiError(reply, sessionEnded())
-  if (error instanceof RegistrationPacedError) return sendApiError(reply, registrationPaced(Math.ceil(error.retryAfterMs / 1000), String(reply.getHeader('ratelimit'))))
   if (error instanceof OutcomeUnknownError) {
     request.log.warn({ err: error }, 'a write\'s reply from the store was lost and its outcome could not be learnt in time')
     return sendApiError(reply, outcomeUnknown())

@@ -42,7 +42,7 @@ export class SandboxRouting {
 interface SandboxesPluginOptions {
   /** The routing the server was made with; null when sandboxes are off. */
   routing: SandboxRouting | null
-  /** SANDBOX_LIMIT, SANDBOX_IDLE_SECONDS, SANDBOX_CAPACITY_KIB. */
+  /** SANDBOX_LIMIT, SANDBOX_IDLE_SECONDS, SANDBOX_ACCOUNTS, and each account's quota (ACCOUNT_QUOTA_KIB). */
   bounds: SandboxBounds | undefined
   /** What each sandbox's store is made with: as the service's own. */
   store: SandboxStoreOptions

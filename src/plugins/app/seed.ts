@@ -10,7 +10,7 @@ import { parseJson } from '../../runtime/json-text.js'
 import { isPlainObject } from '../../runtime/plain-object.js'
 import { newItem, newUser } from '../../domain/records.js'
 import { itemFields } from '../../domain/serialized.js'
-import { IdTakenError, type ServingStore, StoreFullError } from '../../store/store.js'
+import { IdTakenError, QuotaExceededError, type ServingStore, StoreFullError } from '../../store/store.js'
 
 type Schemas = components['schemas']
 
@@ -58,14 +58,14 @@ function givenId (id: unknown, where: string, given: Map<string, string>): strin
 
 /**
  * What the store adds, or a SeedError naming the entry `where` when the store refuses it: the id it gives is another
- * `what`'s, or the store (a sandbox's, within SANDBOX_CAPACITY_KIB) has no room for it.
+ * `what`'s, or the store (a sandbox's, within SANDBOX_ACCOUNTS) has no room for it: no account left, or past its owner's quota.
  */
 async function added<T> (adding: Promise<T>, where: string, what: 'user' | 'item'): Promise<T> {
   try {
     return await adding
   } catch (error) {
     if (error instanceof IdTakenError) throw new SeedError(`${where}.id: belongs to another ${what} already`)
-    if (error instanceof StoreFullError) throw new SeedError(`${where}: the store has no room for it (${error.message})`)
+    if (error instanceof StoreFullError || error instanceof QuotaExceededError) throw new SeedError(`${where}: the store has no room for it (${error.message})`)
     throw error
   }
 }

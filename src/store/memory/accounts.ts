@@ -1,7 +1,7 @@
 import type { AccountPage, AccountStore } from '../store.js'
-import type { MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryItemStore } from './items.js'
+import type { MemoryQuotas } from './quotas.js'
 import type { MemorySessionStore } from './sessions.js'
 import type { MemoryUserStore } from './users.js'
 
@@ -12,7 +12,7 @@ export class MemoryAccounts implements AccountStore {
     readonly sessions: MemorySessionStore,
     readonly idempotencyKeys: MemoryIdempotencyKeys,
     readonly items: MemoryItemStore,
-    readonly capacity: MemoryCapacity
+    readonly quotas: MemoryQuotas
   ) {}
 
   async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
@@ -20,7 +20,7 @@ export class MemoryAccounts implements AccountStore {
     const listed = emailKey === undefined ? this.users.newestFirst(before, limit + 1) : this.users.placedByEmailKey(emailKey, before)
     const page = listed.slice(0, limit)
     return {
-      accounts: page.map(({ user }) => ({ user, heldBytes: this.capacity.heldBy(user.id), items: this.items.ownedBy(user.id) })),
+      accounts: page.map(({ user }) => ({ user, heldBytes: this.quotas.heldBy(user.id), items: this.items.ownedBy(user.id) })),
       next: listed.length > limit ? page.at(-1)!.position : undefined
     }
   }
@@ -28,8 +28,6 @@ export class MemoryAccounts implements AccountStore {
   async remove (userId: string): Promise<boolean> {
     this.sessions.endAll(userId)
     this.idempotencyKeys.forgetAll(userId)
-    const removed = this.users.delete(userId)
-    this.capacity.release(userId)
-    return removed
+    return this.users.delete(userId)
   }
 }

@@ -1,12 +1,13 @@
-import { IDEMPOTENCY_KEY_DEFAULTS, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
-import { type CapacityBounds, UNBOUNDED } from '../capacity.js'
+import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
+import type { StoreCosts } from '../../domain/sizing.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
 import type { OutboxBounds } from '../outbox.js'
 import type { Store } from '../store.js'
 import { MemoryAccounts } from './accounts.js'
-import { MemoryCapacity } from './capacity.js'
 import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
 import { MemoryItemStore } from './items.js'
 import { MemoryOutbox } from './outbox.js'
+import { MemoryQuotas } from './quotas.js'
 import { MemoryRateCounter } from './rate-counter.js'
 import { MemorySessionStore } from './sessions.js'
 import { MemoryUserStore } from './users.js'
@@ -20,17 +21,20 @@ export interface MemoryStoreOptions {
   keysPerRateLimit?: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
   idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
-  /** The bytes the store keeps for its accounts, and how they are shared (src/store/capacity.ts); unbounded when left out. */
-  capacity?: CapacityBounds
+  /** How many accounts the store admits, and each one's quota (src/domain/quotas.ts); unbounded when left out. */
+  accounts?: AccountBounds
   /** The store's clock (ms since the epoch), which everything it keeps is timed by; Date.now when left out. */
   clock?: () => number
 }
 
 export const MEMORY_OUTBOX_BOUNDS: OutboxBounds = { deliveries: PENDING_DELIVERIES, deliveryBytes: PENDING_DELIVERY_BYTES }
 
-// Keys each rate limit keeps, those under it and, as many again, those over it (which new keys cannot push out):
-// about 300 bytes each with an email in the key, so at most 30 MB per limit.
-const KEYS_PER_RATE_LIMIT = 50_000
+/**
+ * What the memory store holds on V8's heap for each thing the sizing rule counts (src/domain/sizing.ts), upper bounds
+ * of what `npm run bench:store` measures (docs/capacity.md): a text two bytes a character at worst, an item its
+ * fields beside its text, a key its name and entries, a session and each token hash its entries in three maps.
+ */
+export const MEMORY_COSTS: StoreCosts = { perQuotaByte: 3, perAccount: 2048, perKey: 1024, perSession: 1792, perTokenHash: 192, perRateLimitKey: 256, perEventByte: 2 }
 
 /** A memory store, whose outbox can forget a subscriber (a sandbox's receiver, once it is removed). */
 export type MemoryStore = Store & { readonly outbox: MemoryOutbox }
@@ -41,10 +45,10 @@ export function createMemoryStore ({
   pendingDeliveries = MEMORY_OUTBOX_BOUNDS,
   keysPerRateLimit = KEYS_PER_RATE_LIMIT,
   idempotencyKeys = {},
-  capacity: bounds = UNBOUNDED,
+  accounts: bounds = UNBOUNDED_ACCOUNTS,
   clock = () => Date.now()
 }: MemoryStoreOptions = {}): MemoryStore {
-  const capacity = new MemoryCapacity(bounds, clock)
+  const quotas = new MemoryQuotas(bounds)
   const rateCounters = new Map<string, MemoryRateCounter>()
   const outbox = new MemoryOutbox(pendingDeliveries)
   const rateCounter = (name: string): MemoryRateCounter => {
@@ -52,20 +56,20 @@ export function createMemoryStore ({
     rateCounters.set(name, counter)
     return counter
   }
-  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, capacity, rateCounter, clock)
-  const users = new MemoryUserStore(capacity)
-  const sessions = new MemorySessionStore(capacity, users, clock)
-  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, capacity, users, rateCounter)
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, quotas, rateCounter, clock)
+  const users = new MemoryUserStore(bounds.accounts)
+  const sessions = new MemorySessionStore(users, clock)
+  const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, quotas, users, rateCounter)
   let open = true
   return {
     users,
     sessions,
     items,
     idempotencyKeys: keys,
-    accounts: new MemoryAccounts(users, sessions, keys, items, capacity),
+    accounts: new MemoryAccounts(users, sessions, keys, items, quotas),
     outbox,
     rateCounter,
-    capacity: async () => capacity.reading(),
+    usage: async () => quotas.usage(users.count),
     available: () => open,
     now: clock,
     close: async () => { open = false }

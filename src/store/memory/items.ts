@@ -1,15 +1,16 @@
-import { storedItem } from '../../domain/serialized.js'
+import { storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
+import { textBytes } from '../../domain/quotas.js'
 import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
-import { itemBytes, type MemoryCapacity } from './capacity.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
+import type { MemoryQuotas } from './quotas.js'
 import { countWrite, type MemoryRateCounter } from './rate-counter.js'
 import type { MemoryUserStore } from './users.js'
 
 interface ItemEntry {
   item: StoredItem
-  /** What the item is charged to its contributor (itemBytes). */
+  /** What the item counts against its contributor's quota: its text. */
   bytes: number
   readonly sequence: number
 }
@@ -47,7 +48,7 @@ const remove = (list: ItemEntry[], entry: ItemEntry): void => { list.splice(posi
 export class MemoryItemStore implements ItemStore {
   readonly #outbox: MemoryOutbox
   readonly #idempotencyKeys: MemoryIdempotencyKeys
-  readonly #capacity: MemoryCapacity
+  readonly #quotas: MemoryQuotas
   readonly #users: MemoryUserStore
   readonly #maxPerContributor: number
   readonly #rateCounter: (name: string) => MemoryRateCounter
@@ -58,13 +59,13 @@ export class MemoryItemStore implements ItemStore {
   readonly #byContributor = new Map<string, ItemLists>()
   #nextSequence = 0
 
-  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, capacity: MemoryCapacity, users: MemoryUserStore, rateCounter: (name: string) => MemoryRateCounter) {
+  constructor (maxPerContributor: number, outbox: MemoryOutbox, idempotencyKeys: MemoryIdempotencyKeys, quotas: MemoryQuotas, users: MemoryUserStore, rateCounter: (name: string) => MemoryRateCounter) {
     this.#maxPerContributor = maxPerContributor
     this.#rateCounter = rateCounter
     this.#users = users
     this.#outbox = outbox
     this.#idempotencyKeys = idempotencyKeys
-    this.#capacity = capacity
+    this.#quotas = quotas
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
@@ -75,20 +76,13 @@ export class MemoryItemStore implements ItemStore {
     if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
     countWrite(this.#rateCounter, limit)
     const stored = storedItem(item)
-    const bytes = itemBytes(stored)
-    // Room for the item and its record made first, all or nothing; then charged before anything is kept: a refusal
+    const bytes = textBytes(stored[TEXT])
+    // Room for the item and its record made first, all or nothing; then counted before anything is kept: a refusal
     // leaves the store as it was.
-    const recordBytes = claim === undefined ? 0 : this.#idempotencyKeys.recordBytes(claim, stored)
+    const recordBytes = claim === undefined ? 0 : this.#idempotencyKeys.recordBytes(stored)
     this.#idempotencyKeys.makeRoom(item.contributorId, bytes + recordBytes, claim)
-    this.#capacity.charge(item.contributorId, bytes)
-    if (claim !== undefined) {
-      try {
-        this.#idempotencyKeys.record(claim, stored)
-      } catch (error) {
-        this.#capacity.refund(item.contributorId, bytes)
-        throw error
-      }
-    }
+    this.#quotas.charge(item.contributorId, bytes)
+    if (claim !== undefined) this.#idempotencyKeys.record(claim, stored)
     const entry = { item: stored, bytes, sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
     const contributorLists = owned ?? emptyLists()
@@ -131,9 +125,9 @@ export class MemoryItemStore implements ItemStore {
     this.#assertAccount(previous.contributorId)
     const next = storedItem(change(previous))
     countWrite(this.#rateCounter, limit)
-    const bytes = itemBytes(next)
+    const bytes = textBytes(next[TEXT])
     this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)
-    this.#capacity.charge(previous.contributorId, bytes - entry.bytes)
+    this.#quotas.charge(previous.contributorId, bytes - entry.bytes)
     entry.item = next
     entry.bytes = bytes
     if (entry.item.status !== previous.status) {
@@ -153,7 +147,7 @@ export class MemoryItemStore implements ItemStore {
     confirm(entry.item)
     countWrite(this.#rateCounter, limit)
     this.#byId.delete(id)
-    this.#capacity.refund(entry.item.contributorId, entry.bytes)
+    this.#quotas.refund(entry.item.contributorId, entry.bytes)
     const { contributorId, status } = entry.item
     const contributorLists = this.#byContributor.get(contributorId)!
     for (const lists of [this.#catalogue, contributorLists]) {

@@ -77,7 +77,7 @@ export class MemorySandboxes implements Sandboxes {
   async list (after: string | undefined, limit: number): Promise<SandboxPage> {
     const { listed, next } = pageById(this.#byId.keys(), after, limit)
     const sandboxes = await Promise.all(listed.map((id) => this.#byId.get(id)!).map(async ({ id, createdAt, usedAt, store }) =>
-      ({ id, createdAt, usedAt, heldBytes: (await store.capacity()).heldBytes })))
+      ({ id, createdAt, usedAt, heldBytes: (await store.usage()).heldBytes })))
     return { sandboxes, next }
   }
 
@@ -162,8 +162,7 @@ export class MemorySandboxes implements Sandboxes {
       clock: clock.now,
       keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
       pendingDeliveries: SANDBOX_OUTBOX_BOUNDS,
-      // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
-      capacity: { ...this.#store.capacity, budgetBytes: this.settings.capacityBytes, registrationRoomMs: 0 }
+      accounts: this.settings
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event.body) })

@@ -1,17 +1,12 @@
 import { isLive } from '../rules.js'
 import type { Session } from '../../domain/index.js'
-import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
+import { endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { type MemoryCapacity, sessionBytes } from './capacity.js'
 import type { MemoryUserStore } from './users.js'
 
 interface SessionEntry {
   record: SessionRecord
-  /** What it is charged to its user's sessions. */
-  bytes: number
 }
-
-const bytesOf = (record: SessionRecord): number => sessionBytes(tokenHashes(record).length)
 
 export class MemorySessionStore implements SessionStore {
   // In opening order; every session of a process has the same lifetime, so that is also the order they end in.
@@ -20,12 +15,10 @@ export class MemorySessionStore implements SessionStore {
   readonly #byTokenHash = new Map<string, SessionEntry>()
   // Session ids by user, oldest first.
   readonly #byUser = new Map<string, Set<string>>()
-  readonly #capacity: MemoryCapacity
   readonly #users: MemoryUserStore
   readonly #clock: () => number
 
-  constructor (capacity: MemoryCapacity, users: MemoryUserStore, clock: () => number) {
-    this.#capacity = capacity
+  constructor (users: MemoryUserStore, clock: () => number) {
     this.#users = users
     this.#clock = clock
   }
@@ -33,13 +26,11 @@ export class MemorySessionStore implements SessionStore {
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     if (this.#users.cached(session.userId) === undefined) throw new UserRemovedError(`user ${session.userId} has no account`)
     const record = openedRecord(Object.freeze({ ...session }), refreshTokenHash)
-    const bytes = bytesOf(record)
-    this.#end(endedByOpening(this.#userSessions(session.userId), bytes, maxPerUser, this.#clock()))
-    const entry: SessionEntry = { record, bytes }
+    this.#end(endedByOpening(this.#userSessions(session.userId), maxPerUser, this.#clock()))
+    const entry: SessionEntry = { record }
     this.#byId.set(session.id, entry)
     this.#byTokenHash.set(refreshTokenHash, entry)
     this.#byUser.set(session.userId, (this.#byUser.get(session.userId) ?? new Set()).add(session.id))
-    this.#capacity.chargeSessions(session.userId, bytes)
   }
 
   async get (id: string, now: number): Promise<Session | undefined> {
@@ -65,11 +56,6 @@ export class MemorySessionStore implements SessionStore {
     for (const hash of rotated.forgotten) this.#byTokenHash.delete(hash)
     entry.record = rotated.record
     this.#byTokenHash.set(nextHash, entry)
-    const { id, userId } = entry.record.session
-    const grown = bytesOf(entry.record) - entry.bytes
-    this.#end(endedByGrowth(this.#userSessions(userId), id, grown, now))
-    entry.bytes += grown
-    this.#capacity.chargeSessions(userId, grown)
     return { status: 'rotated', session: entry.record.session }
   }
 
@@ -98,15 +84,10 @@ export class MemorySessionStore implements SessionStore {
     function * sessions (): Generator<HeldSession> {
       for (const id of ids) {
         // Every session listed under its user has its entry: #forget takes both away.
-        const { record, bytes } = byId.get(id)!
-        yield { id, expiresAt: record.session.expiresAt, bytes }
+        yield { id, expiresAt: byId.get(id)!.record.session.expiresAt }
       }
     }
-    return {
-      sessions: sessions(),
-      count: ids.size,
-      room: this.#capacity.sessionsRoom(userId)
-    }
+    return { sessions: sessions(), count: ids.size }
   }
 
   #end (ids: readonly string[]): void {
@@ -118,7 +99,6 @@ export class MemorySessionStore implements SessionStore {
 
   #forget (entry: SessionEntry): void {
     const { id, userId } = entry.record.session
-    this.#capacity.chargeSessions(userId, -entry.bytes)
     this.#byId.delete(id)
     for (const hash of tokenHashes(entry.record)) this.#byTokenHash.delete(hash)
     const ofUser = this.#byUser.get(userId)

@@ -1,9 +1,8 @@
 import type { User } from '../../domain/index.js'
-import { IdTakenError, type UserStore } from '../store.js'
-import { type MemoryCapacity, userBytes } from './capacity.js'
+import { IdTakenError, StoreFullError, type UserStore } from '../store.js'
 
 export class MemoryUserStore implements UserStore {
-  readonly #capacity: MemoryCapacity
+  readonly #maxAccounts: number
   readonly #byId = new Map<string, User>()
   readonly #byEmailKey = new Map<string, User>()
   // Each user's place in the order of registration (the accounts' pages), and the places, in that order.
@@ -11,15 +10,20 @@ export class MemoryUserStore implements UserStore {
   readonly #order: Array<{ readonly position: number, readonly id: string }> = []
   #lastPosition = 0
 
-  constructor (capacity: MemoryCapacity) {
-    this.#capacity = capacity
+  constructor (maxAccounts: number) {
+    this.#maxAccounts = maxAccounts
+  }
+
+  /** How many users (accounts) it holds. */
+  get count (): number {
+    return this.#byId.size
   }
 
   async add (user: User): Promise<User | undefined> {
     if (this.#byEmailKey.has(user.emailKey)) return undefined
     if (this.#byId.has(user.id)) throw new IdTakenError(`user ${user.id} exists already`)
+    if (this.#byId.size >= this.#maxAccounts) throw new StoreFullError(this.#maxAccounts)
     const stored = Object.freeze({ ...user })
-    this.#capacity.admit(stored.id, userBytes(stored))
     this.#byId.set(stored.id, stored)
     this.#byEmailKey.set(stored.emailKey, stored)
     this.#lastPosition += 1
@@ -51,7 +55,7 @@ export class MemoryUserStore implements UserStore {
     return [{ position, user }]
   }
 
-  /** Forgets the user and gives its record's bytes back; false when there was none. */
+  /** Forgets the user; false when there was none. */
   delete (id: string): boolean {
     const user = this.#byId.get(id)
     if (user === undefined) return false
@@ -60,7 +64,6 @@ export class MemoryUserStore implements UserStore {
     const position = this.#positions.get(id)!
     this.#positions.delete(id)
     this.#order.splice(this.#order.findIndex((entry) => entry.position === position), 1)
-    this.#capacity.refund(id, userBytes(user))
     return true
   }
 
@@ -70,10 +73,6 @@ export class MemoryUserStore implements UserStore {
 
   cached (id: string): User | undefined {
     return this.#byId.get(id)
-  }
-
-  async registrationWait (): Promise<number> {
-    return this.#capacity.registrationWait()
   }
 
   async findByEmailKey (emailKey: string): Promise<User | undefined> {

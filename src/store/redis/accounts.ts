@@ -1,29 +1,28 @@
 import type { Redis, Result } from 'ioredis'
 import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
-import { userBytes } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { Change, commit, retried, STALE } from './commit.js'
 import { forgetUserKeys } from './idempotency-keys.js'
 import type { RedisKeys } from './keys.js'
+import { countBytes } from './quotas.js'
 import type { RedisSessionStore } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
 import type { RedisUserStore } from './users.js'
 import type { StoreWrites } from './writes.js'
 
 export const accountScripts = {
-  // KEYS: user order, users, account bytes, account session bytes, items owned, user emails. ARGV: the highest place
-  // listed ('+inf', or '(' and a place), how many, an email key ('' for every account). {ids, their places, then for
-  // each id: its user as JSON, its bytes, its sessions' bytes, its items}, in one step, so that every id listed has
-  // its user.
+  // KEYS: user order, users, account bytes, items owned, user emails. ARGV: the highest place listed ('+inf', or '('
+  // and a place), how many, an email key ('' for every account). {ids, their places, then for each id: its user as
+  // JSON, its bytes, its items}, in one step, so that every id listed has its user.
   listAccounts: {
-    numberOfKeys: 6,
+    numberOfKeys: 5,
     lua: `
 local listed = {}
 if ARGV[3] == '' then
   listed = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', 0, ARGV[2])
 else
-  local id = redis.call('HGET', KEYS[6], ARGV[3])
+  local id = redis.call('HGET', KEYS[5], ARGV[3])
   local place = id and redis.call('ZSCORE', KEYS[1], id)
   if place and (ARGV[1] == '+inf' or tonumber(place) < tonumber(string.sub(ARGV[1], 2))) then listed = {id, place} end
 end
@@ -32,9 +31,8 @@ for index = 1, #listed, 2 do
   ids[#ids + 1] = listed[index]
   places[#places + 1] = listed[index + 1]
 end
-if #ids == 0 then return {{}, {}, {}, {}, {}, {}} end
-return {ids, places, redis.call('HMGET', KEYS[2], unpack(ids)), redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids)),
-  redis.call('HMGET', KEYS[5], unpack(ids))}`
+if #ids == 0 then return {{}, {}, {}, {}, {}} end
+return {ids, places, redis.call('HMGET', KEYS[2], unpack(ids)), redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids))}`
   }
 } as const satisfies Record<string, Script>
 
@@ -42,8 +40,8 @@ type Listed = Array<string | null>
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    listAccounts (order: string, users: string, bytes: string, sessionBytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
-    ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, sessionBytes: Listed, owned: Listed], Context>
+    listAccounts (order: string, users: string, bytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
+    ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, owned: Listed], Context>
   }
 }
 
@@ -81,24 +79,27 @@ export class RedisAccounts implements AccountStore {
   readonly #users: RedisUserStore
   readonly #sessions: RedisSessionStore
   readonly #tracked: TrackedSessions
+  readonly #quotaBytes: number
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, { users, sessions, tracked }: { users: RedisUserStore, sessions: RedisSessionStore, tracked: TrackedSessions }) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys,
+    { users, sessions, tracked, quotaBytes }: { users: RedisUserStore, sessions: RedisSessionStore, tracked: TrackedSessions, quotaBytes: number }) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
     this.#users = users
     this.#sessions = sessions
     this.#tracked = tracked
+    this.#quotaBytes = quotaBytes
   }
 
   async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
     const keys = this.#keys
     // One more than the page, to tell whether another follows.
-    const [ids, places, users, bytes, sessions, owned] = await call(this.#redis.listAccounts(keys.userOrder, keys.users, keys.accountBytes,
-      keys.accountSessionBytes, keys.itemsOwned, keys.userEmails, before === undefined ? '+inf' : `(${before}`, limit + 1, emailKey ?? ''))
-    // Number(null) is 0: an account with no sessions, or no items.
+    const [ids, places, users, bytes, owned] = await call(this.#redis.listAccounts(keys.userOrder, keys.users, keys.accountBytes,
+      keys.itemsOwned, keys.userEmails, before === undefined ? '+inf' : `(${before}`, limit + 1, emailKey ?? ''))
+    // Number(null) is 0: an account that keeps nothing, or has no items.
     const accounts = ids.slice(0, limit).map((_id, index) =>
-      ({ user: JSON.parse(users[index]!) as User, heldBytes: Number(bytes[index]) + Number(sessions[index]), items: Number(owned[index]) }))
+      ({ user: JSON.parse(users[index]!) as User, heldBytes: Number(bytes[index]), items: Number(owned[index]) }))
     return { accounts, next: ids.length > limit ? Number(places[limit - 1]) : undefined }
   }
 
@@ -108,18 +109,21 @@ export class RedisAccounts implements AccountStore {
       const json = await call(this.#redis.hget(keys.users, userId))
       const user = json === null ? undefined : { json, emailKey: (JSON.parse(json) as User).emailKey }
       const change = new Change().guard(keys.users, userId, json)
-      const [emailOwner, ended, keysReleased] = await Promise.all([user === undefined ? null : call(this.#redis.hget(keys.userEmails, user.emailKey)),
-        this.#sessions.endAll(change, userId), forgetUserKeys(this.#redis, keys, change, userId)])
-      let released = keysReleased
+      const [emailOwner, ended, released, held] = await Promise.all([user === undefined ? null : call(this.#redis.hget(keys.userEmails, user.emailKey)),
+        this.#sessions.endAllIn(change, userId), forgetUserKeys(this.#redis, keys, change, userId), call(this.#redis.hget(keys.accountBytes, userId))])
+      // Made only while the account keeps what was read: a key recorded meanwhile is forgotten with the others, read again.
+      change.guard(keys.accountBytes, userId, held)
       if (user !== undefined) {
         change.guard(keys.userEmails, user.emailKey, emailOwner).write('HDEL', keys.users, userId).write('ZREM', keys.userOrder, userId)
+          .count(keys.capacity, 'accounts', -1)
         if (emailOwner === userId) change.write('HDEL', keys.userEmails, user.emailKey)
-        released += userBytes(userId, user.emailKey, user.json)
       }
-      change.chargeAccount(keys, userId, -released, { releasingFloor: user !== undefined })
+      countBytes(change, keys, userId, -released, this.#quotaBytes)
       return await commit(this.#redis, this.#writes, keys, change) === 1 ? [user !== undefined, ended] as const : STALE
     })
     if (ended.length > 0) this.#tracked.invalidate(ended)
+    // A session opened between the read and the change: none can open now.
+    if (removed) await this.#sessions.endAll(userId)
     this.#users.forget(userId)
     return removed
   }

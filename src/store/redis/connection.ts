@@ -1,16 +1,16 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import { PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
+import { KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
-import { type CapacitySettings, UNBOUNDED } from '../capacity.js'
+import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
 import { accountScripts, orderUsers } from './accounts.js'
-import { admitAccounts, capacityScripts, readStoreId, setCapacity, storeId } from './capacity.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { commitScripts } from './commit.js'
 import { type IdempotencyKeyBounds, idempotencyKeyScripts } from './idempotency-keys.js'
 import { indexItems, itemScripts } from './items.js'
 import { type RedisKeys, redisKeys } from './keys.js'
 import { outboxScripts } from './outbox.js'
+import { quotaScripts, quotasFromLedger, readStoreId, storeId } from './quotas.js'
 import { rateCounterScripts } from './rate-counter.js'
 import { RedisSandboxes, sandboxScripts } from './sandboxes.js'
 import { sessionScripts } from './sessions.js'
@@ -20,7 +20,7 @@ import { userScripts } from './users.js'
 import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...accountScripts, ...capacityScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
+export const scripts = { ...accountScripts, ...quotaScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -42,8 +42,8 @@ export interface RedisObserver {
   primaryChanged: (withoutPrimarySeconds: number) => void
   /** A write reached this many replicas (at least the number asked for is enough) within its deadline. */
   acknowledged: (replicas: number) => void
-  /** Redis was found to have lost its data, and the bounds for accounts were set again. */
-  boundsRestored: () => void
+  /** Redis was found to have lost its data (restarted empty, or flushed). */
+  dataLost: () => void
 }
 
 export interface RedisStoreOptions {
@@ -67,8 +67,8 @@ export interface RedisStoreOptions {
   maxPendingDeliveryBytes?: number
   /** What each instance keeps in its own memory: users, sessions (see the defaults below). */
   cache?: { users: number, sessions: number }
-  /** The deployment's room for accounts (src/store/capacity.ts); unbounded but by Redis itself when left out. */
-  capacity?: CapacitySettings
+  /** How many accounts the deployment admits, and each one's quota (src/domain/quotas.ts); unbounded when left out. */
+  accounts?: AccountBounds
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
   observeCommand?: (command: string, seconds: number) => void
   /** How long a write whose reply was lost waits for Redis to tell what it did (default OUTCOME_WITHIN_MS). */
@@ -135,28 +135,28 @@ function timeCommands (redis: Redis, observe: NonNullable<RedisStoreOptions['obs
 
 /**
  * What a start makes of the data before serving, and again once Redis is found to have lost it: the items indexed
- * and the users ordered (a catalogue of 1.0.0 or 1.1.0), the bounds for accounts set, every account admitted. The id
- * of the data (capacity.ts, `storeId`).
+ * and the users ordered (a catalogue of 1.0.0 or 1.1.0), the accounts counted again (one kept with the capacity
+ * ledger). The id of the data (quotas.ts, `storeId`).
  */
-async function prepare (redis: Redis, keys: RedisKeys, options: RedisStoreOptions): Promise<string> {
+async function prepare (redis: Redis, keys: RedisKeys, logger: RedisStoreLogger): Promise<string> {
   await indexItems(redis, keys)
-  if (await setCapacity(redis, keys, options.capacity ?? UNBOUNDED) === undefined && options.capacity !== undefined) {
-    options.logger.warn({}, 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound')
-  }
   await orderUsers(redis, keys)
-  const unadmitted = await admitAccounts(redis, keys)
-  if (unadmitted > 0) {
-    options.logger.warn({ accounts: unadmitted }, 'accounts kept from before floors could not all be given one: they draw on the shared part alone')
-  }
+  if (await quotasFromLedger(redis, keys)) logger.info('the capacity ledger was replaced by quotas: each account\'s bytes counted again from its items and records, the ledger\'s keys deleted')
   return await storeId(redis, keys)
+}
+
+/** Redis's maxmemory; undefined when it has none, or will not say (CONFIG renamed away). */
+async function maxmemory (redis: Redis): Promise<number | undefined> {
+  const [, bytes = '0'] = await redis.config('GET', 'maxmemory').catch(() => []) as string[]
+  return Number(bytes) > 0 ? Number(bytes) : undefined
 }
 
 /**
  * Finds out, at each connection made again and every heartbeat, whether Redis still holds the data the instance
- * prepared: one that keeps nothing on disk comes back from a restart empty, bounds for accounts and all, and so does
- * one flushed. Then it prepares the data again (meanwhile every write script refuses, for want of bounds: 503,
- * nothing done), says so and counts it. `confirmed`: whether the data was found prepared since the connection was
- * last made (the store is unavailable until it is). One check at a time.
+ * prepared: one that keeps nothing on disk comes back from a restart empty, and so does one flushed. Then it prepares
+ * the data again, says so and counts it: an operator learns that the catalogue was lost. `confirmed`: whether the
+ * data was found prepared since the connection was last made (the store is unavailable until it is). One check at a
+ * time.
  */
 function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions, heartbeat: Heartbeat, prepared: string): { confirmed: () => boolean, stop: () => void } {
   let dataId = prepared
@@ -169,9 +169,9 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
       if (found !== dataId) {
         confirmed = false
         const lost = dataId
-        dataId = await prepare(redis, keys, options)
-        options.logger.warn({ lost, found, now: dataId }, 'Redis has lost the bounds for accounts with its data (restarted empty, or flushed): they are set again from this instance\'s configuration; writes were refused (503) until then')
-        options.observe?.boundsRestored()
+        dataId = await prepare(redis, keys, options.logger)
+        options.logger.warn({ lost, found, now: dataId }, 'Redis has lost its data (restarted empty, or flushed): the catalogue starts again empty')
+        options.observe?.dataLost()
       }
       confirmed = true
     }).catch(() => {}).finally(() => { checking = false })
@@ -195,8 +195,8 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  *   sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
  * - items.update, remove: two (the item read, then the change committed guarded by it), two more
- *   each time another instance changed the item in between, and four more (expired charges given back, the records and
- *   their charges read, the change committed again) when the contributor's room must push out their own oldest records;
+ *   each time another instance changed the item in between, and four more (expired records forgotten, the records and
+ *   their bytes read, the change committed again) when the contributor's quota needs their own oldest records forgotten;
  * - idempotencyKeys.claim, release: one each (a keyed create is its claim and its add);
  * - a rate limit count: one; none for the item writes' limit, which the write's own script counts (a keyed
  *   create's, its claim's);
@@ -288,7 +288,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const clockChecks = setInterval(checkClock, CLOCK_CHECK_INTERVAL_MS).unref()
   const keys = redisKeys(options.keyPrefix)
   const heartbeat = options.heartbeat ?? HEARTBEAT
-  const prepared = keepPrepared(redis, keys, options, heartbeat, await prepare(redis, keys, options))
+  const prepared = keepPrepared(redis, keys, options, heartbeat, await prepare(redis, keys, options.logger))
   const replicasToAcknowledge = options.replicasToAcknowledge ?? 0
   if (replicasToAcknowledge > 0) {
     const online = replicationOf(await redis.info('replication')).replicas.length
@@ -322,10 +322,13 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       cachedUsers,
       maxItemsPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: options.idempotencyKeys,
+      accounts: options.accounts ?? UNBOUNDED_ACCOUNTS,
+      keysPerRateLimit: KEYS_PER_RATE_LIMIT,
       outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: options.maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
     }),
     sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available, watcher),
     available,
+    limitBytes: await maxmemory(redis),
     close: async () => {
       closed = true
       clearTimeout(connectingAgain)

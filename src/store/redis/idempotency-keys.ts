@@ -1,45 +1,43 @@
 import type { Redis, Result } from 'ioredis'
 import { storedItem } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { chargeRefused, recordsPushedOut } from '../capacity.js'
-import { EXPIRED_CHARGES_PER_WRITE } from '../rules.js'
-import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, type StoreFullError, type WriteLimit } from '../store.js'
-import { CAPACITY, CAPACITY_KEYS, type CapacityKeys, capacityKeys, keyBytes } from './capacity.js'
+import { recordsForgotten, textBytes } from '../../domain/quotas.js'
+import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, QuotaExceededError, type WriteLimit } from '../store.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { afterNow, Change, commit, type Refused } from './commit.js'
 import type { RedisKeys } from './keys.js'
+import { RECORD_KEYS, type RecordKeys, recordKeys, RECORDS } from './quotas.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type StoreWrites, writeScript } from './writes.js'
 
+// Records past their time that a write short of room forgets first (the sweep forgets the rest).
+const EXPIRED_RECORDS_PER_WRITE = 16
+
 export const idempotencyKeyScripts = {
   // A limited write script (writeScript): its KEYS and ARGV follow the write limit's. KEYS: the key
-  // (idempotencyKey), the user's keys (idempotencyKeys), the capacity keys (CAPACITY). ARGV: the claim as JSON, its
-  // lease (ms), the user id, the keys a user holds at most, a record's time to live (ms), what the claim is charged
-  // (keyBytes). What holds the key already
-  // (counted against no limit), -1 over the write limit, or nil when the claim now does: listed among the user's
-  // keys, whose oldest past the bound go (as the memory store's claim), and charged to the user whatever their room
-  // (MemoryCapacity.hold says why), in place of any charge the key still had.
+  // (idempotencyKey), the user's keys (idempotencyKeys), the record keys (RECORDS). ARGV: the claim as JSON, its
+  // lease (ms), the keys a user holds at most, a record's time to live (ms). What holds the key already (counted
+  // against no limit), -1 over the write limit, or nil when the claim now does: listed among the user's keys, whose
+  // oldest past the bound go with their records' bytes (as the memory store's claim).
   claimIdempotencyKey: {
-    numberOfKeys: 3 + CAPACITY_KEYS,
-    lua: writeScript(CAPACITY, `
-capacityAt(3)
+    numberOfKeys: 3 + RECORD_KEYS,
+    lua: writeScript(RECORDS, `
+recordsAt(3)
 local held = redis.call('GET', KEYS[1])
 if held then return refuse(held) end
 if overLimit() then return refuse(-1) end
-local userId, ttl = ARGV[3], tonumber(ARGV[5])
+local ttl = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4]) + 1
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3]) + 1
 if over > 0 then
   local oldest = redis.call('ZPOPMIN', KEYS[2], over)
   for index = 1, #oldest, 2 do
     redis.call('DEL', oldest[index])
-    releaseCharge(oldest[index])
+    forgetRecord(oldest[index])
   end
 end
-releaseCharge(KEYS[1])
-charge(userId, tonumber(ARGV[6]), true)
-redis.call('HSET', capacity.charges, KEYS[1], userId .. ' ' .. ARGV[6] .. ' claim')
-redis.call('ZADD', capacity.expiries, now + tonumber(ARGV[2]), KEYS[1])
+-- A record Redis has expired, whose bytes the sweep has not given back yet.
+forgetRecord(KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[2], now, KEYS[1])
 redis.call('PEXPIRE', KEYS[2], ttl)
@@ -49,76 +47,60 @@ return false`, { limited: true })
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    claimIdempotencyKey (limitCounter: string, key: string, userKeys: string, ...args: [...CapacityKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
-      limitWindowMs: number, claim: string, leaseMs: number, userId: string, perUser: number, ttlMs: number, bytes: number]): Result<Limited<string | -1 | null>, Context>
+    claimIdempotencyKey (limitCounter: string, key: string, userKeys: string, ...args: [...RecordKeys, deadline: WriteDeadline, outcomeKey: string, limitMax: number,
+      limitWindowMs: number, claim: string, leaseMs: number, perUser: number, ttlMs: number]): Result<Limited<string | -1 | null>, Context>
   }
 }
 
 /**
- * Adds to `change` the pushing out of the user's oldest idempotency records it takes for a charge of `bytes` more to
- * fit their room (recordsPushedOut, on the ledger as read), each guarded by its charge as read: what they free.
- * `refused` when even all of them would not do. Charges of keys Redis has expired are given back first. The charge
- * `replacing` (Change.chargeAccount's) is counted as part of `bytes`.
+ * Adds to `change` the forgetting of as few of the user's own oldest records as it takes for `bytes` more to fit
+ * their quota (src/domain/quotas.ts, on the bytes as read), each guarded by its entry as read: what they free. A
+ * QuotaExceededError when even all of them would not do. Records Redis has expired are forgotten first.
  */
-export async function pushOutRecords (redis: Redis, keys: RedisKeys, change: Change, userId: string, bytes: number, refused: StoreFullError, replacing = ''): Promise<number> {
-  await call(redis.releaseExpiredCharges(...capacityKeys(keys), EXPIRED_CHARGES_PER_WRITE))
-  const records = `${keys.idempotencyKeys}${userId}`
+export async function makeRoom (redis: Redis, keys: RedisKeys, change: Change, userId: string, bytes: number, quotaBytes: number): Promise<number> {
+  await call(redis.forgetExpiredRecords(...recordKeys(keys), EXPIRED_RECORDS_PER_WRITE))
+  const userKeys = `${keys.idempotencyKeys}${userId}`
   // Sent together: one round trip.
-  const [names, totals, held, floor] = await Promise.all([call(redis.zrange(records, '0', '-1')),
-    call(redis.hmget(keys.capacity, 'ceiling', 'sharedPart', 'shared', 'sessions')), call(redis.hget(keys.accountBytes, userId)), call(redis.hget(keys.accountFloors, userId))])
-  // The replaced charge first: HMGET takes one field at least, and no charge has an empty name.
-  const [replaced, ...charges] = await call(redis.hmget(keys.capacityCharges, replacing, ...names))
-  const [ceilingBytes, sharedPartBytes, sharedUsedBytes, sessionsBytes] = totals.map(Number) as [number, number, number, number]
-  const ledger = { ceilingBytes, sharedPartBytes, sharedUsedBytes, sessionsBytes }
-  const account = { bytes: Number(held), floor: Number(floor) }
-  const [replacedOwner, replacedBytes] = String(replaced).split(' ')
-  const needed = bytes - (replacedOwner === userId ? Number(replacedBytes) : 0)
-  if (chargeRefused(ledger, account, needed) === undefined) return 0
-  // A record's charge is "<user id> <bytes>"; a claim's ends in " claim"; one given back already (expired) has none.
-  const own = names.map((name, index) => {
-    const charge = String(charges[index])
-    const [owner, charged, kind] = charge.split(' ')
-    return { name, charge, owner, kind, bytes: Number(charged) }
-  }).filter(({ owner, kind }) => owner === userId && kind === undefined)
-  const pushedOut = recordsPushedOut(own, (freed) => chargeRefused(ledger, account, needed - freed) !== undefined)
-  if (pushedOut === undefined) throw refused
+  const [names, held] = await Promise.all([call(redis.zrange(userKeys, '0', '-1')), call(redis.hget(keys.accountBytes, userId))])
+  const entries = names.length === 0 ? [] : await call(redis.hmget(keys.recordBytes, ...names))
+  // A claim has no entry: its request still runs.
+  const records = names.flatMap((name, index) => entries[index] == null ? [] : [{ name, entry: entries[index]!, bytes: bytesOf(entries[index]!) }])
+  const forgotten = recordsForgotten(records, Number(held ?? 0), bytes, quotaBytes)
+  if (forgotten === undefined) throw new QuotaExceededError(quotaBytes)
   let freed = 0
-  for (const { name, charge, bytes } of pushedOut) {
-    forgetKey(change, keys, records, name, charge)
+  for (const { name, entry, bytes } of forgotten) {
+    forgetKey(change, keys, userKeys, name, entry)
     freed += bytes
   }
   return freed
 }
 
-// Forgets the key `name` among `userKeys`, with its charge, while its charge is still `charge` (null: none).
-function forgetKey (change: Change, keys: RedisKeys, userKeys: string, name: string, charge: string | null): void {
-  change.guard(keys.capacityCharges, name, charge).write('DEL', name).write('ZREM', userKeys, name).write('HDEL', keys.capacityCharges, name)
-    .write('ZREM', keys.capacityExpiries, name)
+// Forgets the key `name` among `userKeys`, while its entry in recordBytes is still `entry` (null: none).
+function forgetKey (change: Change, keys: RedisKeys, userKeys: string, name: string, entry: string | null): void {
+  change.guard(keys.recordBytes, name, entry).write('DEL', name).write('ZREM', userKeys, name)
+  if (entry !== null) change.write('HDEL', keys.recordBytes, name).write('ZREM', keys.recordExpiries, name)
 }
 
 /**
  * Adds to `change` the forgetting of every idempotency key of the user's (the account's removal), as read now, each
- * guarded by its charge as read: what their charges to the user give back.
+ * guarded by its entry as read: the bytes their records give back.
  */
 export async function forgetUserKeys (redis: Redis, keys: RedisKeys, change: Change, userId: string): Promise<number> {
   const userKeys = `${keys.idempotencyKeys}${userId}`
   const names = await call(redis.zrange(userKeys, '0', '-1'))
   if (names.length === 0) return 0
-  const charges = await call(redis.hmget(keys.capacityCharges, ...names))
+  const entries = await call(redis.hmget(keys.recordBytes, ...names))
   let released = 0
-  // One charge for each name asked about.
-  charges.forEach((charge, index) => {
-    forgetKey(change, keys, userKeys, names[index]!, charge)
-    released += chargedTo(userId, charge)
+  // One entry for each name asked about.
+  entries.forEach((entry, index) => {
+    forgetKey(change, keys, userKeys, names[index]!, entry)
+    released += entry === null ? 0 : bytesOf(entry)
   })
   return released
 }
 
-// What the charge `charge` ("<user id> <bytes>", a claim's followed by " claim"; null: none) charges the user.
-function chargedTo (userId: string, charge: string | null): number {
-  const [owner, bytes] = String(charge).split(' ')
-  return owner === userId ? Number(bytes) : 0
-}
+// What the entry "<user id> <bytes>" of a key of the user's (its name holds the user's id) counts against their quota.
+const bytesOf = (entry: string): number => Number(entry.split(' ')[1])
 
 export interface IdempotencyKeyBounds {
   readonly ttlMs: number
@@ -128,7 +110,7 @@ export interface IdempotencyKeyBounds {
 const keyOf = (keys: RedisKeys, { userId, key }: IdempotencyClaim): string => `${keys.idempotencyKey}${userId}:${key}`
 const claimJson = ({ token, fingerprint }: IdempotencyClaim): string => JSON.stringify({ token, fingerprint })
 
-/** A create's item recorded under its claim's key: the key's name, the claim, the record's text and what it is charged. */
+/** A create's item recorded under its claim's key: the key's name, the claim, the record's text and what it counts against its user's quota. */
 export interface CreateRecord {
   readonly name: string
   readonly claim: string
@@ -139,19 +121,20 @@ export interface CreateRecord {
 export function createRecord (keys: RedisKeys, claim: IdempotencyClaim, itemJson: string): CreateRecord {
   const name = keyOf(keys, claim)
   const text = `{"fingerprint":${JSON.stringify(claim.fingerprint)},"item":${itemJson}}`
-  return { name, claim: claimJson(claim), text, bytes: keyBytes(name, text) }
+  // Its item's text, as the memory store counts a record: the fingerprint beside it is of a fixed size.
+  return { name, claim: claimJson(claim), text, bytes: textBytes(itemJson) }
 }
 
 /**
  * Adds to `change` the record of `userId`'s create, while its claim holds the key or nothing does (else `commit`
- * answers `lost`), for the time to live: it takes the claim's place among the user's keys, and its charge the
- * claim's (Change.chargeAccount's `replacing`, by the caller).
+ * answers `lost`), for the time to live: it takes the claim's place among the user's keys. Its bytes are counted
+ * by the caller, with its item's.
  */
 export function recordCreate (change: Change, keys: RedisKeys, userId: string, ttlMs: number, { name, claim, text, bytes }: CreateRecord, lost: Refused): Change {
   const userKeys = `${keys.idempotencyKeys}${userId}`
   const ttl = String(ttlMs)
   return change.guardUnlessTaken(name, claim, lost).write('SET', name, text, 'PX', ttl)
-    .write('HSET', keys.capacityCharges, name, `${userId} ${bytes}`).write('ZADD', keys.capacityExpiries, afterNow(ttlMs), name)
+    .write('HSET', keys.recordBytes, name, `${userId} ${bytes}`).write('ZADD', keys.recordExpiries, afterNow(ttlMs), name)
     .write('ZADD', userKeys, afterNow(0), name).write('PEXPIRE', userKeys, ttl)
 }
 
@@ -183,8 +166,7 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
     const name = keyOf(this.#keys, claim)
     const json = claimJson(claim)
     const held = limitedOutcome(await this.#writes.run(async (deadline, outcomeKey) => await this.#redis.claimIdempotencyKey(limitCounter,
-      name, this.#userKeys(claim), ...capacityKeys(this.#keys), deadline, outcomeKey, limitMax, limitWindowMs, json, leaseMs,
-      claim.userId, perUser, ttlMs, keyBytes(name, json))), limit)
+      name, this.#userKeys(claim), ...recordKeys(this.#keys), deadline, outcomeKey, limitMax, limitWindowMs, json, leaseMs, perUser, ttlMs)), limit)
     return held === null ? { status: 'claimed' } : heldKey(held, claim)
   }
 
@@ -192,13 +174,11 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
     const keys = this.#keys
     const name = keyOf(keys, claim)
     const json = claimJson(claim)
-    const [held, charge] = await Promise.all([call(this.#redis.get(name)), call(this.#redis.hget(keys.capacityCharges, name))])
-    if (held !== json) return
-    // Forgotten while the claim holds the key, or nothing does (its lease ended), with its charge as read. Refused,
-    // the claim is gone meanwhile (its charge given back, the key claimed again): nothing is left to free.
+    if (await call(this.#redis.get(name)) !== json) return
+    // Forgotten while the claim holds the key, or nothing does (its lease ended). Refused, the key is claimed again
+    // meanwhile: nothing is left to free.
     const change = new Change().guardUnlessTaken(name, json, 0)
-    forgetKey(change, keys, this.#userKeys(claim), name, charge)
-    change.chargeAccount(keys, claim.userId, -chargedTo(claim.userId, charge))
+    forgetKey(change, keys, this.#userKeys(claim), name, null)
     await commit(this.#redis, this.#writes, keys, change)
   }
 
@@ -208,6 +188,6 @@ export class RedisIdempotencyKeys implements IdempotencyKeyStore {
 
   // Redis's clock decides what has expired, for every instance alike.
   async sweep (_now: number, limit: number): Promise<number> {
-    return await call(this.#redis.releaseExpiredCharges(...capacityKeys(this.#keys), limit))
+    return await call(this.#redis.forgetExpiredRecords(...recordKeys(this.#keys), limit))
   }
 }

@@ -3,12 +3,13 @@ import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/seri
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
-import { isRefusal, itemBytes, refusal } from './capacity.js'
+import { textBytes } from '../../domain/quotas.js'
 import { call, type Script } from './commands.js'
-import { type AccountCharge, Change, commit, countedOnce, PRESENT, type Refused, retried, STALE } from './commit.js'
-import { createRecord, pushOutRecords, recordCreate } from './idempotency-keys.js'
+import { Change, commit, countedOnce, PRESENT, type Refused, retried, STALE } from './commit.js'
+import { createRecord, makeRoom, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
+import { countBytes, QUOTA_PASSED } from './quotas.js'
 import type { StoreWrites } from './writes.js'
 
 export const itemScripts = {
@@ -90,6 +91,8 @@ export interface RedisItemStoreOptions {
   maxPerContributor: number
   /** How long a create recorded under an idempotency key is remembered. */
   recordTtlMs: number
+  /** Each account's quota (src/domain/quotas.ts). */
+  quotaBytes: number
   logger: { warn: (details: object, message: string) => void }
 }
 
@@ -100,6 +103,7 @@ export class RedisItemStore implements ItemStore {
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
   readonly #recordTtlMs: number
+  readonly #quotaBytes: number
   // The changes of one item that this instance has in progress run one after another, so that they never retry
   // against each other: only changes made by other instances can make one try again.
   readonly #changesInProgress = new PerKeyQueue()
@@ -117,6 +121,7 @@ export class RedisItemStore implements ItemStore {
     this.#logger = options.logger
     this.#maxPerContributor = options.maxPerContributor
     this.#recordTtlMs = options.recordTtlMs
+    this.#quotaBytes = options.quotaBytes
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
@@ -135,12 +140,12 @@ export class RedisItemStore implements ItemStore {
       for (const list of [keys.itemOrder, ...itemListKeys(keys, stored)]) create.write('ZADD', list, place, item.id)
       return create.write('HSET', keys.items, item.id, json).event(keys.outbox, this.#outbox.eventArguments(event))
     }
-    const bytes = itemBytes(json) + (record?.bytes ?? 0)
+    const bytes = textBytes(json) + (record?.bytes ?? 0)
     const counted = countedOnce(limit)
     const outcome = await retried(`item ${item.id}`, async () => {
-      const outcome = await this.#charged(create, item.contributorId, bytes, counted(), record === undefined ? {} : { replacing: record.name })
-      // A record read to make room and pushed out by another write meanwhile (0), or the room taken: decided again.
-      return outcome === 0 || isRefusal(outcome) ? STALE : outcome
+      const outcome = await this.#counted(create, item.contributorId, bytes, counted())
+      // A record read to make room and forgotten by another write meanwhile (0), or the room taken: decided again.
+      return outcome === 0 || outcome === QUOTA_PASSED ? STALE : outcome
     })
     if (outcome === OWNS_MOST) return undefined
     if (outcome === CLAIM_LOST) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
@@ -194,7 +199,7 @@ export class RedisItemStore implements ItemStore {
         }
         return edit.event(keys.outbox, this.#outbox.eventArguments(event))
       }
-      const outcome = await this.#charged(edit, current.contributorId, itemBytes(next) - itemBytes(json), counted(), { createdAtMs: Date.parse(current.createdAt) })
+      const outcome = await this.#counted(edit, current.contributorId, textBytes(next) - textBytes(json), counted())
       if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
       if (outcome !== 1) return STALE
       this.#outbox.recorded(event)
@@ -209,7 +214,7 @@ export class RedisItemStore implements ItemStore {
       const event = announce?.(current)
       const removal = new Change().guard(keys.items, id, json).write('HDEL', keys.items, id).write('ZREM', keys.itemOrder, id)
       for (const list of itemListKeys(keys, current)) removal.write('ZREM', list, id)
-      removal.count(keys.itemsOwned, current.contributorId, -1).chargeAccount(keys, current.contributorId, -itemBytes(json), { createdAtMs: Date.parse(current.createdAt) })
+      countBytes(removal.count(keys.itemsOwned, current.contributorId, -1), keys, current.contributorId, -textBytes(json), this.#quotaBytes)
         .event(keys.outbox, this.#outbox.eventArguments(event))
       if (await commit(this.#redis, this.#writes, keys, removal, limit) !== 1) return STALE
       this.#outbox.recorded(event)
@@ -217,15 +222,16 @@ export class RedisItemStore implements ItemStore {
     }))
   }
 
-  // Commits the change `made` with `bytes` more charged to the contributor. When their room cannot take it, the
-  // change is made again with their own oldest records pushed out to make room (pushOutRecords), counted against the
-  // write limit once; refused then, another write took the room meanwhile: the caller decides again.
-  async #charged (made: () => Change, contributorId: string, bytes: number, limit: WriteLimit | undefined, charge: AccountCharge): Promise<Refused> {
-    const outcome = await commit(this.#redis, this.#writes, this.#keys, made().chargeAccount(this.#keys, contributorId, bytes, charge), limit)
-    if (!isRefusal(outcome)) return outcome
+  // Commits the change `made` with `bytes` more counted against the contributor's quota. When it would pass it, the
+  // change is made again with their own oldest records forgotten to make room (makeRoom), counted against the write
+  // limit once; refused then, another write took the room meanwhile: the caller decides again.
+  async #counted (made: () => Change, contributorId: string, bytes: number, limit: WriteLimit | undefined): Promise<Refused> {
+    const keys = this.#keys
+    const outcome = await commit(this.#redis, this.#writes, keys, countBytes(made(), keys, contributorId, bytes, this.#quotaBytes), limit)
+    if (outcome !== QUOTA_PASSED) return outcome
     const change = made()
-    const freed = await pushOutRecords(this.#redis, this.#keys, change, contributorId, bytes, refusal(outcome), charge.replacing)
-    return await commit(this.#redis, this.#writes, this.#keys, change.chargeAccount(this.#keys, contributorId, bytes - freed, charge))
+    const freed = await makeRoom(this.#redis, keys, change, contributorId, bytes, this.#quotaBytes)
+    return await commit(this.#redis, this.#writes, keys, countBytes(change, keys, contributorId, bytes - freed, this.#quotaBytes))
   }
 
   /**

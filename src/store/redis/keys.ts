@@ -52,6 +52,11 @@ export interface RedisKeys {
   /** Family, + limit name + ':' + the caller's key. String: hits in the window, expiring with it. */
   readonly rateLimit: string
   /**
+   * Family, + limit name. Sorted set: the limit's counters (rateLimit keys) by when their windows end, which keeps
+   * them within the limit's number of keys (rate-counter.ts).
+   */
+  readonly rateLimitKeys: string
+  /**
    * Family, + user id + ':' + an Idempotency-Key of theirs. String, JSON: a claim ({ token, fingerprint }, expiring
    * with its lease) or a recorded create ({ fingerprint, item }, expiring after the keys' time to live).
    */
@@ -67,25 +72,21 @@ export interface RedisKeys {
    */
   readonly writeOutcome: string
   /**
-   * Hash: the deployment's room for accounts (src/store/capacity.ts): budget, floor, sessions (each floor's part for
-   * sessions), ceiling, floorsKept, sharedPart and room (the registration pace's), set by each start; chargedSince
-   * (set by the first); and what is used: held, floors, shared (bytes), accounts (admitted), paceTokens and paceAt
-   * (the registration pace's bucket), uncharged (refunds of items kept from before items were charged) and drift.
+   * Hash: accounts (how many the store holds, against MAX_ACCOUNTS), held (the bytes of their quotas they use, in
+   * all) and storeId (the data's id, made by the first start on an empty Redis: connection.ts).
    */
   readonly capacity: string
-  /** Hash: account (user id) → bytes charged to it beside its sessions. */
+  /** Hash: account (user id) → the bytes of its quota it uses (src/domain/quotas.ts): its items' texts and its records'. */
   readonly accountBytes: string
-  /** Hash: account (user id) → the floor reserved for it when it registered, its sessions' part included. */
-  readonly accountFloors: string
-  /** Hash: account (user id) → bytes its sessions are charged. */
-  readonly accountSessionBytes: string
+  /** Hash: a recorded idempotencyKey's name → "<user id> <bytes>", what the record counts against its user's quota. */
+  readonly recordBytes: string
+  /** Sorted set: the names of recordBytes, scored by when Redis expires each (ms). */
+  readonly recordExpiries: string
   /**
-   * Hash: idempotencyKey or session name → "<user id> <bytes>" (a record's; "<user id> <bytes> claim" for a claim,
-   * "<user id> <bytes> session" for a session), what the key is charged to its user while it lasts.
+   * The keys of the capacity ledger kept before quotas (hashes account-floors, account-session-bytes and
+   * capacity-charges, sorted set capacity-expiries): deleted by the first start that finds them (quotas.ts).
    */
-  readonly capacityCharges: string
-  /** Sorted set: the names of capacityCharges, scored by when Redis expires each (ms). */
-  readonly capacityExpiries: string
+  readonly ledger: readonly string[]
   /** Hash: sandbox id → "<generation> <clock ahead ms>": its keys' generation (sandbox), and how far its clock was moved on. */
   readonly sandboxes: string
   /** Hash: sandbox id → the fixtures it was created with, checked and their passwords hashed (JSON), which a reset puts back. */
@@ -130,15 +131,15 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   outbox: `${prefix}outbox`,
   webhook: `${prefix}webhook:`,
   rateLimit: `${prefix}rate-limit:`,
+  rateLimitKeys: `${prefix}rate-limit-keys:`,
   idempotencyKey: `${prefix}idempotency-key:`,
   idempotencyKeys: `${prefix}idempotency-keys:`,
   writeOutcome: `${prefix}write-outcome:`,
   capacity: `${prefix}capacity`,
   accountBytes: `${prefix}account-bytes`,
-  accountFloors: `${prefix}account-floors`,
-  accountSessionBytes: `${prefix}account-session-bytes`,
-  capacityCharges: `${prefix}capacity-charges`,
-  capacityExpiries: `${prefix}capacity-expiries`,
+  recordBytes: `${prefix}record-bytes`,
+  recordExpiries: `${prefix}record-expiries`,
+  ledger: ['account-floors', 'account-session-bytes', 'capacity-charges', 'capacity-expiries'].map((name) => `${prefix}${name}`),
   sandboxes: `${prefix}sandboxes`,
   sandboxFixtures: `${prefix}sandbox-fixtures`,
   sandboxUse: `${prefix}sandbox-use`,

@@ -4,6 +4,9 @@ import type { RedisClock } from './clock.js'
 import { call, type Script, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
+// Counters under their limit a hit looks through, the oldest first, for those to let go past the limit's number.
+const EVICTIONS_SCANNED = 8
+
 // Lua: one hit in the counter `key`, whose window of `windowMs` begins with its first. {hits so far, ms until the
 // window ends}.
 const COUNT_HIT = `
@@ -52,11 +55,29 @@ export function limitedOutcome<Outcome> ([outcome, counted]: Limited<Outcome>, l
 }
 
 export const rateCounterScripts = {
-  // KEYS: the counter. ARGV: window (ms). {count, ms until the window ends}.
+  // KEYS: the counter, the limit's counters (rateLimitKeys). ARGV: window (ms), the counters the limit keeps at most,
+  // its max. {count, ms until the window ends}. A counter whose window begins joins the limit's; past their number,
+  // the oldest windows under the limit go first (a caller over it stays locked out), and the oldest of all when
+  // none is.
   countHit: {
-    numberOfKeys: 1,
+    numberOfKeys: 2,
     lua: `${WRITE_DEADLINE}${COUNT_HIT}
-return countHit(KEYS[1], ARGV[1])`
+local counted = countHit(KEYS[1], ARGV[1])
+if counted[1] > 1 then return counted end
+local counters, most, max = KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZADD', counters, now + tonumber(ARGV[1]), KEYS[1])
+redis.call('ZREMRANGEBYSCORE', counters, '-inf', now)
+local over = redis.call('ZCARD', counters) - most
+if over <= 0 then return counted end
+for _, oldest in ipairs(redis.call('ZRANGE', counters, 0, over + ${EVICTIONS_SCANNED} - 1)) do
+  if over > 0 and tonumber(redis.call('GET', oldest) or '0') <= max then
+    redis.call('DEL', oldest)
+    redis.call('ZREM', counters, oldest)
+    over = over - 1
+  end
+end
+for _, oldest in ipairs(over > 0 and redis.call('ZPOPMIN', counters, over) or {}) do redis.call('DEL', oldest) end
+return counted`
   },
   // KEYS: the counter. {count, ms until the window ends}, or nil when the window has no hit.
   peekHits: {
@@ -77,26 +98,34 @@ return 1`
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    countHit (counter: string, deadline: WriteDeadline, windowMs: number): Result<[number, number], Context>
+    countHit (counter: string, counters: string, deadline: WriteDeadline, windowMs: number, most: number, max: number): Result<[number, number], Context>
     peekHits (counter: string): Result<[number, number] | null, Context>
     refundHit (counter: string): Result<1, Context>
   }
 }
 
-/** One rate limit's counters, fixed windows shared by every instance: `prefix` is the limit's (keys.ts, rateLimit). */
+/**
+ * One rate limit's counters, fixed windows shared by every instance, at most `keysPerLimit` under the limit and as
+ * many again over it, as the memory store keeps (those over it kept first): `name` is the limit's (keys.ts, rateLimit
+ * and rateLimitKeys).
+ */
 export class RedisRateCounter implements RateCounter {
   readonly #redis: Redis
   readonly #clock: RedisClock
   readonly #prefix: string
+  readonly #counters: string
+  readonly #most: number
 
-  constructor (redis: Redis, clock: RedisClock, prefix: string) {
+  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, name: string, keysPerLimit: number) {
     this.#redis = redis
     this.#clock = clock
-    this.#prefix = prefix
+    this.#prefix = `${keys.rateLimit}${name}:`
+    this.#counters = `${keys.rateLimitKeys}${name}`
+    this.#most = 2 * keysPerLimit
   }
 
-  incr (key: string, windowMs: number, _max: number, callback: (outcome: Counted | Error) => void): void {
-    this.#count(key, windowMs).then(callback, callback)
+  incr (key: string, windowMs: number, max: number, callback: (outcome: Counted | Error) => void): void {
+    this.#count(key, windowMs, max).then(callback, callback)
   }
 
   peek (key: string, _windowMs: number, callback: (outcome: Counted | undefined | Error) => void): void {
@@ -113,8 +142,8 @@ export class RedisRateCounter implements RateCounter {
     await call(this.#redis.del(this.#prefix + key))
   }
 
-  async #count (key: string, windowMs: number): Promise<Counted> {
-    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, writeDeadline(this.#clock.writeDeadline(), 0), windowMs))
+  async #count (key: string, windowMs: number, max: number): Promise<Counted> {
+    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#counters, writeDeadline(this.#clock.writeDeadline(), 0), windowMs, this.#most, max))
     return { current, ttl }
   }
 }

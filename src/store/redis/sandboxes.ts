@@ -3,11 +3,10 @@ import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import {
-  pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
+  KEYS_PER_SANDBOX_RATE_LIMIT, pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
-import { setCapacity } from './capacity.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
@@ -285,7 +284,7 @@ export class RedisSandboxes implements Sandboxes {
       id,
       createdAt: typeof createdAt === 'string' ? Number(createdAt) : undefined,
       usedAt: usedAt.get(id)!,
-      heldBytes: (await this.#generationAt(id, Number(entry.split(' ')[0])).store.capacity()).heldBytes
+      heldBytes: (await this.#generationAt(id, Number(entry.split(' ')[0])).store.usage()).heldBytes
     })))
     return { sandboxes, next }
   }
@@ -504,6 +503,8 @@ export class RedisSandboxes implements Sandboxes {
       cachedUsers: this.#cachedUsers,
       maxItemsPerContributor: this.#options.maxItemsPerContributor,
       idempotencyKeys: this.#options.idempotencyKeys,
+      accounts: this.settings,
+      keysPerRateLimit: KEYS_PER_SANDBOX_RATE_LIMIT,
       outbox: { ...SANDBOX_OUTBOX_BOUNDS, stream: { events: SANDBOX_EVENTS, bytes: SANDBOX_EVENT_BYTES } }
     })
     const sandbox: Generation = { id, generation, clockAheadMs: 0, outbox: catalogue.outbox, store: { ...catalogue, available: this.#available } }
@@ -511,13 +512,9 @@ export class RedisSandboxes implements Sandboxes {
     return sandbox
   }
 
-  // A generation's catalogue made ready to be seeded, as a start prepares the service's: its bounds for accounts set.
+  // A generation's catalogue made ready to be seeded, as a start prepares the service's.
   async #prepared (id: string, generation: number): Promise<Generation> {
-    const { keys } = this.#generationKeys(id, generation)
-    const { redis } = this.#connection
-    await indexItems(redis, keys)
-    // A rig registers as fast as it asks: no pace, within the sandbox's own floors.
-    await setCapacity(redis, keys, { ...this.#options.capacity, budgetBytes: this.settings.capacityBytes, registrationRoomMs: 0 })
+    await indexItems(this.#connection.redis, this.#generationKeys(id, generation).keys)
     return this.#generation(id, generation)
   }
 

@@ -2,9 +2,8 @@ import type { Redis, Result } from 'ioredis'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { isLive } from '../rules.js'
 import type { Session } from '../../domain/index.js'
-import { endedByGrowth, endedByOpening, type HeldSession, openedRecord, type Rotation, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
+import { endedByOpening, type HeldSession, type Rotation, rotation, type SessionRecord, type UserSessions } from '../sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { NO_BOUNDS, storedBytes } from './capacity.js'
 import { call, type Script } from './commands.js'
 import { Change, commit, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
@@ -12,37 +11,25 @@ import type { TrackedSessions } from './tracking.js'
 import type { StoreWrites } from './writes.js'
 
 export const sessionScripts = {
-  // KEYS: users, the capacity totals, account session bytes, capacity charges. ARGV: the session, refresh-token and
-  // user-sessions families (keys.ts), then a refresh token's hash, a session id and a user id, each '' when not
-  // given: the session is the token's, or the one of the id; the user, the one given or the session's; then how many
-  // of the user's sessions to list, the oldest first.
-  // {session id, its fields (user, expires, rotated, current, previous, replaced), its charge and the bytes it
-  // charges, user id, the user as JSON, the user's sessions listed (each {id, end, charge, bytes}), the bytes its
-  // sessions are charged, the part of a floor kept for them, how many sessions it has}; '' for what there is none of.
+  // KEYS: users. ARGV: the session, refresh-token and user-sessions families (keys.ts), then a refresh token's hash, a
+  // session id and a user id, each '' when not given: the session is the token's, or the one of the id; the user,
+  // the one given or the session's; then how many of the user's sessions to list, the oldest first.
+  // {session id, its fields (user, expires, rotated, current, previous, replaced), user id, the user as JSON, the
+  // user's sessions listed (each {id, end}), how many sessions it has}; '' for what there is none of.
   readSessions: {
-    numberOfKeys: 4,
+    numberOfKeys: 1,
     lua: `
 local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
-local sessionsPart = redis.call('HGET', KEYS[2], 'sessions')
-if not sessionsPart then ${NO_BOUNDS} end
--- What a charge's entry ("<user id> <bytes> session") charges.
-local function bytesOf (charge) return string.match(charge, '^%S+ (%d+)') or '0' end
-local sessionId, fields, charge = ARGV[5], {}, ''
+local sessionId, fields = ARGV[5], {}
 if ARGV[4] ~= '' then sessionId = redis.call('GET', families.refreshToken .. ARGV[4]) or '' end
-if sessionId ~= '' then
-  fields = redis.call('HMGET', families.session .. sessionId, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced')
-  charge = redis.call('HGET', KEYS[4], families.session .. sessionId) or ''
-end
+if sessionId ~= '' then fields = redis.call('HMGET', families.session .. sessionId, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced') end
 local userId = ARGV[6]
-if userId == '' then userId = fields[1] or string.match(charge, '^%S*') end
-if userId == '' then return {sessionId, fields, charge, bytesOf(charge), ''} end
-local sessions, names = {}, {}
+if userId == '' then userId = fields[1] or '' end
+if userId == '' then return {sessionId, fields, ''} end
+local sessions = {}
 local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, tonumber(ARGV[7]) - 1, 'WITHSCORES')
-for index = 1, #listed, 2 do names[#names + 1] = families.session .. listed[index] end
-local charges = #names > 0 and redis.call('HMGET', KEYS[4], unpack(names)) or {}
-for index = 1, #names do sessions[index] = {listed[2 * index - 1], listed[2 * index], charges[index] or '', bytesOf(charges[index] or '')} end
-return {sessionId, fields, charge, bytesOf(charge), userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('HGET', KEYS[3], userId) or '', sessionsPart,
-  redis.call('ZCARD', families.userSessions .. userId)}`
+for index = 1, #listed, 2 do sessions[#sessions + 1] = {listed[index], listed[index + 1]} end
+return {sessionId, fields, userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('ZCARD', families.userSessions .. userId)}`
   },
   // ARGV: the session family, session ids. The token hashes of each: {current, previous, replaced}, '' for none.
   readSessionTokens: {
@@ -57,53 +44,40 @@ return tokens`
   }
 } as const satisfies Record<string, Script>
 
-type ReadSessions = [sessionId: string, fields: Array<string | null>, charge: string, chargedBytes: string, userId: string, user?: string,
-  sessions?: Array<[id: string, end: string, charge: string, chargedBytes: string]>, held?: string, sessionsPart?: string, count?: number]
+type ReadSessions = [sessionId: string, fields: Array<string | null>, userId: string, user?: string, sessions?: Array<[id: string, end: string]>, count?: number]
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    readSessions (users: string, capacity: string, sessionBytes: string, charges: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string,
-      tokenHash: string, sessionId: string, userId: string, listed: number): Result<ReadSessions, Context>
+    readSessions (users: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string, tokenHash: string, sessionId: string, userId: string,
+      listed: number): Result<ReadSessions, Context>
     readSessionTokens (sessionFamily: string, ...ids: string[]): Result<Array<[current: string, previous: string, replaced: string]>, Context>
   }
 }
 
-/** One of a user's sessions as read, with its entry in the capacity charges (null: none), which the change guards. */
-interface ListedSession extends HeldSession {
-  readonly charge: string | null
-}
-
-/** A session as read with what forgetting it takes: its tokens, and its `current` field (null: its record is gone), guarded too. */
-interface ReadSession extends ListedSession {
+/** A session as read with what forgetting it takes: its tokens, and its `current` field (null: its record is gone), guarded. */
+interface ReadSession extends HeldSession {
   readonly current: string | null
   readonly tokenHashes: readonly string[]
 }
 
-/** What the session rules read: the session, its user's sessions and their room. */
+/** What the session rules read: the session, and its user's sessions. */
 interface Read {
-  /** The session of the token or id read, while its record or its charge is left; `record` while its record is. */
+  /** The session of the token or id read, and its record, while it has one. */
   readonly target: ReadSession | undefined
   readonly record: SessionRecord | undefined
   readonly userId: string | undefined
   /** The user's record, null when it has none (removed). */
   readonly user: string | null
   /** The oldest of the user's sessions, as many as were asked for. */
-  readonly sessions: readonly ListedSession[]
+  readonly sessions: readonly HeldSession[]
   /** How many sessions the user has. */
   readonly count: number
-  /** What the user's sessions are charged. */
-  readonly held: number
-  /** The same as Redis holds it (null: nothing): a session opened or grown since changes it. */
-  readonly heldField: string | null
-  /** The part of each floor kept for sessions. */
-  readonly sessionsPart: number
 }
 
 const split = (text: string | null | undefined): string[] => text === null || text === undefined || text === '' ? [] : text.split(' ')
 const orNull = (text: string | null | undefined): string | null => text === '' || text === undefined ? null : text
-const listedSession = (id: string, end: string | null | undefined, charge: string, bytes: string): ListedSession =>
-  ({ id, expiresAt: Number(end), bytes: Number(bytes), charge: orNull(charge) })
-const withTokens = (listed: ListedSession, ...tokens: Array<string | null | undefined>): ReadSession =>
+const listedSession = (id: string, end: string | null | undefined): HeldSession => ({ id, expiresAt: Number(end) })
+const withTokens = (listed: HeldSession, ...tokens: Array<string | null | undefined>): ReadSession =>
   ({ ...listed, current: orNull(tokens[0]), tokenHashes: tokens.flatMap(split) })
 
 // The user's sessions a read lists first, the oldest: a rule that goes through them all has them read again, four
@@ -112,7 +86,7 @@ const SESSIONS_LISTED = 16
 
 /**
  * The Redis store's sessions: each rule of src/store/sessions.ts run on what one script read, and committed as a
- * Change guarded by what it read. A session's keys and its charge are laid out in keys.ts.
+ * Change guarded by what it read. A session's keys are laid out in keys.ts.
  */
 export class RedisSessionStore implements SessionStore {
   readonly #redis: Redis
@@ -134,15 +108,15 @@ export class RedisSessionStore implements SessionStore {
 
   async open (session: Session, refreshTokenHash: string, maxPerUser: number): Promise<void> {
     await this.#inProgress.run(`user ${session.userId}`, async () => await retried(`user ${session.userId}'s sessions`, async () => {
-      const bytes = this.#bytes(openedRecord(session, refreshTokenHash), refreshTokenHash)
-      const [read, ended] = await this.#read('', session.id, session.userId, (_read, user) => endedByOpening(user, bytes, maxPerUser, this.#now()))
+      const [read, ended] = await this.#read('', session.id, session.userId, (_read, user) => endedByOpening(user, maxPerUser, this.#now()))
       if (read.user === null) throw new UserRemovedError(`user ${session.userId} has no account`)
       const change = new Change().guard(this.#keys.users, session.userId, read.user)
       const sessionKey = this.#keys.session + session.id
       const userSessions = this.#keys.userSessions + session.userId
       const end = storeTime(session.expiresAt)
-      const released = this.#forget(change, read, await this.#tokensOf(read, ended))
-      change.write('HSET', sessionKey, 'user', session.userId, 'expires', String(session.expiresAt), 'rotated', '0', 'current', refreshTokenHash, 'previous', '', 'replaced', '')
+      this.#forget(change, read, await this.#tokensOf(read, ended))
+      // Made only while the session is as read (none, but for an id given again).
+      change.guard(sessionKey, 'current', read.target?.current ?? null).write('HSET', sessionKey, 'user', session.userId, 'expires', String(session.expiresAt), 'rotated', '0', 'current', refreshTokenHash, 'previous', '', 'replaced', '')
         .write('PEXPIREAT', sessionKey, end)
         .write('SET', this.#keys.refreshToken + refreshTokenHash, session.id, 'PXAT', end)
         // Scored by their end: every session of a deployment lives as long, so the lowest is also the oldest.
@@ -150,7 +124,7 @@ export class RedisSessionStore implements SessionStore {
         // The set lives as long as its last session: its end set when it is new, and only ever moved on.
         .write('PEXPIREAT', userSessions, end, 'NX')
         .write('PEXPIREAT', userSessions, end, 'GT')
-      return await this.#commit(change, read, released + this.#charge(change, session, bytes, read.target), ended)
+      return await this.#commit(change, ended)
     }))
   }
 
@@ -171,18 +145,13 @@ export class RedisSessionStore implements SessionStore {
   }
 
   async rotateRefreshToken (presentedHash: string, nextHash: string, now: number, reuseLeewayMs: number): Promise<RefreshOutcome> {
-    const decide = ({ record, target }: Read, user: UserSessions): { rotated: Rotation, ended: string[] } => {
-      const rotated = rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
-      // A rotation that grows its session past its user's room ends the user's oldest others.
-      const grown = rotated.status === 'rotated' && target !== undefined ? this.#bytes(rotated.record, presentedHash) - target.bytes : 0
-      return { rotated, ended: target === undefined ? [] : endedByGrowth(user, target.id, grown, now) }
-    }
+    const decide = ({ record }: Read): Rotation => rotation(record, presentedHash, nextHash, now, reuseLeewayMs)
     // The first read finds the session, whose changes this instance makes one after another (parallel refreshes
     // with the tokens of one rotation's pairs would otherwise all retry against each other); it is decided on once,
     // and read again only when it went stale while waiting.
     let first: [Read, ReturnType<typeof decide>] | undefined = await this.#read(presentedHash, '', '', decide)
     return await this.#inProgress.run(`session ${first[0].target?.id ?? presentedHash}`, async () => await retried('a session', async () => {
-      const [read, { rotated, ended }] = first ?? await this.#read(presentedHash, '', '', decide)
+      const [read, rotated] = first ?? await this.#read(presentedHash, '', '', decide)
       first = undefined
       const { target, record } = read
       if (rotated.status !== 'rotated' || record === undefined || target === undefined) {
@@ -190,18 +159,17 @@ export class RedisSessionStore implements SessionStore {
         // A session past its end, or a token whose session is gone, is forgotten with its token.
         if (target === undefined || (rotated.status === 'unknown' && !rotated.ended && record !== undefined)) return outcome
         const change = new Change().write('DEL', this.#keys.refreshToken + presentedHash)
-        return await this.#commit(change, read, this.#forget(change, read, [target]), [target.id]) ?? outcome
+        this.#forget(change, read, [target])
+        return await this.#commit(change, [target.id]) ?? outcome
       }
       const { session } = record
       const sessionKey = this.#keys.session + session.id
       const next = rotated.record
-      const change = new Change()
+      const change = new Change().guard(sessionKey, 'current', target.current)
         .write('HSET', sessionKey, 'rotated', String(next.rotatedAt), 'current', next.current.join(' '), 'previous', next.previous.join(' '), 'replaced', next.replaced.join(' '))
       for (const hash of rotated.forgotten) change.write('DEL', this.#keys.refreshToken + hash)
       change.write('SET', this.#keys.refreshToken + nextHash, session.id, 'PXAT', storeTime(session.expiresAt))
-      const bytes = this.#bytes(next, presentedHash)
-      const released = this.#forget(change, read, await this.#tokensOf(read, ended))
-      return await this.#commit(change, read, released + this.#charge(change, session, bytes, target), ended) ?? { status: 'rotated', session }
+      return await this.#commit(change, []) ?? { status: 'rotated', session }
     }))
   }
 
@@ -210,23 +178,33 @@ export class RedisSessionStore implements SessionStore {
       const [read] = await this.#read('', id, '', () => undefined)
       if (read.target === undefined) return undefined
       const change = new Change()
-      return await this.#commit(change, read, this.#forget(change, read, [read.target]), [id])
+      this.#forget(change, read, [read.target])
+      return await this.#commit(change, [id])
     })
     this.#cache.invalidate([id])
   }
 
   /**
-   * Adds to `change` the end of every session of the user's (the account's removal), as read now, and what that
-   * gives back of their charge: the sessions it ends.
+   * Adds to `change` the end of every session of the user's (the account's removal), as read now: the sessions it
+   * ends. One opened after the read and before the change is ended by `endAll` once the user is gone.
    */
-  async endAll (change: Change, userId: string): Promise<string[]> {
+  async endAllIn (change: Change, userId: string): Promise<string[]> {
     const [read] = await this.#read('', '', userId, (_read, user) => [...user.sessions])
     const ended = await this.#tokensOf(read, read.sessions.map(({ id }) => id))
-    // Made only while the user has no session but those read: one opened meanwhile is charged, and read next time.
-    change.guard(this.#keys.accountSessionBytes, userId, read.heldField)
-    const released = this.#forget(change, read, ended)
-    if (released !== 0) change.charge(this.#keys.accountSessionBytes, userId, released, 0, this.#keys.capacity)
+    this.#forget(change, read, ended)
     return ended.map(({ id }) => id)
+  }
+
+  /** Ends every session of a user who has no account: none can open after (each opening is guarded by the user). */
+  async endAll (userId: string): Promise<void> {
+    await retried(`user ${userId}'s sessions`, async () => {
+      const [read] = await this.#read('', '', userId, (_read, user) => [...user.sessions])
+      if (read.sessions.length === 0) return undefined
+      const change = new Change()
+      const ended = await this.#tokensOf(read, read.sessions.map(({ id }) => id))
+      this.#forget(change, read, ended)
+      return await this.#commit(change, ended.map(({ id }) => id))
+    })
   }
 
   /** Redis forgets ended sessions by itself (each key expires with its session): there is nothing to sweep. */
@@ -245,27 +223,24 @@ export class RedisSessionStore implements SessionStore {
         yield * sessions
         went.through = true
       }
-      const decided = decide(read, { sessions: oldestFirst(), count: read.count, room: read.sessionsPart - read.held })
+      const decided = decide(read, { sessions: oldestFirst(), count: read.count })
       if (!went.through || sessions.length === read.count) return [read, decided]
     }
   }
 
   async #readListing (tokenHash: string, sessionId: string, userId: string, listed: number): Promise<Read> {
     const keys = this.#keys
-    const [id, fields, charge, chargedBytes, user, userRecord, sessions = [], held, sessionsPart, count = 0] = await call(this.#redis.readSessions(keys.users, keys.capacity,
-      keys.accountSessionBytes, keys.capacityCharges, keys.session, keys.refreshToken, keys.userSessions, tokenHash, sessionId, userId, listed))
+    const [id, fields, user, userRecord, sessions = [], count = 0] = await call(this.#redis.readSessions(keys.users, keys.session, keys.refreshToken, keys.userSessions,
+      tokenHash, sessionId, userId, listed))
     const [owner, expires, rotatedAt, current, previous, replaced] = fields
-    const target = id === '' || (owner == null && charge === '') ? undefined : withTokens(listedSession(id, expires, charge, chargedBytes), current, previous, replaced)
+    const target = id === '' || owner == null ? undefined : withTokens(listedSession(id, expires), current, previous, replaced)
     return {
       target,
       record: owner == null ? undefined : { session: { id, userId: owner, expiresAt: Number(expires) }, current: split(current), previous: split(previous), rotatedAt: Number(rotatedAt), replaced: split(replaced) },
       userId: orNull(user) ?? undefined,
       user: orNull(userRecord),
       sessions: sessions.map((listed) => listedSession(...listed)),
-      count,
-      held: Number(held ?? 0),
-      heldField: orNull(held),
-      sessionsPart: Number(sessionsPart ?? 0)
+      count
     }
   }
 
@@ -278,52 +253,20 @@ export class RedisSessionStore implements SessionStore {
     return ended.map((listed, index) => withTokens(listed, ...tokens[index]!))
   }
 
-  // Bytes a session keeps: its hash (its user, times and token hashes), its id in its user's sessions, its name in
-  // capacity-charges and -expiries; and for each token hash remembered, the refresh token's key and value and the
-  // hash in the session's.
-  #bytes (record: SessionRecord, tokenHash: string): number {
-    const hashes = tokenHashes(record).length
-    const name = Buffer.byteLength(this.#keys.session + record.session.id)
-    const tokenKey = Buffer.byteLength(this.#keys.refreshToken + tokenHash)
-    return storedBytes(4 * name + 64 + hashes * (2 * tokenKey + 64)) + 512 + 64 * hashes
-  }
-
-  // Forgets the sessions: their tokens, their records, their places among their user's sessions, their charges.
-  // What that gives back to their user's sessions' charge (negative).
-  #forget (change: Change, read: Read, sessions: readonly ReadSession[]): number {
-    let released = 0
-    for (const { id, current, charge, bytes, tokenHashes } of sessions) {
+  // Forgets the sessions: their tokens, their records, their places among their user's sessions.
+  #forget (change: Change, read: Read, sessions: readonly ReadSession[]): void {
+    for (const { id, current, tokenHashes } of sessions) {
       const sessionKey = this.#keys.session + id
-      change.guard(sessionKey, 'current', current).guard(this.#keys.capacityCharges, sessionKey, charge)
+      change.guard(sessionKey, 'current', current)
       for (const hash of tokenHashes) change.write('DEL', this.#keys.refreshToken + hash)
-      change.write('DEL', sessionKey)
-      // A session read has its user, from its record or its charge's entry.
-      change.write('ZREM', this.#keys.userSessions + read.userId!, id)
-      if (charge === null) continue
-      change.write('HDEL', this.#keys.capacityCharges, sessionKey).write('ZREM', this.#keys.capacityExpiries, sessionKey)
-      released -= bytes
+      // A session read has its user, from its record.
+      change.write('DEL', sessionKey).write('ZREM', this.#keys.userSessions + read.userId!, id)
     }
-    return released
   }
 
-  // Charges the session `bytes` until its end, in place of what it was charged as `read` (undefined: a session not
-  // kept yet): what that adds to its user's sessions' charge.
-  #charge (change: Change, session: Session, bytes: number, read: ReadSession | undefined): number {
-    const sessionKey = this.#keys.session + session.id
-    change.guard(sessionKey, 'current', read?.current ?? null).guard(this.#keys.capacityCharges, sessionKey, read?.charge ?? null)
-      .write('HSET', this.#keys.capacityCharges, sessionKey, `${session.userId} ${bytes} session`)
-      .write('ZADD', this.#keys.capacityExpiries, String(session.expiresAt), sessionKey)
-    return bytes - (read?.bytes ?? 0)
-  }
-
-  // Commits the change, with `charged` bytes more charged to the user's sessions: within the part of the floor kept
-  // for them, or, when what was read had passed it already (the bounds changed), within what the change leaves. The
-  // sessions it ended are dropped from this instance's copies before Redis's invalidation reaches it. STALE when
-  // what it read changed before it could commit.
-  async #commit (change: Change, read: Read, charged: number, ended: readonly string[]): Promise<undefined | typeof STALE> {
-    if (read.userId !== undefined && charged !== 0) {
-      change.charge(this.#keys.accountSessionBytes, read.userId, charged, Math.max(read.sessionsPart, read.held + charged), this.#keys.capacity)
-    }
+  // Commits the change. The sessions it ended are dropped from this instance's copies before Redis's invalidation
+  // reaches it. STALE when what it read changed before it could commit.
+  async #commit (change: Change, ended: readonly string[]): Promise<undefined | typeof STALE> {
     if (await commit(this.#redis, this.#writes, this.#keys, change) !== 1) return STALE
     if (ended.length > 0) this.#cache.invalidate([...ended])
     return undefined

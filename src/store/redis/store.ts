@@ -1,14 +1,15 @@
 import type { Redis } from 'ioredis'
+import type { AccountBounds } from '../../domain/quotas.js'
 import { IDEMPOTENCY_KEY_DEFAULTS } from '../rules.js'
 import type { Store } from '../store.js'
 import { RedisAccounts } from './accounts.js'
-import { readCapacity } from './capacity.js'
 import type { RedisClock } from './clock.js'
 import type { IdempotencyKeyBounds } from './idempotency-keys.js'
 import { RedisIdempotencyKeys } from './idempotency-keys.js'
 import { RedisItemStore } from './items.js'
 import type { RedisKeys } from './keys.js'
 import { RedisOutbox, type RedisOutboxBounds } from './outbox.js'
+import { readUsage } from './quotas.js'
 import { RedisRateCounter } from './rate-counter.js'
 import { RedisSessionStore } from './sessions.js'
 import type { TrackedSessions } from './tracking.js'
@@ -37,6 +38,10 @@ export interface CatalogueOptions {
   readonly idempotencyKeys?: Partial<IdempotencyKeyBounds> | undefined
   /** What its outbox keeps. */
   readonly outbox: RedisOutboxBounds
+  /** Client keys each of its rate limits keeps under its limit, and as many again over it. */
+  readonly keysPerRateLimit: number
+  /** How many accounts it admits, and each one's quota. */
+  readonly accounts: AccountBounds
 }
 
 /** A catalogue kept under `keys` on the connection: all of a Store but what belongs to the connection itself. */
@@ -45,7 +50,7 @@ export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { rea
 export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options
   const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
-  const users = new RedisUserStore(redis, writes, keys, options.cachedUsers, options.now)
+  const users = new RedisUserStore(redis, writes, keys, options.cachedUsers, options.accounts.accounts)
   const idempotencyKeys = { ...IDEMPOTENCY_KEY_DEFAULTS, ...options.idempotencyKeys }
   const sessions = new RedisSessionStore(redis, writes, keys, options.sessions, options.now)
   return {
@@ -54,13 +59,14 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
       recordTtlMs: idempotencyKeys.ttlMs,
+      quotaBytes: options.accounts.quotaBytes,
       logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
-    accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions }),
+    accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions, quotaBytes: options.accounts.quotaBytes }),
     outbox,
-    rateCounter: (name) => new RedisRateCounter(redis, clock, `${keys.rateLimit}${name}:`),
-    capacity: async () => await readCapacity(redis, keys),
+    rateCounter: (name) => new RedisRateCounter(redis, clock, keys, name, options.keysPerRateLimit),
+    usage: async () => await readUsage(redis, keys),
     now: options.now
   }
 }

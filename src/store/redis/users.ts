@@ -1,17 +1,17 @@
 import type { Redis, Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
-import { admission, registrationWait } from '../capacity.js'
-import { IdTakenError, RegistrationPacedError, type UserStore } from '../store.js'
-import { isRefusal, readPace, refusal, userBytes } from './capacity.js'
+import { IdTakenError, StoreFullError, type UserStore } from '../store.js'
 import { call, type Script } from './commands.js'
-import { Change, commit, retried, STALE } from './commit.js'
+import { Change, commit } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { StoreWrites } from './writes.js'
 
-// What a registration's commit answers when the email, or the id, is another user's.
+// What a registration's commit answers when the email, or the id, is another user's, or the store holds as many
+// accounts as it admits.
 const EMAIL_TAKEN = 2
 const ID_TAKEN = 3
+const ACCOUNTS_FULL = 4
 
 export const userScripts = {
   // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
@@ -43,41 +43,27 @@ export class RedisUserStore implements UserStore {
   readonly #writes: StoreWrites
   readonly #keys: RedisKeys
   readonly #byId: FifoMap<User>
-  readonly #now: () => number
+  readonly #maxAccounts: number
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, maxCached: number, now: () => number) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, maxCached: number, maxAccounts: number) {
     this.#redis = redis
     this.#writes = writes
     this.#keys = keys
     this.#byId = new FifoMap(maxCached)
-    this.#now = now
+    this.#maxAccounts = maxAccounts
   }
 
   async add (user: User): Promise<User | undefined> {
     const keys = this.#keys
     const json = JSON.stringify(user)
-    const added = await retried(`user ${user.id}`, async () => {
-      const [reading, emailTaken, idTaken] = await Promise.all([readPace(this.#redis, keys), call(this.#redis.hexists(keys.userEmails, user.emailKey)),
-        call(this.#redis.hexists(keys.users, user.id))])
-      if (emailTaken === 1) return EMAIL_TAKEN
-      if (idTaken === 1) return ID_TAKEN
-      const admitted = admission(reading, this.#now())
-      if (admitted === 'registration') return admitted
-      if (typeof admitted === 'number') throw new RegistrationPacedError(admitted)
-      const change = new Change().guard(keys.userEmails, user.emailKey, null, EMAIL_TAKEN).guard(keys.users, user.id, null, ID_TAKEN)
-      if (admitted.pace !== undefined) {
-        // A bucket counted from the one read is written only while it is as read; a full one whatever it is.
-        if (admitted.paced) change.guard(keys.capacity, 'paceTokens', reading.bucket[0]).guard(keys.capacity, 'paceAt', reading.bucket[1])
-        change.write('HSET', keys.capacity, 'paceTokens', String(admitted.pace.tokens), 'paceAt', String(admitted.pace.at))
-      }
-      change.write('HSET', keys.users, user.id, json).write('HSET', keys.userEmails, user.emailKey, user.id).write('INCR', keys.userSequence)
-      change.write('ZADD', keys.userOrder, change.answerOfLast(), user.id)
-        .chargeAccount(keys, user.id, userBytes(user.id, user.emailKey, json), { admittingFloor: reading.floorBytes })
-      const outcome = await commit(this.#redis, this.#writes, keys, change)
-      return outcome === 0 ? STALE : outcome
-    })
+    const change = new Change().guard(keys.userEmails, user.emailKey, null, EMAIL_TAKEN).guard(keys.users, user.id, null, ID_TAKEN)
+      .count(keys.capacity, 'accounts', 1, this.#maxAccounts, ACCOUNTS_FULL)
+    change.write('HSET', keys.users, user.id, json).write('HSET', keys.userEmails, user.emailKey, user.id).write('INCR', keys.userSequence)
+    change.write('ZADD', keys.userOrder, change.answerOfLast(), user.id)
+    // Every guard names its refusal: none is a stale read.
+    const added = await commit(this.#redis, this.#writes, keys, change)
     if (added === ID_TAKEN) throw new IdTakenError(`user ${user.id} exists already`)
-    if (isRefusal(added)) throw refusal(added)
+    if (added === ACCOUNTS_FULL) throw new StoreFullError(this.#maxAccounts)
     return added === 1 ? parseUser(json) : undefined
   }
 
@@ -94,10 +80,6 @@ export class RedisUserStore implements UserStore {
   async findByEmailKey (emailKey: string): Promise<User | undefined> {
     const json = await call(this.#redis.findUserByEmailKey(this.#keys.users, this.#keys.userEmails, emailKey))
     return json === null ? undefined : parseUser(json)
-  }
-
-  async registrationWait (): Promise<number> {
-    return registrationWait(await readPace(this.#redis, this.#keys), this.#now())
   }
 
   cached (id: string): User | undefined {

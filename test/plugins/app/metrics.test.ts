@@ -83,39 +83,29 @@ t.test('GET /metrics on OPS_PORT times every request by its contract operation, 
   t.equal(unknown.status, 404, 'the operations port serves only its own API')
 })
 
-async function capacityMetrics (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
-  // Two floors kept (4 % of the budget), the rest shared; registrations unpaced.
-  const { api, scrape } = await instance(t, { ...store, STORE_CAPACITY_MIB: '4', ACCOUNT_FLOOR_KIB: '64', ACCOUNT_SESSIONS_KIB: '32', ACCOUNT_FLOORS_PERCENT: '4', REGISTRATION_ROOM_SECONDS: '0' })
-  const part = async (name: string): Promise<number | undefined> => valueOf(await scrape(), 'items_service_store_capacity_bytes', { part: name })
-  t.equal(await part('budget'), 4 * 1024 * 1024)
-  t.equal(await part('floors_kept'), Math.floor(4 * 1024 * 1024 * 0.04), 'the part kept for floors')
-  t.same([await part('held'), await part('floors'), await part('shared_used')], [0, 0, 0])
-  const { accessToken, user: registered } = await api.register()
-  const user = await part('held')
-  t.ok(user! > 0 && user! < 64 * 1024, 'a user and its session are held, within its floor')
-  t.equal(await part('floors'), 64 * 1024)
-  t.equal((await api.call('loginUser', { body: { email: registered.email, password: 'correct horse battery staple' } })).statusCode, 200)
-  const session = (await part('held'))! - user!
-  t.ok(session > 0, 'a sign-in\'s session is held too')
-  await api.createItem(accessToken, { name: 'heavy', description: '\u0001'.repeat(10_000) })
-  const held = await part('held')
-  t.ok(held! > user! + session + 70_000, 'an item counts its fields and its text, as the heap holds them')
-  // The floor beside its sessions' part is 32 KiB: what the account holds past it, and beside its two sessions.
-  t.equal(await part('shared_used'), held! - 2 * session - 32 * 1024, 'past the floor, the shared part; sessions never draw on it')
-  const refused = async (): Promise<number | undefined> => valueOf(await scrape(), 'items_service_store_full_total', { reason: 'registration' })
-  t.equal(await refused(), undefined, 'no refusal counted yet')
+async function accountMetrics (t: Test, store: NodeJS.ProcessEnv): Promise<void> {
+  const { api, scrape } = await instance(t, { ...store, MAX_ACCOUNTS: '2', ACCOUNT_QUOTA_KIB: '64' })
+  const part = async (name: string): Promise<number | undefined> => valueOf(await scrape(), 'items_service_accounts', { part: name })
+  const refused = async (bound: string): Promise<number | undefined> => valueOf(await scrape(), 'items_service_account_bounds_refused_total', { bound })
+  t.same([await part('max'), await part('count'), await part('held_bytes')], [2, 0, 0])
+  const { accessToken } = await api.register()
+  t.same([await part('count'), await part('held_bytes')], [1, 0], 'an account, keeping nothing yet')
+  const created = await api.call('createItem', { token: accessToken, body: { name: 'heavy', description: 'd'.repeat(10_000) } })
+  t.equal(await part('held_bytes'), Buffer.byteLength(created.body), 'an item counts its text')
+  t.same([await refused('accounts'), await refused('quota')], [undefined, undefined], 'no refusal counted yet')
   await api.register()
-  const third = await api.call('registerUser', { body: newUser() })
-  t.same([third.statusCode, third.json().message], [507, 'The service has no room left for another account.'], 'no floor left for a third account')
-  t.equal(await refused(), 1, 'the refusal counted by its reason')
-  t.equal(await part('floors'), 2 * 64 * 1024, 'both floors reserved')
+  t.equal((await api.call('registerUser', { body: newUser() })).statusCode, 507)
+  let answer = 201
+  while (answer === 201) answer = (await api.call('createItem', { token: accessToken, body: { name: 'heavy', description: 'd'.repeat(10_000) } })).statusCode
+  t.equal(answer, 403)
+  t.same([await refused('accounts'), await refused('quota')], [1, 1], 'each refusal counted by its bound')
 }
 
-const ROOM = 'the store\'s room for accounts: its budget, the part kept for floors, what accounts hold, the floors reserved, the shared part used, and the 507s by reason'
+const ACCOUNTS = 'the accounts and the bytes of their quotas they use, and the writes their bounds refuse, by bound'
 
-t.test(`memory: ${ROOM}`, async (t) => { await capacityMetrics(t, { STORE: 'memory' }) })
+t.test(`memory: ${ACCOUNTS}`, async (t) => { await accountMetrics(t, { STORE: 'memory' }) })
 
-t.test(`Redis: ${ROOM}`, { skip: await redisSkip() }, async (t) => { await capacityMetrics(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
+t.test(`Redis: ${ACCOUNTS}`, { skip: await redisSkip() }, async (t) => { await accountMetrics(t, { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) }) })
 
 t.test('a verified token is kept once however it is spelled, logged out or not, and the metrics say how many are kept', async (t) => {
   const { api, ops, scrape } = await instance(t)
@@ -263,7 +253,7 @@ t.test('the operations API listens on loopback whatever HOST is, and warns at st
   t.equal((await fetch(`${open.ops}/metrics`)).status, 200, 'served on every interface, loopback included')
 })
 
-t.test('docs/operations.md\'s metrics table names every metric the service exposes, and every part of the store\'s room', { skip: await redisSkip() }, async (t) => {
+t.test('docs/operations.md\'s metrics table names every metric the service exposes, and every part of the accounts\'', { skip: await redisSkip() }, async (t) => {
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
   const webhooks = JSON.stringify([{ url: receiver.url, secret: `whsec_${Buffer.from('a webhook secret of at least 24 bytes').toString('base64')}` }])
@@ -274,8 +264,8 @@ t.test('docs/operations.md\'s metrics table names every metric the service expos
   const exposed = [...new Set([...exposition.matchAll(/^# TYPE (items_service_\w+) /gm)].map(([, name = '']) => name))]
   t.ok(exposed.length >= 19, `${exposed.length} metrics of the service's own`)
   for (const name of exposed) t.ok(documented.has(name), `${name} has its row`)
-  const capacityRow = table.find((line) => line.startsWith('| `items_service_store_capacity_bytes`')) ?? ''
-  for (const [, part = ''] of exposition.matchAll(/^items_service_store_capacity_bytes\{part="(\w+)"\}/gm)) {
-    t.match(capacityRow, `\`${part}\``, `its part ${part} is named`)
+  const accountsRow = table.find((line) => line.startsWith('| `items_service_accounts`')) ?? ''
+  for (const [, part = ''] of exposition.matchAll(/^items_service_accounts\{part="(\w+)"\}/gm)) {
+    t.match(accountsRow, `\`${part}\``, `its part ${part} is named`)
   }
 })

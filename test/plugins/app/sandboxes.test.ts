@@ -13,7 +13,7 @@ import type { operations } from '../../../generated/operations/openapi.js'
 import { freePort } from '../../../harness/net.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { type Receiver, startReceiver } from '../../../harness/webhook-receiver.js'
-import { Api } from '../../support/api.js'
+import { Api, newUser } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
@@ -131,7 +131,7 @@ onEachStore('GET /sandboxes lists the live sandboxes by id, a page at a time, wi
   const before = Date.now()
   const made = await Promise.all([create(), create(), create()])
   const ids = made.map((sandbox) => sandbox.base.split('/')[2]!).sort()
-  await made[1]!.register()
+  await made[1]!.createItem((await made[1]!.register()).accessToken)
   const first = await opsCall(t, ops, 'listSandboxes', 'GET', '/sandboxes?limit=2')
   const firstPage = first.json as { sandboxes: Array<{ id: string, createdAt: string, lastUsedAt: string, heldBytes: number, capacityBytes: number }>, total: number, limit: number, next: string }
   t.same([firstPage.sandboxes.map(({ id }) => id), firstPage.total, firstPage.limit, firstPage.next], [ids.slice(0, 2), 3, 5, ids[1]], 'a page of two, by id, says where the next begins')
@@ -141,11 +141,11 @@ onEachStore('GET /sandboxes lists the live sandboxes by id, a page at a time, wi
   const listed = [...firstPage.sandboxes, ...secondPage.sandboxes]
   for (const sandbox of listed) {
     t.ok(Date.parse(sandbox.createdAt) >= before - 1000 && Date.parse(sandbox.lastUsedAt) >= Date.parse(sandbox.createdAt) - 1000, `${sandbox.id}: made and used since the test began`)
-    t.equal(sandbox.capacityBytes, 2 * 1024 * 1024, 'of SANDBOX_CAPACITY_KIB')
+    t.equal(sandbox.capacityBytes, 10 * 128 * 1024, 'SANDBOX_ACCOUNTS times ACCOUNT_QUOTA_KIB')
   }
-  const registeredIn = made[1]!.base.split('/')[2]!
+  const writtenIn = made[1]!.base.split('/')[2]!
   const held = new Map(listed.map(({ id, heldBytes }) => [id, heldBytes]))
-  t.ok(held.get(registeredIn)! > 0 && listed.filter(({ id }) => id !== registeredIn).every(({ heldBytes }) => heldBytes === 0), 'what a sandbox keeps is its own: only the one with an account holds anything')
+  t.ok(held.get(writtenIn)! > 0 && listed.filter(({ id }) => id !== writtenIn).every(({ heldBytes }) => heldBytes === 0), 'what a sandbox keeps is its own: only the one with an item holds anything')
   const metrics = await (await fetch(`${ops}/metrics`)).text()
   t.match(metrics, /^items_service_sandboxes\{state="live"\} 3$/m, 'the live sandboxes are a gauge')
   t.match(metrics, /^items_service_sandboxes\{state="limit"\} 5$/m, 'beside their limit')
@@ -219,8 +219,16 @@ onEachStore('at most SANDBOX_LIMIT exist at once: one more is 507, until one is 
   t.ok(await create(), 'one deleted makes room for the next')
 })
 
-onEachStore('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refuses with 507 while another and the service keep writing', async (t, store) => {
-  const { api, create } = await withSandboxes(t, store, { SANDBOX_CAPACITY_KIB: '256' })
+onEachStore('a sandbox admits SANDBOX_ACCOUNTS accounts, each within ACCOUNT_QUOTA_KIB: filled, it refuses while another and the service keep writing', async (t, store) => {
+  const { api, create } = await withSandboxes(t, store, {
+    SANDBOX_ACCOUNTS: '2',
+    ACCOUNT_QUOTA_KIB: '64',
+    // Two registrations an hour to the service.
+    MAX_ACCOUNTS: '50',
+    RATE_LIMIT: 'on',
+    RATE_LIMIT_REGISTER: '1000',
+    RATE_LIMIT_WRITES: '1000'
+  })
   const full = await create()
   const other = await create()
   const filler = await full.register()
@@ -229,11 +237,33 @@ onEachStore('a sandbox keeps at most SANDBOX_CAPACITY_KIB: filled to it, it refu
     const response = await full.call('createItem', { token: filler.accessToken, body: { name: `item ${index}`, description: 'd'.repeat(4000) } })
     if (response.statusCode !== 201) refused = { statusCode: response.statusCode, code: response.json().code }
   }
-  t.same(refused, { statusCode: 507, code: 'STORE_FULL' }, 'the full sandbox refuses the write its room cannot take')
+  t.same(refused, { statusCode: 403, code: 'ACCOUNT_QUOTA_EXCEEDED' }, 'an account of the sandbox past its quota')
+  const registered = await Promise.all(Array.from({ length: 3 }, async () => (await full.call('registerUser', { body: newUser() })).statusCode))
+  t.same(registered.sort(), [201, 507, 507], 'its second account, and then no more: its own MAX_ACCOUNTS, in a burst the service-wide limit does not count')
   const writer = await other.register()
   t.ok(await other.createItem(writer.accessToken, { name: 'still written', description: 'd'.repeat(4000) }), 'another sandbox keeps writing')
   const own = await api.register()
   t.ok(await api.createItem(own.accessToken, { name: 'still written', description: 'd'.repeat(4000) }), 'and so does the service')
+})
+
+onEachStore('a sandbox\'s rate limits keep 256 keys each under the limit, and as many over it: callers come and go, and one over its limit stays refused', async (t, store) => {
+  const keyPrefix = redisKeyPrefix(t)
+  const { create } = await withSandboxes(t, store, { RATE_LIMIT: 'on', RATE_LIMIT_REGISTER: '2', REDIS_KEY_PREFIX: keyPrefix })
+  const sandbox = await create()
+  const register = async (remoteAddress: string): Promise<number> => (await sandbox.call('registerUser', { body: newUser(), remoteAddress })).statusCode
+  const locked = '198.51.100.1'
+  t.same([await register(locked), await register(locked), await register(locked)], [201, 201, 429], 'one address over its limit')
+  // Three times as many callers as the limit keeps, each counted once (their registrations past the sandbox's
+  // accounts are 507: the limit counts them on arrival all the same).
+  for (let index = 0; index < 768; index += 1) await register(`2001:db8:${index.toString(16)}::1`)
+  t.equal(await register(locked), 429, 'still refused: no newcomer pushed it out')
+  t.not(await register('203.0.113.7'), 429, 'and a newcomer is counted afresh')
+  if (store === 'redis') {
+    const raw = new Redis(REDIS_URL)
+    t.teardown(() => { raw.disconnect() })
+    const counters = await raw.keys(`${keyPrefix}sandbox:${sandbox.base.split('/')[2]!}:*rate-limit:register:*`)
+    t.ok(counters.length <= 2 * 256 && counters.length >= 256, `${counters.length} counters kept in Redis, within the bound`)
+  }
 })
 
 t.test('on the memory store, a sandbox no request uses for SANDBOX_IDLE_SECONDS is deleted (on Redis, below)', async (t) => {
@@ -286,7 +316,7 @@ onEachStore('a sandbox\'s events are read back in order, as its webhooks would c
 })
 
 onEachStore('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with them, and a reset puts it back to them', async (t, store) => {
-  const { api, ops } = await withSandboxes(t, store, { SANDBOX_LIMIT: '1', SANDBOX_CAPACITY_KIB: '256' })
+  const { api, ops } = await withSandboxes(t, store, { SANDBOX_LIMIT: '1', SANDBOX_ACCOUNTS: '1' })
   const adaId = randomUUID()
   const itemId = randomUUID()
   const password = 'correct horse battery staple'
@@ -302,7 +332,7 @@ onEachStore('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with the
   await refused({ users: [{ ...fixtures.users[0], email: 'not an email' }] }, { status: 400, field: 'users[0].email' })
   await refused({ cars: [] }, { status: 400, field: 'body' })
   const second = { ...fixtures.users[0], id: randomUUID(), email: 'grace@example.com' }
-  // A sandbox of 256 KiB has room for one account: the second is the fixture at fault, not the service's room.
+  // A sandbox of one account: the second is the fixture at fault, not the service's room.
   await refused({ users: [fixtures.users[0], second] }, { status: 400, field: 'users[1]' })
 
   const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)
@@ -523,7 +553,7 @@ t.test('on Redis, every instance serves every sandbox: made on one, used, moved 
 
 onEachStore('a receiver that falls behind: what its sandbox cannot keep for it is counted dropped and logged, and every other event is delivered', async (t, store) => {
   const { lines, logStream } = captureLogs()
-  const { ops, create } = await withSandboxes(t, store, { RATE_LIMIT: 'off', SANDBOX_CAPACITY_KIB: '8192', WEBHOOK_RETRY_DELAYS_MS: '20,20', LOG_LEVEL: 'warn' }, { logStream })
+  const { ops, create } = await withSandboxes(t, store, { RATE_LIMIT: 'off', ACCOUNT_QUOTA_KIB: '1024', WEBHOOK_RETRY_DELAYS_MS: '20,20', LOG_LEVEL: 'warn' }, { logStream })
   const receiver = await startReceiver()
   t.teardown(receiver.stop)
   // As many attempts held open as a receiver is sent at once: nothing more is taken until they end.
@@ -794,8 +824,8 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   const { lines, logStream } = captureLogs()
   const { proxy, api, ops } = await throughProxy(t, { SANDBOX_LIMIT: '1', LOG_LEVEL: 'warn' }, { logStream })
   const fixtures = { users: [{ email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
-  // Its capacity's bounds, set once the registry counts it; then its first fixture.
-  for (const [fault, body] of [['chargedSince', {}], [commitScripts.commit, fixtures]] as const) {
+  // Its catalogue prepared once the registry counts it; then its first fixture.
+  for (const [fault, body] of [['items-indexed', {}], [commitScripts.commit, fixtures]] as const) {
     proxy.arm(fault, 'drop-connection')
     t.equal((await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)).status, 503, 'not made')
     await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)

@@ -140,10 +140,13 @@ t.test('a seed never overwrites: an id that belongs to someone or something else
       { name: 'SeedError', message: new RegExp(`^Cannot load SEED_FILE ${file}${message.source}`) }, JSON.stringify(contents))
   }
   const full = seedFile(t, { users: [ada, grace] })
-  const roomForOne = { budgetBytes: 65_536, floorBytes: 65_536, sessionsBytes: 0, ceilingBytes: 65_536, floorsShare: 1 }
-  await t.rejects(buildTestApp(t, { SEED_FILE: full }, { store: createMemoryStore({ capacity: roomForOne }) }),
-    { name: 'SeedError', message: `Cannot load SEED_FILE ${full}: users[1]: the store has no room for it (no floor of 65536 bytes is left: 1 accounts' floors take 65536 of 65536)` },
+  await t.rejects(buildTestApp(t, { SEED_FILE: full }, { store: createMemoryStore({ accounts: { accounts: 1, quotaBytes: 65_536 } }) }),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${full}: users[1]: the store has no room for it (the store holds the 1 accounts it admits)` },
     'a user the store has no room for is named, with what the store says')
+  const heavy = seedFile(t, { users: [ada], items: [{ owner: ada.email, name: 'a', description: 'd'.repeat(10_000) }, { owner: ada.email, name: 'b', description: 'd'.repeat(10_000) }] })
+  await t.rejects(buildTestApp(t, { SEED_FILE: heavy }, { store: createMemoryStore({ accounts: { accounts: 1, quotaBytes: 16_384 } }) }),
+    { name: 'SeedError', message: `Cannot load SEED_FILE ${heavy}: items[1]: the store has no room for it (the account would keep more than its quota of 16384 bytes)` },
+    'and so is an item past its owner\'s quota')
   t.same((await api.call('getItem', { token: owner.accessToken, params: { itemId: item.id } })).json(), item, 'the item is as it was')
   t.equal((await api.call('loginUser', { body: { email: owner.user.email, password: 'correct horse battery staple' } })).statusCode, 200, 'its owner signs in as before')
 })

@@ -1,26 +1,21 @@
 // The store as an operator starts it: the server process from an environment, on each store, against a Redis with
-// and without maxmemory. The room for accounts is derived once every setting is known, and said at start.
+// and without maxmemory. The bounds for accounts are said at start.
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { newUser } from '../../support/api.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
-import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { COMMAND_TIMEOUT_MS } from '../../../src/store/redis/commands.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
-import { build, buildTestApp, captureLogs } from '../../support/app.js'
+import { build, buildTestApp, captureLogs, productionHashCost } from '../../support/app.js'
 import { failedStart, start } from '../../support/processes.js'
 import { until } from '../../support/wait.js'
 import { ownRedis, redisKeyPrefix, redisSkip, sentinelDeployment } from '../../support/redis.js'
 import { freePort } from '../../../harness/net.js'
 
-const MIB = 1024 * 1024
 // The tests are independent (each a store, and its servers, of its own) and mostly wait: three run at a time.
 t.jobs = 3
-// The budget left to be derived, as an operator who sets none leaves it (the suite's Redis runs set one: a start
-// process is given the suite's settings; an undefined variable is not passed on).
-const DERIVED = { STORE_CAPACITY_MIB: undefined }
 
 /** The fields of the one log line of the server's whose message is `message`. */
 function logged (output: string, message: string): Record<string, unknown> | undefined {
@@ -28,37 +23,44 @@ function logged (output: string, message: string): Record<string, unknown> | und
     .find((line) => line.msg === message)
 }
 
-t.test('memory: the budget is two thirds of the heap in use that sheds writes, half of it kept for floors, said at start', async (t) => {
-  const server = await start({ ...DERIVED, STORE: 'memory', MAX_HEAP_USED_MIB: '300' })
-  t.teardown(() => { server.process.kill('SIGKILL') })
-  const budgetBytes = Math.round(300 * MIB * 2 / 3)
-  t.match(logged(server.output(), 'room for accounts'), {
-    budgetBytes,
-    floorBytes: 100 * 1024,
-    ceilingBytes: 8 * MIB,
-    floorsKeptBytes: Math.floor(budgetBytes / 2),
-    sharedBytes: budgetBytes - Math.floor(budgetBytes / 2),
-    floors: Math.floor(Math.floor(budgetBytes / 2) / (100 * 1024))
-  })
+const MIB = 1024 * 1024
+const PRODUCTION = { NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32), CONTRACT_STRICT_RESPONSES: '0', ...productionHashCost }
+
+t.test('memory: the sizing rule against the heap in use that sheds writes: its figures said at start; bounds that do not fit said with the settings to change, and a production start stopped', async (t) => {
+  const fitting = await start({ STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: '50', ACCOUNT_QUOTA_KIB: '128' })
+  t.teardown(() => { fitting.process.kill('SIGKILL') })
+  const said = logged(fitting.output(), 'bounds for accounts')
+  t.match(said, { maxAccounts: 50, quotaBytes: 128 * 1024, accounts: 0, budgetBytes: 300 * MIB, fits: true })
+  t.ok(Number(said?.neededBytes) < 300 * MIB && Number(said?.accountsThatFit) >= 50, 'fifty accounts fit, with room for more')
+  const tooMany = String(Number(said?.accountsThatFit) + 1)
+  const warned = await start({ STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: tooMany, ACCOUNT_QUOTA_KIB: '128' })
+  t.teardown(() => { warned.process.kill('SIGKILL') })
+  const advice = new RegExp(`^the bounds for accounts need \\d+ bytes at worst, past the store's ${300 * MIB} \\(MAX_HEAP_USED_MIB\\): set MAX_ACCOUNTS to at most ${String(said?.accountsThatFit)}, or lower ACCOUNT_QUOTA_KIB`)
+  const warning = warned.output().split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as { level: number, msg: string }).find((line) => advice.test(line.msg))
+  t.match(warning, { level: 40 }, 'one account more: said at warn, outside production')
+  const stopped = await failedStart({ ...PRODUCTION, STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: tooMany, ACCOUNT_QUOTA_KIB: '128' })
+  t.equal(stopped.code, 1, 'in production, the start stops')
+  t.match(stopped.stderr, new RegExp(`^Invalid configuration: ${advice.source.slice(1)}`), 'in one line that says what to change')
+  const sandboxed = await failedStart({ ...PRODUCTION, STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: '50', ACCOUNT_QUOTA_KIB: '128', SANDBOXES: 'on', OPS_PORT: '0', SANDBOX_LIMIT: '1000' })
+  t.match(sandboxed.stderr, /set MAX_ACCOUNTS to at most 0, or lower ACCOUNT_QUOTA_KIB, MAX_IDEMPOTENCY_KEYS_PER_USER or MAX_SESSIONS_PER_USER, SANDBOX_LIMIT or SANDBOX_ACCOUNTS, or give the store more/,
+    'sandboxes too: their worst case counts, and their settings are named')
 })
 
 const skip = await redisSkip()
 
-t.test('Redis with maxmemory: the budget is two thirds of it, whatever the memory store would take, said at start', { skip }, async (t) => {
-  const limited = await ownRedis(t, ['--maxmemory', '96mb'])
-  const server = await start({ ...DERIVED, STORE: 'redis', REDIS_URL: limited.url, REDIS_KEY_PREFIX: 'start:' })
-  t.teardown(() => { server.process.kill('SIGKILL') })
-  const budgetBytes = Math.floor(96 * MIB * 2 / 3)
-  t.match(logged(server.output(), 'room for accounts'), { budgetBytes, floorsKeptBytes: Math.floor(budgetBytes / 2), floors: Math.floor(Math.floor(budgetBytes / 2) / (100 * 1024)) })
-  t.notMatch(server.output(), /no maxmemory/, 'no warning')
-})
-
-t.test('Redis without maxmemory or STORE_CAPACITY_MIB: a warning at start, and nothing bounds accounts but Redis', { skip }, async (t) => {
-  const unlimited = await ownRedis(t)
-  const server = await start({ ...DERIVED, STORE: 'redis', REDIS_URL: unlimited.url, REDIS_KEY_PREFIX: redisKeyPrefix(t) })
-  t.teardown(() => { server.process.kill('SIGKILL') })
-  t.match(logged(server.output(), 'Redis has no maxmemory and STORE_CAPACITY_MIB is unset: no account\'s floor is guaranteed, and Redis itself is the only bound'), { level: 40 })
-  t.match(logged(server.output(), 'room for accounts'), { budgetBytes: null, floors: null }, 'unbounded (JSON says Infinity as null)')
+t.test('Redis: the sizing rule against maxmemory, for every instance alike; without maxmemory, a warning that nothing checks it', { skip }, async (t) => {
+  const limited = await ownRedis(t, ['--maxmemory', '96mb', '--maxmemory-policy', 'noeviction'])
+  const env = { STORE: 'redis', REDIS_URL: limited.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), ACCOUNT_QUOTA_KIB: '128', MAX_ACCOUNTS: '10' }
+  const fitting = await start(env)
+  t.teardown(() => { fitting.process.kill('SIGKILL') })
+  t.match(logged(fitting.output(), 'bounds for accounts'), { maxAccounts: 10, budgetBytes: 96 * MIB, fits: true })
+  const stopped = await failedStart({ ...env, ...PRODUCTION, MAX_ACCOUNTS: '1000' })
+  t.equal(stopped.code, 1)
+  t.match(stopped.stderr, /^Invalid configuration: the bounds for accounts need \d+ bytes at worst, past the store's 100663296 \(Redis's maxmemory\): set MAX_ACCOUNTS to at most \d+/)
+  const unlimited = await ownRedis(t, ['--maxmemory', '0'])
+  const unchecked = await start({ ...env, REDIS_URL: unlimited.url })
+  t.teardown(() => { unchecked.process.kill('SIGKILL') })
+  t.match(logged(unchecked.output(), 'Redis has no maxmemory: nothing checks that the bounds for accounts fit it, and a full Redis stops every write; set maxmemory and maxmemory-policy noeviction (docs/redis.md)'), { level: 40 })
 })
 
 t.test('Sentinel: the server started from the environment writes to the primary the sentinels name, each write on a replica before its answer', { skip }, async (t) => {
@@ -113,9 +115,10 @@ t.test('sentinels none of which answers stop the start with one line that names 
   t.notMatch(stderr, /secret/)
 })
 
-t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget before Redis is full, and a light account writes', { skip }, async (t) => {
+t.test('Redis at its maxmemory (noeviction): a write is 503, said at error, and never another status', { skip }, async (t) => {
   const small = await ownRedis(t, ['--maxmemory', '12mb', '--maxmemory-policy', 'noeviction'])
-  const server = await start({ ...DERIVED, STORE: 'redis', REDIS_URL: small.url, REDIS_KEY_PREFIX: 'small:', RATE_LIMIT: 'off', ACCOUNT_CEILING_MIB: '1', REGISTRATION_ROOM_SECONDS: '0' })
+  // A few accounts: the deployment sized for its Redis, which other keys then fill.
+  const server = await start({ STORE: 'redis', REDIS_URL: small.url, REDIS_KEY_PREFIX: 'small:', RATE_LIMIT: 'off', MAX_ACCOUNTS: '2' })
   // Ended as an operator ends it, so that what it ran is counted in the coverage of the suite.
   t.teardown(async () => {
     const exited = once(server.process, 'exit')
@@ -126,31 +129,13 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
     const response = await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) })
     return { status: response.status, json: await response.json() as Record<string, unknown> }
   }
-  const register = async (): Promise<string> => {
-    const { status, json } = await post('/v1/auth/register', newUser())
-    t.equal(status, 201)
-    return String(json.accessToken)
-  }
-  const light = await register()
-  const heavy = { name: 'h'.repeat(200), description: '\u0001'.repeat(10_000) }
-  const refusals: string[] = []
-  const whose = (status: number, message: string): string =>
-    status !== 507 ? `${status} ${message}` : /^Your account/.test(message) ? 'account' : /^The service holds/.test(message) ? 'shared' : message
-  for (let account = 0; account < 12 && refusals.at(-1) !== 'shared'; account += 1) {
-    const token = await register()
-    for (let index = 0; index < 20; index += 1) {
-      const { status, json } = await post('/v1/items', heavy, { authorization: `Bearer ${token}` })
-      if (status === 201) continue
-      refusals.push(whose(status, String(json.message)))
-      break
-    }
-  }
-  t.same(new Set(refusals), new Set(['account', 'shared']), 'heavy accounts refused 507 at their ceiling, then for the shared part, before Redis refused anything')
-  t.equal(refusals.at(-1), 'shared')
+  const { status, json } = await post('/v1/auth/register', newUser())
+  t.equal(status, 201)
+  const light = String(json.accessToken)
   const created = await post('/v1/items', { name: 'light' }, { authorization: `Bearer ${light}` })
   t.equal(created.status, 201, 'a light account still writes')
 
-  // What the budget does not charge (another program's keys, here) fills Redis: a write is 503 and said at error.
+  // What the deployment was not sized for (another program's keys, here) fills Redis: a write is 503 and said at error.
   const redis = new Redis(small.url)
   t.teardown(() => { redis.disconnect() })
   let fillers = 0
@@ -163,7 +148,7 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
   // answers: it may reach this process a moment after). Room freed meanwhile (keys expiring, the writes' outcomes
   // after 30 s; Redis shrinking a client's buffers) lets a create through as a 201 now and then: filled again
   // before each create, Redis is at its maxmemory again.
-  const outOfMemory = 'Redis is at its maxmemory: writes are refused until it has room (docs/operations.md, "Capacity")'
+  const outOfMemory = 'Redis is at its maxmemory: writes are refused until it has room (docs/capacity.md)'
   const statuses = new Set<number>()
   while (logged(server.output(), outOfMemory) === undefined) {
     await fill()
@@ -175,7 +160,7 @@ t.test('Redis of a small maxmemory: heavy accounts are refused 507 by the budget
   t.match(logged(server.output(), outOfMemory), { level: 50 }, 'said at error')
 })
 
-t.test('expired charges are swept every few seconds while the store answers; a sweep that fails is logged and tried again', async (t) => {
+t.test('expired idempotency records are swept every few seconds while the store answers; a sweep that fails is logged and tried again', async (t) => {
   const store = createMemoryStore()
   let checks = 0
   let sweeps = 0
@@ -193,34 +178,6 @@ t.test('expired charges are swept every few seconds while the store answers; a s
       }
     }
   })
-  await until('a failed sweep to be logged', () => sweeps >= 1 && lines.some((line) => line.includes('the sweep of expired charges failed')))
+  await until('a failed sweep to be logged', () => sweeps >= 1 && lines.some((line) => line.includes('the sweep of expired idempotency records failed')))
   t.equal(sweeps, checks - 1, 'none while the store was unreachable, then one each time it answers')
-})
-
-t.test('Redis: a refund of an item kept from before items were charged is counted apart; any other refund past what was charged is a drift, said at error', { skip }, async (t) => {
-  const prefix = redisKeyPrefix(t)
-  const keys = redisKeys(prefix)
-  const { lines, logStream } = captureLogs()
-  const api = await build(t, { STORE: 'redis', REDIS_KEY_PREFIX: prefix, LOG_LEVEL: 'info' }, { logStream })
-  const redis = new Redis(REDIS_URL)
-  t.teardown(() => { redis.disconnect() })
-  const { accessToken, user } = await api.register()
-  const removeUncharged = async (keptBeforeCharges: boolean): Promise<void> => {
-    const item = await api.createItem(accessToken)
-    // As a catalogue of 1.1.0 kept it: its owner charged nothing for it.
-    await redis.hset(keys.accountBytes, user.id, 0)
-    await redis.hset(keys.capacity, 'chargedSince', keptBeforeCharges ? Date.parse(item.createdAt) + 1 : 0)
-    const deleted = await api.call('deleteItem', { token: accessToken, params: { itemId: item.id } })
-    t.equal(deleted.statusCode, 204)
-  }
-  await removeUncharged(true)
-  t.ok(Number(await redis.hget(keys.capacity, 'uncharged')) > 0, 'counted as an item kept before charges')
-  t.equal((await api.app.store.capacity()).driftBytes, 0, 'not as a drift')
-  await removeUncharged(false)
-  const { driftBytes } = await api.app.store.capacity()
-  t.ok(driftBytes > 0, 'any other is a drift')
-  const drifted = 'the room for accounts drifted: refunds found less charged to their account than they give back (docs/operations.md, "Capacity")'
-  const said = (): Record<string, unknown> | undefined => lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.msg === drifted)
-  await until('the drift to be logged', () => said() !== undefined)
-  t.match(said(), { level: 50, driftBytes, risenBy: driftBytes })
 })

@@ -1,8 +1,8 @@
 // What the conformance suite's tests build: users, items, events, counts.
-import type { CapacityBounds } from '../../../src/store/capacity.js'
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item, User } from '../../../src/domain/index.js'
+import type { AccountBounds } from '../../../src/domain/quotas.js'
 import { type ItemText, itemFields } from '../../../src/domain/serialized.js'
 import type { Announcement, Counted, ItemPage, OutboxEvent, Store, UserStore, WriteLimit } from '../../../src/store/store.js'
 
@@ -12,7 +12,7 @@ export interface OpenStoreOptions {
   /** Of their events (src/store/outbox.ts, deliveryBytes). */
   maxPendingDeliveryBytes?: number
   idempotencyKeys?: { ttlMs?: number, perUser?: number }
-  capacity?: CapacityBounds
+  accounts?: AccountBounds
 }
 
 export type OpenStore = (t: Test, options: OpenStoreOptions) => Promise<Store>

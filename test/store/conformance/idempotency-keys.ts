@@ -68,96 +68,70 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'other' }), HOUR), { status: 'recorded', item: added })
   })
 
-  t.test('idempotency keys: an account removed once its claim lapsed and the sweep gave its charge back is not given it back again', async (t) => {
-    const store = await fresh(t)
-    const before = await store.capacity()
+  t.test('idempotency keys: an account removed once its record expired and the sweep gave its bytes back is not given them back again', async (t) => {
+    const store = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: 1 } })
     const ada = await account(store.users)
-    await store.idempotencyKeys.claim(claim(ada), 1)
+    const held = claim(ada)
+    await store.idempotencyKeys.claim(held, HOUR)
+    const added = await store.items.add(item(ada), undefined, held)
+    await store.items.remove(added!.id, () => {})
     await sleep(5)
     await store.idempotencyKeys.sweep(Date.now(), 100)
+    // A request of hers still running.
+    await store.idempotencyKeys.claim(claim(ada, { key: 'running' }), HOUR)
     t.ok(await store.accounts.remove(ada))
-    t.same(await store.capacity(), before, 'nothing of it held, nothing given back twice')
+    t.same(await store.usage(), { accounts: 0, heldBytes: 0 }, 'nothing of it held, nothing given back twice')
   })
 
-  t.test('idempotency keys: a write its room cannot take gives back the charges of records past their time before it is refused, with no sweep', async (t) => {
-    const TTL_MS = 1000
-    const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
-    // Two users, the other's create under a key whose item is then removed: its record stays charged until its time.
-    const recordedBeside = async (store: Store): Promise<{ writer: string, recordedAt: number, usersBytes: number }> => {
-      const [writer, other] = [await account(store.users), await account(store.users)]
-      const usersBytes = await held(store)
-      const recordedClaim = claim(other)
-      await store.idempotencyKeys.claim(recordedClaim, HOUR)
-      const recorded = item(other)
-      await store.items.add(recorded, undefined, recordedClaim)
-      const recordedAt = Date.now()
-      await store.items.remove(recorded.id, () => {})
-      return { writer, recordedAt, usersBytes }
-    }
-    // What the users, the record, the other's item and a larger one are charged, as this store reckons them.
-    const measuring = await open(t, { maxItemsPerContributor: 10 })
-    const { writer: measured, usersBytes } = await recordedBeside(measuring)
-    const usersAndRecord = await held(measuring)
-    const bytesOf = async (added: Item): Promise<number> => {
-      const before = await held(measuring)
-      await measuring.items.add(added)
-      return await held(measuring) - before
-    }
-    const itemBytes = await bytesOf(item(measured))
-    const perCharacter = (await bytesOf(item(measured, { description: 'd'.repeat(1000) })) - itemBytes) / 1000
-    // Larger than the other's item by about half the record: it fits beside the users alone, not beside the record too.
-    const larger = { description: 'd'.repeat(Math.round((usersAndRecord - usersBytes) / 2 / perCharacter)) }
-    const largerBytes = await bytesOf(item(measured, larger))
-    t.ok(largerBytes > itemBytes && largerBytes <= usersAndRecord - usersBytes + itemBytes, 'the larger item is as large as the test needs')
-    // Room for the other's create under its key (the users, its record and its item), and nothing more.
-    const bounds = { budgetBytes: usersAndRecord + itemBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: usersAndRecord + itemBytes }
-    const store = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: TTL_MS }, capacity: bounds })
-    const { writer, recordedAt } = await recordedBeside(store)
-    t.equal(await held(store), usersAndRecord, 'the record is charged')
-    await t.rejects(store.items.add(item(writer, larger)), { name: 'StoreFullError', limit: 'shared' }, 'while the record lives, the larger item does not fit')
-    // Waits for time to pass, not for an answer: a slower machine only waits longer.
-    await sleep(recordedAt + TTL_MS + 50 - Date.now())
-    t.ok(await store.items.add(item(writer, larger)), 'once the record is past its time, the same create goes through')
+  const heldBy = async (store: Store): Promise<number> => (await store.usage()).heldBytes
+  // An item whose text is `bytes` long (its JSON with an empty description is 230).
+  const sized = (userId: string, bytes: number): Item => item(userId, { description: 'd'.repeat(bytes - 230) })
 
-    // An edit likewise: an item of the writer's, in the room left beside the record, grown to the larger one.
-    const editing = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: TTL_MS }, capacity: bounds })
-    const { writer: editor, recordedAt: editedBeside } = await recordedBeside(editing)
-    const kept = await editing.items.add(item(editor))
-    const grow = async (): Promise<StoredItem | undefined> => await editing.items.update(kept!.id, (current) => ({ ...current, ...larger }))
-    await t.rejects(grow(), { name: 'StoreFullError', limit: 'shared' }, 'while the record lives, an edit that grows an item to it does not fit either')
-    t.equal(await held(editing), usersAndRecord + itemBytes, 'and changes nothing')
-    await sleep(editedBeside + TTL_MS + 50 - Date.now())
-    t.match(await grow(), larger, 'once the record is past its time, the same edit goes through')
+  t.test('idempotency keys: a write past its account\'s quota forgets the account\'s own oldest records first, all it needs or none; another account\'s never', async (t) => {
+    const store = await open(t, { maxItemsPerContributor: 10, accounts: { accounts: Infinity, quotaBytes: 4000 } })
+    const [ada, grace] = [await account(store.users), await account(store.users)]
+    // Each keeps a record of 1 000 bytes of a removed item.
+    const recorded = async (userId: string, key: string): Promise<StoredItem> => {
+      const held = claim(userId, { key })
+      await store.idempotencyKeys.claim(held, HOUR)
+      const added = await store.items.add(sized(userId, 1000), undefined, held)
+      await store.items.remove(added!.id, () => {})
+      return added!
+    }
+    const [adaRecord, graceRecord] = [await recorded(ada, 'a'), await recorded(grace, 'g')]
+    const records = await heldBy(store)
+    await t.rejects(store.items.add(sized(ada, 4100)), { name: 'QuotaExceededError', quotaBytes: 4000 }, 'past the quota with no record at all')
+    await t.rejects(store.items.add(sized(await account(store.users), 4100)), { name: 'QuotaExceededError' }, 'and so is an account that keeps nothing yet')
+    t.equal(await heldBy(store), records, 'and nothing forgotten for it')
+    t.ok(await store.items.add(sized(ada, 3500)), 'a create that fits once the record is forgotten')
+    t.same(await store.idempotencyKeys.claim(claim(ada, { key: 'a' }), HOUR), { status: 'claimed' }, 'her record made room')
+    t.same(await store.idempotencyKeys.claim(claim(grace, { key: 'g' }), HOUR), { status: 'recorded', item: graceRecord }, 'another\'s kept')
+    t.not(adaRecord.id, graceRecord.id)
+    // Her request still running holds its key: a write past her quota, with no record left to forget, forgets not it.
+    const running = claim(ada, { key: 'running' })
+    await store.idempotencyKeys.claim(running, HOUR)
+    await t.rejects(store.items.add(sized(ada, 600)), { name: 'QuotaExceededError' })
+    t.same(await store.idempotencyKeys.claim(claim(ada, { key: 'running' }), HOUR), { status: 'running' }, 'a claim is never forgotten for room')
+    // An edit likewise.
+    const kept = await store.items.add(sized(grace, 1000))
+    await t.rejects(store.items.update(kept!.id, (current) => ({ ...current, description: 'd'.repeat(3900) })), { name: 'QuotaExceededError' }, 'an edit past it')
+    t.match(await store.items.update(kept!.id, (current) => ({ ...current, description: 'd'.repeat(3500) })), { description: 'd'.repeat(3500) }, 'one that fits once her record is forgotten')
+    t.same(await store.idempotencyKeys.claim(claim(grace, { key: 'g' }), HOUR), { status: 'claimed' })
   })
 
-  t.test('idempotency keys: creates sent together, each making room by pushing out the same oldest records, each count once against their write limit', async (t) => {
-    const held = async (store: Store): Promise<number> => (await store.capacity()).heldBytes
-    // Records larger than the items: a key of 2 000 characters.
-    const recordClaim = (userId: string, index: number): IdempotencyClaim => claim(userId, { key: `${'k'.repeat(2000)}${index}` })
-    const measuring = await open(t, { maxItemsPerContributor: 10 })
-    const measured = await account(measuring.users)
-    const userBytes = await held(measuring)
-    const measuredClaim = recordClaim(measured, 0)
-    await measuring.idempotencyKeys.claim(measuredClaim, HOUR)
-    const recorded = await measuring.items.add(item(measured), undefined, measuredClaim)
-    await measuring.items.remove(recorded!.id, () => {})
-    const recordBytes = await held(measuring) - userBytes
-    const before = await held(measuring)
-    await measuring.items.add(item(measured))
-    const itemBytes = await held(measuring) - before
-    t.ok(recordBytes > 2 * itemBytes, 'a record holds room for more than two items')
-    // Room for the user, four records and an item and a half: the first create fits, each after it pushes out a record.
-    const store = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: userBytes + 4 * recordBytes + 1.5 * itemBytes, floorBytes: 0, sessionsBytes: 0, ceilingBytes: userBytes + 4 * recordBytes + 1.5 * itemBytes } })
+  t.test('idempotency keys: creates sent together, each making room by forgetting the same oldest records, each count once against their write limit', async (t) => {
+    const store = await open(t, { maxItemsPerContributor: 10, accounts: { accounts: Infinity, quotaBytes: 4000 } })
     const ada = await account(store.users)
     for (let index = 0; index < 4; index += 1) {
-      const held = recordClaim(ada, index)
+      const held = claim(ada, { key: `k${index}` })
       await store.idempotencyKeys.claim(held, HOUR)
-      const kept = await store.items.add(item(ada), undefined, held)
+      const kept = await store.items.add(sized(ada, 780), undefined, held)
       await store.items.remove(kept!.id, () => {})
     }
-    t.equal(await held(store), userBytes + 4 * recordBytes, 'four records kept')
+    t.equal(await heldBy(store), 4 * 780, 'four records kept')
+    // Each item fits once a record is forgotten for it.
     const told: Counted[] = []
-    const created = await Promise.all(Array.from({ length: 4 }, async () => await store.items.add(item(ada), undefined, undefined, writeLimit(ada, 4, told))))
+    const created = await Promise.all(Array.from({ length: 4 }, async () => await store.items.add(sized(ada, 900), undefined, undefined, writeLimit(ada, 4, told))))
     t.equal(created.filter((added) => added !== undefined).length, 4, 'each created')
     t.same(told.map(({ current }) => current).sort(), [1, 2, 3, 4], 'each counted once')
   })

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import { IdTakenError } from '../../../src/store/store.js'
-import { type FreshStore, item, type OpenStore, read, readPage, user } from './fixtures.js'
+import { account, type FreshStore, item, type OpenStore, read, readPage, user } from './fixtures.js'
 
 export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): void {
   t.test('users: added once per email key, found by id and by email key, as added', async (t) => {
@@ -17,25 +17,16 @@ export function usersConformance (t: Test, fresh: FreshStore, open: OpenStore): 
     t.ok(Object.isFrozen(await users.get(ada.id)), 'handed out frozen')
   })
 
-  t.test('users: paced registrations wait for nothing once no floor is left: the next is refused for room at once', async (t) => {
-    // Two floors kept, registrations paced over a minute: the second is paced, and lets itself through.
-    const floorBytes = 64 * 1024
-    const { users } = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: 4 * floorBytes, floorBytes, sessionsBytes: 0, ceilingBytes: floorBytes, floorsShare: 0.5, registrationRoomMs: 60_000 } })
-    t.ok(await users.add(user()))
-    t.ok(await users.add(user()))
-    t.equal(await users.registrationWait(), 0, 'no wait is said for a registration no floor is left for')
-    await t.rejects(users.add(user()), { name: 'StoreFullError', limit: 'registration' })
-  })
-
-  t.test('users: a registration its account cannot be charged for is refused, and reserves nothing', async (t) => {
-    // Floors all kept for sessions, no shared part: nowhere to charge a user's record.
-    const floorBytes = 64 * 1024
-    const store = await open(t, { maxItemsPerContributor: 10, capacity: { budgetBytes: 4 * floorBytes, floorBytes, sessionsBytes: floorBytes, ceilingBytes: floorBytes, floorsShare: 1 } })
-    const before = await store.capacity()
+  t.test('users: past the accounts the store admits, a registration is refused and keeps nothing; a removal frees a place', async (t) => {
+    const store = await open(t, { maxItemsPerContributor: 10, accounts: { accounts: 2, quotaBytes: Infinity } })
+    const ada = await account(store.users)
+    t.ok(await store.users.add(user()))
     const refused = user()
-    await t.rejects(store.users.add(refused), { name: 'StoreFullError', limit: 'shared' })
-    t.same(await store.capacity(), before, 'no floor reserved, nothing charged')
+    await t.rejects(store.users.add(refused), { name: 'StoreFullError', accounts: 2 })
     t.equal(await store.users.get(refused.id), undefined)
+    t.same(await store.usage(), { accounts: 2, heldBytes: 0 }, 'two accounts, keeping nothing yet')
+    t.ok(await store.accounts.remove(ada))
+    t.ok(await store.users.add(refused), 'a place freed')
   })
 
   t.test('ids are never overwritten: a user or an item whose id exists is refused, and what holds it is unchanged', async (t) => {

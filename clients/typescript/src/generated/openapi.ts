@@ -372,6 +372,7 @@ export interface components {
          *     - `BAD_REQUEST` (4xx): the HTTP request itself was refused (its status says why), outside the cases below.
          *     - `FORBIDDEN` (403): the role may not do this, or the caller does not own the item.
          *     - `ITEM_QUOTA_EXCEEDED` (403): the contributor already owns as many items as the service allows each one.
+         *     - `ACCOUNT_QUOTA_EXCEEDED` (403): the change would take the account past the bytes the service keeps for each one.
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
          *     - `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
@@ -384,10 +385,10 @@ export interface components {
          *     - `INTERNAL_ERROR` (500): an unexpected failure.
          *     - `SERVICE_UNAVAILABLE` (503): the service is overloaded, shutting down or cannot reach its data store, and did nothing; see `Retry-After`.
          *     - `OUTCOME_UNKNOWN` (504): a change reached the data store but its answer was lost: it may have been made; retry it idempotently.
-         *     - `STORE_FULL` (507): no room for the change, the caller's own or the room accounts share; nothing was changed (see the `StoreFull` response).
+         *     - `STORE_FULL` (507): the service admits no more accounts; nothing was changed (see the `StoreFull` response).
          * @enum {string}
          */
-        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN" | "STORE_FULL" | (string & Record<never, never>);
+        ErrorCode: "VALIDATION_ERROR" | "AUTHENTICATION_REQUIRED" | "TOKEN_EXPIRED" | "INVALID_TOKEN" | "INVALID_CREDENTIALS" | "INVALID_REFRESH_TOKEN" | "BAD_REQUEST" | "FORBIDDEN" | "ITEM_QUOTA_EXCEEDED" | "ACCOUNT_QUOTA_EXCEEDED" | "NOT_FOUND" | "PRECONDITION_FAILED" | "EMAIL_ALREADY_REGISTERED" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "PAYLOAD_TOO_LARGE" | "RANGE_NOT_SATISFIABLE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN" | "STORE_FULL" | (string & Record<never, never>);
         Health: {
             /** @constant */
             status: "ok";
@@ -800,10 +801,7 @@ export interface components {
                 "application/json": components["schemas"]["ErrorResponse"];
             };
         };
-        /**
-         * @description No room for the change, the caller's own or the service's (`STORE_FULL`); nothing was changed. Deleting
-         *     items makes room; retrying soon does not help.
-         */
+        /** @description The service admits no more accounts (`STORE_FULL`); nothing was changed. Retrying soon does not help. */
         StoreFull: {
             headers: {
                 "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
@@ -814,7 +812,7 @@ export interface components {
                 /**
                  * @example {
                  *       "code": "STORE_FULL",
-                 *       "message": "Your account holds as much as the service keeps for one account; delete some items first."
+                 *       "message": "The service holds as many accounts as it admits."
                  *     }
                  */
                 "application/json": components["schemas"]["ErrorResponse"];
@@ -1282,7 +1280,6 @@ export interface operations {
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["OutcomeUnknown"];
-            507: components["responses"]["StoreFull"];
         };
     };
     getItem: {
@@ -1404,7 +1401,6 @@ export interface operations {
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
             504: components["responses"]["OutcomeUnknown"];
-            507: components["responses"]["StoreFull"];
         };
     };
     itemAdded: {
