@@ -18,14 +18,19 @@ export const COMMAND_TIMEOUT_MS = 1000
 // ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails: by then its instance has stopped
 // waiting and told the client it failed (503), so it must not happen later (a retry would duplicate it, or a refresh
 // retried be taken for a replay). `now` is the store's time: Redis's, for every instance, and `clockAhead` (ms)
-// more for a sandbox's store whose clock was moved on; an absolute expiry Redis keeps is `clockAhead` earlier.
-// The writes whose reply must never be lost record it as well (writeScript, writes.ts).
+// more for a sandbox's store whose clock was moved on; an absolute expiry Redis keeps is `clockAhead` earlier. A
+// sandbox's write names its generation (`registry field generation`, a SandboxGeneration), and changes nothing once
+// that generation has ended (the sandbox deleted or reset meanwhile): no key of it is left behind, whatever is in
+// flight. The writes whose reply must never be lost record it as well (writeScript, writes.ts).
 export const WRITE_DEADLINE = `
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local deadline, clockAhead = string.match(table.remove(ARGV, 1), '^(%d+)%+(%d+)$')
+local deadline, clockAhead, registry, sandbox, generation = string.match(table.remove(ARGV, 1), '^(%d+)%+(%d+)%+?(%S*) ?(%S*) ?(%d*)$')
 if now > tonumber(deadline) then
   return redis.error_reply('DEADLINE the write reached Redis after its deadline; nothing was changed')
+end
+if registry ~= '' and string.match(redis.call('HGET', registry, sandbox) or '', '^%d+') ~= generation then
+  return redis.error_reply('GONE the sandbox was deleted or reset while the write was on its way; nothing was changed')
 end
 clockAhead = tonumber(clockAhead)
 now = now + clockAhead
@@ -33,11 +38,16 @@ now = now + clockAhead
 
 /**
  * What opens a write script's arguments (WRITE_DEADLINE): the time on Redis's clock after which it must change
- * nothing, and how far the clock of the store it writes runs ahead of Redis's (a sandbox's moved on; 0 otherwise).
+ * nothing, how far the clock of the store it writes runs ahead of Redis's (a sandbox's moved on; 0 otherwise), and
+ * for a sandbox's store the generation it writes.
  */
-export type WriteDeadline = `${number}+${number}`
+export type WriteDeadline = `${number}+${number}` | `${number}+${number}+${SandboxGeneration}`
 
-export const writeDeadline = (deadlineMs: number, clockAheadMs: number): WriteDeadline => `${deadlineMs}+${clockAheadMs}`
+/** A sandbox's generation as a write names it: the registry hash (keys.sandboxes), the sandbox's id, the generation. */
+export type SandboxGeneration = `${string} ${string} ${number}`
+
+export const writeDeadline = (deadlineMs: number, clockAheadMs: number, generation?: SandboxGeneration): WriteDeadline =>
+  generation === undefined ? `${deadlineMs}+${clockAheadMs}` : `${deadlineMs}+${clockAheadMs}+${generation}`
 
 /**
  * Turns what Redis could not do into a StoreUnavailableError: unreachable, timed out, out of memory, loading.

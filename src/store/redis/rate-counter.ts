@@ -1,8 +1,8 @@
 import type { Redis, Result } from 'ioredis'
 import type { Counted, RateCounter, WriteLimit } from '../store.js'
-import type { RedisClock } from './clock.js'
-import { call, type Script, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
+import { call, type Script, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
+import type { StoreWrites } from './writes.js'
 
 // Counters under their limit a hit looks through, the oldest first, for those to let go past the limit's number.
 const EVICTIONS_SCANNED = 8
@@ -111,14 +111,14 @@ declare module 'ioredis' {
  */
 export class RedisRateCounter implements RateCounter {
   readonly #redis: Redis
-  readonly #clock: RedisClock
+  readonly #writes: StoreWrites
   readonly #prefix: string
   readonly #counters: string
   readonly #most: number
 
-  constructor (redis: Redis, clock: RedisClock, keys: RedisKeys, name: string, keysPerLimit: number) {
+  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, name: string, keysPerLimit: number) {
     this.#redis = redis
-    this.#clock = clock
+    this.#writes = writes
     this.#prefix = `${keys.rateLimit}${name}:`
     this.#counters = `${keys.rateLimitKeys}${name}`
     this.#most = 2 * keysPerLimit
@@ -143,7 +143,7 @@ export class RedisRateCounter implements RateCounter {
   }
 
   async #count (key: string, windowMs: number, max: number): Promise<Counted> {
-    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#counters, writeDeadline(this.#clock.writeDeadline(), 0), windowMs, this.#most, max))
+    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#counters, this.#writes.deadline(), windowMs, this.#most, max))
     return { current, ttl }
   }
 }

@@ -496,7 +496,7 @@ export class RedisSandboxes implements Sandboxes {
     const { keys } = this.#generationKeys(id, generation)
     const { clock } = this.#connection
     const catalogue = catalogueUnder(this.#connection, keys, {
-      writes: this.#writes.ahead(() => sandbox.clockAheadMs),
+      writes: this.#writes.ofSandbox(`${this.#keys.sandboxes} ${id} ${generation}`, () => sandbox.clockAheadMs),
       now: () => clock.now() + sandbox.clockAheadMs,
       // Never tracked: nothing kept, every session read from Redis.
       sessions: new TrackedSessions(1),

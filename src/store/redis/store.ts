@@ -25,7 +25,7 @@ export interface RedisConnection {
 
 /** How one catalogue is kept under its keys. */
 export interface CatalogueOptions {
-  /** Its writes, with its clock (RedisWrites, or a sandbox's `ahead`). */
+  /** Its writes, with its clock (RedisWrites, or a sandbox generation's `ofSandbox`). */
   readonly writes: StoreWrites
   /** Its time: Redis's, or a sandbox's moved on. */
   readonly now: () => number
@@ -47,7 +47,7 @@ export interface CatalogueOptions {
 /** A catalogue kept under `keys` on the connection: all of a Store but what belongs to the connection itself. */
 export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { readonly outbox: RedisOutbox }
 
-export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
+export function catalogueUnder ({ redis, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options
   const outbox = new RedisOutbox(redis, writes, keys, options.outbox)
   const users = new RedisUserStore(redis, writes, keys, options.cachedUsers, options.accounts.accounts)
@@ -65,7 +65,7 @@ export function catalogueUnder ({ redis, clock, logger }: RedisConnection, keys:
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
     accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions, quotaBytes: options.accounts.quotaBytes }),
     outbox,
-    rateCounter: (name) => new RedisRateCounter(redis, clock, keys, name, options.keysPerRateLimit),
+    rateCounter: (name) => new RedisRateCounter(redis, writes, keys, name, options.keysPerRateLimit),
     usage: async () => await readUsage(redis, keys),
     now: options.now
   }

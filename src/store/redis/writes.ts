@@ -4,7 +4,7 @@ import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
 import { WRITE_LIMIT } from './rate-counter.js'
-import { type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
+import { type SandboxGeneration, type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -92,6 +92,8 @@ function asReply (value: unknown): unknown {
 /** How a store's parts send their writes (RedisWrites), with the clock of the store they write. */
 export interface StoreWrites {
   run: <T>(send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>) => Promise<T>
+  /** The deadline of a write sent now that records no reply (a rate limit's count). */
+  deadline: () => WriteDeadline
 }
 
 /**
@@ -134,11 +136,11 @@ export class RedisWrites implements StoreWrites {
    * replicas asked for have it: a write only the primary has would be lost if a replica took its place.
    * `clockAheadMs`: how far the clock of the store it writes runs ahead of Redis's (a sandbox's, moved on).
    */
-  async run<T> (send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>, clockAheadMs = 0): Promise<T> {
+  async run<T> (send: (deadline: WriteDeadline, outcomeKey: string) => Promise<T>, clockAheadMs = 0, generation?: SandboxGeneration): Promise<T> {
     this.#admit()
     const deadline = this.#clock.writeDeadline()
     const outcomeKey = this.#outcomeFamily + randomUuid()
-    const reply = send(writeDeadline(deadline, clockAheadMs), outcomeKey)
+    const reply = send(writeDeadline(deadline, clockAheadMs, generation), outcomeKey)
     const replicated = this.#waitForReplicas()
     let outcome: T
     try {
@@ -157,10 +159,18 @@ export class RedisWrites implements StoreWrites {
     return outcome
   }
 
-  /** The writes of a store whose clock runs `clockAheadMs()` ahead of Redis's (a sandbox's), on this one's connection and replicas. */
-  ahead (clockAheadMs: () => number): StoreWrites {
+  deadline (): WriteDeadline {
+    return writeDeadline(this.#clock.writeDeadline(), 0)
+  }
+
+  /**
+   * The writes of a sandbox's generation, whose clock runs `clockAheadMs()` ahead of Redis's, on this one's connection
+   * and replicas: each changes nothing once the generation has ended.
+   */
+  ofSandbox (generation: SandboxGeneration, clockAheadMs: () => number): StoreWrites {
     return {
-      run: async (send) => await this.run(send, clockAheadMs())
+      run: async (send) => await this.run(send, clockAheadMs(), generation),
+      deadline: () => writeDeadline(this.#clock.writeDeadline(), clockAheadMs(), generation)
     }
   }
 

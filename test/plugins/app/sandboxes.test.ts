@@ -840,6 +840,30 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   t.ok(lines.filter((line) => line.includes('a sandbox whose making failed is not deleted yet')).length >= 1, 'the first deleted by the next create')
 })
 
+t.test('on Redis, a write in flight when its sandbox is deleted or reset changes nothing: no key of the generation that ended is left', { skip: redisSkipped }, async (t) => {
+  const keyPrefix = redisKeyPrefix(t)
+  // A meets Redis through the proxy, which holds its write; B, which deletes and resets, does not.
+  const { proxy, api, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+  const { ops: opsOfB } = await withSandboxes(t, 'redis', { REDIS_KEY_PREFIX: keyPrefix })
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  for (const [ending, method, suffix] of [['deleteSandbox', 'DELETE', ''], ['resetSandbox', 'POST', '/reset']] as const) {
+    const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+    const sandbox = new Api(api.app, basePath)
+    await sandbox.register()
+    const id = basePath.split('/')[2]!
+    const [generation] = String(await raw.hget(`${keyPrefix}sandboxes`, id)).split(' ')
+    const keysOfGeneration = async (): Promise<string[]> => await raw.keys(`${keyPrefix}sandbox:${id}:${generation!}:*`)
+    t.ok((await keysOfGeneration()).length > 0, `${ending}: the generation keeps its keys`)
+    // A registration, which guards on nothing the generation held: between its checks and its commit, the other
+    // instance ends the generation.
+    proxy.before(commitScripts.commit, async () => { t.equal((await opsCall(t, opsOfB, ending, method, `${basePath}${suffix}`)).status, ending === 'deleteSandbox' ? 204 : 200) })
+    const registered = await sandbox.call('registerUser', { body: newUser() })
+    t.same([registered.statusCode, registered.json().code], [503, 'SERVICE_UNAVAILABLE'], `${ending}: the write in flight is not made, and says so`)
+    t.same(await keysOfGeneration(), [], `${ending}: no key of the generation that ended is left`)
+  }
+})
+
 t.test('on Redis, a receiver set or kept by a reset, but followed late, is sent every event recorded after the set or the reset', { skip: redisSkipped }, async (t) => {
   const keyPrefix = redisKeyPrefix(t)
   // A, which sets and resets, meets Redis through the proxy; B does not.

@@ -3,7 +3,7 @@
 import { once } from 'node:events'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
-import t from 'tap'
+import t, { type Test } from 'tap'
 import { newUser } from '../../support/api.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
 import { COMMAND_TIMEOUT_MS } from '../../../src/store/redis/commands.js'
@@ -17,6 +17,17 @@ import { freePort } from '../../../harness/net.js'
 // The tests are independent (each a store, and its servers, of its own) and mostly wait: three run at a time.
 t.jobs = 3
 
+/** A server started from the environment, ended when the test ends as an operator ends it, so that what it ran is counted in the suite's coverage. */
+async function started (t: Test, env: NodeJS.ProcessEnv): Promise<Awaited<ReturnType<typeof start>>> {
+  const server = await start(env)
+  t.teardown(async () => {
+    const exited = once(server.process, 'exit')
+    server.process.kill('SIGTERM')
+    await exited
+  })
+  return server
+}
+
 /** The fields of the one log line of the server's whose message is `message`. */
 function logged (output: string, message: string): Record<string, unknown> | undefined {
   return output.split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Record<string, unknown>)
@@ -27,14 +38,12 @@ const MIB = 1024 * 1024
 const PRODUCTION = { NODE_ENV: 'production', JWT_SECRET: 's'.repeat(32), CONTRACT_STRICT_RESPONSES: '0', ...productionHashCost }
 
 t.test('memory: the sizing rule against the heap in use that sheds writes: its figures said at start; bounds that do not fit said with the settings to change, and a production start stopped', async (t) => {
-  const fitting = await start({ STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: '50', ACCOUNT_QUOTA_KIB: '128' })
-  t.teardown(() => { fitting.process.kill('SIGKILL') })
+  const fitting = await started(t, { STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: '50', ACCOUNT_QUOTA_KIB: '128' })
   const said = logged(fitting.output(), 'bounds for accounts')
   t.match(said, { maxAccounts: 50, quotaBytes: 128 * 1024, accounts: 0, budgetBytes: 300 * MIB, fits: true })
   t.ok(Number(said?.neededBytes) < 300 * MIB && Number(said?.accountsThatFit) >= 50, 'fifty accounts fit, with room for more')
   const tooMany = String(Number(said?.accountsThatFit) + 1)
-  const warned = await start({ STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: tooMany, ACCOUNT_QUOTA_KIB: '128' })
-  t.teardown(() => { warned.process.kill('SIGKILL') })
+  const warned = await started(t, { STORE: 'memory', MAX_HEAP_USED_MIB: '300', MAX_ACCOUNTS: tooMany, ACCOUNT_QUOTA_KIB: '128' })
   const advice = new RegExp(`^the bounds for accounts need \\d+ bytes at worst, past the store's ${300 * MIB} \\(MAX_HEAP_USED_MIB\\): set MAX_ACCOUNTS to at most ${String(said?.accountsThatFit)}, or lower ACCOUNT_QUOTA_KIB`)
   const warning = warned.output().split('\n').filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as { level: number, msg: string }).find((line) => advice.test(line.msg))
   t.match(warning, { level: 40 }, 'one account more: said at warn, outside production')
@@ -51,16 +60,16 @@ const skip = await redisSkip()
 t.test('Redis: the sizing rule against maxmemory, for every instance alike; without maxmemory, a warning that nothing checks it', { skip }, async (t) => {
   const limited = await ownRedis(t, ['--maxmemory', '96mb', '--maxmemory-policy', 'noeviction'])
   const env = { STORE: 'redis', REDIS_URL: limited.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), ACCOUNT_QUOTA_KIB: '128', MAX_ACCOUNTS: '10' }
-  const fitting = await start(env)
-  t.teardown(() => { fitting.process.kill('SIGKILL') })
+  const fitting = await started(t, env)
   t.match(logged(fitting.output(), 'bounds for accounts'), { maxAccounts: 10, budgetBytes: 96 * MIB, fits: true })
   const stopped = await failedStart({ ...env, ...PRODUCTION, MAX_ACCOUNTS: '1000' })
   t.equal(stopped.code, 1)
   t.match(stopped.stderr, /^Invalid configuration: the bounds for accounts need \d+ bytes at worst, past the store's 100663296 \(Redis's maxmemory\): set MAX_ACCOUNTS to at most \d+/)
-  const unlimited = await ownRedis(t, ['--maxmemory', '0'])
-  const unchecked = await start({ ...env, REDIS_URL: unlimited.url })
-  t.teardown(() => { unchecked.process.kill('SIGKILL') })
-  t.match(logged(unchecked.output(), 'Redis has no maxmemory: nothing checks that the bounds for accounts fit it, and a full Redis stops every write; set maxmemory and maxmemory-policy noeviction (docs/redis.md)'), { level: 40 })
+  // No maxmemory; a CONFIG renamed away, so that none can be read.
+  for (const settings of [['--maxmemory', '0'], ['--rename-command', 'CONFIG', '']]) {
+    const unchecked = await started(t, { ...env, REDIS_URL: (await ownRedis(t, settings)).url })
+    t.match(logged(unchecked.output(), 'Redis has no maxmemory: nothing checks that the bounds for accounts fit it, and a full Redis stops every write; set maxmemory and maxmemory-policy noeviction (docs/redis.md)'), { level: 40 }, settings.join(' '))
+  }
 })
 
 t.test('Sentinel: the server started from the environment writes to the primary the sentinels name, each write on a replica before its answer', { skip }, async (t) => {
