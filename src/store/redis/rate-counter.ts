@@ -2,7 +2,6 @@ import type { Redis, Result } from 'ioredis'
 import type { Counted, RateCounter, WriteLimit } from '../store.js'
 import { call, type Script, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
-import type { StoreWrites } from './writes.js'
 
 // Counters under their limit a hit looks through, the oldest first, for those to let go past the limit's number.
 const EVICTIONS_SCANNED = 8
@@ -111,14 +110,15 @@ declare module 'ioredis' {
  */
 export class RedisRateCounter implements RateCounter {
   readonly #redis: Redis
-  readonly #writes: StoreWrites
+  readonly #deadline: () => WriteDeadline
   readonly #prefix: string
   readonly #counters: string
   readonly #most: number
 
-  constructor (redis: Redis, writes: StoreWrites, keys: RedisKeys, name: string, keysPerLimit: number) {
+  /** `deadline`: of a count sent now, by the catalogue's writes (StoreWrites.deadline). */
+  constructor (redis: Redis, deadline: () => WriteDeadline, keys: RedisKeys, name: string, keysPerLimit: number) {
     this.#redis = redis
-    this.#writes = writes
+    this.#deadline = deadline
     this.#prefix = `${keys.rateLimit}${name}:`
     this.#counters = `${keys.rateLimitKeys}${name}`
     this.#most = 2 * keysPerLimit
@@ -143,7 +143,7 @@ export class RedisRateCounter implements RateCounter {
   }
 
   async #count (key: string, windowMs: number, max: number): Promise<Counted> {
-    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#counters, this.#writes.deadline(), windowMs, this.#most, max))
+    const [current, ttl] = await call(this.#redis.countHit(this.#prefix + key, this.#counters, this.#deadline(), windowMs, this.#most, max))
     return { current, ttl }
   }
 }

@@ -65,7 +65,7 @@ export function catalogueUnder ({ redis, logger }: RedisConnection, keys: RedisK
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
     accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions, quotaBytes: options.accounts.quotaBytes }),
     outbox,
-    rateCounter: (name) => new RedisRateCounter(redis, writes, keys, name, options.keysPerRateLimit),
+    rateCounter: (name) => new RedisRateCounter(redis, () => writes.deadline(), keys, name, options.keysPerRateLimit),
     usage: async () => await readUsage(redis, keys),
     now: options.now
   }
