@@ -77,10 +77,17 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     await store.items.remove(added!.id, () => {})
     await sleep(5)
     await store.idempotencyKeys.sweep(Date.now(), 100)
-    // A request of hers still running.
-    await store.idempotencyKeys.claim(claim(ada, { key: 'running' }), HOUR)
     t.ok(await store.accounts.remove(ada))
     t.same(await store.usage(), { accounts: 0, heldBytes: 0 }, 'nothing of it held, nothing given back twice')
+  })
+
+  t.test('idempotency keys: an account removed while a request of its own runs forgets that request\'s claim too', async (t) => {
+    const store = await fresh(t)
+    const ada = await account(store.users)
+    await store.idempotencyKeys.claim(claim(ada, { key: 'running' }), HOUR)
+    t.ok(await store.accounts.remove(ada))
+    t.same(await store.idempotencyKeys.claim(claim(ada, { key: 'running' }), HOUR), { status: 'claimed' }, 'the key is free')
+    t.same(await store.usage(), { accounts: 0, heldBytes: 0 })
   })
 
   const heldBy = async (store: Store): Promise<number> => (await store.usage()).heldBytes
