@@ -3,6 +3,7 @@ import type { ItemText, StoredItem } from '../domain/serialized.js'
 import type { SandboxBounds, Sandboxes, SandboxStoreOptions, SandboxWatcher } from './sandboxes.js'
 
 export type { ItemText, StoredItem } from '../domain/serialized.js'
+export * from './errors.js'
 export type RefreshOutcome =
   | { readonly status: 'rotated', readonly session: Session }
   /** The token was replaced before and is presented again out of the leeway: its session has been revoked. */
@@ -160,11 +161,6 @@ export interface AccountStore {
    * event; their bytes stay counted against the account's quota until then.
    */
   remove (userId: string): Promise<boolean>
-}
-
-/** The claim passed to `ItemStore.add` no longer held its key (its lease ended, and another request took it): nothing was added. */
-export class ClaimLostError extends Error {
-  override name = 'ClaimLostError'
 }
 
 export interface ItemStore {
@@ -325,55 +321,6 @@ export interface RateCounter {
   refund (key: string): Promise<void>
   /** Forgets `key`'s hits: its window starts again with the next. */
   reset (key: string): Promise<void>
-}
-
-/** A user or an item whose id another already has: the store never overwrites one (ids are made here; a SEED_FILE gives some). */
-export class IdTakenError extends Error {
-  override name = 'IdTakenError'
-}
-
-/** A registration refused: the store holds as many accounts as it admits (AccountBounds.accounts). Nothing was changed. */
-export class StoreFullError extends Error {
-  override name = 'StoreFullError'
-
-  constructor (readonly accounts: number) {
-    super(`the store holds the ${accounts} accounts it admits`)
-  }
-}
-
-/** A write that would take its account past its quota (AccountBounds.quotaBytes). Nothing was changed. */
-export class QuotaExceededError extends Error {
-  override name = 'QuotaExceededError'
-
-  constructor (readonly quotaBytes: number) {
-    super(`the account would keep more than its quota of ${quotaBytes} bytes`)
-  }
-}
-
-/**
- * A session opened, or an item written, for a user whose account has been removed: nothing was changed. Checked in
- * the step that would store it, so that a request authenticated before a removal writes nothing after it.
- */
-export class UserRemovedError extends Error {
-  override name = 'UserRemovedError'
-}
-
-/** The store cannot be reached or did not answer in time, and nothing was changed; the request may be retried. */
-export class StoreUnavailableError extends Error {
-  override name = 'StoreUnavailableError'
-}
-
-/** Redis refused a write at its maxmemory: nothing was changed, and nothing will be until it has room. */
-export class StoreOutOfMemoryError extends StoreUnavailableError {
-  override name = 'StoreOutOfMemoryError'
-}
-
-/**
- * A write was sent, its reply was lost, and the store could not be asked in time whether it was made: it may have
- * been. Never a StoreUnavailableError, which says that nothing was changed.
- */
-export class OutcomeUnknownError extends Error {
-  override name = 'OutcomeUnknownError'
 }
 
 /**

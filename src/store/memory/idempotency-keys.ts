@@ -1,7 +1,8 @@
 import type { Item } from '../../domain/index.js'
-import { recordsForgotten, textBytes } from '../../domain/quotas.js'
-import { storedItem, TEXT, type StoredItem } from '../../domain/serialized.js'
-import { ClaimLostError, type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, QuotaExceededError, type WriteLimit } from '../store.js'
+import { recordBytes } from '../../domain/items.js'
+import { recordsForgotten } from '../../domain/quotas.js'
+import { storedItem, type StoredItem } from '../../domain/serialized.js'
+import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, QuotaExceededError, type WriteLimit } from '../store.js'
 import type { MemoryQuotas } from './quotas.js'
 import { countWrite, type MemoryRateCounter } from './rate-counter.js'
 
@@ -80,25 +81,21 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
     if (this.#entries.get(key)?.token === claim.token) this.#forget(key, claim.userId)
   }
 
-  /** Throws a ClaimLostError unless the claim holds its key: called before the item is added. */
-  assertHeld (claim: IdempotencyClaim): void {
+  /** Whether the claim holds its key, or nothing does (its lease ended, and no other request took it). */
+  holds (claim: IdempotencyClaim): boolean {
     const held = this.#held(entryKey(claim), this.#now())
-    if (held !== undefined && held.token !== claim.token) throw new ClaimLostError(`idempotency key ${claim.key} is held by another request`)
+    return held === undefined || held.token === claim.token
   }
 
-  /** What recording the item under a key counts against its user's quota: its text. */
-  recordBytes (item: StoredItem): number {
-    return textBytes(item[TEXT])
-  }
-
-  /** Records the item the claim's request made under its key, for the time to live, its text counted against its user's quota (room made for it first: `makeRoom`). */
+  /**
+   * Records the item the claim's request made under its key, for the time to live: its bytes (recordBytes) counted
+   * against its user's quota by the write that made it, and given back when it is forgotten.
+   */
   record (claim: IdempotencyClaim, item: StoredItem): void {
     const key = entryKey(claim)
-    const bytes = this.recordBytes(item)
-    this.#quotas.charge(claim.userId, bytes)
     this.#forget(key, claim.userId)
     const until = this.#now() + this.#bounds.ttlMs
-    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, bytes })
+    this.#hold(claim, { userId: claim.userId, fingerprint: claim.fingerprint, token: undefined, item: Object.freeze({ ...item }), until, bytes: recordBytes(item) })
   }
 
   /**

@@ -1,7 +1,6 @@
-import { storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { textBytes } from '../../domain/quotas.js'
-import { type Announcement, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
+import { creation, edit, type ItemWrite, ownsTooMany, removal } from '../../domain/items.js'
+import { type Announcement, type IdempotencyClaim, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type StoredItem, type WriteLimit } from '../store.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
 import type { MemoryQuotas } from './quotas.js'
@@ -10,8 +9,6 @@ import type { MemoryUserStore } from './users.js'
 
 interface ItemEntry {
   item: StoredItem
-  /** What the item counts against its contributor's quota: its text. */
-  bytes: number
   readonly sequence: number
 }
 
@@ -69,34 +66,65 @@ export class MemoryItemStore implements ItemStore {
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    if (claim !== undefined) this.#idempotencyKeys.assertHeld(claim)
-    this.#assertAccount(item.contributorId)
-    if (this.#byId.has(item.id)) throw new IdTakenError(`item ${item.id} exists already`)
-    const owned = this.#byContributor.get(item.contributorId)
-    if (owned !== undefined && owned.all.length >= this.#maxPerContributor) return undefined
+    return this.#write(creation(item, claim !== undefined, this.#maxPerContributor), announce, claim, limit)
+  }
+
+  // Checks what the rule says must hold, counts the write against its limit, makes room in the contributor's quota
+  // (a refusal at any step leaves the store as it was), then keeps the item and its record.
+  #write (write: ItemWrite, announce: Announcement | undefined, claim: IdempotencyClaim | undefined, limit: WriteLimit | undefined): StoredItem | undefined {
+    const { item, current } = write
+    const refusal = write.refusals.find((refusal) => this.#refuses(refusal, item, claim)) ??
+      (ownsTooMany(this.ownedBy(item.contributorId), write.owned) ? 'owns most' : undefined)
+    if (refusal !== undefined) return itemRefused(refusal, item, claim?.key)
     countWrite(this.#rateCounter, limit)
-    const stored = storedItem(item)
-    const bytes = textBytes(stored[TEXT])
-    // Room for the item and its record made first, all or nothing; then counted before anything is kept: a refusal
-    // leaves the store as it was.
-    const recordBytes = claim === undefined ? 0 : this.#idempotencyKeys.recordBytes(stored)
-    this.#idempotencyKeys.makeRoom(item.contributorId, bytes + recordBytes, claim)
-    this.#quotas.charge(item.contributorId, bytes)
-    if (claim !== undefined) this.#idempotencyKeys.record(claim, stored)
-    const entry = { item: stored, bytes, sequence: this.#nextSequence++ }
+    this.#idempotencyKeys.makeRoom(item.contributorId, write.bytes, claim)
+    this.#quotas.charge(item.contributorId, write.bytes)
+    if (claim !== undefined && write.recorded) this.#idempotencyKeys.record(claim, item)
+    if (current === undefined) this.#added(item)
+    else if (write.removed) this.#removed(current)
+    else this.#replaced(current, item)
+    if (announce !== undefined) this.#outbox.record(announce(item))
+    return item
+  }
+
+  #refuses (refusal: ItemWrite['refusals'][number], item: Item, claim: IdempotencyClaim | undefined): boolean {
+    if (refusal === 'contributor removed') return this.#users.cached(item.contributorId) === undefined
+    if (refusal === 'claim lost') return claim !== undefined && !this.#idempotencyKeys.holds(claim)
+    return this.#byId.has(item.id)
+  }
+
+  #added (item: StoredItem): void {
+    const entry = { item, sequence: this.#nextSequence++ }
     this.#byId.set(item.id, entry)
-    const contributorLists = owned ?? emptyLists()
-    if (owned === undefined) this.#byContributor.set(item.contributorId, contributorLists)
+    let contributorLists = this.#byContributor.get(item.contributorId)
+    if (contributorLists === undefined) this.#byContributor.set(item.contributorId, contributorLists = emptyLists())
     for (const lists of [this.#catalogue, contributorLists]) {
       lists.all.push(entry)
       lists[item.status].push(entry)
     }
-    if (announce !== undefined) this.#outbox.record(announce(entry.item))
-    return entry.item
   }
 
-  #assertAccount (contributorId: string): void {
-    if (this.#users.cached(contributorId) === undefined) throw new UserRemovedError(`contributor ${contributorId} has no account`)
+  #replaced (current: StoredItem, item: StoredItem): void {
+    // The item was read from the map, and nothing has run since.
+    const entry = this.#byId.get(item.id)!
+    entry.item = item
+    if (item.status === current.status) return
+    // add listed the item under its contributor.
+    for (const lists of [this.#catalogue, this.#byContributor.get(item.contributorId)!]) {
+      remove(lists[current.status], entry)
+      insert(lists[item.status], entry)
+    }
+  }
+
+  #removed (item: StoredItem): void {
+    const entry = this.#byId.get(item.id)!
+    this.#byId.delete(item.id)
+    const contributorLists = this.#byContributor.get(item.contributorId)!
+    for (const lists of [this.#catalogue, contributorLists]) {
+      remove(lists.all, entry)
+      remove(lists[item.status], entry)
+    }
+    if (contributorLists.all.length === 0) this.#byContributor.delete(item.contributorId)
   }
 
   async get (id: string): Promise<StoredItem | undefined> {
@@ -119,43 +147,14 @@ export class MemoryItemStore implements ItemStore {
   }
 
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const entry = this.#byId.get(id)
-    if (entry === undefined) return undefined
-    const previous = entry.item
-    this.#assertAccount(previous.contributorId)
-    const next = storedItem(change(previous))
-    countWrite(this.#rateCounter, limit)
-    const bytes = textBytes(next[TEXT])
-    this.#idempotencyKeys.makeRoom(previous.contributorId, bytes - entry.bytes)
-    this.#quotas.charge(previous.contributorId, bytes - entry.bytes)
-    entry.item = next
-    entry.bytes = bytes
-    if (entry.item.status !== previous.status) {
-      // add listed the item under its contributor.
-      for (const lists of [this.#catalogue, this.#byContributor.get(previous.contributorId)!]) {
-        remove(lists[previous.status], entry)
-        insert(lists[entry.item.status], entry)
-      }
-    }
-    if (announce !== undefined) this.#outbox.record(announce(entry.item))
-    return entry.item
+    const current = this.#byId.get(id)?.item
+    return current === undefined ? undefined : this.#write(edit(current, change(current)), announce, undefined, limit)
   }
 
   async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const entry = this.#byId.get(id)
-    if (entry === undefined) return undefined
-    confirm(entry.item)
-    countWrite(this.#rateCounter, limit)
-    this.#byId.delete(id)
-    this.#quotas.refund(entry.item.contributorId, entry.bytes)
-    const { contributorId, status } = entry.item
-    const contributorLists = this.#byContributor.get(contributorId)!
-    for (const lists of [this.#catalogue, contributorLists]) {
-      remove(lists.all, entry)
-      remove(lists[status], entry)
-    }
-    if (contributorLists.all.length === 0) this.#byContributor.delete(contributorId)
-    if (announce !== undefined) this.#outbox.record(announce(entry.item))
-    return entry.item
+    const current = this.#byId.get(id)?.item
+    if (current === undefined) return undefined
+    confirm(current)
+    return this.#write(removal(current), announce, undefined, limit)
   }
 }

@@ -1,7 +1,8 @@
 import type { Redis, Result } from 'ioredis'
-import { storedItem } from '../../domain/serialized.js'
+import { type StoredItem, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
-import { recordsForgotten, textBytes } from '../../domain/quotas.js'
+import { recordBytes } from '../../domain/items.js'
+import { recordsForgotten } from '../../domain/quotas.js'
 import { type ClaimOutcome, type HeldKey, type IdempotencyClaim, type IdempotencyKeyStore, QuotaExceededError, type WriteLimit } from '../store.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { afterNow, Change, commit, type Refused } from './commit.js'
@@ -118,11 +119,10 @@ export interface CreateRecord {
   readonly bytes: number
 }
 
-export function createRecord (keys: RedisKeys, claim: IdempotencyClaim, itemJson: string): CreateRecord {
+export function createRecord (keys: RedisKeys, claim: IdempotencyClaim, item: StoredItem): CreateRecord {
   const name = keyOf(keys, claim)
-  const text = `{"fingerprint":${JSON.stringify(claim.fingerprint)},"item":${itemJson}}`
-  // Its item's text, as the memory store counts a record: the fingerprint beside it is of a fixed size.
-  return { name, claim: claimJson(claim), text, bytes: textBytes(itemJson) }
+  const text = `{"fingerprint":${JSON.stringify(claim.fingerprint)},"item":${item[TEXT]}}`
+  return { name, claim: claimJson(claim), text, bytes: recordBytes(item) }
 }
 
 /**

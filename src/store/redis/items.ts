@@ -2,11 +2,11 @@ import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
-import { type Announcement, ClaimLostError, type IdempotencyClaim, IdTakenError, type ItemFilter, type ItemPage, type ItemStore, type StoredItem, UserRemovedError, type WriteLimit } from '../store.js'
-import { textBytes } from '../../domain/quotas.js'
+import { creation, edit, isItemRefusal, type ItemWrite, removal } from '../../domain/items.js'
+import { type Announcement, type IdempotencyClaim, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type OutboxEvent, type StoredItem, type WriteLimit } from '../store.js'
 import { call, type Script } from './commands.js'
 import { Change, commit, countedOnce, PRESENT, type Refused, retried, STALE } from './commit.js'
-import { createRecord, makeRoom, recordCreate } from './idempotency-keys.js'
+import { createRecord, type CreateRecord, makeRoom, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
 import { countBytes, QUOTA_PASSED } from './quotas.js'
@@ -48,13 +48,6 @@ declare module 'ioredis' {
     indexItems (order: string, byStatus: string, byContributor: string, byContributorStatus: string, ...items: string[]): Result<1, Context>
   }
 }
-
-// What a change of an item's commit answers when its contributor has no account (removed); and a create's, when
-// its claim lost its key, when another item has its id, and when its contributor owns as many items as allowed.
-const CONTRIBUTOR_REMOVED = 'removed'
-const CLAIM_LOST = 'claim lost'
-const ID_TAKEN = 'id taken'
-const OWNS_MOST = 'owns most'
 
 // A page that meets items gone from Redis says so in the log at most this often.
 const MISSING_ITEMS_LOG_INTERVAL_MS = 60_000
@@ -125,34 +118,52 @@ export class RedisItemStore implements ItemStore {
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const keys = this.#keys
-    const stored = storedItem(item)
-    const json = stored[TEXT]
-    const event = announce?.(stored)
-    const record = claim === undefined ? undefined : createRecord(keys, claim, json)
-    const create = (): Change => {
-      const create = new Change().guard(keys.users, item.contributorId, PRESENT, CONTRIBUTOR_REMOVED)
-      if (record !== undefined) recordCreate(create, keys, item.contributorId, this.#recordTtlMs, record, CLAIM_LOST)
-      create.guard(keys.items, item.id, null, ID_TAKEN).count(keys.itemsOwned, item.contributorId, 1, this.#maxPerContributor, OWNS_MOST)
-        .write('INCR', keys.itemSequence)
-      // Its place in each list: the sequence the commit took.
-      const place = create.answerOfLast()
-      for (const list of [keys.itemOrder, ...itemListKeys(keys, stored)]) create.write('ZADD', list, place, item.id)
-      return create.write('HSET', keys.items, item.id, json).event(keys.outbox, this.#outbox.eventArguments(event))
-    }
-    const bytes = textBytes(json) + (record?.bytes ?? 0)
+    const write = creation(item, claim !== undefined, this.#maxPerContributor)
+    const event = announce?.(write.item)
+    const record = claim === undefined ? undefined : createRecord(this.#keys, claim, write.item)
     const counted = countedOnce(limit)
     const outcome = await retried(`item ${item.id}`, async () => {
-      const outcome = await this.#counted(create, item.contributorId, bytes, counted())
+      const outcome = await this.#counted(() => this.#change(write, event, undefined, record), write, counted())
       // A record read to make room and forgotten by another write meanwhile (0), or the room taken: decided again.
       return outcome === 0 || outcome === QUOTA_PASSED ? STALE : outcome
     })
-    if (outcome === OWNS_MOST) return undefined
-    if (outcome === CLAIM_LOST) throw new ClaimLostError(`idempotency key ${String(claim?.key)} is held by another request`)
-    if (outcome === ID_TAKEN) throw new IdTakenError(`item ${item.id} exists already`)
-    if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${item.contributorId} has no account`)
+    if (isItemRefusal(outcome)) return itemRefused(outcome, item, claim?.key)
     this.#outbox.recorded(event)
-    return stored
+    return write.item
+  }
+
+  // The write as one change, made only while the item it replaces or removes is as read (`read`, its text), and
+  // while no refusal the rule names holds, checked in its order; its bytes are counted by #counted.
+  #change (write: ItemWrite, event: OutboxEvent | undefined, read?: string, record?: CreateRecord): Change {
+    const keys = this.#keys
+    const { item, current } = write
+    const change = new Change()
+    if (read !== undefined) change.guard(keys.items, item.id, read)
+    for (const refusal of write.refusals) {
+      if (refusal === 'contributor removed') change.guard(keys.users, item.contributorId, PRESENT, refusal)
+      else if (refusal === 'id taken') change.guard(keys.items, item.id, null, refusal)
+      // The rule lists 'claim lost' for a recorded create only, which has its record.
+      else recordCreate(change, keys, item.contributorId, this.#recordTtlMs, record!, refusal)
+    }
+    if (write.owned.by !== 0) change.count(keys.itemsOwned, item.contributorId, write.owned.by, write.owned.most, 'owns most')
+    if (current === undefined) {
+      // Its place in each list: the sequence the commit took.
+      const place = change.write('INCR', keys.itemSequence).answerOfLast()
+      for (const list of [keys.itemOrder, ...itemListKeys(keys, item)]) change.write('ZADD', list, place, item.id)
+      change.write('HSET', keys.items, item.id, item[TEXT])
+    } else if (write.removed) {
+      change.write('HDEL', keys.items, item.id)
+      for (const list of [keys.itemOrder, ...itemListKeys(keys, item)]) change.write('ZREM', list, item.id)
+    } else {
+      change.write('HSET', keys.items, item.id, item[TEXT])
+      if (item.status !== current.status) {
+        const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
+        const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, item)
+        const place = { key: keys.itemOrder, member: item.id }
+        change.write('ZREM', byStatus, item.id).write('ZREM', byContributorStatus, item.id).write('ZADD', nextByStatus, place, item.id).write('ZADD', nextByContributorStatus, place, item.id)
+      }
+    }
+    return change.event(keys.outbox, this.#outbox.eventArguments(event))
   }
 
   async get (id: string): Promise<ItemText | undefined> {
@@ -182,68 +193,44 @@ export class RedisItemStore implements ItemStore {
   }
 
   async update (id: string, change: (current: StoredItem) => Item, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const keys = this.#keys
     const counted = countedOnce(limit)
-    return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
-      const stored = storedItem(change(current))
-      const next = stored[TEXT]
-      const event = announce?.(stored)
-      const edit = (): Change => {
-        const edit = new Change().guard(keys.items, id, json).guard(keys.users, current.contributorId, PRESENT, CONTRIBUTOR_REMOVED)
-          .write('HSET', keys.items, id, next)
-        if (stored.status !== current.status) {
-          const [byStatus, , byContributorStatus] = itemListKeys(keys, current)
-          const [nextByStatus, , nextByContributorStatus] = itemListKeys(keys, stored)
-          const place = { key: keys.itemOrder, member: id }
-          edit.write('ZREM', byStatus, id).write('ZREM', byContributorStatus, id).write('ZADD', nextByStatus, place, id).write('ZADD', nextByContributorStatus, place, id)
-        }
-        return edit.event(keys.outbox, this.#outbox.eventArguments(event))
-      }
-      const outcome = await this.#counted(edit, current.contributorId, textBytes(next) - textBytes(json), counted())
-      if (outcome === CONTRIBUTOR_REMOVED) throw new UserRemovedError(`contributor ${current.contributorId} has no account`)
-      if (outcome !== 1) return STALE
-      this.#outbox.recorded(event)
-      return stored
-    }))
+    return await this.#changed(id, (current) => edit(current, change(current)), announce, counted)
   }
 
   async remove (id: string, confirm: (current: StoredItem) => void, announce?: Announcement, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const keys = this.#keys
-    return await this.#changesInProgress.run(id, async () => await this.#change(id, async (current, json) => {
+    const counted = countedOnce(limit)
+    return await this.#changed(id, (current) => {
       confirm(current)
-      const event = announce?.(current)
-      const removal = new Change().guard(keys.items, id, json).write('HDEL', keys.items, id).write('ZREM', keys.itemOrder, id)
-      for (const list of itemListKeys(keys, current)) removal.write('ZREM', list, id)
-      countBytes(removal.count(keys.itemsOwned, current.contributorId, -1), keys, current.contributorId, -textBytes(json), this.#quotaBytes)
-        .event(keys.outbox, this.#outbox.eventArguments(event))
-      if (await commit(this.#redis, this.#writes, keys, removal, limit) !== 1) return STALE
+      return removal(current)
+    }, announce, counted)
+  }
+
+  // Optimistic concurrency: reads the item, and writes what the rule decided of it only if it is still as read; when
+  // another instance changed it in between, decides again on the item as it is then, so `decide` may run more than
+  // once, and must be pure. Undefined when the item is gone.
+  async #changed (id: string, decide: (current: StoredItem) => ItemWrite, announce: Announcement | undefined, counted: () => WriteLimit | undefined): Promise<StoredItem | undefined> {
+    return await this.#changesInProgress.run(id, async () => await retried(`item ${id}`, async () => {
+      const json = await call(this.#redis.hget(this.#keys.items, id))
+      if (json === null) return undefined
+      const write = decide(parseItem(json))
+      const event = announce?.(write.item)
+      const outcome = await this.#counted(() => this.#change(write, event, json), write, counted())
+      if (outcome === 'contributor removed') return itemRefused(outcome, write.item)
+      if (outcome !== 1) return STALE
       this.#outbox.recorded(event)
-      return current
+      return write.item
     }))
   }
 
   // Commits the change `made` with `bytes` more counted against the contributor's quota. When it would pass it, the
   // change is made again with their own oldest records forgotten to make room (makeRoom), counted against the write
   // limit once; refused then, another write took the room meanwhile: the caller decides again.
-  async #counted (made: () => Change, contributorId: string, bytes: number, limit: WriteLimit | undefined): Promise<Refused> {
+  async #counted (made: () => Change, { item: { contributorId }, bytes }: ItemWrite, limit: WriteLimit | undefined): Promise<Refused> {
     const keys = this.#keys
     const outcome = await commit(this.#redis, this.#writes, keys, countBytes(made(), keys, contributorId, bytes, this.#quotaBytes), limit)
     if (outcome !== QUOTA_PASSED) return outcome
     const change = made()
     const freed = await makeRoom(this.#redis, keys, change, contributorId, bytes, this.#quotaBytes)
     return await commit(this.#redis, this.#writes, keys, countBytes(change, keys, contributorId, bytes - freed, this.#quotaBytes))
-  }
-
-  /**
-   * Optimistic concurrency: reads the item, then has `attempt` change it only if it is still as read. When another
-   * instance changed it in between, `attempt` answers STALE, and runs again on the item as it is then. So the
-   * callbacks of `update` and `remove` may run more than once, each time on the item as it then was: they must be
-   * pure. Undefined when the item is gone.
-   */
-  async #change (id: string, attempt: (current: StoredItem, json: string) => Promise<StoredItem | typeof STALE>): Promise<StoredItem | undefined> {
-    return await retried(`item ${id}`, async () => {
-      const json = await call(this.#redis.hget(this.#keys.items, id))
-      return json === null ? undefined : await attempt(parseItem(json), json)
-    })
   }
 }
