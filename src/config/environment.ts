@@ -3,7 +3,7 @@
 // configuration table (docs/configuration.md) is written from it (npm run docs:config; a test checks the page is current).
 // A duration or a size says its unit in its name; `replaces` is the name it had before, still read, with a warning.
 import { OWASP_HASH_COST } from '../auth/hash-cost.js'
-import { IDEMPOTENCY_KEY_DEFAULTS } from '../store/rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS } from '../domain/bounds.js'
 
 interface Variable {
   readonly description: string

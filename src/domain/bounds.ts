@@ -1,4 +1,4 @@
-import type { Session } from '../domain/index.js'
+import type { Session } from './index.js'
 
 // What every store does alike, said once: the bounds a session's refresh tokens and a subscriber's deliveries keep
 // to, and when a session ends.

@@ -1,6 +1,6 @@
 // The rules of an item's writes, said once for every store: each answers what a write changes and what must hold for
-// it to be made, which a store checks, in the order given, in the atomic step that commits it (memory/items.ts,
-// redis/items.ts). The write limit counts a write once every refusal has passed, and its quota comes after that.
+// it to be made, which a store checks, in the order given, in the atomic step that commits it
+// (src/store/memory/items.ts, src/store/redis/items.ts). The write limit counts a write once every refusal has passed, and its quota comes after that.
 import type { Item } from './index.js'
 import { textBytes } from './quotas.js'
 import { type StoredItem, storedItem, TEXT } from './serialized.js'

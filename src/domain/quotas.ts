@@ -1,7 +1,7 @@
 // What one account may make a store keep, said once for every store: a count of accounts, and for each a quota of
 // bytes, the UTF-8 length of the texts it keeps (its items' and its idempotency records'), whatever properties the
 // contract gives them. Counts bound the rest (items, keys, sessions and the token hashes each remembers): see
-// src/store/rules.ts. A store reads what these rules need and commits what they answer in one atomic step.
+// src/domain/bounds.ts. A store reads what these rules need and commits what they answer in one atomic step.
 
 /** How many accounts a store admits, and what each keeps at most. */
 export interface AccountBounds {

@@ -1,7 +1,7 @@
 // The rules of sessions and their refresh tokens, said once for every store: a store reads what a rule needs, in the
-// shapes below, and commits what the rule answers in one atomic step of its own (memory/sessions.ts, redis/sessions.ts).
-import type { Session } from '../domain/index.js'
-import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from './rules.js'
+// shapes below, and commits what the rule answers in one atomic step of its own (src/store/memory/sessions.ts, src/store/redis/sessions.ts).
+import type { Session } from './index.js'
+import { isLive, MAX_PAIRS_PER_ROTATION, REMEMBERED_REPLACED_TOKENS } from './bounds.js'
 
 /** A session and its refresh tokens, each by its hash. */
 export interface SessionRecord {

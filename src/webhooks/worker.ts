@@ -4,7 +4,7 @@ import type { TraceContext } from '../observability/trace-context.js'
 import { type AttemptOutcome, WebhookSender } from './sender.js'
 import { subscriberName, type Subscription } from './subscriptions.js'
 import type { CounterMetric, HistogramMetric, Metrics } from '../observability/metrics.js'
-import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../store/rules.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../domain/bounds.js'
 
 // Attempts in progress per subscriber at most, and connections in its pool.
 const CONCURRENT_PER_SUBSCRIBER = 32

@@ -1,6 +1,6 @@
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
 import type { StoreCosts } from '../../domain/sizing.js'
-import { IDEMPOTENCY_KEY_DEFAULTS, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
 import type { OutboxBounds } from '../outbox.js'
 import type { Store } from '../store.js'
 import { MemoryAccounts } from './accounts.js'

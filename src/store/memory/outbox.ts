@@ -1,5 +1,5 @@
 import { deliveryBytes, hasRoom, type OutboxBounds } from '../outbox.js'
-import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 
 interface PendingDelivery {

@@ -1,6 +1,6 @@
-import { isLive } from '../rules.js'
+import { isLive } from '../../domain/bounds.js'
 import type { Session } from '../../domain/index.js'
-import { endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../sessions.js'
+import { endedByOpening, type HeldSession, openedRecord, rotation, type SessionRecord, tokenHashes, type UserSessions } from '../../domain/sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import type { MemoryUserStore } from './users.js'
 

@@ -1,5 +1,5 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import { KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../rules.js'
+import { KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
@@ -189,7 +189,7 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * limits. Round trips per operation (one unless said):
  *
  * - users.add, users.get, users.findByEmailKey: one (a script for add and findByEmailKey);
- * - sessions.open, rotateRefreshToken, revoke: two each (what the rules of src/store/sessions.ts read, then the
+ * - sessions.open, rotateRefreshToken, revoke: two each (what the rules of src/domain/sessions.ts read, then the
  *   change they decide, guarded by what was read: commit.ts), and two more each time another instance changed what
  *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
  *   sweep: none (Redis expires keys);

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import type { OutboxBounds } from '../outbox.js'
-import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../rules.js'
+import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 import { call, type Script, type WriteDeadline } from './commands.js'
 import { type RedisKeys, webhookKeys } from './keys.js'

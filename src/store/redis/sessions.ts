@@ -1,8 +1,8 @@
 import type { Redis, Result } from 'ioredis'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
-import { isLive } from '../rules.js'
+import { isLive } from '../../domain/bounds.js'
 import type { Session } from '../../domain/index.js'
-import { endedByOpening, type HeldSession, type Rotation, rotation, type SessionRecord, type UserSessions } from '../sessions.js'
+import { endedByOpening, type HeldSession, type Rotation, rotation, type SessionRecord, type UserSessions } from '../../domain/sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
 import { call, type Script } from './commands.js'
 import { Change, commit, retried, STALE, storeTime } from './commit.js'
@@ -85,7 +85,7 @@ const withTokens = (listed: HeldSession, ...tokens: Array<string | null | undefi
 const SESSIONS_LISTED = 16
 
 /**
- * The Redis store's sessions: each rule of src/store/sessions.ts run on what one script read, and committed as a
+ * The Redis store's sessions: each rule of src/domain/sessions.ts run on what one script read, and committed as a
  * Change guarded by what it read. A session's keys are laid out in keys.ts.
  */
 export class RedisSessionStore implements SessionStore {

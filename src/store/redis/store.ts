@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis'
 import type { AccountBounds } from '../../domain/quotas.js'
-import { IDEMPOTENCY_KEY_DEFAULTS } from '../rules.js'
+import { IDEMPOTENCY_KEY_DEFAULTS } from '../../domain/bounds.js'
 import type { Store } from '../store.js'
 import { RedisAccounts } from './accounts.js'
 import type { RedisClock } from './clock.js'

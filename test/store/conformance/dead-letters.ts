@@ -2,7 +2,7 @@
 // delivered again.
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
-import { DEAD_LETTERS } from '../../../src/store/rules.js'
+import { DEAD_LETTERS } from '../../../src/domain/bounds.js'
 import type { Announcement, Delivery } from '../../../src/store/store.js'
 import { account, ADDED, announce, type FreshStore, HOUR, item, type OpenStore } from './fixtures.js'
 

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto'
 import type { Test } from 'tap'
 import type { Item } from '../../../src/domain/index.js'
-import { DEAD_LETTER_BYTES } from '../../../src/store/rules.js'
+import { DEAD_LETTER_BYTES } from '../../../src/domain/bounds.js'
 import type { Announcement, Delivery, OutboxEvent } from '../../../src/store/store.js'
 import { account, ADDED, announce, bodies, EDITED, type FreshStore, HOUR, item, type OpenStore, REMOVED } from './fixtures.js'
 

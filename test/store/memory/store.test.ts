@@ -5,7 +5,7 @@ import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { createMemoryStore } from '../../../src/store/memory/index.js'
-import { PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../../src/store/rules.js'
+import { PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../../src/domain/bounds.js'
 import { account, ADDED, announce, HOUR, item, user } from '../conformance/fixtures.js'
 import { storeConformance } from '../conformance/index.js'
 
