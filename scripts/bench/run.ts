@@ -7,8 +7,9 @@
 // a key prefix of the run's own, deleted afterwards), compared with bare Fastify and ioredis serving the same keys
 // (the store's texts as they are, and, as the usual setup, parsed and serialized again); and the bytes Redis
 // takes per item are measured at 100 000 items. The create and the edit on Redis are compared with bare Fastify and
-// ioredis writing the item by one EVALSHA, each of the four with the CPU microseconds and the commands Redis spends
-// per request. The create also runs against an instance with one webhook subscriber (a receiver in this process),
+// ioredis writing the item by one EVALSHA, and with the usual setup in front of it (@fastify/jwt, @fastify/rate-limit
+// counting in Redis), each with the CPU microseconds and the commands Redis spends per request and the first's ratio
+// to the bare anchor's; the edits on Redis spread over items, one a connection. The create also runs against an instance with one webhook subscriber (a receiver in this process),
 // compared with the create with none, with the events it delivers a second.
 import { mkdir, writeFile } from 'node:fs/promises'
 import autocannon from 'autocannon'
@@ -31,6 +32,8 @@ interface Load {
   token?: string
   body?: unknown
   connections?: number
+  /** Each connection's own path in place of the url's (an edit of one item a connection), in turn. */
+  paths?: readonly string[]
 }
 
 interface Measurement {
@@ -54,6 +57,11 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
     },
     ...(load.body === undefined ? {} : { body: JSON.stringify(load.body) })
   }
+  const { paths } = load
+  if (paths !== undefined) {
+    let connection = 0
+    Object.assign(options, { setupClient: (client: { setRequest: (request: object) => void }) => { client.setRequest({ ...options, path: paths[connection++ % paths.length] }) } })
+  }
   const warmUp = await autocannon({ ...options, duration: 1 })
   const result = await autocannon({ ...options, duration })
   return {
@@ -66,7 +74,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 29
+const SCENARIOS = 31
 // The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
 // default headers, serving the same routes as the bare baseline.
 const USUAL = {
@@ -86,6 +94,12 @@ const REDIS = {
 const REDIS_WRITE = {
   create: 'baseline: bare Fastify + ioredis, one EVALSHA, POST /v1/items',
   edit: 'baseline: bare Fastify + ioredis, one EVALSHA, PATCH /v1/items/{id}'
+}
+// The usual setup of such a write on Redis: @fastify/jwt, @fastify/rate-limit counting in Redis (its store's script),
+// and the item written by one EVALSHA, as the bare anchor writes it.
+const USUAL_REDIS_WRITE = {
+  create: 'baseline: usual setup on Redis (jwt + rate-limit on Redis + one EVALSHA), POST /v1/items',
+  edit: 'baseline: usual setup on Redis (jwt + rate-limit on Redis + one EVALSHA), PATCH /v1/items/{id}'
 }
 const REDIS_PARSED = {
   list: 'baseline: bare Fastify + ioredis, parsed and serialized, GET /v1/items',
@@ -127,10 +141,12 @@ const startBaseline = async (kind: string): Promise<Server> =>
   await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, BASELINE_PAGE: JSON.stringify(page), JWT_SECRET })
 const redisAnchor = { REDIS_URL, REDIS_KEY_PREFIX: redisKeyPrefix }
 const baselines = await Promise.all([startBaseline('bare'), startBaseline('logger'), startBaseline('jwt'), startBaseline('usual'),
-  start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis', ...redisAnchor }),
-  start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: 'redis-parsed', ...redisAnchor })])
-const [bare, withLogger, usualJwt, usualSetup, bareRedis, parsedRedis] = baselines as [Server, Server, Server, Server, Server, Server]
-const anchorItem = await call(`${bareRedis.url}/v1/items`, 'POST', { name: 'Anchor', ...BENCH_ITEM }) as { id: string }
+  ...['redis', 'redis-parsed', 'redis-usual'].map(async (kind) => await start(['node', '--import', 'tsx', 'scripts/bench/baseline-server.ts'], { BASELINE: kind, JWT_SECRET, ...redisAnchor }))])
+const [bare, withLogger, usualJwt, usualSetup, bareRedis, parsedRedis, usualRedis] = baselines as [Server, Server, Server, Server, Server, Server, Server]
+// The edits on Redis spread over items, one a connection, as clients edit: one item's edits wait for each other.
+const anchorItems: Array<{ id: string }> = []
+for (let index = 0; index < CONNECTIONS; index += 1) anchorItems.push(await call(`${bareRedis.url}/v1/items`, 'POST', { name: 'Anchor', ...BENCH_ITEM }) as { id: string })
+const spread = (items: ReadonlyArray<{ id: string }>): string[] => items.slice(0, CONNECTIONS).map(({ id }) => `/v1/items/${id}`)
 const redisStats = new Redis(REDIS_URL)
 // Microseconds of CPU the Redis server spent (INFO cpu: its own user and system time, the reading of requests and
 // the writing of replies included), and the commands it ran (INFO commandstats' calls, each command a script calls
@@ -163,7 +179,8 @@ const edit: Load = { url: `${v1}/items/${itemId}`, method: 'PATCH', token, body:
 const listOnRedis: Load = { url: `${onRedis.url}/v1/items?pageSize=20`, token: seededOnRedis.token }
 const getOnRedis: Load = { url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
 const createOnRedis: Load = { ...create, url: `${onRedis.url}/v1/items`, token: seededOnRedis.token }
-const editOnRedis: Load = { ...edit, url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
+const editOnRedis: Load = { ...edit, url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token, paths: spread(seededOnRedis.page.data) }
+const editOnRedisAnchor = (anchor: Server): Load => ({ ...edit, url: `${anchor.url}/v1/items/${anchorItems[0]!.id}`, paths: spread(anchorItems) })
 const createReplicated: Load = { ...create, url: `${onRedisReplicated.url}/v1/items`, token: seededReplicated.token }
 const editReplicated: Load = { ...edit, url: `${onRedisReplicated.url}/v1/items/${seededReplicated.page.data[0]!.id}`, token: seededReplicated.token }
 const createWithWebhook: Load = { ...create, url: `${withWebhook.url}/v1/items`, token: seededWithWebhook.token }
@@ -198,8 +215,10 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   [REDIS_WRITE.create]: async () => await measureRedisCpu(REDIS_WRITE.create, onRedisAnchor(createOnRedis, bareRedis)),
   'POST /v1/items with STORE=redis': async () => await measureRedisCpu('POST /v1/items with STORE=redis', createOnRedis),
   'POST /v1/items with STORE=redis, a replica acknowledging': async () => await measure(createReplicated),
-  [REDIS_WRITE.edit]: async () => await measureRedisCpu(REDIS_WRITE.edit, { ...edit, url: `${bareRedis.url}/v1/items/${anchorItem.id}` }),
+  [USUAL_REDIS_WRITE.create]: async () => await measureRedisCpu(USUAL_REDIS_WRITE.create, onRedisAnchor(createOnRedis, usualRedis)),
+  [REDIS_WRITE.edit]: async () => await measureRedisCpu(REDIS_WRITE.edit, editOnRedisAnchor(bareRedis)),
   'PATCH /v1/items/{id} with STORE=redis': async () => await measureRedisCpu('PATCH /v1/items/{id} with STORE=redis', editOnRedis),
+  [USUAL_REDIS_WRITE.edit]: async () => await measureRedisCpu(USUAL_REDIS_WRITE.edit, editOnRedisAnchor(usualRedis)),
   'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': async () => await measure(editReplicated),
   'baseline: + Fastify logger (level warn)': async () => await measure(pageOf(withLogger)),
   'baseline: + @fastify/jwt request.jwtVerify()': async () => await measure(pageOf(usualJwt)),
@@ -226,6 +245,8 @@ const baselineOf: Record<string, string> = {
   'POST /v1/items with STORE=redis': REDIS_WRITE.create,
   'POST /v1/items with STORE=redis, a replica acknowledging': 'POST /v1/items with STORE=redis',
   [REDIS_WRITE.edit]: 'baseline: bare Fastify, PATCH /v1/items/{id}',
+  [USUAL_REDIS_WRITE.create]: REDIS_WRITE.create,
+  [USUAL_REDIS_WRITE.edit]: REDIS_WRITE.edit,
   'PATCH /v1/items/{id} with STORE=redis': REDIS_WRITE.edit,
   'PATCH /v1/items/{id} with STORE=redis, a replica acknowledging': 'PATCH /v1/items/{id} with STORE=redis'
 }
@@ -238,7 +259,9 @@ const usualOf: Record<string, string> = {
   'GET /v1/items?pageSize=20': USUAL.list,
   'GET /v1/items/{id}': USUAL.get,
   'POST /v1/items': USUAL.create,
-  'PATCH /v1/items/{id}': USUAL.edit
+  'PATCH /v1/items/{id}': USUAL.edit,
+  'POST /v1/items with STORE=redis': USUAL_REDIS_WRITE.create,
+  'PATCH /v1/items/{id} with STORE=redis': USUAL_REDIS_WRITE.edit
 }
 // A round takes the scenarios in the order above, which puts each one beside what it is compared with, and every
 // other round in the reverse order, so that neither of two neighbours always goes first. Each ratio is taken
@@ -324,6 +347,9 @@ const report = {
   startupMs: { median: Math.round(median(startups)), runs: startups.map(Math.round) }
 }
 
+// Each write on Redis beside the bare anchor's one EVALSHA: what it costs the one part every instance shares.
+const redisCpuRatios = Object.entries(baselineOf).filter(([name, against]) => against in report.redisMicrosPerRequest && name in report.redisMicrosPerRequest)
+  .map(([name, against]) => ({ name, ratio: Number((report.redisMicrosPerRequest[name]!.median / Math.max(report.redisMicrosPerRequest[against]!.median, 1e-9)).toFixed(2)) }))
 const table = [
   '| scenario | req/s | p50 ms | p99 ms | non-2xx | errors | × its baseline req/s | (each round) | × its baseline p99 | × the usual setup req/s |',
   '|---|---:|---:|---:|---:|---:|---:|---|---:|---:|',
@@ -334,11 +360,12 @@ const table = [
   `Webhook deliveries while creating with one subscriber: median ${report.webhookDeliveriesPerSecond} events/s (rounds: ${deliveryRates.join(', ')}); that row is compared with the create with none`,
   `Redis per item at ${redisMemory.items} items: ${redisMemory.keysBytesPerItem} bytes (MEMORY USAGE of the item keys), ${redisMemory.usedMemoryBytesPerItem} bytes (growth of used_memory); the STORE=redis rows are compared with bare Fastify + ioredis on the same keys, and their last column with it parsing and serializing`,
   ...Object.entries(report.redisMicrosPerRequest).map(([name, micros]) => `Redis CPU per request (INFO cpu, user + sys), ${name}: median ${micros.median} µs (rounds: ${micros.rounds.join(', ')})`),
+  ...redisCpuRatios.map(({ name, ratio }) => `Redis CPU per request, ${name}: ${ratio}× the bare anchor's one script`),
   ...Object.entries(report.redisCommandsPerRequest).map(([name, calls]) => `Redis commands per request (INFO commandstats, a script's own counted besides it), ${name}: median ${calls.median} (rounds: ${calls.rounds.join(', ')})`),
   `Process start to first successful request: median ${report.startupMs.median} ms (runs: ${report.startupMs.runs.join(', ')})`
 ].join('\n')
 await mkdir('bench-results', { recursive: true })
-await writeFile('bench-results/bench.json', `${JSON.stringify(report, null, 2)}\n`)
+await writeFile('bench-results/bench.json', `${JSON.stringify({ ...report, redisCpuRatios }, null, 2)}\n`)
 await writeFile('bench-results/bench.md', `${table}\n`)
 console.log(table)
 // Every scenario's requests are ones the service serves: a refusal or an error measures something else.

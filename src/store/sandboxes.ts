@@ -16,10 +16,6 @@ export const SANDBOX_EVENT_BYTES = 512 * 1024
 // read back, within as many bytes of them.
 export const SANDBOX_OUTBOX_BOUNDS: OutboxBounds = { deliveries: SANDBOX_EVENTS, deliveryBytes: SANDBOX_EVENT_BYTES, deadLetters: SANDBOX_EVENTS, deadLetterBytes: SANDBOX_EVENT_BYTES }
 
-// How far a sandbox's clock may run ahead of the service's: its timestamps keep four-digit years.
-export const SANDBOX_CLOCK_AHEAD_YEARS = 100
-export const SANDBOX_CLOCK_AHEAD_MS = SANDBOX_CLOCK_AHEAD_YEARS * 365.25 * 24 * 3600 * 1000
-
 /** Where a sandbox's events are delivered, as the service's webhooks are: the test's own receiver. */
 export interface SandboxReceiver {
   readonly url: string
@@ -69,16 +65,6 @@ export interface SandboxSummary {
 export interface SandboxPage {
   readonly sandboxes: readonly SandboxSummary[]
   readonly next: string | undefined
-}
-
-/**
- * The page of `ids` (every sandbox's, in any order) that a listing answers: at most `limit`, by id, those after
- * `after` (in any case) when it is given, and the last one's id when more follow.
- */
-export function pageById (ids: Iterable<string>, after: string | undefined, limit: number): { readonly listed: string[], readonly next: string | undefined } {
-  const following = [...ids].filter((id) => after === undefined || id > after.toLowerCase()).sort()
-  const listed = following.slice(0, limit)
-  return { listed, next: following.length > limit ? listed.at(-1) : undefined }
 }
 
 /** A sandbox's clock as a move left it: its time (ms since the epoch) and how far it runs ahead of the service's. */

@@ -86,3 +86,19 @@ t.test('the Redis write anchor validates as the service does and stores each cre
   t.equal((await send(`${url}/v1/items/${item.id}`, 'PATCH', {})).status, 400, 'so is an edit\'s')
   t.equal((await send(`${url}/v1/items/${randomUUID()}`, 'PATCH', { name: 'Nothing' })).status, 404)
 })
+
+t.test('the usual setup on Redis verifies the service\'s token, counts each request in Redis and writes by the anchor\'s script', { skip: await redisSkip() }, async (t) => {
+  const { accessToken } = await servicePage(t)
+  const prefix = redisKeyPrefix(t)
+  const url = await startBaseline(t, 'redis-usual', {}, { REDIS_URL, REDIS_KEY_PREFIX: prefix })
+  const created = await fetch(`${url}/v1/items`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${accessToken}` }, body: JSON.stringify({ name: 'Usual' }) })
+  t.equal(created.status, 201)
+  t.match(Object.fromEntries(created.headers), { 'x-ratelimit-limit': /^\d+$/, 'x-ratelimit-remaining': /^\d+$/ })
+  const item = await created.json() as Schemas['Item']
+  const redis = new Redis(REDIS_URL)
+  t.teardown(() => { redis.disconnect() })
+  t.same(JSON.parse(String(await redis.hget(`${prefix}anchor:items`, item.id))), item, 'the item is stored by the anchor\'s script')
+  t.equal((await redis.keys(`${prefix}anchor:rate-limit:*`)).length, 1, 'the request is counted in Redis, under the anchor\'s keys')
+  const unsigned = await fetch(`${url}/v1/items`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'Usual' }) })
+  t.equal(unsigned.status, 401, 'no token, no write')
+})

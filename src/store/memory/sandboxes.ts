@@ -1,7 +1,8 @@
+import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
 import {
-  KEYS_PER_SANDBOX_RATE_LIMIT, pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
+  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
   type SandboxClockReading, type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 
@@ -35,8 +36,9 @@ class SandboxClock {
   readonly now = (): number => Date.now() + this.#aheadMs
 
   advance (ms: number): SandboxClockReading | 'too far' {
-    if (this.#aheadMs + ms > SANDBOX_CLOCK_AHEAD_MS) return 'too far'
-    this.#aheadMs += ms
+    const aheadMs = clockAdvanced(this.#aheadMs, ms)
+    if (aheadMs === 'too far') return aheadMs
+    this.#aheadMs = aheadMs
     return { now: this.now(), aheadMs: this.#aheadMs }
   }
 }

@@ -1,195 +1,21 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Result } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
+import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
 import {
-  KEYS_PER_SANDBOX_RATE_LIMIT, pageById, type Sandbox, SANDBOX_CLOCK_AHEAD_MS, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
+  KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
+import { call } from './commands.js'
+import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
-import { LISTING_END, type RedisOutbox } from './outbox.js'
+import type { RedisOutbox } from './outbox.js'
+import { GENERATION, type GenerationKeyNames, type RegistryEntry, registryEntry, type RegistryKeys, registryKeys, type StoredReceiver, SUBSCRIBER } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
-import { type RedisWrites, writeScript } from './writes.js'
-
-// KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers, sandboxReceivers,
-// sandboxReceiversVersion and sandboxCreated (keys.ts).
-const REGISTRY_KEYS = 7
-
-// What stands for the generation and the subscriber in the names of a generation's keys that a script names itself
-// (`named`), once it has read the generation: a script may use keys it is not given on one Redis server, which the
-// store is on.
-const GENERATION = '{generation}'
-const SUBSCRIBER = '{subscriber}'
-const GENERATION_KEY_NAMES = `
-local function named (name, generation, subscriber)
-  return (string.gsub(string.gsub(name, '${GENERATION}', generation), '${SUBSCRIBER}', subscriber))
-end
-`
-type GenerationKeyNames = [outbox: string, cursor: string]
-
-export const sandboxScripts = {
-  // A write script (writeScript). ARGV: sandbox id, fixtures (JSON), how many may exist. 1 when made; 0, making
-  // none, when as many exist.
-  createSandbox: {
-    numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript('', `
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[3]) then return refuse(0) end
-redis.call('HSET', KEYS[1], ARGV[1], '1 0')
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('HSET', KEYS[7], ARGV[1], now)
-return 1`)
-  },
-  // KEYS: sandboxes, sandboxUse. ARGV: sandbox id, now (ms). The sandbox's "<generation> <clock ahead>", noting it
-  // used now; nil when there is none.
-  useSandbox: {
-    numberOfKeys: 2,
-    lua: `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return false end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
-return entry`
-  },
-  // A write script. ARGV: sandbox id, then its generation's key names (GENERATION_KEY_NAMES: its outbox stream, a
-  // subscriber's cursor). Starts its next generation with its clock the service's, the one before left over to be
-  // deleted, its receiver kept, its cursor at that generation's first event: {the generation before, the fixtures,
-  // the receiver or ''}; nil when there is none.
-  resetSandbox: {
-    numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript(GENERATION_KEY_NAMES, `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return refuse(false) end
-local generation = tonumber(string.match(entry, '^(%d+)'))
-redis.call('HSET', KEYS[1], ARGV[1], (generation + 1) .. ' 0')
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
-local receiver = redis.call('HGET', KEYS[5], ARGV[1])
-if receiver then
-  redis.call('SET', named(ARGV[3], generation + 1, cjson.decode(receiver).subscriber), '0-0 0')
-  redis.call('INCR', KEYS[6])
-end
-return {generation, redis.call('HGET', KEYS[2], ARGV[1]), receiver or ''}`)
-  },
-  // A write script. ARGV: sandbox id. Forgets the sandbox and its receiver, its generation left over to be deleted:
-  // that generation; nil when there is none.
-  deleteSandbox: {
-    numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript('', `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return refuse(false) end
-redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[7], ARGV[1])
-if redis.call('HDEL', KEYS[5], ARGV[1]) == 1 then redis.call('INCR', KEYS[6]) end
-local generation = tonumber(string.match(entry, '^(%d+)'))
-redis.call('SADD', KEYS[4], ARGV[1] .. ':' .. generation)
-return generation`)
-  },
-  // A write script. ARGV: sandbox id, its receiver (JSON, StoredReceiver; '' for none), then its generation's key
-  // names (GENERATION_KEY_NAMES). The receiver's cursor starts at the events' end: it is sent what is recorded from
-  // then on. {its generation, the receiver it had or ''}; nil when there is none.
-  setSandboxReceiver: {
-    numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript(LISTING_END + GENERATION_KEY_NAMES, `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return refuse(false) end
-local generation = tonumber(string.match(entry, '^(%d+)'))
-local before = redis.call('HGET', KEYS[5], ARGV[1]) or ''
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[5], ARGV[1])
-else
-  redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
-  redis.call('SET', named(ARGV[4], generation, cjson.decode(ARGV[2]).subscriber), listingEnd(named(ARGV[3], generation, '')))
-end
-redis.call('INCR', KEYS[6])
-return {generation, before}`)
-  },
-  // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
-  // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
-  sandboxReceivers: {
-    numberOfKeys: 3,
-    lua: `
-local read = {redis.call('GET', KEYS[3]) or '0'}
-if read[1] == ARGV[1] then return read end
-local receivers = redis.call('HGETALL', KEYS[2])
-for i = 1, #receivers, 2 do
-  local entry = redis.call('HGET', KEYS[1], receivers[i])
-  if entry then
-    read[#read + 1] = receivers[i]
-    read[#read + 1] = string.match(entry, '^(%d+)')
-    read[#read + 1] = receivers[i + 1]
-  end
-end
-return read`
-  },
-  // A write script. ARGV: sandbox id, ms to move its clock on, how far ahead it may run at most. {its generation,
-  // how far ahead it runs now}; 0, moving nothing, past the most; nil when there is none.
-  advanceSandboxClock: {
-    numberOfKeys: REGISTRY_KEYS,
-    lua: writeScript('', `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return refuse(false) end
-local generation, ahead = string.match(entry, '^(%d+) (%d+)$')
-ahead = tonumber(ahead) + tonumber(ARGV[2])
-if ahead > tonumber(ARGV[3]) then return refuse(0) end
-redis.call('HSET', KEYS[1], ARGV[1], generation .. ' ' .. string.format('%d', ahead))
-return {tonumber(generation), ahead}`)
-  },
-  // ARGV: by how much (ms) the clock of a sandbox moved on, then keys of it, found by a SCAN (so named in ARGV, as a
-  // script on one Redis server may). Each key Redis expires, it expires so much sooner; one whose time that leaves
-  // none is deleted.
-  expireSooner: {
-    numberOfKeys: 0,
-    lua: `
-local by = tonumber(ARGV[1])
-for i = 2, #ARGV do
-  local ttl = redis.call('PTTL', ARGV[i])
-  if ttl > by then redis.call('PEXPIRE', ARGV[i], ttl - by) elseif ttl >= 0 then redis.call('DEL', ARGV[i]) end
-end
-return #ARGV - 1`
-  },
-  // KEYS: a sandbox's outbox stream (APPEND_EVENT keeps it exactly, trimmed from its oldest). ARGV: after which place
-  // (from 1), how many at most. {the first one's place, the bodies, oldest first}; {} when there are none.
-  sandboxEvents: {
-    numberOfKeys: 1,
-    lua: `
-if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] elseif info[i] == 'length' then length = info[i + 1] end
-end
-local first = added - length + 1
-local skip = math.max(0, tonumber(ARGV[1]) + 1 - first)
-if skip >= length then return {} end
-local listed = {first + skip}
-for i, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', skip + tonumber(ARGV[2]))) do
-  if i > skip then listed[#listed + 1] = entry[2][6] end
-end
-return listed`
-  }
-} as const satisfies Record<string, Script>
-
-type RegistryKeys = [sandboxes: string, fixtures: string, use: string, leftovers: string, receivers: string, receiversVersion: string, created: string]
-
-declare module 'ioredis' {
-  interface RedisCommander<Context> {
-    createSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, fixtures: string, limit: number]): Result<0 | 1, Context>
-    useSandbox (sandboxes: string, use: string, id: string, now: number): Result<string | null, Context>
-    resetSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ...names: GenerationKeyNames]): Result<[number, string, string] | null, Context>
-    deleteSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string]): Result<number | null, Context>
-    advanceSandboxClock (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, ms: number, most: number]): Result<0 | [number, number] | null, Context>
-    setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string, ...names: GenerationKeyNames]): Result<[number, string] | null, Context>
-    sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
-    expireSooner (ms: number, ...keys: string[]): Result<number, Context>
-    sandboxEvents (outbox: string, after: number, limit: number): Result<[number, ...string[]] | [], Context>
-  }
-}
+import type { RedisWrites } from './writes.js'
 
 // Keys a SCAN of a sandbox's keys (to delete them, or to move their expiries) asks for at a time.
 const KEYS_PER_SCAN = 1000
@@ -198,11 +24,6 @@ const IDLE_DELETED_PER_SWEEP = 100
 // How often an instance reads whether the sandboxes' receivers changed, to deliver each sandbox's events as well:
 // how soon another instance's receiver is delivered by this one too (the one that set it does at once).
 const RECEIVERS_READ_EVERY_MS = 1000
-
-/** A sandbox's receiver as sandboxReceivers keeps it: where its events go, and the subscriber of its outbox they are delivered as. */
-interface StoredReceiver extends SandboxReceiver {
-  readonly subscriber: string
-}
 
 /** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
 const startingWith = (prefix: string): string => `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`
@@ -252,7 +73,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#connection = connection
     this.#writes = writes
     this.#keys = keys
-    this.#registry = [keys.sandboxes, keys.sandboxFixtures, keys.sandboxUse, keys.sandboxLeftovers, keys.sandboxReceivers, keys.sandboxReceiversVersion, keys.sandboxCreated]
+    this.#registry = registryKeys(keys)
     this.#options = options
     this.#available = available
     this.#served = new FifoMap(bounds.limit)
@@ -284,7 +105,7 @@ export class RedisSandboxes implements Sandboxes {
       id,
       createdAt: typeof createdAt === 'string' ? Number(createdAt) : undefined,
       usedAt: usedAt.get(id)!,
-      heldBytes: (await this.#generationAt(id, Number(entry.split(' ')[0])).store.usage()).heldBytes
+      heldBytes: (await this.#generationAt(id, registryEntry(entry).generation).store.usage()).heldBytes
     })))
     return { sandboxes, next }
   }
@@ -326,32 +147,52 @@ export class RedisSandboxes implements Sandboxes {
       this.#served.delete(canonical)
       return undefined
     }
-    const [generation, clockAheadMs] = entry.split(' ').map(Number) as [number, number]
+    const { generation, aheadMs } = registryEntry(entry)
     const sandbox = this.#generationAt(canonical, generation)
-    sandbox.clockAheadMs = clockAheadMs
+    sandbox.clockAheadMs = aheadMs
     return sandbox
   }
 
   async reset (id: string): Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined> {
     const canonical = id.toLowerCase()
-    const reset = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#connection.redis.resetSandbox(...this.#registry, deadline, outcomeKey, canonical, ...this.#generationKeyNames(canonical)))
-    if (reset === null) return undefined
-    const [before, fixtures, receiver] = reset
+    const keys = this.#keys
+    // Kept as they were made, while the sandbox lives.
+    const fixtures = await call(this.#connection.redis.hget(keys.sandboxFixtures, canonical))
+    // Its next generation, its clock the service's, the one before left over to be deleted, its receiver kept with
+    // its cursor at that generation's first event.
+    const reset = await this.#changed(canonical, ({ generation }, receiver) => {
+      const change = new Change().write('HSET', keys.sandboxes, canonical, `${generation + 1} 0`).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
+        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
+      if (receiver !== null) {
+        const { keys: next } = this.#generationKeys(canonical, generation + 1)
+        change.write('SET', webhookKeys(next, (JSON.parse(receiver) as StoredReceiver).subscriber).cursor, '0-0 0').write('INCR', keys.sandboxReceiversVersion)
+      }
+      return change
+    })
+    if (reset === undefined) return undefined
+    const { entry: { generation: before }, receiver } = reset
     await this.#tidy(this.#deleteKeys(canonical, before))
     // The reset is made, and cannot be taken back as a create's sandbox is: a failure to prepare its new catalogue
     // must not answer that nothing was done. A reset sent again prepares one.
     const sandbox = await this.#prepared(canonical, before + 1).catch((cause: unknown) => {
       throw new OutcomeUnknownError('the sandbox was reset, and its new catalogue could not be prepared: reset it again', { cause })
     })
-    if (receiver !== '') this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
-    return { sandbox, fixtures: JSON.parse(fixtures) as unknown }
+    if (receiver !== null) this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
+    return { sandbox, fixtures: JSON.parse(String(fixtures)) as unknown }
   }
 
   async delete (id: string): Promise<boolean> {
     const canonical = id.toLowerCase()
-    const generation = await this.#writes.run(async (deadline, outcomeKey) => await this.#connection.redis.deleteSandbox(...this.#registry, deadline, outcomeKey, canonical))
-    if (generation === null) return false
+    const keys = this.#keys
+    // Forgotten with its receiver, its generation left over to be deleted.
+    const deleted = await this.#changed(canonical, ({ generation }, receiver) => {
+      const change = new Change().write('HDEL', keys.sandboxes, canonical).write('HDEL', keys.sandboxFixtures, canonical).write('ZREM', keys.sandboxUse, canonical)
+        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
+      if (receiver !== null) change.write('HDEL', keys.sandboxReceivers, canonical).write('INCR', keys.sandboxReceiversVersion)
+      return change
+    })
+    if (deleted === undefined) return false
+    const { generation } = deleted.entry
     this.#served.delete(canonical)
     this.#stopDelivering(canonical)
     await this.#tidy(this.#deleteKeys(canonical, generation))
@@ -374,11 +215,15 @@ export class RedisSandboxes implements Sandboxes {
 
   async advanceClock (id: string, ms: number): Promise<SandboxClockReading | 'too far' | undefined> {
     const canonical = id.toLowerCase()
-    const moved = await this.#writes.run(async (deadline, outcomeKey) =>
-      await this.#connection.redis.advanceSandboxClock(...this.#registry, deadline, outcomeKey, canonical, ms, SANDBOX_CLOCK_AHEAD_MS))
-    if (moved === null) return undefined
-    if (moved === 0) return 'too far'
-    const [generation, aheadMs] = moved
+    const moved = await this.#changed(canonical, ({ generation, aheadMs }) => {
+      const moved = clockAdvanced(aheadMs, ms)
+      return moved === 'too far' ? undefined : new Change().write('HSET', this.#keys.sandboxes, canonical, `${generation} ${moved}`)
+    })
+    if (moved === undefined) return undefined
+    // As the change was decided, from the entry it was made on.
+    const aheadMs = clockAdvanced(moved.entry.aheadMs, ms)
+    if (aheadMs === 'too far') return aheadMs
+    const { generation } = moved.entry
     // Nothing does it again, but a 503 would have the move made again when tried again.
     await this.#tidy(this.#eachKeyBatch(this.#generationKeys(canonical, generation).prefix, async (keys) => { await call(this.#connection.redis.expireSooner(ms, ...keys)) }),
       'a sandbox\'s clock moved on, but not the expiries of what it keeps: some expire later than its clock says')
@@ -411,6 +256,25 @@ export class RedisSandboxes implements Sandboxes {
     else this.#deliver(sandbox, stored)
     if (before !== '') await this.#tidy(sandbox.outbox.unsubscribe((JSON.parse(before) as StoredReceiver).subscriber))
     return true
+  }
+
+  /**
+   * Reads the sandbox's registry entry and receiver, and commits the change `decide` makes of them only while both are
+   * as read (another instance's change in between: read and decided again). Undefined when there is no sandbox; what
+   * was read when `decide` makes no change.
+   */
+  async #changed (id: string, decide: (entry: RegistryEntry, receiver: string | null) => Change | undefined): Promise<{ entry: RegistryEntry, receiver: string | null } | undefined> {
+    const { redis } = this.#connection
+    const keys = this.#keys
+    return await retried(`sandbox ${id}`, async () => {
+      const [entry, receiver] = await Promise.all([call(redis.hget(keys.sandboxes, id)), call(redis.hget(keys.sandboxReceivers, id))])
+      if (entry === null) return undefined
+      const read = { entry: registryEntry(entry), receiver }
+      const change = decide(read.entry, receiver)
+      if (change === undefined) return read
+      change.guard(keys.sandboxes, id, entry).guard(keys.sandboxReceivers, id, receiver)
+      return await commit(redis, this.#writes, keys, change) === 1 ? read : STALE
+    })
   }
 
   // What follows a registry change once it is made: this instance's own part, which the receivers' next read or the

@@ -21,7 +21,7 @@ import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy, TR
 import type { Script } from '../../../src/store/redis/commands.js'
 import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
-import { sandboxScripts } from '../../../src/store/redis/sandboxes.js'
+import { sandboxScripts } from '../../../src/store/redis/sandbox-registry.js'
 import { HANG_MS, until } from '../../support/wait.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
@@ -349,6 +349,16 @@ onEachStore('a sandbox made from fixtures (a SEED_FILE\'s shape) starts with the
   const again = (await sandbox.call('loginUser', { body: { email: 'ada@example.com', password } })).json()
   t.same((await sandbox.call('listItems', { token: again.accessToken })).json().data.map((item: { id: string }) => item.id), [itemId], 'its fixtures alone are back')
   t.equal((await opsCall(t, ops, 'resetSandbox', 'POST', `/sandboxes/${randomUUID()}/reset`)).status, 404, 'a sandbox that does not exist is not reset')
+})
+
+onEachStore('moves of one sandbox\'s clock sent at once are each made once: none lost, none made twice', async (t, store) => {
+  const { ops, create } = await withSandboxes(t, store)
+  const sandbox = await create()
+  const moves = await Promise.all(Array.from({ length: 8 }, async () => await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${sandbox.base}/clock/advance`, { seconds: 60 })))
+  t.same(moves.map(({ status }) => status), Array(8).fill(200))
+  t.same(moves.map(({ json }) => (json as { aheadSeconds: number }).aheadSeconds).sort((a, b) => a - b), [60, 120, 180, 240, 300, 360, 420, 480], 'each answers where it left the clock')
+  const once = await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${sandbox.base}/clock/advance`, { seconds: 1 })
+  t.equal((once.json as { aheadSeconds: number }).aheadSeconds, 481, 'and the clock holds all of them')
 })
 
 onEachStore('a sandbox\'s clock moves on: everything the sandbox times follows it, and no other clock moves', async (t, store) => {
@@ -698,7 +708,8 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     count: async (raw, keys) => await raw.hlen(keys.sandboxes) - 1
   },
   resetSandbox: {
-    script: sandboxScripts.resetSandbox,
+    // Read, then committed while what was read holds.
+    script: commitScripts.commit,
     status: 200,
     retried: 200,
     repeats: true,
@@ -706,7 +717,8 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     count: async (raw, keys, id) => Number((await registryEntry(raw, keys, id))?.split(' ')[0]) - 1
   },
   deleteSandbox: {
-    script: sandboxScripts.deleteSandbox,
+    // Read, then committed while what was read holds.
+    script: commitScripts.commit,
     status: 204,
     // Gone: a client that sends the deletion again after a lost answer takes 404 as done.
     retried: 404,
@@ -733,7 +745,8 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
     count: async (raw, keys, id) => 1 - await raw.hexists(keys.sandboxReceivers, id)
   },
   advanceSandboxClock: {
-    script: sandboxScripts.advanceSandboxClock,
+    // Read, then committed while what was read holds.
+    script: commitScripts.commit,
     status: 200,
     // A move is not idempotent: one sent again moves the clock again, as the contract says of its 504.
     retried: 200,
