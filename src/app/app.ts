@@ -10,7 +10,7 @@ import { contractedAnswers } from '../plugins/app/errors.js'
 import type { Subscribers } from '../plugins/app/events.js'
 import { itemsService, type ItemsServiceOptions } from './service.js'
 import type { Tracing } from '../plugins/external/tracing.js'
-import type { Store } from '../store/store.js'
+import type { AppStore } from '../store/sandboxes.js'
 import { SandboxRouting } from '../plugins/app/sandboxes.js'
 import { randomUuid } from '../runtime/uuid.js'
 
@@ -32,7 +32,7 @@ const itemsServiceOfTheApp = fp(async (app: FastifyInstance, options: ItemsServi
 
 export interface BuildAppOptions {
   /** Where data is kept; when left out, the store the configuration names (STORE). */
-  store?: Store
+  store?: AppStore
   /** Event handlers to subscribe before the first request, by channel. */
   subscribers?: Subscribers
   /** Where the JSON log lines go; standard output when left out. */

@@ -19,13 +19,13 @@ import corsPlugin from '../plugins/external/cors.js'
 import docsPlugin, { apiServers } from '../plugins/external/docs.js'
 import tracingPlugin, { type Tracing } from '../plugins/external/tracing.js'
 import underPressurePlugin from '../plugins/external/under-pressure.js'
-import type { Store } from '../store/store.js'
+import type { AppStore } from '../store/sandboxes.js'
 
 export interface ItemsServiceOptions {
   /** The whole configuration (loadConfig() reads it from the environment). */
   config: AppConfig
   /** Where data is kept; when left out, the store the configuration names (STORE). */
-  store?: Store | undefined
+  store?: AppStore | undefined
   /** Event handlers to subscribe before the first request, by channel. */
   subscribers?: Subscribers | undefined
   /** See BuildAppOptions.hashingProcess. */

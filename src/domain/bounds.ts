@@ -26,11 +26,19 @@ export const DEAD_LETTERS = 1_000
 /** Bytes of events (UTF-8) a subscriber's dead letters keep at most; past that, too, the oldest goes. */
 export const DEAD_LETTER_BYTES = 8 * 1024 * 1024
 
+/** What each store keeps of idempotency keys. */
+export interface IdempotencyKeyBounds {
+  /** How long a recorded create is remembered. */
+  readonly ttlMs: number
+  /** Keys one user holds at most; one more pushes out their oldest. */
+  readonly perUser: number
+}
+
 /**
  * How long a create made under an idempotency key is remembered (a day, as the IETF draft suggests), and how many
  * keys each user keeps (the oldest out first); IDEMPOTENCY_KEY_TTL_SECONDS and MAX_IDEMPOTENCY_KEYS_PER_USER set them.
  */
-export const IDEMPOTENCY_KEY_DEFAULTS = { ttlMs: 86_400_000, perUser: 1000 } as const
+export const IDEMPOTENCY_KEY_DEFAULTS: IdempotencyKeyBounds = { ttlMs: 86_400_000, perUser: 1000 }
 
 /**
  * Client keys each rate limit keeps under its limit, and as many again over it (which new keys cannot push out):

@@ -1,6 +1,6 @@
-import type { MemoryStoreOptions } from './memory/index.js'
-import type { OutboxBounds } from './outbox.js'
-import type { Outbox, ServingStore } from './store.js'
+import type { IdempotencyKeyBounds } from '../domain/bounds.js'
+import type { Outbox, OutboxBounds } from './outbox.js'
+import type { ServingStore, Store } from './store.js'
 
 /** An event of a sandbox, as its change recorded it (the body its webhooks carry), and its place in the sandbox's order (from 1). */
 export interface SandboxEvent {
@@ -94,7 +94,7 @@ export const sandboxCapacityBytes = ({ accounts, quotaBytes }: SandboxBounds): n
 /** What each sandbox's store is made with: the service's own settings, but for the accounts it admits. */
 export interface SandboxStoreOptions {
   readonly maxItemsPerContributor: number
-  readonly idempotencyKeys: MemoryStoreOptions['idempotencyKeys']
+  readonly idempotencyKeys: Partial<IdempotencyKeyBounds> | undefined
 }
 
 /**
@@ -136,3 +136,14 @@ export interface Sandboxes {
   /** Ends what the sandboxes hold in this process (the memory store's sandboxes, deliveries in progress). */
   close: () => Promise<void>
 }
+
+/**
+ * A store that keeps sandboxes beside its own catalogue, for every instance that shares it (Redis: under key prefixes
+ * of their own); a store without `sandboxes` has them kept in the process instead (memory).
+ */
+export interface KeepsSandboxes {
+  readonly sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions, watcher: SandboxWatcher) => Sandboxes
+}
+
+/** The service's store, as the app holds it. */
+export type AppStore = Store & KeepsSandboxes

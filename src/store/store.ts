@@ -1,7 +1,6 @@
 import type { Item, ItemStatus, Session, User } from '../domain/index.js'
 import type { ItemText, StoredItem } from '../domain/serialized.js'
 import type { Outbox, OutboxEvent } from './outbox.js'
-import type { SandboxBounds, Sandboxes, SandboxStoreOptions, SandboxWatcher } from './sandboxes.js'
 
 export type { ItemText, StoredItem } from '../domain/serialized.js'
 export * from './errors.js'
@@ -255,11 +254,6 @@ export interface Store {
    * undefined where the process's heap bounds it (memory) or nothing does.
    */
   readonly limitBytes?: number | undefined
-  /**
-   * Sandboxes kept in this store, beside its own catalogue, for every instance that shares it (Redis: under key
-   * prefixes of their own); left out by a store whose sandboxes are kept in the process instead (memory).
-   */
-  sandboxes?: (bounds: SandboxBounds, options: SandboxStoreOptions, watcher: SandboxWatcher) => Sandboxes
   /** Releases what the store holds (connections); it serves nothing afterwards. */
   close (): Promise<void>
 }
@@ -270,4 +264,4 @@ export interface StoreUsage {
 }
 
 /** What serves a request: a store, or a sandbox's catalogue kept in one (which its Sandboxes delete). */
-export type ServingStore = Omit<Store, 'close' | 'sandboxes'>
+export type ServingStore = Omit<Store, 'close'>

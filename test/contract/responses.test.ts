@@ -4,6 +4,7 @@ import t, { type Test } from 'tap'
 import { freePort } from '../../harness/net.js'
 import { type RouteOperationId as OperationsOperationId, routes as operationsRoutes } from '../../generated/operations/routes.js'
 import { type RouteOperationId, routes } from '../../generated/routes.js'
+import type { AppStore } from '../../src/store/sandboxes.js'
 import { OutcomeUnknownError, type Store, StoreUnavailableError } from '../../src/store/store.js'
 import { createMemoryStore } from '../../src/store/memory/index.js'
 import { type CallOptions, newUser } from '../support/api.js'
@@ -49,7 +50,7 @@ const acceptsBody = routes.filter((route) => route.method === 'POST' || route.me
 // Every part of the store that a request uses fails every call with `error` and has nothing at hand; rate counters
 // call back with it. The outbox delivers as the memory store's, but for what the operations API reads and changes of
 // it; the sandboxes close.
-function failingStore (error: Error): Store {
+function failingStore (error: Error): AppStore {
   const failing = async (): Promise<never> => { throw error }
   const broken = new Proxy({}, { get: (_target, operation) => operation === 'cached' ? () => undefined : failing })
   const outbox = createMemoryStore().outbox

@@ -13,7 +13,7 @@ import { opsCall } from '../support/ops.js'
 import { HANG_MS } from '../support/wait.js'
 import { redisKeyPrefix, redisSkip } from '../support/redis.js'
 import { redisProxy } from '../support/redis-proxy.js'
-import { outboxScripts } from '../../src/store/redis/outbox.js'
+import { deadLetterScripts } from '../../src/store/redis/dead-letters.js'
 import { REDIS_URL } from '../../harness/redis-keys.js'
 import { type Receiver, startReceiver } from '../../harness/webhook-receiver.js'
 
@@ -104,7 +104,7 @@ t.test('on Redis, a redelivery whose reply is lost is answered as made, and deli
   const { accessToken } = await api.register({ role: 'contributor' })
   await api.createItem(accessToken)
   const [deadLetter] = (await deadLetters(t, ops, 1)).subscribers[0]?.deadLetters ?? []
-  proxy.arm(outboxScripts.redeliverDeadLetters, 'drop-reply')
+  proxy.arm(deadLetterScripts.redeliverDeadLetters, 'drop-reply')
   t.same(await opsCall(t, ops, 'redeliverDeadLetters', 'POST', '/webhooks/dead-letters/redeliver', {}), { status: 200, json: { redelivered: 1 } })
   t.same(proxy.injected, ['drop-reply'], 'its reply was lost')
   const [, , again] = await target.waitFor(3, HANG_MS)

@@ -8,13 +8,13 @@ import { heapUsedLimit } from '../../runtime/heap.js'
 import { createMemoryStore, MEMORY_COSTS } from '../../store/memory/index.js'
 import { REDIS_COSTS } from '../../store/redis/costs.js'
 import { KEYS_PER_RATE_LIMIT, MAX_PAIRS_PER_ROTATION, PENDING_DELIVERY_BYTES, DEAD_LETTER_BYTES, REMEMBERED_REPLACED_TOKENS } from '../../domain/bounds.js'
-import { KEYS_PER_SANDBOX_RATE_LIMIT, SANDBOX_EVENT_BYTES, type SandboxBounds } from '../../store/sandboxes.js'
+import { type AppStore, KEYS_PER_SANDBOX_RATE_LIMIT, SANDBOX_EVENT_BYTES, type SandboxBounds } from '../../store/sandboxes.js'
 import { QuotaExceededError, type ServingStore, type Store, StoreFullError, StoreOutOfMemoryError } from '../../store/store.js'
 import type { RedisObserver } from '../../store/redis/connection.js'
 
 declare module 'fastify' {
   interface FastifyInstance {
-    store: Store
+    store: AppStore
   }
   interface FastifyRequest {
     /** The store this request reads and writes: `scopedStore` when set, else the app's. */
@@ -27,7 +27,7 @@ declare module 'fastify' {
 interface StorePluginOptions {
   config: StoreConfig
   /** A store built by the caller (tests); otherwise the one `config` names. */
-  store?: Store
+  store?: AppStore
   /** Time every Redis command (the metrics are exposed). */
   timeCommands: boolean
   /** What the sizing rule reads beside the store's own bounds. */
@@ -62,7 +62,7 @@ const RECORDS_PER_SWEEP = 1_000
 // Redis commands take well under a millisecond on a healthy server; COMMAND_TIMEOUT_MS (1 s) ends the slowest.
 const COMMAND_BUCKETS = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]
 
-async function openStore (app: FastifyInstance, { config, timeCommands }: StorePluginOptions): Promise<Store> {
+async function openStore (app: FastifyInstance, { config, timeCommands }: StorePluginOptions): Promise<AppStore> {
   if (config.kind === 'memory') {
     return createMemoryStore({ maxItemsPerContributor: config.maxItemsPerUser, accounts: config.accounts, idempotencyKeys: config.idempotencyKeys })
   }

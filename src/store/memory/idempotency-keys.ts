@@ -1,3 +1,4 @@
+import type { IdempotencyKeyBounds } from '../../domain/bounds.js'
 import type { Item } from '../../domain/index.js'
 import { recordBytes } from '../../domain/items.js'
 import { recordsForgotten } from '../../domain/quotas.js'
@@ -22,13 +23,6 @@ interface Held {
   readonly bytes: number
 }
 
-export interface MemoryIdempotencyKeyBounds {
-  /** How long a recorded create is remembered. */
-  ttlMs: number
-  /** Keys one user holds at most; one more pushes out their oldest. */
-  perUser: number
-}
-
 function heldKey (held: Held, claim: IdempotencyClaim): HeldKey {
   if (held.fingerprint !== claim.fingerprint) return { status: 'mismatch' }
   return held.item === undefined ? { status: 'running' } : { status: 'recorded', item: storedItem(held.item) }
@@ -46,7 +40,7 @@ const entryKey = ({ userId, key }: IdempotencyClaim): string => `${userId} ${key
  * ever forgotten before its time to live.
  */
 export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
-  readonly #bounds: MemoryIdempotencyKeyBounds
+  readonly #bounds: IdempotencyKeyBounds
   readonly #entries = new Map<string, Held>()
   // Each user's keys, in the order they were claimed or recorded: the first is the oldest.
   readonly #byUser = new Map<string, Set<string>>()
@@ -54,7 +48,7 @@ export class MemoryIdempotencyKeys implements IdempotencyKeyStore {
   readonly #rateCounter: (name: string) => MemoryRateCounter
   readonly #now: () => number
 
-  constructor (bounds: MemoryIdempotencyKeyBounds, quotas: MemoryQuotas, rateCounter: (name: string) => MemoryRateCounter, now: () => number) {
+  constructor (bounds: IdempotencyKeyBounds, quotas: MemoryQuotas, rateCounter: (name: string) => MemoryRateCounter, now: () => number) {
     this.#bounds = bounds
     this.#quotas = quotas
     this.#rateCounter = rateCounter

@@ -1,10 +1,10 @@
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
 import type { StoreCosts } from '../../domain/sizing.js'
-import { IDEMPOTENCY_KEY_DEFAULTS, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, type IdempotencyKeyBounds, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
 import type { OutboxBounds } from '../outbox.js'
 import type { Store } from '../store.js'
 import { MemoryAccounts } from './accounts.js'
-import { MemoryIdempotencyKeys, type MemoryIdempotencyKeyBounds } from './idempotency-keys.js'
+import { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import { MemoryItemStore } from './items.js'
 import { MemoryOutbox } from './outbox.js'
 import { MemoryQuotas } from './quotas.js'
@@ -20,7 +20,7 @@ export interface MemoryStoreOptions {
   /** Client keys each rate limit keeps under its limit, and as many again over it. */
   keysPerRateLimit?: number
   /** How long a create made under an idempotency key is remembered, and how many keys each user keeps. */
-  idempotencyKeys?: Partial<MemoryIdempotencyKeyBounds>
+  idempotencyKeys?: Partial<IdempotencyKeyBounds>
   /** How many accounts the store admits, and each one's quota (src/domain/quotas.ts); unbounded when left out. */
   accounts?: AccountBounds
   /** The store's clock (ms since the epoch), which everything it keeps is timed by; Date.now when left out. */

@@ -1,15 +1,17 @@
 import { Redis, type RedisOptions } from 'ioredis'
-import { KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
+import { type IdempotencyKeyBounds, KEYS_PER_RATE_LIMIT, PENDING_DELIVERIES, PENDING_DELIVERY_BYTES } from '../../domain/bounds.js'
+import type { KeepsSandboxes } from '../sandboxes.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
 import { accountScripts, orderUsers } from './accounts.js'
 import { COMMAND_TIMEOUT_MS } from './commands.js'
 import { commitScripts } from './commit.js'
-import { type IdempotencyKeyBounds, idempotencyKeyScripts } from './idempotency-keys.js'
+import { idempotencyKeyScripts } from './idempotency-keys.js'
 import { indexItems, itemScripts } from './items.js'
 import { type RedisKeys, redisKeys } from './keys.js'
 import { outboxScripts } from './outbox.js'
+import { deadLetterScripts } from './dead-letters.js'
 import { quotaScripts, quotasFromLedger, readStoreId, storeId } from './quotas.js'
 import { rateCounterScripts } from './rate-counter.js'
 import { sandboxScripts } from './sandbox-registry.js'
@@ -21,7 +23,7 @@ import { userScripts } from './users.js'
 import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...accountScripts, ...quotaScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
+export const scripts = { ...accountScripts, ...quotaScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -211,7 +213,7 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * was lost is not taken for undone: the instance asks Redis what it did (RedisWrites). The client reconnects by
  * itself.
  */
-export async function connectRedisStore (options: RedisStoreOptions): Promise<Store> {
+export async function connectRedisStore (options: RedisStoreOptions): Promise<Store & KeepsSandboxes> {
   // Said once an outage begins, and once it ends, however many reconnections fail in between.
   let connected = false
   const redis = new Redis(options.url, {

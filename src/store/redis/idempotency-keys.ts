@@ -1,5 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import { type StoredItem, storedItem, TEXT } from '../../domain/serialized.js'
+import type { IdempotencyKeyBounds } from '../../domain/bounds.js'
 import type { Item } from '../../domain/index.js'
 import { recordBytes } from '../../domain/items.js'
 import { recordsForgotten } from '../../domain/quotas.js'
@@ -102,11 +103,6 @@ export async function forgetUserKeys (redis: Redis, keys: RedisKeys, change: Cha
 
 // What the entry "<user id> <bytes>" of a key of the user's (its name holds the user's id) counts against their quota.
 const bytesOf = (entry: string): number => Number(entry.split(' ')[1])
-
-export interface IdempotencyKeyBounds {
-  readonly ttlMs: number
-  readonly perUser: number
-}
 
 const keyOf = (keys: RedisKeys, { userId, key }: IdempotencyClaim): string => `${keys.idempotencyKey}${userId}:${key}`
 const claimJson = ({ token, fingerprint }: IdempotencyClaim): string => JSON.stringify({ token, fingerprint })

@@ -2,9 +2,10 @@ import type { Redis, Result } from 'ioredis'
 import type { OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
-import { call, type Script, type WriteDeadline } from './commands.js'
+import { call, type Script } from './commands.js'
+import { PENDING_ROOM, type StoredDeadLetter } from './dead-letters.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
-import { type StoreWrites, writeScript } from './writes.js'
+import type { StoreWrites } from './writes.js'
 
 // Appends a change's event to the outbox stream, in the script that makes the change, when it was given one: `event`
 // is {event id, channel, body, the stream's bound (StreamBound), and its traceparent when it has one} (EventArguments).
@@ -43,15 +44,6 @@ local function listingEnd (stream)
   local fields = {}
   for i = 1, #info, 2 do fields[info[i]] = info[i + 1] end
   return fields['last-generated-id'] .. ' ' .. fields['entries-added']
-end
-`
-
-// src/store/outbox.ts's hasRoom, for the scripts that add a pending delivery: whether the subscriber whose due
-// deliveries and pending bytes are `due` and `bytes` has room for one whose `stored` event ("<channel> <body>", whose
-// length is deliveryBytes) is so long, within `most` deliveries and `mostBytes` bytes.
-const PENDING_ROOM = `
-local function hasRoom (due, bytes, stored, most, mostBytes)
-  return redis.call('ZCARD', due) < most and tonumber(redis.call('GET', bytes) or '0') + #stored <= mostBytes
 end
 `
 
@@ -148,108 +140,6 @@ else
 end
 return 1`
   },
-  // KEYS: a subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters' keys
-  // (DeadLetterKeys). ARGV: event id, attempts, failure, when (ms), most dead letters kept, most bytes of their events kept. Ends the
-  // delivery and keeps it as the newest dead letter; pushes out the oldest past either bound. How many it pushed out;
-  // nothing when the delivery had ended already (another instance took it over once its lease ended, and settled it).
-  deadLetterDelivery: {
-    numberOfKeys: 10,
-    lua: `
-local stored = redis.call('HGET', KEYS[2], ARGV[1])
-if not stored then return 0 end
-if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('DECRBY', KEYS[5], #stored) end
-local traceparent = redis.call('HGET', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-local space = string.find(stored, ' ', 1, true)
-local body = string.sub(stored, space + 1)
-redis.call('HSET', KEYS[6], ARGV[1], cjson.encode({
-  channel = string.sub(stored, 1, space - 1), traceparent = traceparent or nil,
-  attempts = tonumber(ARGV[2]), failure = ARGV[3], failedAt = tonumber(ARGV[4])
-}))
-redis.call('HSET', KEYS[7], ARGV[1], body)
-redis.call('ZADD', KEYS[8], redis.call('INCR', KEYS[10]), ARGV[1])
-local bytes = redis.call('INCRBY', KEYS[9], #body)
-local kept, most, mostBytes = redis.call('ZCARD', KEYS[8]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local pushedOut = 0
-while kept > 1 and (kept > most or bytes > mostBytes) do
-  local oldest = redis.call('ZPOPMIN', KEYS[8])[1]
-  bytes = redis.call('DECRBY', KEYS[9], redis.call('HSTRLEN', KEYS[7], oldest))
-  redis.call('HDEL', KEYS[6], oldest)
-  redis.call('HDEL', KEYS[7], oldest)
-  kept = kept - 1
-  pushedOut = pushedOut + 1
-end
-return pushedOut`
-  },
-  // KEYS: a subscriber's dead letters, their events and their order. ARGV: the position to list after, most to list,
-  // most bytes of events to carry ('' for none). {total, 1 when more follow the page, then for each dead letter its
-  // event id, position, JSON, event's bytes, and event ('' when none is carried)}, oldest first.
-  listDeadLetters: {
-    numberOfKeys: 3,
-    lua: `
-local listed = {redis.call('ZCARD', KEYS[3]), 0}
-local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
-local page = redis.call('ZRANGE', KEYS[3], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, limit + 1, 'WITHSCORES')
-for i = 1, #page, 2 do
-  local eventId = page[i]
-  local bytes = redis.call('HSTRLEN', KEYS[2], eventId)
-  if i > 2 * limit or (budget and i > 1 and bytes > budget) then
-    listed[2] = 1
-    break
-  end
-  local body = ''
-  if budget then
-    budget = budget - bytes
-    body = redis.call('HGET', KEYS[2], eventId)
-  end
-  listed[#listed + 1] = eventId
-  listed[#listed + 1] = page[i + 1]
-  listed[#listed + 1] = redis.call('HGET', KEYS[1], eventId)
-  listed[#listed + 1] = bytes
-  listed[#listed + 1] = body
-end
-return listed`
-  },
-  // A write script (writeScript), so that a redelivery whose reply is lost is answered as what it did. KEYS: a
-  // subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their events,
-  // order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most bytes of their events, most to give
-  // back when no ids follow, then the event ids to deliver again (none: the oldest dead letters). Each goes back to
-  // the due deliveries as a new one, while there is room (PENDING_ROOM). {how many went, 1 when it stopped for want
-  // of room}.
-  redeliverDeadLetters: {
-    numberOfKeys: 9,
-    lua: writeScript(PENDING_ROOM, `
-local ids = {}
-for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-if #ids == 0 then ids = redis.call('ZRANGE', KEYS[8], 0, tonumber(ARGV[4]) - 1) end
-local redelivered = 0
-for _, eventId in ipairs(ids) do
-  local json = redis.call('HGET', KEYS[6], eventId)
-  if json then
-    local letter = cjson.decode(json)
-    local stored = letter.channel .. ' ' .. redis.call('HGET', KEYS[7], eventId)
-    if not hasRoom(KEYS[1], KEYS[5], stored, tonumber(ARGV[2]), tonumber(ARGV[3])) then
-      if redelivered == 0 then return refuse({0, 1}) end
-      return {redelivered, 1}
-    end
-    redis.call('ZADD', KEYS[1], ARGV[1], eventId)
-    redis.call('HSET', KEYS[2], eventId, stored)
-    if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('INCRBY', KEYS[5], #stored) end
-    redis.call('HDEL', KEYS[3], eventId)
-    if letter.traceparent then redis.call('HSET', KEYS[4], eventId, letter.traceparent) end
-    redis.call('DECRBY', KEYS[9], #stored - #letter.channel - 1)
-    redis.call('HDEL', KEYS[6], eventId)
-    redis.call('HDEL', KEYS[7], eventId)
-    redis.call('ZREM', KEYS[8], eventId)
-    redelivered = redelivered + 1
-  end
-end
-if redelivered == 0 then return refuse({0, 0}) end
-return {redelivered, 0}`)
-  },
 } as const satisfies Record<string, Script>
 
 declare module 'ioredis' {
@@ -258,27 +148,8 @@ declare module 'ioredis' {
       limit: number, leaseMs: number, fanOut: number, maxPending: number, listed: 'listed' | '', maxPendingBytes: number, ...subscribers: string[]):
     Result<[number, ...Array<string | number>], Context>
     settleDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, eventId: string, retryAt: number | ''): Result<1, Context>
-    deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...DeadLetterKeys,
-      eventId: string, attemptsMade: number, failure: string, failedAt: number, most: number, mostBytes: number]): Result<number, Context>
-    // The scripts change a dead letter, its event and its place in the order together: every id listed has both.
-    listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
-      bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
-    redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
-      deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, maxPendingBytes: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }
 }
-
-/** A dead letter as deadLetterDelivery stores it, beside its event. */
-interface StoredDeadLetter {
-  channel: string
-  traceparent?: string
-  attempts: number
-  failure: string
-  failedAt: number
-}
-
-type DeadLetterKeys = [deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, deadLetterBytes: string, deadLetterPosition: string]
-type RedeliveryKeys = [deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, deadLetterBytes: string]
 
 /** A change's event for its script (APPEND_EVENT), or nothing when the change announces none. */
 export type EventArguments = [] | [id: string, channel: string, body: string, streamBound: string] |

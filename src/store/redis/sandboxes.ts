@@ -1,4 +1,3 @@
-import { setTimeout as sleep } from 'node:timers/promises'
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
 import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
@@ -12,6 +11,7 @@ import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
+import { DeliveredReceivers } from './sandbox-receivers.js'
 import { GENERATION, type GenerationKeyNames, type RegistryEntry, registryEntry, type RegistryKeys, registryKeys, type StoredReceiver, SUBSCRIBER } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
@@ -21,9 +21,6 @@ import type { RedisWrites } from './writes.js'
 const KEYS_PER_SCAN = 1000
 // Idle sandboxes one sweep deletes at most.
 const IDLE_DELETED_PER_SWEEP = 100
-// How often an instance reads whether the sandboxes' receivers changed, to deliver each sandbox's events as well:
-// how soon another instance's receiver is delivered by this one too (the one that set it does at once).
-const RECEIVERS_READ_EVERY_MS = 1000
 
 /** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
 const startingWith = (prefix: string): string => `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`
@@ -55,13 +52,7 @@ export class RedisSandboxes implements Sandboxes {
   readonly #served: FifoMap<Generation>
   // Users this instance keeps copies of, a sandbox: the service's own bound, shared by as many as may exist.
   readonly #cachedUsers: number
-  readonly #watcher: SandboxWatcher
-  // The receivers this instance delivers: sandbox id → "<generation> <subscriber>"; and the version they were read at.
-  readonly #delivering = new Map<string, string>()
-  #receiversVersion = ''
-  #receiversUnread = false
-  readonly #closed = new AbortController()
-  readonly #reading: Promise<void>
+  readonly #receivers: DeliveredReceivers
   // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
   // as the limit at most, the oldest forgotten past it (it idles out).
   readonly #abandoned: FifoMap<true>
@@ -79,9 +70,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#served = new FifoMap(bounds.limit)
     this.#abandoned = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
-    this.#watcher = watcher
-    // Ends only by the abort of its wait, at close.
-    this.#reading = this.#readReceiversUntilClosed().catch(() => {})
+    this.#receivers = new DeliveredReceivers(connection, keys, watcher, (id, generation) => this.#generationAt(id, generation))
   }
 
   async count (): Promise<number> {
@@ -177,7 +166,7 @@ export class RedisSandboxes implements Sandboxes {
     const sandbox = await this.#prepared(canonical, before + 1).catch((cause: unknown) => {
       throw new OutcomeUnknownError('the sandbox was reset, and its new catalogue could not be prepared: reset it again', { cause })
     })
-    if (receiver !== null) this.#deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
+    if (receiver !== null) this.#receivers.deliver(sandbox, JSON.parse(receiver) as StoredReceiver)
     return { sandbox, fixtures: JSON.parse(String(fixtures)) as unknown }
   }
 
@@ -194,7 +183,7 @@ export class RedisSandboxes implements Sandboxes {
     if (deleted === undefined) return false
     const { generation } = deleted.entry
     this.#served.delete(canonical)
-    this.#stopDelivering(canonical)
+    this.#receivers.stop(canonical)
     await this.#tidy(this.#deleteKeys(canonical, generation))
     return true
   }
@@ -252,8 +241,8 @@ export class RedisSandboxes implements Sandboxes {
     if (set === null) return false
     const [generation, before] = set
     const sandbox = this.#generationAt(canonical, generation)
-    if (stored === undefined) this.#stopDelivering(canonical)
-    else this.#deliver(sandbox, stored)
+    if (stored === undefined) this.#receivers.stop(canonical)
+    else this.#receivers.deliver(sandbox, stored)
     if (before !== '') await this.#tidy(sandbox.outbox.unsubscribe((JSON.parse(before) as StoredReceiver).subscriber))
     return true
   }
@@ -290,52 +279,8 @@ export class RedisSandboxes implements Sandboxes {
 
   /** Its catalogues stay in Redis for every instance; this instance's copies and deliveries go with it. */
   async close (): Promise<void> {
-    this.#closed.abort()
-    await this.#reading
-    for (const id of [...this.#delivering.keys()]) this.#stopDelivering(id)
+    await this.#receivers.close()
     this.#served.clear()
-    await this.#watcher.close()
-  }
-
-  // Delivers the sandbox's events to `receiver` from this instance too, from the cursor its set or reset placed. A
-  // registry read before it moved on names a receiver without one, whose deliveries take nothing until the next read
-  // replaces them.
-  #deliver (sandbox: Generation, receiver: StoredReceiver): void {
-    this.#delivering.set(sandbox.id, `${sandbox.generation} ${receiver.subscriber}`)
-    this.#watcher.receiverSet({ sandboxId: sandbox.id, subscriber: receiver.subscriber, receiver: { url: receiver.url, secret: receiver.secret }, outbox: sandbox.outbox })
-  }
-
-  #stopDelivering (id: string): void {
-    if (this.#delivering.delete(id)) this.#watcher.receiverEnded(id)
-  }
-
-  // Reads the receivers every RECEIVERS_READ_EVERY_MS, one read at a time, until the sandboxes are closed.
-  async #readReceiversUntilClosed (): Promise<void> {
-    for (;;) {
-      await sleep(RECEIVERS_READ_EVERY_MS, undefined, { signal: this.#closed.signal, ref: false })
-      await this.#followReceivers().then(() => { this.#receiversUnread = false }, (err: unknown) => {
-        // Once a failing streak: Redis's outage is logged by the connection too.
-        if (!this.#receiversUnread) this.#connection.logger.warn({ err }, 'cannot read the sandboxes\' receivers; trying again every second')
-        this.#receiversUnread = true
-      })
-    }
-  }
-
-  // Delivers what the registry says each sandbox's receiver is now, when it changed since the last read.
-  async #followReceivers (): Promise<void> {
-    const [version, ...read] = await call(this.#connection.redis.sandboxReceivers(this.#keys.sandboxes, this.#keys.sandboxReceivers, this.#keys.sandboxReceiversVersion,
-      this.#receiversVersion))
-    if (version === this.#receiversVersion) return
-    const now = new Map<string, StoredReceiver & { generation: number }>()
-    for (let index = 0; index + 2 < read.length; index += 3) {
-      now.set(read[index]!, { ...JSON.parse(read[index + 2]!) as StoredReceiver, generation: Number(read[index + 1]) })
-    }
-    for (const id of [...this.#delivering.keys()]) if (!now.has(id)) this.#stopDelivering(id)
-    for (const [id, { generation, ...receiver }] of now) {
-      if (this.#delivering.get(id) === `${generation} ${receiver.subscriber}`) continue
-      this.#deliver(this.#generationAt(id, generation), receiver)
-    }
-    this.#receiversVersion = version
   }
 
   #generationKeys (id: string, generation: number | typeof GENERATION): { prefix: string, keys: RedisKeys } {

@@ -1,10 +1,9 @@
 import type { Redis } from 'ioredis'
 import type { AccountBounds } from '../../domain/quotas.js'
-import { IDEMPOTENCY_KEY_DEFAULTS } from '../../domain/bounds.js'
+import { IDEMPOTENCY_KEY_DEFAULTS, type IdempotencyKeyBounds } from '../../domain/bounds.js'
 import type { Store } from '../store.js'
 import { RedisAccounts } from './accounts.js'
 import type { RedisClock } from './clock.js'
-import type { IdempotencyKeyBounds } from './idempotency-keys.js'
 import { RedisIdempotencyKeys } from './idempotency-keys.js'
 import { RedisItemStore } from './items.js'
 import type { RedisKeys } from './keys.js'
@@ -45,7 +44,7 @@ export interface CatalogueOptions {
 }
 
 /** A catalogue kept under `keys` on the connection: all of a Store but what belongs to the connection itself. */
-export type Catalogue = Omit<Store, 'available' | 'close' | 'sandboxes'> & { readonly outbox: RedisOutbox }
+export type Catalogue = Omit<Store, 'available' | 'close'> & { readonly outbox: RedisOutbox }
 
 export function catalogueUnder ({ redis, logger }: RedisConnection, keys: RedisKeys, options: CatalogueOptions): Catalogue {
   const { writes } = options

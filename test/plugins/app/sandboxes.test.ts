@@ -756,6 +756,20 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   }
 }
 
+t.test('on Redis, a change of a sandbox whose entry another instance changed after it was read is decided again on the entry as it is then', { skip: redisSkipped }, async (t) => {
+  const raw = new Redis(REDIS_URL)
+  t.teardown(() => { raw.disconnect() })
+  const keyPrefix = redisKeyPrefix(t)
+  const keys = redisKeys(keyPrefix)
+  const { proxy, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
+  const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
+  // Another instance moves the clock a minute on while this one's move of a minute is on its way.
+  proxy.before(commitScripts.commit, async () => await raw.hset(keys.sandboxes, id, '1 60000'))
+  const moved = await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 60 })
+  t.same([moved.status, (moved.json as { aheadSeconds: number }).aheadSeconds], [200, 120], 'both moves are kept')
+  t.equal(await registryEntry(raw, keys, id), '1 120000')
+})
+
 t.test('on Redis, a reset that was made but whose new catalogue could not be prepared is answered as unknown (504), never as not done', { skip: redisSkipped }, async (t) => {
   const raw = new Redis(REDIS_URL)
   t.teardown(() => { raw.disconnect() })

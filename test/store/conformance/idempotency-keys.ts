@@ -68,6 +68,18 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.same(await idempotencyKeys.claim(claim(ada, { key: 'other' }), HOUR), { status: 'recorded', item: added })
   })
 
+  t.test('idempotency keys: a create whose claim was taken after its account was removed is refused for the removal, on every store', async (t) => {
+    const { users, items, idempotencyKeys, accounts } = await fresh(t)
+    const ada = await account(users)
+    const removedFirst = claim(ada)
+    await idempotencyKeys.claim(removedFirst, HOUR)
+    t.ok(await accounts.remove(ada))
+    // A request authenticated before the removal claims the key its claim no longer holds.
+    t.same(await idempotencyKeys.claim(claim(ada), HOUR), { status: 'claimed' })
+    await t.rejects(items.add(item(ada), announce(ADDED), removedFirst), { name: 'UserRemovedError' }, 'refused for what happened first: the account is gone')
+    t.equal((await items.page(0, 10)).total, 0, 'nothing was added')
+  })
+
   t.test('idempotency keys: an account removed once its record expired and the sweep gave its bytes back is not given them back again', async (t) => {
     const store = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: 1 } })
     const ada = await account(store.users)
