@@ -34,7 +34,7 @@ export const MEMORY_OUTBOX_BOUNDS: OutboxBounds = { deliveries: PENDING_DELIVERI
  * of what `npm run bench:store` measures (docs/capacity.md): a text two bytes a character at worst, an item its
  * fields beside its text, a key its name and entries, a session and each token hash its entries in three maps.
  */
-export const MEMORY_COSTS: StoreCosts = { perQuotaByte: 3, perAccount: 2048, perKey: 1024, perSession: 1792, perTokenHash: 192, perRateLimitKey: 256, perEventByte: 2 }
+export const MEMORY_COSTS: StoreCosts = { perQuotaByte: 3, perAccount: 2048, perKey: 1024, perSession: 1792, perTokenHash: 192, perRateLimitKey: 320, perEventByte: 2 }
 
 /** A memory store, whose outbox can forget a subscriber (a sandbox's receiver, once it is removed). */
 export type MemoryStore = Store & { readonly outbox: MemoryOutbox }
