@@ -4,7 +4,7 @@
 import createClient from 'openapi-fetch'
 import { ok } from './answers.js'
 import type { operations, paths } from './generated/operations/openapi.js'
-import { createItemsClient, type ItemsClient, type ItemsClientOptions } from './index.js'
+import { createItemsClient, type ItemsClient, type ItemsClientOptions } from './items-client.js'
 
 export type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
 /** Users and items a sandbox starts with, in a SEED_FILE's shape. */
