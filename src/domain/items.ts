@@ -1,6 +1,7 @@
 // The rules of an item's writes, said once for every store: each answers what a write changes and what must hold for
 // it to be made, which a store checks, in the order given, in the atomic step that commits it
-// (src/store/memory/items.ts, src/store/redis/items.ts). The write limit counts a write once every refusal has passed, and its quota comes after that.
+// (src/store/memory/items.ts, src/store/redis/items.ts). The write limit counts a write once every refusal has
+// passed, and its quota comes after that.
 import type { Item } from './index.js'
 import { textBytes } from './quotas.js'
 import { type StoredItem, storedItem, TEXT } from './serialized.js'
@@ -41,6 +42,12 @@ export interface ItemWrite {
 /** What an idempotency record of a create counts against its account's quota: its item's text. */
 export const recordBytes = (item: StoredItem): number => textBytes(item[TEXT])
 
+// What each write checks, in order: made once, not at every write.
+const CREATE_REFUSALS: ItemWrite['refusals'] = ['contributor removed', 'id taken']
+const RECORDED_CREATE_REFUSALS: ItemWrite['refusals'] = ['contributor removed', 'claim lost', 'id taken']
+const EDIT_REFUSALS: ItemWrite['refusals'] = ['contributor removed']
+const REMOVAL_REFUSALS: ItemWrite['refusals'] = []
+
 /** A create, recorded under its idempotency claim when it has one, by a contributor who owns at most `maxPerContributor`. */
 export function creation (item: Item, recorded: boolean, maxPerContributor: number): ItemWrite {
   const stored = storedItem(item)
@@ -48,7 +55,7 @@ export function creation (item: Item, recorded: boolean, maxPerContributor: numb
     item: stored,
     current: undefined,
     removed: false,
-    refusals: recorded ? ['contributor removed', 'claim lost', 'id taken'] : ['contributor removed', 'id taken'],
+    refusals: recorded ? RECORDED_CREATE_REFUSALS : CREATE_REFUSALS,
     owned: { by: 1, most: maxPerContributor },
     bytes: textBytes(stored[TEXT]) + (recorded ? recordBytes(stored) : 0),
     recorded
@@ -58,12 +65,12 @@ export function creation (item: Item, recorded: boolean, maxPerContributor: numb
 /** `current` replaced by `next`. */
 export function edit (current: StoredItem, next: Item): ItemWrite {
   const stored = storedItem(next)
-  return { item: stored, current, removed: false, refusals: ['contributor removed'], owned: { by: 0 }, bytes: textBytes(stored[TEXT]) - textBytes(current[TEXT]), recorded: false }
+  return { item: stored, current, removed: false, refusals: EDIT_REFUSALS, owned: { by: 0 }, bytes: textBytes(stored[TEXT]) - textBytes(current[TEXT]), recorded: false }
 }
 
 /** `current` removed: allowed whatever became of its contributor, whose removal removes their items this way. */
 export function removal (current: StoredItem): ItemWrite {
-  return { item: current, current, removed: true, refusals: [], owned: { by: -1 }, bytes: -textBytes(current[TEXT]), recorded: false }
+  return { item: current, current, removed: true, refusals: REMOVAL_REFUSALS, owned: { by: -1 }, bytes: -textBytes(current[TEXT]), recorded: false }
 }
 
 /** Whether a contributor owning `owned` items is refused the write ('owns most'). */

@@ -146,6 +146,9 @@ export interface RegistryEntry {
   readonly aheadMs: number
 }
 
+/** The entry's text. */
+export const registryEntryText = ({ generation, aheadMs }: RegistryEntry): string => `${generation} ${aheadMs}`
+
 export const registryEntry = (entry: string): RegistryEntry => {
   const [generation, aheadMs] = entry.split(' ').map(Number) as [number, number]
   return { generation, aheadMs }

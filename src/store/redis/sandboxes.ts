@@ -12,7 +12,7 @@ import { indexItems } from './items.js'
 import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
 import { DeliveredReceivers } from './sandbox-receivers.js'
-import { GENERATION, type GenerationKeyNames, type RegistryEntry, registryEntry, type RegistryKeys, registryKeys, type StoredReceiver, SUBSCRIBER } from './sandbox-registry.js'
+import { GENERATION, type GenerationKeyNames, type RegistryEntry, registryEntry, registryEntryText, type RegistryKeys, registryKeys, type StoredReceiver, SUBSCRIBER } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
 import type { RedisWrites } from './writes.js'
@@ -150,7 +150,7 @@ export class RedisSandboxes implements Sandboxes {
     // Its next generation, its clock the service's, the one before left over to be deleted, its receiver kept with
     // its cursor at that generation's first event.
     const reset = await this.#changed(canonical, ({ generation }, receiver) => {
-      const change = new Change().write('HSET', keys.sandboxes, canonical, `${generation + 1} 0`).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
+      const change = new Change().write('HSET', keys.sandboxes, canonical, registryEntryText({ generation: generation + 1, aheadMs: 0 })).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
         .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
       if (receiver !== null) {
         const { keys: next } = this.#generationKeys(canonical, generation + 1)
@@ -206,7 +206,7 @@ export class RedisSandboxes implements Sandboxes {
     const canonical = id.toLowerCase()
     const moved = await this.#changed(canonical, ({ generation, aheadMs }) => {
       const moved = clockAdvanced(aheadMs, ms)
-      return moved === 'too far' ? undefined : new Change().write('HSET', this.#keys.sandboxes, canonical, `${generation} ${moved}`)
+      return moved === 'too far' ? undefined : new Change().write('HSET', this.#keys.sandboxes, canonical, registryEntryText({ generation, aheadMs: moved }))
     })
     if (moved === undefined) return undefined
     // As the change was decided, from the entry it was made on.

@@ -1,6 +1,7 @@
 // The store as an operator starts it: the server process from an environment, on each store, against a Redis with
 // and without maxmemory. The bounds for accounts are said at start.
 import { once } from 'node:events'
+import { readFile } from 'node:fs/promises'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
@@ -70,6 +71,14 @@ t.test('Redis: the sizing rule against maxmemory, for every instance alike; with
     const unchecked = await started(t, { ...env, REDIS_URL: (await ownRedis(t, settings)).url })
     t.match(logged(unchecked.output(), 'Redis has no maxmemory: nothing checks that the bounds for accounts fit it, and a full Redis stops every write; set maxmemory and maxmemory-policy noeviction (docs/redis.md)'), { level: 40 }, settings.join(' '))
   }
+})
+
+t.test('compose.yaml: its MAX_ACCOUNTS fits its Redis\'s maxmemory, so that its instances start in production as compose starts them', { skip }, async (t) => {
+  const compose = await readFile('compose.yaml', 'utf8')
+  const defaultOf = (variable: string): string => String(new RegExp(`\\$\\{${variable}:-([^}]+)\\}`).exec(compose)?.[1])
+  const redis = await ownRedis(t, ['--maxmemory', defaultOf('REDIS_MAXMEMORY'), '--maxmemory-policy', 'noeviction'])
+  const server = await started(t, { ...PRODUCTION, STORE: 'redis', REDIS_URL: redis.url, REDIS_KEY_PREFIX: redisKeyPrefix(t), RATE_LIMIT: 'on', MAX_ACCOUNTS: defaultOf('MAX_ACCOUNTS') })
+  t.match(logged(server.output(), 'bounds for accounts'), { maxAccounts: Number(defaultOf('MAX_ACCOUNTS')), budgetBytes: 1024 * MIB, fits: true })
 })
 
 t.test('Sentinel: the server started from the environment writes to the primary the sentinels name, each write on a replica before its answer', { skip }, async (t) => {
