@@ -477,6 +477,14 @@ export const schemas = {
         "type": "string",
         "const": "application/json"
       },
+      "requestid": {
+        "type": "string",
+        "pattern": "^[\\w.:/-]{1,128}$",
+        "description": "A CloudEvents extension attribute: the id of the request whose change this is (its `x-request-id`, the caller's own when it sent one), as its answer and the sandbox's journal name it. Added in 1.2.0.",
+        "examples": [
+          "9a7c2f3e-1b4d-4e6f-8a9b-0c1d2e3f4a5b"
+        ]
+      },
       "data": {
         "$ref": "ItemEventData"
       }

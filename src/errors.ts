@@ -65,6 +65,10 @@ export const sandboxesOff = (): ApiError => new ApiError(404, 'NOT_FOUND', 'Sand
 export const sandboxLimitReached = (limit: number): ApiError => new ApiError(507, 'STORE_FULL',
   `All ${limit} sandboxes that SANDBOX_LIMIT allows exist; delete one (or wait for one to idle out after SANDBOX_IDLE_SECONDS), or raise SANDBOX_LIMIT.`)
 
+/** A wait on a sandbox's journal past what one instance holds: on that sandbox, or in all. */
+export const journalWaitsRefused = (bound: 'per key' | 'in all'): ApiError => new ApiError(429, 'RATE_LIMITED',
+  `This instance holds as many waits ${bound === 'per key' ? 'on this sandbox\'s journal' : 'on sandboxes\' journals'} as it allows; try again when one ends.`, { 'retry-after': '1' })
+
 export const preconditionFailed = (): ApiError =>
   new ApiError(412, 'PRECONDITION_FAILED', 'The item has changed since you read it; read it again and retry.')
 

@@ -193,6 +193,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/sandboxes/{sandboxId}/journal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the sandbox's requests did, each with the events it caused; waited for when none has yet
+         * @description An entry for every request the sandbox served, in the order their answers were sent, on every instance:
+         *     its request id (`x-request-id`, the caller's own when it sent one), its operation, its status, its
+         *     `Idempotency-Key`, the acting account, the time on the sandbox's clock, and the events its change recorded
+         *     (each also naming the request, in its `requestid`; their envelopes are listed by `listSandboxEvents`).
+         *     Nothing of a request's body is kept. An entry is in the journal before its answer leaves: a test reads its
+         *     own request's at once. The sandbox keeps its newest 500 entries (each at most 1 KiB of text); a reset
+         *     empties its journal, a deletion deletes it.
+         *
+         *     The filters narrow the entries listed; `after` (the `next` of the page before) continues. With
+         *     `waitSeconds`, a page that would be empty waits until an entry that matches is added (on any instance),
+         *     or the time is up: then it is empty, and `next` is `after` again. At most 32 waits per sandbox and 1 000
+         *     in all are held by one instance at once; one more is answered 429 at once.
+         */
+        get: operations["listSandboxJournal"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/sandboxes/{sandboxId}/reset": {
         parameters: {
             query?: never;
@@ -346,6 +377,41 @@ export interface components {
             /** @description How far the sandbox's clock runs ahead of the service's. */
             aheadSeconds: number;
         };
+        /**
+         * @description A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.
+         * @example 1733227200000-0
+         */
+        JournalPosition: string;
+        Journal: {
+            entries: components["schemas"]["JournalEntry"][];
+            next: components["schemas"]["JournalPosition"];
+        };
+        JournalEntry: {
+            position: components["schemas"]["JournalPosition"];
+            /** @description The request's `x-request-id`, as its answer carried it. */
+            requestId: string;
+            /** @description The public contract's operation it called; null for a path the contract does not serve. */
+            operationId: string | null;
+            status: number;
+            idempotencyKey: string | null;
+            /**
+             * Format: uuid
+             * @description The account whose access token the request carried, when it was accepted.
+             */
+            accountId: string | null;
+            /**
+             * Format: date-time
+             * @description When its answer was sent, on the sandbox's clock.
+             */
+            time: string;
+            /** @description The events its change recorded (on a 2xx answer). */
+            events: {
+                /** Format: uuid */
+                id: string;
+                /** @description The event's type, its channel (`items.item.added`, …). */
+                type: string;
+            }[];
+        };
         SandboxEventList: {
             events: {
                 /** @description The event's place in the sandbox's order. */
@@ -434,13 +500,14 @@ export interface components {
              *     - `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.
              *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.
              *     - `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.
+             *     - `RATE_LIMITED` (429): as many waits on sandboxes' journals as an instance holds are held already.
              *     - `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.
              *     - `INTERNAL_ERROR` (500): an unexpected failure.
              *     - `SERVICE_UNAVAILABLE` (503): the data store is out of reach.
              *     - `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.
              * @enum {string}
              */
-            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "STORE_FULL" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
+            code: "AUTHENTICATION_REQUIRED" | "INVALID_TOKEN" | "NOT_FOUND" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "RATE_LIMITED" | "STORE_FULL" | "INTERNAL_ERROR" | "SERVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
             message: string;
         };
     };
@@ -1058,6 +1125,86 @@ export interface operations {
             400: components["responses"]["ValidationError"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["UnknownSandbox"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSandboxJournal: {
+        parameters: {
+            query?: {
+                /** @description The entries after this place (the `next` of the page before); from the first when left out. */
+                after?: components["schemas"]["JournalPosition"];
+                /** @description Only the entry of the request with this id. */
+                requestId?: string;
+                /** @description Only the requests sent with this `Idempotency-Key`. */
+                idempotencyKey?: string;
+                /** @description Only the requests of this operation of the public contract (`createItem`, …). */
+                operationId?: string;
+                /** @description Only the requests that caused an event of this type (`items.item.added`, …). */
+                type?: string;
+                limit?: number;
+                /** @description How long to wait, when no entry matches yet, for one that does. */
+                waitSeconds?: number;
+            };
+            header?: never;
+            path: {
+                /** @example 3f0c9a52-7d41-4e8b-b6a2-1c9e5d7f8a03 */
+                sandboxId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Up to `limit` entries that match, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "entries": [
+                     *         {
+                     *           "position": "1733227200000-0",
+                     *           "requestId": "9a7c2f3e-1b4d-4e6f-8a9b-0c1d2e3f4a5b",
+                     *           "operationId": "createItem",
+                     *           "status": 201,
+                     *           "idempotencyKey": "order-42",
+                     *           "accountId": "5d9f1c2e-8a7b-4c3d-9e2f-6a5b4c3d2e1f",
+                     *           "time": "2026-12-03T12:00:00.000Z",
+                     *           "events": [
+                     *             {
+                     *               "id": "6b1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+                     *               "type": "items.item.added"
+                     *             }
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "next": "1733227200000-0"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Journal"];
+                };
+            };
+            400: components["responses"]["ValidationError"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["UnknownSandbox"];
+            /** @description As many waits as an instance holds (per sandbox, or in all) are held already; try again when one ends. */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "code": "RATE_LIMITED",
+                     *       "message": "This instance holds as many waits on this sandbox's journal as it allows; try again when one ends."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

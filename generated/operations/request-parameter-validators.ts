@@ -995,7 +995,7 @@ return errors === 0;
 }
 validate58.evaluated = {"props":{"after":true,"limit":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_params: ValidateFunction = validate59;
+export const listSandboxJournal_params: ValidateFunction = validate59;
 const schema26 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
 function validate59(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -1081,8 +1081,67 @@ return errors === 0;
 }
 validate59.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_params: ValidateFunction = validate60;
-const schema27 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+export const listSandboxJournal_querystring: ValidateFunction = validate60;
+const schema27 = {"type":"object","properties":{"after":{"$ref":"JournalPosition"},"requestId":{"type":"string","maxLength":128},"idempotencyKey":{"type":"string","maxLength":255},"operationId":{"type":"string","maxLength":64},"type":{"type":"string","maxLength":64},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true},"waitSeconds":{"type":"integer","minimum":0,"maximum":30,"default":0,"x-finite":true}},"required":[],"x-decimal":{"limit":"integer","waitSeconds":"integer"}};
+const schema28 = {"$id":"JournalPosition","type":"string","pattern":"^[0-9]{1,16}-[0-9]{1,16}$","description":"A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.","examples":["1733227200000-0"]};
+const pattern12 = new RegExp("^[0-9]{1,16}-[0-9]{1,16}$", "u");
+
+function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="JournalPosition" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate61.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data !== "string"){
+let dataType0 = typeof data;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data;
+}
+else if(data === null){
+coerced0 = "";
+}
+else {
+const err0 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data = coerced0;
+if(parentData !== undefined){
+parentData[parentDataProperty] = coerced0;
+}
+}
+}
+if(typeof data === "string"){
+if(!pattern12.test(data)){
+const err1 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,16}-[0-9]{1,16}$"},message:"must match pattern \""+"^[0-9]{1,16}-[0-9]{1,16}$"+"\""};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+validate61.errors = vErrors;
+return errors === 0;
+}
+validate61.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
 
 function validate60(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -1095,8 +1154,14 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sandboxId === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(data.limit === undefined){
+data.limit = 100;
+}
+if(data.waitSeconds === undefined){
+data.waitSeconds = 0;
+}
+if(typeof data["limit"] == "string" && !isNaN(data["limit"]) && !pattern3.test(data["limit"])){
+const err0 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "limit"},message:"must be a number written in decimal digits"};
 if(vErrors === null){
 vErrors = [err0];
 }
@@ -1105,20 +1170,8 @@ vErrors.push(err0);
 }
 errors++;
 }
-if(data.sandboxId !== undefined){
-let data0 = data.sandboxId;
-if(typeof data0 !== "string"){
-let dataType0 = typeof data0;
-let coerced0 = undefined;
-if(!(coerced0 !== undefined)){
-if(dataType0 == "number" || dataType0 == "boolean"){
-coerced0 = "" + data0;
-}
-else if(data0 === null){
-coerced0 = "";
-}
-else {
-const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(typeof data["waitSeconds"] == "string" && !isNaN(data["waitSeconds"]) && !pattern3.test(data["waitSeconds"])){
+const err1 = {instancePath,schemaPath:"#/x-decimal",keyword:"x-decimal",params:{property: "waitSeconds"},message:"must be a number written in decimal digits"};
 if(vErrors === null){
 vErrors = [err1];
 }
@@ -1127,20 +1180,26 @@ vErrors.push(err1);
 }
 errors++;
 }
-}
-if(coerced0 !== undefined){
-data0 = coerced0;
-if(data !== undefined){
-data["sandboxId"] = coerced0;
-}
+if(data.after !== undefined){
+if(!(validate61(data.after, {instancePath:instancePath+"/after",parentData:data,parentDataProperty:"after",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
 }
 }
-if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
-data["sandboxId"] = data0.slice(-36).toLowerCase();
+if(data.requestId !== undefined){
+let data1 = data.requestId;
+if(typeof data1 !== "string"){
+let dataType0 = typeof data1;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data1;
 }
-if(typeof data0 === "string"){
-if(!(formats2.test(data0))){
-const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+else if(data1 === null){
+coerced0 = "";
+}
+else {
+const err2 = {instancePath:instancePath+"/requestId",schemaPath:"#/properties/requestId/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err2];
 }
@@ -1150,116 +1209,296 @@ vErrors.push(err2);
 errors++;
 }
 }
+if(coerced0 !== undefined){
+data1 = coerced0;
+if(data !== undefined){
+data["requestId"] = coerced0;
 }
 }
-else {
-const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+}
+if(typeof data1 === "string"){
+if(func1(data1) > 128){
+const err3 = {instancePath:instancePath+"/requestId",schemaPath:"#/properties/requestId/maxLength",keyword:"maxLength",params:{limit: 128},message:"must NOT have more than 128 characters"};
 if(vErrors === null){
 vErrors = [err3];
 }
 else {
 vErrors.push(err3);
+}
+errors++;
+}
+}
+}
+if(data.idempotencyKey !== undefined){
+let data2 = data.idempotencyKey;
+if(typeof data2 !== "string"){
+let dataType1 = typeof data2;
+let coerced1 = undefined;
+if(!(coerced1 !== undefined)){
+if(dataType1 == "number" || dataType1 == "boolean"){
+coerced1 = "" + data2;
+}
+else if(data2 === null){
+coerced1 = "";
+}
+else {
+const err4 = {instancePath:instancePath+"/idempotencyKey",schemaPath:"#/properties/idempotencyKey/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+}
+if(coerced1 !== undefined){
+data2 = coerced1;
+if(data !== undefined){
+data["idempotencyKey"] = coerced1;
+}
+}
+}
+if(typeof data2 === "string"){
+if(func1(data2) > 255){
+const err5 = {instancePath:instancePath+"/idempotencyKey",schemaPath:"#/properties/idempotencyKey/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+}
+}
+if(data.operationId !== undefined){
+let data3 = data.operationId;
+if(typeof data3 !== "string"){
+let dataType2 = typeof data3;
+let coerced2 = undefined;
+if(!(coerced2 !== undefined)){
+if(dataType2 == "number" || dataType2 == "boolean"){
+coerced2 = "" + data3;
+}
+else if(data3 === null){
+coerced2 = "";
+}
+else {
+const err6 = {instancePath:instancePath+"/operationId",schemaPath:"#/properties/operationId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+}
+if(coerced2 !== undefined){
+data3 = coerced2;
+if(data !== undefined){
+data["operationId"] = coerced2;
+}
+}
+}
+if(typeof data3 === "string"){
+if(func1(data3) > 64){
+const err7 = {instancePath:instancePath+"/operationId",schemaPath:"#/properties/operationId/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+}
+}
+if(data.type !== undefined){
+let data4 = data.type;
+if(typeof data4 !== "string"){
+let dataType3 = typeof data4;
+let coerced3 = undefined;
+if(!(coerced3 !== undefined)){
+if(dataType3 == "number" || dataType3 == "boolean"){
+coerced3 = "" + data4;
+}
+else if(data4 === null){
+coerced3 = "";
+}
+else {
+const err8 = {instancePath:instancePath+"/type",schemaPath:"#/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(coerced3 !== undefined){
+data4 = coerced3;
+if(data !== undefined){
+data["type"] = coerced3;
+}
+}
+}
+if(typeof data4 === "string"){
+if(func1(data4) > 64){
+const err9 = {instancePath:instancePath+"/type",schemaPath:"#/properties/type/maxLength",keyword:"maxLength",params:{limit: 64},message:"must NOT have more than 64 characters"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+}
+let data5 = data.limit;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+let dataType4 = typeof data5;
+let coerced4 = undefined;
+if(!(coerced4 !== undefined)){
+if(dataType4 === "boolean" || data5 === null
+              || (dataType4 === "string" && data5 && data5 == +data5 && !(data5 % 1))){
+coerced4 = +data5;
+}
+else {
+const err10 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+}
+if(coerced4 !== undefined){
+data5 = coerced4;
+if(data !== undefined){
+data["limit"] = coerced4;
+}
+}
+}
+if(typeof data5 == "number" && !isFinite(data5)){
+const err11 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 1000 || isNaN(data5)){
+const err12 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1000},message:"must be <= 1000"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+if(data5 < 1 || isNaN(data5)){
+const err13 = {instancePath:instancePath+"/limit",schemaPath:"#/properties/limit/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+let data6 = data.waitSeconds;
+if(!(((typeof data6 == "number") && (!(data6 % 1) && !isNaN(data6))) && (isFinite(data6)))){
+let dataType5 = typeof data6;
+let coerced5 = undefined;
+if(!(coerced5 !== undefined)){
+if(dataType5 === "boolean" || data6 === null
+              || (dataType5 === "string" && data6 && data6 == +data6 && !(data6 % 1))){
+coerced5 = +data6;
+}
+else {
+const err14 = {instancePath:instancePath+"/waitSeconds",schemaPath:"#/properties/waitSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+}
+if(coerced5 !== undefined){
+data6 = coerced5;
+if(data !== undefined){
+data["waitSeconds"] = coerced5;
+}
+}
+}
+if(typeof data6 == "number" && !isFinite(data6)){
+const err15 = {instancePath:instancePath+"/waitSeconds",schemaPath:"#/properties/waitSeconds/x-finite",keyword:"x-finite",params:{},message:"must be a finite number"};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 > 30 || isNaN(data6)){
+const err16 = {instancePath:instancePath+"/waitSeconds",schemaPath:"#/properties/waitSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 30},message:"must be <= 30"};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+if(data6 < 0 || isNaN(data6)){
+const err17 = {instancePath:instancePath+"/waitSeconds",schemaPath:"#/properties/waitSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+}
+else {
+const err18 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
 }
 errors++;
 }
 validate60.errors = vErrors;
 return errors === 0;
 }
-validate60.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+validate60.evaluated = {"props":{"after":true,"requestId":true,"idempotencyKey":true,"operationId":true,"type":true,"limit":true,"waitSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_params: ValidateFunction = validate61;
-const schema28 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
-
-function validate61(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate61.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(data && typeof data == "object" && !Array.isArray(data)){
-if(data.sandboxId === undefined){
-const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
-if(vErrors === null){
-vErrors = [err0];
-}
-else {
-vErrors.push(err0);
-}
-errors++;
-}
-if(data.sandboxId !== undefined){
-let data0 = data.sandboxId;
-if(typeof data0 !== "string"){
-let dataType0 = typeof data0;
-let coerced0 = undefined;
-if(!(coerced0 !== undefined)){
-if(dataType0 == "number" || dataType0 == "boolean"){
-coerced0 = "" + data0;
-}
-else if(data0 === null){
-coerced0 = "";
-}
-else {
-const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err1];
-}
-else {
-vErrors.push(err1);
-}
-errors++;
-}
-}
-if(coerced0 !== undefined){
-data0 = coerced0;
-if(data !== undefined){
-data["sandboxId"] = coerced0;
-}
-}
-}
-if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
-data["sandboxId"] = data0.slice(-36).toLowerCase();
-}
-if(typeof data0 === "string"){
-if(!(formats2.test(data0))){
-const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
-if(vErrors === null){
-vErrors = [err2];
-}
-else {
-vErrors.push(err2);
-}
-errors++;
-}
-}
-}
-}
-else {
-const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
-if(vErrors === null){
-vErrors = [err3];
-}
-else {
-vErrors.push(err3);
-}
-errors++;
-}
-validate61.errors = vErrors;
-return errors === 0;
-}
-validate61.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
-
-export const advanceSandboxClock_params: ValidateFunction = validate62;
+export const resetSandbox_params: ValidateFunction = validate63;
 const schema29 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
 
-function validate62(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate63(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate62.evaluated;
+const evaluated0 = validate63.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -1334,8 +1573,266 @@ vErrors.push(err3);
 }
 errors++;
 }
-validate62.errors = vErrors;
+validate63.errors = vErrors;
 return errors === 0;
 }
-validate62.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+validate63.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_params: ValidateFunction = validate64;
+const schema30 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate64(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate64.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate64.errors = vErrors;
+return errors === 0;
+}
+validate64.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_params: ValidateFunction = validate65;
+const schema31 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate65(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate65.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate65.errors = vErrors;
+return errors === 0;
+}
+validate65.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_params: ValidateFunction = validate66;
+const schema32 = {"type":"object","properties":{"sandboxId":{"type":"string","format":"uuid","x-canonical-uuid":true}},"required":["sandboxId"]};
+
+function validate66(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate66.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.sandboxId === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "sandboxId"},message:"must have required property '"+"sandboxId"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.sandboxId !== undefined){
+let data0 = data.sandboxId;
+if(typeof data0 !== "string"){
+let dataType0 = typeof data0;
+let coerced0 = undefined;
+if(!(coerced0 !== undefined)){
+if(dataType0 == "number" || dataType0 == "boolean"){
+coerced0 = "" + data0;
+}
+else if(data0 === null){
+coerced0 = "";
+}
+else {
+const err1 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+}
+if(coerced0 !== undefined){
+data0 = coerced0;
+if(data !== undefined){
+data["sandboxId"] = coerced0;
+}
+}
+}
+if(typeof data0 == "string" && data0.length >= 36 && data !== undefined){
+data["sandboxId"] = data0.slice(-36).toLowerCase();
+}
+if(typeof data0 === "string"){
+if(!(formats2.test(data0))){
+const err2 = {instancePath:instancePath+"/sandboxId",schemaPath:"#/properties/sandboxId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate66.errors = vErrors;
+return errors === 0;
+}
+validate66.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 

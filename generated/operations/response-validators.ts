@@ -5,7 +5,7 @@ import runtime0 from 'ajv-formats/dist/formats.js'
 
 export const getMetrics_401: ValidateFunction = validate52;
 const schema19 = {"$ref":"ErrorResponse"};
-const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","PAYLOAD_TOO_LARGE","UNSUPPORTED_MEDIA_TYPE","STORE_FULL","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN"]},"message":{"type":"string"}}};
+const schema20 = {"$id":"ErrorResponse","type":"object","description":"The body of every error but a 400.","required":["code","message"],"properties":{"code":{"type":"string","description":"- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `RATE_LIMITED` (429): as many waits on sandboxes' journals as an instance holds are held already.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n","enum":["AUTHENTICATION_REQUIRED","INVALID_TOKEN","NOT_FOUND","PAYLOAD_TOO_LARGE","UNSUPPORTED_MEDIA_TYPE","RATE_LIMITED","STORE_FULL","INTERNAL_ERROR","SERVICE_UNAVAILABLE","OUTCOME_UNKNOWN"]},"message":{"type":"string"}}};
 
 function validate53(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="ErrorResponse" */;
@@ -51,7 +51,7 @@ vErrors.push(err2);
 }
 errors++;
 }
-if(!(((((((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "PAYLOAD_TOO_LARGE")) || (data0 === "UNSUPPORTED_MEDIA_TYPE")) || (data0 === "STORE_FULL")) || (data0 === "INTERNAL_ERROR")) || (data0 === "SERVICE_UNAVAILABLE")) || (data0 === "OUTCOME_UNKNOWN"))){
+if(!((((((((((data0 === "AUTHENTICATION_REQUIRED") || (data0 === "INVALID_TOKEN")) || (data0 === "NOT_FOUND")) || (data0 === "PAYLOAD_TOO_LARGE")) || (data0 === "UNSUPPORTED_MEDIA_TYPE")) || (data0 === "RATE_LIMITED")) || (data0 === "STORE_FULL")) || (data0 === "INTERNAL_ERROR")) || (data0 === "SERVICE_UNAVAILABLE")) || (data0 === "OUTCOME_UNKNOWN"))){
 const err3 = {instancePath:instancePath+"/code",schemaPath:"#/properties/code/enum",keyword:"enum",params:{allowedValues: schema20.properties.code.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err3];
@@ -2878,8 +2878,464 @@ return errors === 0;
 }
 validate172.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_200: ValidateFunction = validate174;
-const schema84 = {"$ref":"Sandbox"};
+export const listSandboxJournal_200: ValidateFunction = validate174;
+const schema84 = {"$ref":"Journal"};
+const schema85 = {"$id":"Journal","type":"object","required":["entries","next"],"properties":{"entries":{"type":"array","items":{"$ref":"JournalEntry"}},"next":{"$ref":"JournalPosition"}}};
+const schema86 = {"$id":"JournalEntry","type":"object","required":["position","requestId","operationId","status","idempotencyKey","accountId","time","events"],"properties":{"position":{"$ref":"JournalPosition"},"requestId":{"type":"string","description":"The request's `x-request-id`, as its answer carried it."},"operationId":{"type":["string","null"],"description":"The public contract's operation it called; null for a path the contract does not serve."},"status":{"type":"integer","minimum":100,"maximum":599},"idempotencyKey":{"type":["string","null"]},"accountId":{"type":["string","null"],"format":"uuid","description":"The account whose access token the request carried, when it was accepted."},"time":{"type":"string","format":"date-time","description":"When its answer was sent, on the sandbox's clock."},"events":{"type":"array","maxItems":1,"description":"The events its change recorded (on a 2xx answer).","items":{"type":"object","required":["id","type"],"properties":{"id":{"type":"string","format":"uuid"},"type":{"type":"string","description":"The event's type, its channel (`items.item.added`, …)."}}}}}};
+const schema87 = {"$id":"JournalPosition","type":"string","pattern":"^[0-9]{1,16}-[0-9]{1,16}$","description":"A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.","examples":["1733227200000-0"]};
+const pattern3 = new RegExp("^[0-9]{1,16}-[0-9]{1,16}$", "u");
+
+function validate177(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="JournalPosition" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate177.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(typeof data === "string"){
+if(!pattern3.test(data)){
+const err0 = {instancePath,schemaPath:"#/pattern",keyword:"pattern",params:{pattern: "^[0-9]{1,16}-[0-9]{1,16}$"},message:"must match pattern \""+"^[0-9]{1,16}-[0-9]{1,16}$"+"\""};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+}
+else {
+const err1 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+validate177.errors = vErrors;
+return errors === 0;
+}
+validate177.evaluated = {"dynamicProps":false,"dynamicItems":false};
+
+
+function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="JournalEntry" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate176.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.position === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "position"},message:"must have required property '"+"position"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.requestId === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "requestId"},message:"must have required property '"+"requestId"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.operationId === undefined){
+const err2 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "operationId"},message:"must have required property '"+"operationId"+"'"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+if(data.status === undefined){
+const err3 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "status"},message:"must have required property '"+"status"+"'"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+if(data.idempotencyKey === undefined){
+const err4 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "idempotencyKey"},message:"must have required property '"+"idempotencyKey"+"'"};
+if(vErrors === null){
+vErrors = [err4];
+}
+else {
+vErrors.push(err4);
+}
+errors++;
+}
+if(data.accountId === undefined){
+const err5 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "accountId"},message:"must have required property '"+"accountId"+"'"};
+if(vErrors === null){
+vErrors = [err5];
+}
+else {
+vErrors.push(err5);
+}
+errors++;
+}
+if(data.time === undefined){
+const err6 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "time"},message:"must have required property '"+"time"+"'"};
+if(vErrors === null){
+vErrors = [err6];
+}
+else {
+vErrors.push(err6);
+}
+errors++;
+}
+if(data.events === undefined){
+const err7 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "events"},message:"must have required property '"+"events"+"'"};
+if(vErrors === null){
+vErrors = [err7];
+}
+else {
+vErrors.push(err7);
+}
+errors++;
+}
+if(data.position !== undefined){
+if(!(validate177(data.position, {instancePath:instancePath+"/position",parentData:data,parentDataProperty:"position",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate177.errors : vErrors.concat(validate177.errors);
+errors = vErrors.length;
+}
+}
+if(data.requestId !== undefined){
+if(typeof data.requestId !== "string"){
+const err8 = {instancePath:instancePath+"/requestId",schemaPath:"#/properties/requestId/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err8];
+}
+else {
+vErrors.push(err8);
+}
+errors++;
+}
+}
+if(data.operationId !== undefined){
+let data2 = data.operationId;
+if((typeof data2 !== "string") && (data2 !== null)){
+const err9 = {instancePath:instancePath+"/operationId",schemaPath:"#/properties/operationId/type",keyword:"type",params:{type: schema86.properties.operationId.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err9];
+}
+else {
+vErrors.push(err9);
+}
+errors++;
+}
+}
+if(data.status !== undefined){
+let data3 = data.status;
+if(!(((typeof data3 == "number") && (!(data3 % 1) && !isNaN(data3))) && (isFinite(data3)))){
+const err10 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+if(vErrors === null){
+vErrors = [err10];
+}
+else {
+vErrors.push(err10);
+}
+errors++;
+}
+if((typeof data3 == "number") && (isFinite(data3))){
+if(data3 > 599 || isNaN(data3)){
+const err11 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/maximum",keyword:"maximum",params:{comparison: "<=", limit: 599},message:"must be <= 599"};
+if(vErrors === null){
+vErrors = [err11];
+}
+else {
+vErrors.push(err11);
+}
+errors++;
+}
+if(data3 < 100 || isNaN(data3)){
+const err12 = {instancePath:instancePath+"/status",schemaPath:"#/properties/status/minimum",keyword:"minimum",params:{comparison: ">=", limit: 100},message:"must be >= 100"};
+if(vErrors === null){
+vErrors = [err12];
+}
+else {
+vErrors.push(err12);
+}
+errors++;
+}
+}
+}
+if(data.idempotencyKey !== undefined){
+let data4 = data.idempotencyKey;
+if((typeof data4 !== "string") && (data4 !== null)){
+const err13 = {instancePath:instancePath+"/idempotencyKey",schemaPath:"#/properties/idempotencyKey/type",keyword:"type",params:{type: schema86.properties.idempotencyKey.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err13];
+}
+else {
+vErrors.push(err13);
+}
+errors++;
+}
+}
+if(data.accountId !== undefined){
+let data5 = data.accountId;
+if((typeof data5 !== "string") && (data5 !== null)){
+const err14 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/type",keyword:"type",params:{type: schema86.properties.accountId.type},message:"must be string,null"};
+if(vErrors === null){
+vErrors = [err14];
+}
+else {
+vErrors.push(err14);
+}
+errors++;
+}
+if(typeof data5 === "string"){
+if(!(formats0.test(data5))){
+const err15 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err15];
+}
+else {
+vErrors.push(err15);
+}
+errors++;
+}
+}
+}
+if(data.time !== undefined){
+let data6 = data.time;
+if(typeof data6 === "string"){
+if(!(formats2.validate(data6))){
+const err16 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(vErrors === null){
+vErrors = [err16];
+}
+else {
+vErrors.push(err16);
+}
+errors++;
+}
+}
+else {
+const err17 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err17];
+}
+else {
+vErrors.push(err17);
+}
+errors++;
+}
+}
+if(data.events !== undefined){
+let data7 = data.events;
+if(Array.isArray(data7)){
+if(data7.length > 1){
+const err18 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/maxItems",keyword:"maxItems",params:{limit: 1},message:"must NOT have more than 1 items"};
+if(vErrors === null){
+vErrors = [err18];
+}
+else {
+vErrors.push(err18);
+}
+errors++;
+}
+const len0 = data7.length;
+for(let i0=0; i0<len0; i0++){
+let data8 = data7[i0];
+if(data8 && typeof data8 == "object" && !Array.isArray(data8)){
+if(data8.id === undefined){
+const err19 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "id"},message:"must have required property '"+"id"+"'"};
+if(vErrors === null){
+vErrors = [err19];
+}
+else {
+vErrors.push(err19);
+}
+errors++;
+}
+if(data8.type === undefined){
+const err20 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "type"},message:"must have required property '"+"type"+"'"};
+if(vErrors === null){
+vErrors = [err20];
+}
+else {
+vErrors.push(err20);
+}
+errors++;
+}
+if(data8.id !== undefined){
+let data9 = data8.id;
+if(typeof data9 === "string"){
+if(!(formats0.test(data9))){
+const err21 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(vErrors === null){
+vErrors = [err21];
+}
+else {
+vErrors.push(err21);
+}
+errors++;
+}
+}
+else {
+const err22 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err22];
+}
+else {
+vErrors.push(err22);
+}
+errors++;
+}
+}
+if(data8.type !== undefined){
+if(typeof data8.type !== "string"){
+const err23 = {instancePath:instancePath+"/events/" + i0+"/type",schemaPath:"#/properties/events/items/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err23];
+}
+else {
+vErrors.push(err23);
+}
+errors++;
+}
+}
+}
+else {
+const err24 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err24];
+}
+else {
+vErrors.push(err24);
+}
+errors++;
+}
+}
+}
+else {
+const err25 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err25];
+}
+else {
+vErrors.push(err25);
+}
+errors++;
+}
+}
+}
+else {
+const err26 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err26];
+}
+else {
+vErrors.push(err26);
+}
+errors++;
+}
+validate176.errors = vErrors;
+return errors === 0;
+}
+validate176.evaluated = {"props":{"position":true,"requestId":true,"operationId":true,"status":true,"idempotencyKey":true,"accountId":true,"time":true,"events":true},"dynamicProps":false,"dynamicItems":false};
+
+
+function validate175(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+/*# sourceURL="Journal" */;
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate175.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.entries === undefined){
+const err0 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "entries"},message:"must have required property '"+"entries"+"'"};
+if(vErrors === null){
+vErrors = [err0];
+}
+else {
+vErrors.push(err0);
+}
+errors++;
+}
+if(data.next === undefined){
+const err1 = {instancePath,schemaPath:"#/required",keyword:"required",params:{missingProperty: "next"},message:"must have required property '"+"next"+"'"};
+if(vErrors === null){
+vErrors = [err1];
+}
+else {
+vErrors.push(err1);
+}
+errors++;
+}
+if(data.entries !== undefined){
+let data0 = data.entries;
+if(Array.isArray(data0)){
+const len0 = data0.length;
+for(let i0=0; i0<len0; i0++){
+if(!(validate176(data0[i0], {instancePath:instancePath+"/entries/" + i0,parentData:data0,parentDataProperty:i0,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate176.errors : vErrors.concat(validate176.errors);
+errors = vErrors.length;
+}
+}
+}
+else {
+const err2 = {instancePath:instancePath+"/entries",schemaPath:"#/properties/entries/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err2];
+}
+else {
+vErrors.push(err2);
+}
+errors++;
+}
+}
+if(data.next !== undefined){
+if(!(validate177(data.next, {instancePath:instancePath+"/next",parentData:data,parentDataProperty:"next",rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate177.errors : vErrors.concat(validate177.errors);
+errors = vErrors.length;
+}
+}
+}
+else {
+const err3 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err3];
+}
+else {
+vErrors.push(err3);
+}
+errors++;
+}
+validate175.errors = vErrors;
+return errors === 0;
+}
+validate175.evaluated = {"props":{"entries":true,"next":true},"dynamicProps":false,"dynamicItems":false};
+
 
 function validate174(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2891,83 +3347,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate129(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate129.errors : vErrors.concat(validate129.errors);
+if(!(validate175(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate175.errors : vErrors.concat(validate175.errors);
 errors = vErrors.length;
 }
 validate174.errors = vErrors;
 return errors === 0;
 }
-validate174.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
+validate174.evaluated = {"props":{"entries":true,"next":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_400: ValidateFunction = validate176;
-const schema85 = {"$ref":"ValidationErrorResponse"};
-
-function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate176.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
-errors = vErrors.length;
-}
-validate176.errors = vErrors;
-return errors === 0;
-}
-validate176.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_401: ValidateFunction = validate178;
-const schema86 = {"$ref":"ErrorResponse"};
-
-function validate178(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate178.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate178.errors = vErrors;
-return errors === 0;
-}
-validate178.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_404: ValidateFunction = validate180;
-const schema87 = {"$ref":"ErrorResponse"};
-
-function validate180(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
-let vErrors = null;
-let errors = 0;
-const evaluated0 = validate180.evaluated;
-if(evaluated0.dynamicProps){
-evaluated0.props = undefined;
-}
-if(evaluated0.dynamicItems){
-evaluated0.items = undefined;
-}
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
-errors = vErrors.length;
-}
-validate180.errors = vErrors;
-return errors === 0;
-}
-validate180.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
-
-export const resetSandbox_500: ValidateFunction = validate182;
-const schema88 = {"$ref":"ErrorResponse"};
+export const listSandboxJournal_400: ValidateFunction = validate182;
+const schema88 = {"$ref":"ValidationErrorResponse"};
 
 function validate182(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -2979,16 +3369,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
 validate182.errors = vErrors;
 return errors === 0;
 }
-validate182.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate182.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_503: ValidateFunction = validate184;
+export const listSandboxJournal_401: ValidateFunction = validate184;
 const schema89 = {"$ref":"ErrorResponse"};
 
 function validate184(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3010,7 +3400,7 @@ return errors === 0;
 }
 validate184.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const resetSandbox_504: ValidateFunction = validate186;
+export const listSandboxJournal_404: ValidateFunction = validate186;
 const schema90 = {"$ref":"ErrorResponse"};
 
 function validate186(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3032,8 +3422,8 @@ return errors === 0;
 }
 validate186.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_400: ValidateFunction = validate188;
-const schema91 = {"$ref":"ValidationErrorResponse"};
+export const listSandboxJournal_429: ValidateFunction = validate188;
+const schema91 = {"$ref":"ErrorResponse"};
 
 function validate188(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3045,16 +3435,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
 validate188.errors = vErrors;
 return errors === 0;
 }
-validate188.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate188.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_401: ValidateFunction = validate190;
+export const listSandboxJournal_500: ValidateFunction = validate190;
 const schema92 = {"$ref":"ErrorResponse"};
 
 function validate190(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3076,7 +3466,7 @@ return errors === 0;
 }
 validate190.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_404: ValidateFunction = validate192;
+export const listSandboxJournal_503: ValidateFunction = validate192;
 const schema93 = {"$ref":"ErrorResponse"};
 
 function validate192(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3098,8 +3488,8 @@ return errors === 0;
 }
 validate192.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_413: ValidateFunction = validate194;
-const schema94 = {"$ref":"ErrorResponse"};
+export const resetSandbox_200: ValidateFunction = validate194;
+const schema94 = {"$ref":"Sandbox"};
 
 function validate194(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3111,17 +3501,17 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate129(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate129.errors : vErrors.concat(validate129.errors);
 errors = vErrors.length;
 }
 validate194.errors = vErrors;
 return errors === 0;
 }
-validate194.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate194.evaluated = {"props":{"id":true,"basePath":true,"idleSeconds":true,"capacityBytes":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_415: ValidateFunction = validate196;
-const schema95 = {"$ref":"ErrorResponse"};
+export const resetSandbox_400: ValidateFunction = validate196;
+const schema95 = {"$ref":"ValidationErrorResponse"};
 
 function validate196(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3133,16 +3523,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
 validate196.errors = vErrors;
 return errors === 0;
 }
-validate196.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate196.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_500: ValidateFunction = validate198;
+export const resetSandbox_401: ValidateFunction = validate198;
 const schema96 = {"$ref":"ErrorResponse"};
 
 function validate198(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3164,7 +3554,7 @@ return errors === 0;
 }
 validate198.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_503: ValidateFunction = validate200;
+export const resetSandbox_404: ValidateFunction = validate200;
 const schema97 = {"$ref":"ErrorResponse"};
 
 function validate200(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3186,7 +3576,7 @@ return errors === 0;
 }
 validate200.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const setSandboxWebhook_504: ValidateFunction = validate202;
+export const resetSandbox_500: ValidateFunction = validate202;
 const schema98 = {"$ref":"ErrorResponse"};
 
 function validate202(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3208,8 +3598,8 @@ return errors === 0;
 }
 validate202.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_400: ValidateFunction = validate204;
-const schema99 = {"$ref":"ValidationErrorResponse"};
+export const resetSandbox_503: ValidateFunction = validate204;
+const schema99 = {"$ref":"ErrorResponse"};
 
 function validate204(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3221,16 +3611,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
 validate204.errors = vErrors;
 return errors === 0;
 }
-validate204.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate204.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_401: ValidateFunction = validate206;
+export const resetSandbox_504: ValidateFunction = validate206;
 const schema100 = {"$ref":"ErrorResponse"};
 
 function validate206(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3252,8 +3642,8 @@ return errors === 0;
 }
 validate206.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_404: ValidateFunction = validate208;
-const schema101 = {"$ref":"ErrorResponse"};
+export const setSandboxWebhook_400: ValidateFunction = validate208;
+const schema101 = {"$ref":"ValidationErrorResponse"};
 
 function validate208(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
@@ -3265,16 +3655,16 @@ evaluated0.props = undefined;
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
 validate208.errors = vErrors;
 return errors === 0;
 }
-validate208.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate208.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_500: ValidateFunction = validate210;
+export const setSandboxWebhook_401: ValidateFunction = validate210;
 const schema102 = {"$ref":"ErrorResponse"};
 
 function validate210(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3296,7 +3686,7 @@ return errors === 0;
 }
 validate210.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_503: ValidateFunction = validate212;
+export const setSandboxWebhook_404: ValidateFunction = validate212;
 const schema103 = {"$ref":"ErrorResponse"};
 
 function validate212(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3318,7 +3708,7 @@ return errors === 0;
 }
 validate212.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const deleteSandboxWebhook_504: ValidateFunction = validate214;
+export const setSandboxWebhook_413: ValidateFunction = validate214;
 const schema104 = {"$ref":"ErrorResponse"};
 
 function validate214(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
@@ -3340,15 +3730,235 @@ return errors === 0;
 }
 validate214.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_200: ValidateFunction = validate216;
-const schema105 = {"$ref":"SandboxClock"};
-const schema106 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+export const setSandboxWebhook_415: ValidateFunction = validate216;
+const schema105 = {"$ref":"ErrorResponse"};
 
-function validate217(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate216.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate216.errors = vErrors;
+return errors === 0;
+}
+validate216.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_500: ValidateFunction = validate218;
+const schema106 = {"$ref":"ErrorResponse"};
+
+function validate218(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate218.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate218.errors = vErrors;
+return errors === 0;
+}
+validate218.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_503: ValidateFunction = validate220;
+const schema107 = {"$ref":"ErrorResponse"};
+
+function validate220(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate220.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate220.errors = vErrors;
+return errors === 0;
+}
+validate220.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const setSandboxWebhook_504: ValidateFunction = validate222;
+const schema108 = {"$ref":"ErrorResponse"};
+
+function validate222(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate222.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate222.errors = vErrors;
+return errors === 0;
+}
+validate222.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_400: ValidateFunction = validate224;
+const schema109 = {"$ref":"ValidationErrorResponse"};
+
+function validate224(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate224.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
+errors = vErrors.length;
+}
+validate224.errors = vErrors;
+return errors === 0;
+}
+validate224.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_401: ValidateFunction = validate226;
+const schema110 = {"$ref":"ErrorResponse"};
+
+function validate226(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate226.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate226.errors = vErrors;
+return errors === 0;
+}
+validate226.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_404: ValidateFunction = validate228;
+const schema111 = {"$ref":"ErrorResponse"};
+
+function validate228(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate228.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate228.errors = vErrors;
+return errors === 0;
+}
+validate228.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_500: ValidateFunction = validate230;
+const schema112 = {"$ref":"ErrorResponse"};
+
+function validate230(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate230.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate230.errors = vErrors;
+return errors === 0;
+}
+validate230.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_503: ValidateFunction = validate232;
+const schema113 = {"$ref":"ErrorResponse"};
+
+function validate232(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate232.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate232.errors = vErrors;
+return errors === 0;
+}
+validate232.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const deleteSandboxWebhook_504: ValidateFunction = validate234;
+const schema114 = {"$ref":"ErrorResponse"};
+
+function validate234(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+let vErrors = null;
+let errors = 0;
+const evaluated0 = validate234.evaluated;
+if(evaluated0.dynamicProps){
+evaluated0.props = undefined;
+}
+if(evaluated0.dynamicItems){
+evaluated0.items = undefined;
+}
+if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
+errors = vErrors.length;
+}
+validate234.errors = vErrors;
+return errors === 0;
+}
+validate234.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+
+export const advanceSandboxClock_200: ValidateFunction = validate236;
+const schema115 = {"$ref":"SandboxClock"};
+const schema116 = {"$id":"SandboxClock","type":"object","required":["now","aheadSeconds"],"properties":{"now":{"type":"string","format":"date-time","description":"The sandbox's time, as its store reads it."},"aheadSeconds":{"type":"integer","minimum":0,"description":"How far the sandbox's clock runs ahead of the service's."}}};
+
+function validate237(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="SandboxClock" */;
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate217.evaluated;
+const evaluated0 = validate237.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3437,38 +4047,38 @@ vErrors.push(err6);
 }
 errors++;
 }
-validate217.errors = vErrors;
+validate237.errors = vErrors;
 return errors === 0;
 }
-validate217.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate237.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
 
-function validate216(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate236(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate216.evaluated;
+const evaluated0 = validate236.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
 if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
-if(!(validate217(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
-vErrors = vErrors === null ? validate217.errors : vErrors.concat(validate217.errors);
+if(!(validate237(data, {instancePath,parentData,parentDataProperty,rootData,dynamicAnchors}))){
+vErrors = vErrors === null ? validate237.errors : vErrors.concat(validate237.errors);
 errors = vErrors.length;
 }
-validate216.errors = vErrors;
+validate236.errors = vErrors;
 return errors === 0;
 }
-validate216.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
+validate236.evaluated = {"props":{"now":true,"aheadSeconds":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_400: ValidateFunction = validate219;
-const schema107 = {"$ref":"ValidationErrorResponse"};
+export const advanceSandboxClock_400: ValidateFunction = validate239;
+const schema117 = {"$ref":"ValidationErrorResponse"};
 
-function validate219(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate239(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate219.evaluated;
+const evaluated0 = validate239.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3479,18 +4089,18 @@ if(!(validate61(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
 }
-validate219.errors = vErrors;
+validate239.errors = vErrors;
 return errors === 0;
 }
-validate219.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
+validate239.evaluated = {"props":{"code":true,"message":true,"details":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_401: ValidateFunction = validate221;
-const schema108 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_401: ValidateFunction = validate241;
+const schema118 = {"$ref":"ErrorResponse"};
 
-function validate221(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate241(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate221.evaluated;
+const evaluated0 = validate241.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3501,18 +4111,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate221.errors = vErrors;
+validate241.errors = vErrors;
 return errors === 0;
 }
-validate221.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate241.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_404: ValidateFunction = validate223;
-const schema109 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_404: ValidateFunction = validate243;
+const schema119 = {"$ref":"ErrorResponse"};
 
-function validate223(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate243(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate223.evaluated;
+const evaluated0 = validate243.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3523,18 +4133,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate223.errors = vErrors;
+validate243.errors = vErrors;
 return errors === 0;
 }
-validate223.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate243.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_413: ValidateFunction = validate225;
-const schema110 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_413: ValidateFunction = validate245;
+const schema120 = {"$ref":"ErrorResponse"};
 
-function validate225(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate245(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate225.evaluated;
+const evaluated0 = validate245.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3545,18 +4155,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate225.errors = vErrors;
+validate245.errors = vErrors;
 return errors === 0;
 }
-validate225.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate245.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_415: ValidateFunction = validate227;
-const schema111 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_415: ValidateFunction = validate247;
+const schema121 = {"$ref":"ErrorResponse"};
 
-function validate227(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate247(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate227.evaluated;
+const evaluated0 = validate247.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3567,18 +4177,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate227.errors = vErrors;
+validate247.errors = vErrors;
 return errors === 0;
 }
-validate227.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate247.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_500: ValidateFunction = validate229;
-const schema112 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_500: ValidateFunction = validate249;
+const schema122 = {"$ref":"ErrorResponse"};
 
-function validate229(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate249(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate229.evaluated;
+const evaluated0 = validate249.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3589,18 +4199,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate229.errors = vErrors;
+validate249.errors = vErrors;
 return errors === 0;
 }
-validate229.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate249.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_503: ValidateFunction = validate231;
-const schema113 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_503: ValidateFunction = validate251;
+const schema123 = {"$ref":"ErrorResponse"};
 
-function validate231(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate251(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate231.evaluated;
+const evaluated0 = validate251.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3611,18 +4221,18 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate231.errors = vErrors;
+validate251.errors = vErrors;
 return errors === 0;
 }
-validate231.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate251.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 
-export const advanceSandboxClock_504: ValidateFunction = validate233;
-const schema114 = {"$ref":"ErrorResponse"};
+export const advanceSandboxClock_504: ValidateFunction = validate253;
+const schema124 = {"$ref":"ErrorResponse"};
 
-function validate233(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
+function validate253(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 let vErrors = null;
 let errors = 0;
-const evaluated0 = validate233.evaluated;
+const evaluated0 = validate253.evaluated;
 if(evaluated0.dynamicProps){
 evaluated0.props = undefined;
 }
@@ -3633,8 +4243,8 @@ if(!(validate53(data, {instancePath,parentData,parentDataProperty,rootData,dynam
 vErrors = vErrors === null ? validate53.errors : vErrors.concat(validate53.errors);
 errors = vErrors.length;
 }
-validate233.errors = vErrors;
+validate253.errors = vErrors;
 return errors === 0;
 }
-validate233.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
+validate253.evaluated = {"props":{"code":true,"message":true},"dynamicProps":false,"dynamicItems":false};
 

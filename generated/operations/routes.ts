@@ -5,7 +5,7 @@ type Role = never
 export type JsonSchema = { readonly [keyword: string]: unknown }
 
 /** The operations served over HTTP (the contract's paths; its webhooks are events the service emits). */
-export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'listSandboxes' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'resetSandbox' | 'setSandboxWebhook' | 'deleteSandboxWebhook' | 'advanceSandboxClock'
+export type RouteOperationId = 'getMetrics' | 'listDeadLetters' | 'redeliverDeadLetters' | 'listAccounts' | 'removeAccount' | 'listSandboxes' | 'createSandbox' | 'deleteSandbox' | 'listSandboxEvents' | 'listSandboxJournal' | 'resetSandbox' | 'setSandboxWebhook' | 'deleteSandboxWebhook' | 'advanceSandboxClock'
 
 /** The operations that take an `Idempotency-Key` header. */
 export type IdempotentOperationId = never
@@ -59,6 +59,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   createSandbox: never
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
+  listSandboxJournal: 'limit' | 'waitSeconds'
   resetSandbox: never
   setSandboxWebhook: never
   deleteSandboxWebhook: never
@@ -570,6 +571,102 @@ export const routes: readonly RouteDefinition[] = [
             "minimum": 1,
             "maximum": 1000,
             "default": 100
+          }
+        },
+        "required": []
+      }
+    }
+  },
+  {
+    "operationId": "listSandboxJournal",
+    "method": "GET",
+    "url": "/sandboxes/:sandboxId/journal",
+    "security": [
+      "opsToken"
+    ],
+    "roles": [],
+    "rateLimits": [],
+    "idempotent": false,
+    "sheddable": true,
+    "statuses": [
+      "200",
+      "400",
+      "401",
+      "404",
+      "429",
+      "500",
+      "503"
+    ],
+    "requiredHeaders": {},
+    "schema": {
+      "response": {
+        "200": {
+          "$ref": "Journal"
+        },
+        "400": {
+          "$ref": "ValidationErrorResponse"
+        },
+        "401": {
+          "$ref": "ErrorResponse"
+        },
+        "404": {
+          "$ref": "ErrorResponse"
+        },
+        "429": {
+          "$ref": "ErrorResponse"
+        },
+        "500": {
+          "$ref": "ErrorResponse"
+        },
+        "503": {
+          "$ref": "ErrorResponse"
+        }
+      },
+      "params": {
+        "type": "object",
+        "properties": {
+          "sandboxId": {
+            "type": "string",
+            "format": "uuid"
+          }
+        },
+        "required": [
+          "sandboxId"
+        ]
+      },
+      "querystring": {
+        "type": "object",
+        "properties": {
+          "after": {
+            "$ref": "JournalPosition"
+          },
+          "requestId": {
+            "type": "string",
+            "maxLength": 128
+          },
+          "idempotencyKey": {
+            "type": "string",
+            "maxLength": 255
+          },
+          "operationId": {
+            "type": "string",
+            "maxLength": 64
+          },
+          "type": {
+            "type": "string",
+            "maxLength": 64
+          },
+          "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "default": 100
+          },
+          "waitSeconds": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 30,
+            "default": 0
           }
         },
         "required": []

@@ -183,6 +183,110 @@ export const schemas = {
       }
     }
   },
+  "JournalPosition": {
+    "$id": "JournalPosition",
+    "type": "string",
+    "pattern": "^[0-9]{1,16}-[0-9]{1,16}$",
+    "description": "A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.",
+    "examples": [
+      "1733227200000-0"
+    ]
+  },
+  "Journal": {
+    "$id": "Journal",
+    "type": "object",
+    "required": [
+      "entries",
+      "next"
+    ],
+    "properties": {
+      "entries": {
+        "type": "array",
+        "items": {
+          "$ref": "JournalEntry"
+        }
+      },
+      "next": {
+        "$ref": "JournalPosition"
+      }
+    }
+  },
+  "JournalEntry": {
+    "$id": "JournalEntry",
+    "type": "object",
+    "required": [
+      "position",
+      "requestId",
+      "operationId",
+      "status",
+      "idempotencyKey",
+      "accountId",
+      "time",
+      "events"
+    ],
+    "properties": {
+      "position": {
+        "$ref": "JournalPosition"
+      },
+      "requestId": {
+        "type": "string",
+        "description": "The request's `x-request-id`, as its answer carried it."
+      },
+      "operationId": {
+        "type": [
+          "string",
+          "null"
+        ],
+        "description": "The public contract's operation it called; null for a path the contract does not serve."
+      },
+      "status": {
+        "type": "integer",
+        "minimum": 100,
+        "maximum": 599
+      },
+      "idempotencyKey": {
+        "type": [
+          "string",
+          "null"
+        ]
+      },
+      "accountId": {
+        "type": [
+          "string",
+          "null"
+        ],
+        "format": "uuid",
+        "description": "The account whose access token the request carried, when it was accepted."
+      },
+      "time": {
+        "type": "string",
+        "format": "date-time",
+        "description": "When its answer was sent, on the sandbox's clock."
+      },
+      "events": {
+        "type": "array",
+        "maxItems": 1,
+        "description": "The events its change recorded (on a 2xx answer).",
+        "items": {
+          "type": "object",
+          "required": [
+            "id",
+            "type"
+          ],
+          "properties": {
+            "id": {
+              "type": "string",
+              "format": "uuid"
+            },
+            "type": {
+              "type": "string",
+              "description": "The event's type, its channel (`items.item.added`, …)."
+            }
+          }
+        }
+      }
+    }
+  },
   "SandboxEventList": {
     "$id": "SandboxEventList",
     "type": "object",
@@ -448,13 +552,14 @@ export const schemas = {
     "properties": {
       "code": {
         "type": "string",
-        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n",
+        "description": "- `AUTHENTICATION_REQUIRED` (401): `OPS_TOKEN` is set and the request carries no bearer token.\n- `INVALID_TOKEN` (401): the bearer token is not `OPS_TOKEN`.\n- `NOT_FOUND` (404): the route, the webhook subscriber or the sandbox does not exist, or sandboxes are off.\n- `PAYLOAD_TOO_LARGE` (413): the body is larger than the operations API accepts.\n- `UNSUPPORTED_MEDIA_TYPE` (415): the body is not `application/json`.\n- `RATE_LIMITED` (429): as many waits on sandboxes' journals as an instance holds are held already.\n- `STORE_FULL` (507): as many sandboxes as `SANDBOX_LIMIT` allows exist.\n- `INTERNAL_ERROR` (500): an unexpected failure.\n- `SERVICE_UNAVAILABLE` (503): the data store is out of reach.\n- `OUTCOME_UNKNOWN` (504): the data store's answer to a change was lost; it may have been made.\n",
         "enum": [
           "AUTHENTICATION_REQUIRED",
           "INVALID_TOKEN",
           "NOT_FOUND",
           "PAYLOAD_TOO_LARGE",
           "UNSUPPORTED_MEDIA_TYPE",
+          "RATE_LIMITED",
           "STORE_FULL",
           "INTERNAL_ERROR",
           "SERVICE_UNAVAILABLE",

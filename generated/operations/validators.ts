@@ -43,6 +43,10 @@ export const validators = {
     params: parameters.listSandboxEvents_params,
     querystring: parameters.listSandboxEvents_querystring
   },
+  listSandboxJournal: {
+    params: parameters.listSandboxJournal_params,
+    querystring: parameters.listSandboxJournal_querystring
+  },
   resetSandbox: {
     params: parameters.resetSandbox_params
   },

@@ -44,7 +44,7 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
   const item = await request.store.items.add(newItem(request.body, request.user.id, request.store.now()),
-    request.server.events.announce('items.item.added', request.user.id, request.store), request.idempotencyClaim ?? undefined, request.writeLimit ?? undefined)
+    request.server.events.announce('items.item.added', request.user.id, request.store, request), request.idempotencyClaim ?? undefined, request.writeLimit ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
   // A retry with the same Idempotency-Key gets this again from the pipeline (src/pipeline/idempotency.ts).
   return reply.header('location', itemLocation(item)).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT])
@@ -65,7 +65,7 @@ export const updateItem: Handler<'updateItem'> = async (request, reply) => {
     assertOwner(request.user, current)
     assertUnchanged(request.headers['if-match'], current)
     return { ...current, ...request.body, updatedAt: nextTimestamp(current.updatedAt, request.store.now()) }
-  }, request.server.events.announce('items.item.edited', request.user.id, request.store), request.writeLimit ?? undefined)
+  }, request.server.events.announce('items.item.edited', request.user.id, request.store, request), request.writeLimit ?? undefined)
   if (updated === undefined) throw notFound('Item')
   return reply.header('etag', entityTag(updated)).header('content-type', JSON_CONTENT).code(200).send(updated[TEXT])
 }
@@ -74,7 +74,7 @@ export const deleteItem: Handler<'deleteItem'> = async (request, reply) => {
   const removed = await request.store.items.remove(request.params.itemId, (current) => {
     assertOwner(request.user, current)
     assertUnchanged(request.headers['if-match'], current)
-  }, request.server.events.announce('items.item.removed', request.user.id, request.store), request.writeLimit ?? undefined)
+  }, request.server.events.announce('items.item.removed', request.user.id, request.store, request), request.writeLimit ?? undefined)
   if (removed === undefined) throw notFound('Item')
   return reply.code(204).send()
 }

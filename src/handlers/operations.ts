@@ -2,7 +2,8 @@ import type { operations } from '../../generated/operations/openapi.js'
 import type { DefaultedParameters, RouteOperationId } from '../../generated/operations/routes.js'
 import { emailKey } from '../auth/email.js'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { InvalidRequestError, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
+import { InvalidRequestError, journalWaitsRefused, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
+import { JOURNAL_START, journalPage } from '../domain/journal.js'
 import { SANDBOX_CLOCK_AHEAD_YEARS } from '../domain/sandboxes.js'
 import { type Sandbox, sandboxCapacityBytes, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
@@ -82,12 +83,12 @@ export const removeAccount: OperationsHandler<'removeAccount'> = async (request,
   const { accountId } = request.params
   // The user first: its sessions end, so that no request of the account's adds an item while its items go.
   const userRemoved = await store.accounts.remove(accountId)
-  const announce = events.announce('items.item.removed', accountId, store)
   let itemsRemoved = 0
   for (;;) {
     const { items } = await store.items.page(0, ITEMS_PER_PAGE, { contributorId: accountId })
     if (items.length === 0) break
     for (const item of items) {
+      const announce = events.announce('items.item.removed', accountId, store, request)
       if (await store.items.remove(itemFields(item).id, () => {}, announce) !== undefined) itemsRemoved += 1
     }
   }
@@ -207,7 +208,33 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
   return await reply.code(200).send(listed.length === limit ? { events, next: listed.at(-1)!.sequence } : { events })
 }
 
+export const listSandboxJournal: OperationsHandler<'listSandboxJournal'> = async (request, reply) => {
+  const { sandboxId } = request.params
+  const { after = JOURNAL_START, limit, waitSeconds, ...filter } = request.query
+  const sandboxes = sandboxesOf(request)
+  const wait = waitSeconds === 0 ? undefined : request.server.journalWaits?.hold(sandboxId.toLowerCase())
+  if (wait === 'per key' || wait === 'in all') throw journalWaitsRefused(wait)
+  const until = performance.now() + waitSeconds * 1000
+  let timer: NodeJS.Timeout | undefined
+  try {
+    for (;;) {
+      // Asked before reading: a change made while the read is on its way ends the wait that follows it.
+      const changed = wait?.changed()
+      const kept = await sandboxes.journal(sandboxId, after)
+      if (kept === undefined) throw notFound('Sandbox')
+      const page = journalPage(kept, filter, limit, after)
+      const left = until - performance.now()
+      if (wait === undefined || page.entries.length > 0 || left <= 0 || wait.ended()) return await reply.code(200).send(page)
+      await Promise.race([changed, new Promise((resolve) => { timer = setTimeout(resolve, left) })])
+      clearTimeout(timer)
+    }
+  } finally {
+    clearTimeout(timer)
+    wait?.release()
+  }
+}
+
 /** Every operation of the operations API, by operationId. */
 export const operationsHandlers: OperationsHandlers = {
-  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, listSandboxes, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, setSandboxWebhook, deleteSandboxWebhook, listSandboxEvents
+  getMetrics, listDeadLetters, redeliverDeadLetters, listAccounts, removeAccount, listSandboxes, createSandbox, resetSandbox, deleteSandbox, advanceSandboxClock, setSandboxWebhook, deleteSandboxWebhook, listSandboxEvents, listSandboxJournal
 }

@@ -1,4 +1,5 @@
 import type { IdempotencyKeyBounds } from '../domain/bounds.js'
+import type { JournalPosition, JournalRecord, KeptEntry } from '../domain/journal.js'
 import type { Outbox, OutboxBounds } from './outbox.js'
 import type { ServingStore, Store } from './store.js'
 
@@ -131,6 +132,16 @@ export interface Sandboxes {
   advanceClock: (id: string, ms: number) => Promise<SandboxClockReading | 'too far' | undefined>
   /** Up to `limit` of the sandbox's events recorded after `sequence`, oldest first; undefined when none. */
   events: (id: string, after: number, limit: number) => Promise<SandboxEvent[] | undefined>
+  /** Adds the record to the sandbox's journal, its oldest entry out past SANDBOX_JOURNAL_ENTRIES; nothing when there is no sandbox. */
+  note: (id: string, record: JournalRecord) => Promise<void>
+  /** The sandbox's journal after `after`, oldest first; undefined when there is no sandbox. */
+  journal: (id: string, after: JournalPosition) => Promise<KeptEntry[] | undefined>
+  /**
+   * Tells `listener` of each sandbox whose journal may have changed (an entry added, the journal emptied or deleted),
+   * on whichever instance it changed, as it changes; of every sandbox at once (the empty id) when this instance may
+   * have missed some.
+   */
+  onJournal: (listener: (id: string) => void) => void
   /** Delivers the sandbox's events from now on to `receiver`, in place of any it had (none: undefined); false when there is no sandbox. */
   setReceiver: (id: string, receiver: SandboxReceiver | undefined) => Promise<boolean>
   /** Ends what the sandboxes hold in this process (the memory store's sandboxes, deliveries in progress). */

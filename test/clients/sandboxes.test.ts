@@ -38,6 +38,17 @@ t.test('createSandboxClient makes a sandbox from fixtures and gives the official
   const event = new Webhook(secret).verify(received!.body, Object.fromEntries(Object.entries(received!.headers).map(([name, value]) => [name, String(value)])))
   t.match(event, { type: 'items.item.added', subject: delivered.id }, 'its events are delivered, signed, to the receiver it names')
   await sandboxed.webhook(undefined)
+
+  const { data: journaled, response } = await client.api.POST('/v1/items', { body: { name: 'Journaled' } })
+  const entry = await sandboxed.waitFor({ requestId: response.headers.get('x-request-id')!, type: 'items.item.added' })
+  const { events } = await sandboxed.events()
+  t.same([entry.operationId, entry.status, events.find(({ event }) => event.id === entry.events[0]?.id)?.event.subject], ['createItem', 201, journaled?.id],
+    'its journal ties a create to the event it caused')
+  const removal = sandboxed.waitFor({ operationId: 'deleteItem', after: entry.position })
+  await ok(client.api.DELETE('/v1/items/{itemId}', { params: { path: { itemId: journaled!.id } } }))
+  t.match(await removal, { operationId: 'deleteItem', status: 204, events: [{ type: 'items.item.removed' }] }, 'and waits for what follows')
+  t.same((await sandboxed.journal({ operationId: 'deleteItem' })).entries, [await removal], 'which the journal lists')
+  await t.rejects(sandboxed.waitFor({ requestId: 'never-sent' }, 1), /no entry of the sandbox's journal matched \{"requestId":"never-sent"\} within 1 s/, 'and a wait for what never comes gives up in its time')
   t.equal((await sandboxed.advanceClock(901)).aheadSeconds, 901, 'its clock moves on')
   t.equal((await client.items.list()).pagination.total, 2, 'past its access token\'s lifetime, the client refreshes its session')
 

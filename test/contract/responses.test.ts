@@ -68,7 +68,7 @@ function failingStore (error: Error): AppStore {
       }
     }),
     usage: failing,
-    sandboxes: (settings) => ({ settings, count: failing, list: failing, create: failing, use: failing, reset: failing, delete: failing, abandon: failing, deleteIdle: failing, advanceClock: failing, events: failing, setReceiver: failing, close: async () => {} }),
+    sandboxes: (settings) => ({ settings, count: failing, list: failing, create: failing, use: failing, reset: failing, delete: failing, abandon: failing, deleteIdle: failing, advanceClock: failing, events: failing, note: failing, journal: failing, onJournal: () => {}, setReceiver: failing, close: async () => {} }),
     rateCounter: () => ({
       incr: (_key, _windowMs, _max, callback) => { callback(new StoreUnavailableError('down')) },
       peek: (_key, _windowMs, callback) => { callback(new StoreUnavailableError('down')) },
@@ -151,6 +151,7 @@ const validOperationsBodies: Record<OperationsOperationId, unknown> = {
   createSandbox: {},
   deleteSandbox: undefined,
   listSandboxEvents: undefined,
+  listSandboxJournal: undefined,
   resetSandbox: undefined,
   setSandboxWebhook: WEBHOOK,
   deleteSandboxWebhook: undefined,

@@ -9,5 +9,8 @@
 export type { components, operations, paths, webhooks } from './generated/openapi.js'
 export type { CallOptions } from './generated/resources.js'
 export { etagOf, ItemsApiError, ItemsNetworkError, ok, okOrUnchanged, type ErrorCode, type Session } from './answers.js'
-export { createSandboxClient, type Sandbox, type SandboxClient, type SandboxClientOptions, type SandboxEvents, type SandboxFixtures } from './sandboxes.js'
+export {
+  createSandboxClient, type Sandbox, type SandboxClient, type SandboxClientOptions, type SandboxEvents, type SandboxFixtures, type SandboxJournal, type SandboxJournalEntry,
+  type SandboxJournalFilter, type SandboxJournalQuery
+} from './sandboxes.js'
 export { createItemsClient, type ItemFilter, type ItemsClient, type ItemsClientOptions } from './items-client.js'

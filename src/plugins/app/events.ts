@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
 import type { webhooks } from '../../../generated/openapi.js'
 import { schemas } from '../../../generated/schemas.js'
+import type { CausedEvent } from '../../domain/journal.js'
 import type { Announcement, OutboxEvent, ServingStore } from '../../store/store.js'
 import { isoTimestamp } from '../../runtime/timestamps.js'
 import { randomUuid } from '../../runtime/uuid.js'
@@ -13,20 +14,31 @@ export type DomainEvent<C extends Channel> =
 export type EventHandler<C extends Channel> = (event: DomainEvent<C>) => void | Promise<void>
 export type Subscribers = { [C in Channel]?: ReadonlyArray<EventHandler<C>> }
 
+/** The request a change is made for: its id, which the change's event names, and the events it caused, once built. */
+export interface CausingRequest {
+  readonly id: string
+  causedEvents: CausedEvent[] | null
+}
+
 export interface EventBus {
   on<C extends Channel>(channel: C, handler: EventHandler<C>): void
   off<C extends Channel>(channel: C, handler: EventHandler<C>): void
   /**
-   * How a change on `channel` by `actorId` in `store` announces itself: the store records the event it builds with
-   * the change. For the app's own store, undefined while nothing would receive the event (no webhook and no handler
-   * of this process subscribes); any other (a sandbox's) keeps every event, to be read back.
+   * How a change on `channel` by `actorId` in `store`, made for `request`, announces itself: the store records the
+   * event it builds with the change, one event however many times the change is tried. For the app's own store,
+   * undefined while nothing would receive the event (no webhook and no handler of this process subscribes); any
+   * other (a sandbox's) keeps every event, to be read back.
    */
-  announce<C extends Channel>(channel: C, actorId: string, store: ServingStore): Announcement | undefined
+  announce<C extends Channel>(channel: C, actorId: string, store: ServingStore, request: CausingRequest): Announcement | undefined
 }
 
 declare module 'fastify' {
   interface FastifyInstance {
     events: EventBus
+  }
+  interface FastifyRequest {
+    /** The events built for the request's change (a sandbox's journal names them); null before any. */
+    causedEvents: CausedEvent[] | null
   }
 }
 
@@ -65,21 +77,24 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
     off (channel, handler) {
       handlers.get(channel)?.delete(handler as EventHandler<Channel>)
     },
-    announce (channel, actorId, store) {
+    announce (channel, actorId, store, request) {
       if (store === app.store && !options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
       const traceparent = app.tracing.traceparent()
+      const id = randomUuid()
       return (item): OutboxEvent => {
         const event: DomainEvent<typeof channel> = {
           specversion: specversion.const,
-          id: randomUuid(),
+          id,
           source: source.const,
           type: channel,
           time: isoTimestamp(store.now()),
           subject: item.id,
           datacontenttype: datacontenttype.const,
+          requestid: request.id,
           data: { item, actorId }
         }
-        const recorded = { id: event.id, channel, body: JSON.stringify(event) }
+        if (request.causedEvents?.some((caused) => caused.id === id) !== true) (request.causedEvents ??= []).push({ id, type: channel })
+        const recorded = { id, channel, body: JSON.stringify(event) }
         return traceparent === undefined ? recorded : { ...recorded, traceparent }
       }
     }
@@ -100,6 +115,7 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
     for (const handler of channelHandlers) bus.on(channel as Channel, handler as EventHandler<Channel>)
   }
   app.decorate('events', bus)
+  app.decorateRequest('causedEvents', null)
   app.addHook('onClose', async () => { await Promise.all(deliveries) })
 }
 

@@ -59,6 +59,7 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
   server.decorate('store', app.store)
   server.decorate('events', app.events)
   server.decorate('sandboxes', app.sandboxes)
+  server.decorate('journalWaits', app.journalWaits)
   server.decorate('prepareSeed', app.prepareSeed)
   server.decorate('keptSeed', app.keptSeed)
   server.decorate('seedStore', app.seedStore)
@@ -97,7 +98,14 @@ async function operationsPlugin (app: FastifyInstance, options: OperationsPlugin
       throw new ListenError(`Cannot listen on ${options.host}:${options.port} (OPS_HOST:OPS_PORT, the operations API): ${(error as Error).message}`, { cause: error })
     }
   })
+  // A request in flight once the app drains (a wait on a journal, which closing answers at once) is answered with
+  // Connection: close: its kept-alive connection, busy when the server closes its idle ones, would otherwise hold
+  // the close until the client let it go.
+  server.addHook('onSend', async (_request, reply, payload) => {
+    if (app.lifecycle.draining) reply.header('connection', 'close')
+    return payload
+  })
   app.addHook('onClose', async () => { await server.close() })
 }
 
-export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'store', 'events', 'sandboxes', 'seed'] })
+export default fp(operationsPlugin, { name: 'operations', dependencies: ['metrics', 'shutdown', 'store', 'events', 'sandboxes', 'seed'] })

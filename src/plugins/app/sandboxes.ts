@@ -1,6 +1,8 @@
 import type { IncomingMessage } from 'node:http'
 import type { FastifyInstance } from 'fastify'
 import fp from 'fastify-plugin'
+import { JOURNAL_WAITS, JOURNAL_WAITS_PER_SANDBOX, journalRecord } from '../../domain/journal.js'
+import { KeyedWaits } from '../../runtime/keyed-waits.js'
 import type { SandboxBounds, Sandboxes, SandboxStoreOptions } from '../../store/sandboxes.js'
 import type { DeliverySettings } from '../../webhooks/worker.js'
 
@@ -8,6 +10,8 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The sandboxes (SANDBOXES=on); null when they are off. */
     sandboxes: Sandboxes | null
+    /** The waits on the sandboxes' journals, by sandbox id (ended as the app closes); null when sandboxes are off. */
+    journalWaits: KeyedWaits | null
   }
 }
 
@@ -62,6 +66,7 @@ const IDLE_CHECKS_PER_LIFETIME = 10
 async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, deliveries }: SandboxesPluginOptions): Promise<void> {
   if (routing === null || bounds === undefined) {
     app.decorate('sandboxes', null)
+    app.decorate('journalWaits', null)
     return
   }
   // Loaded only when sandboxes are on, as the webhooks plugin loads the deliveries only for a subscriber.
@@ -71,6 +76,18 @@ async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, 
   const receivers = new SandboxReceivers(deliveries, app.log, deliveryMetrics(app.metrics), app.tracing)
   const sandboxes = app.store.sandboxes?.(bounds, store, receivers) ?? new MemorySandboxes(bounds, store, receivers)
   app.decorate('sandboxes', sandboxes)
+  const journalWaits = new KeyedWaits(JOURNAL_WAITS_PER_SANDBOX, JOURNAL_WAITS)
+  sandboxes.onJournal((id) => { journalWaits.changed(id) })
+  app.decorate('journalWaits', journalWaits)
+  app.metrics.gauge<'state'>({
+    name: 'items_service_sandbox_journal_waits',
+    help: 'Waits on sandboxes\' journals this instance holds (held), and the most it holds in all (limit: one more is refused with 429).',
+    labelNames: ['state'],
+    collect () {
+      this.set({ state: 'held' }, journalWaits.held)
+      this.set({ state: 'limit' }, journalWaits.inAll)
+    }
+  })
   app.metrics.gauge<'state'>({
     name: 'items_service_sandboxes',
     help: 'Sandboxes, by state: live (that exist; on Redis, every instance\'s) and limit (SANDBOX_LIMIT: one more is refused with 507).',
@@ -97,6 +114,24 @@ async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, 
       done()
     }, done)
   })
+  // Noted before the answer leaves, so that a test reads its own request's entry as soon as it has the answer. A
+  // journal that cannot note it (the store out of reach) does not hold the answer back: it is logged.
+  app.addHook('onSend', async (request, reply, payload) => {
+    const id = routing.routedInto(request.raw)
+    const store = request.scopedStore
+    if (id === undefined || store === null) return payload
+    const record = journalRecord({
+      requestId: request.id,
+      operationId: request.routeOptions.config.operationId,
+      status: reply.statusCode,
+      idempotencyKey: request.headers['idempotency-key'],
+      accountId: request.user?.id,
+      now: store.now(),
+      caused: request.causedEvents
+    })
+    await sandboxes.note(id, record).catch((err: unknown) => { request.log.warn({ err, sandboxId: id }, 'the sandbox\'s journal could not note the request') })
+    return payload
+  })
   const sweeper = setInterval(() => {
     sandboxes.deleteIdle().then(async (deleted) => {
       if (deleted.length === 0) return
@@ -104,6 +139,8 @@ async function sandboxesPlugin (app: FastifyInstance, { routing, bounds, store, 
       for (const sandboxId of deleted) app.log.info({ sandboxId, left }, 'idle sandbox deleted')
     }).catch((err: unknown) => { app.log.warn({ err }, 'the sweep of idle sandboxes failed') })
   }, Math.max(1000, Math.ceil(bounds.idleMs / IDLE_CHECKS_PER_LIFETIME))).unref()
+  // A wait would hold the close for its time: each is answered at once instead.
+  app.addHook('preClose', async () => { journalWaits.end() })
   app.addHook('onClose', async () => {
     clearInterval(sweeper)
     await sandboxes.close()

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import type { StoreConfig } from '../../config/config.js'
 import { ConfigError } from '../../config/values.js'
+import { SANDBOX_JOURNAL_BYTES } from '../../domain/journal.js'
 import { type Sizing, sizing, type StoreCosts } from '../../domain/sizing.js'
 import { routes } from '../../../generated/routes.js'
 import { heapUsedLimit } from '../../runtime/heap.js'
@@ -185,8 +186,9 @@ function sizingOf (store: Store, config: StoreConfig, settings: SizingSettings, 
       : {
           limit: sandboxes.limit,
           accounts: sandboxes.accounts,
-          // Its events read back, and its receiver's pending deliveries and dead letters, each as many (SANDBOX_OUTBOX_BOUNDS).
-          eventBytes: 3 * SANDBOX_EVENT_BYTES,
+          // Its events read back, and its receiver's pending deliveries and dead letters, each as many (SANDBOX_OUTBOX_BOUNDS);
+          // and its journal.
+          eventBytes: 3 * SANDBOX_EVENT_BYTES + SANDBOX_JOURNAL_BYTES,
           rateLimitKeys: rateLimitKeys * KEYS_PER_SANDBOX_RATE_LIMIT
         },
     rateLimitKeys: rateLimitKeys * KEYS_PER_RATE_LIMIT,

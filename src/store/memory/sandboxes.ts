@@ -1,6 +1,8 @@
+import type { JournalPosition, JournalRecord, KeptEntry } from '../../domain/journal.js'
 import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
 import { randomUuid } from '../../runtime/uuid.js'
 import { createMemoryStore, type MemoryStore } from './index.js'
+import { MemoryJournal } from './journal.js'
 import {
   KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds,
   type SandboxClockReading, type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
@@ -50,6 +52,8 @@ interface Kept extends Sandbox {
   readonly store: MemoryStore
   readonly clock: SandboxClock
   readonly events: SandboxEvents
+  /** A reset empties it, and keeps it. */
+  readonly journal: MemoryJournal
   readonly fixtures: unknown
   /** When it was made (ms since the epoch); a reset keeps it. */
   readonly createdAt: number
@@ -64,6 +68,7 @@ export class MemorySandboxes implements Sandboxes {
   readonly #store: SandboxStoreOptions
   readonly #watcher: SandboxWatcher | undefined
   readonly #byId = new Map<string, Kept>()
+  readonly #journalListeners: Array<(id: string) => void> = []
 
   /** `store`: what the service's own store is made with; each sandbox's is made alike, within its own bounds. */
   constructor (bounds: SandboxBounds, store: SandboxStoreOptions, watcher?: SandboxWatcher) {
@@ -85,7 +90,7 @@ export class MemorySandboxes implements Sandboxes {
 
   async create (fixtures: unknown): Promise<Sandbox | undefined> {
     if (this.#byId.size >= this.settings.limit) return undefined
-    const sandbox = this.#made(randomUuid(), fixtures, Date.now())
+    const sandbox = this.#made(randomUuid(), fixtures, Date.now(), new MemoryJournal())
     this.#byId.set(sandbox.id, sandbox)
     return sandbox
   }
@@ -99,9 +104,11 @@ export class MemorySandboxes implements Sandboxes {
   async reset (id: string): Promise<{ sandbox: Sandbox, fixtures: unknown } | undefined> {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return undefined
-    const emptied = this.#made(sandbox.id, sandbox.fixtures, sandbox.createdAt)
+    const emptied = this.#made(sandbox.id, sandbox.fixtures, sandbox.createdAt, sandbox.journal)
     this.#byId.set(sandbox.id, emptied)
     this.#deliver(emptied, sandbox.receiver)
+    sandbox.journal.empty()
+    this.#journalChanged(sandbox.id)
     return { sandbox: emptied, fixtures: emptied.fixtures }
   }
 
@@ -128,12 +135,30 @@ export class MemorySandboxes implements Sandboxes {
     return this.#get(id)?.events.after(after, limit)
   }
 
+  async note (id: string, record: JournalRecord): Promise<void> {
+    this.#get(id)?.journal.add(record)
+    this.#journalChanged(id.toLowerCase())
+  }
+
+  async journal (id: string, after: JournalPosition): Promise<KeptEntry[] | undefined> {
+    return this.#get(id)?.journal.after(after)
+  }
+
+  onJournal (listener: (id: string) => void): void {
+    this.#journalListeners.push(listener)
+  }
+
+  #journalChanged (id: string): void {
+    for (const listener of this.#journalListeners) listener(id)
+  }
+
   /** A memory store holds nothing to release but its data, which goes with it; the watcher ends its receiver's deliveries. */
   async delete (id: string): Promise<boolean> {
     const sandbox = this.#get(id)
     if (sandbox === undefined) return false
     this.#byId.delete(sandbox.id)
     this.#watcher?.receiverEnded(sandbox.id)
+    this.#journalChanged(sandbox.id)
     return true
   }
 
@@ -157,7 +182,7 @@ export class MemorySandboxes implements Sandboxes {
     return this.#byId.get(id.toLowerCase())
   }
 
-  #made (id: string, fixtures: unknown, createdAt: number): Kept {
+  #made (id: string, fixtures: unknown, createdAt: number, journal: MemoryJournal): Kept {
     const clock = new SandboxClock()
     const store = createMemoryStore({
       ...this.#store,
@@ -168,6 +193,6 @@ export class MemorySandboxes implements Sandboxes {
     })
     const events = new SandboxEvents()
     store.outbox.onRecorded((event) => { events.record(event.body) })
-    return { id, store, clock, events, fixtures, createdAt, receiver: undefined, usedAt: Date.now() }
+    return { id, store, clock, events, journal, fixtures, createdAt, receiver: undefined, usedAt: Date.now() }
   }
 }

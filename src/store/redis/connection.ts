@@ -300,7 +300,15 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     }
   }
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
-  const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat, logger: options.logger })
+  // The sandboxes' journals' listeners, once sandboxes are made (RedisSandboxes.onJournal).
+  const journalListeners: Array<(id: string) => void> = []
+  const tracking = await trackSessions(redis, sessions, {
+    keyPrefix: keys.session,
+    heartbeatPrefix: keys.sessionHeartbeat,
+    heartbeat,
+    logger: options.logger,
+    watched: { prefix: keys.sandboxJournal, changed: (id) => { for (const listener of journalListeners) listener(id) } }
+  })
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,
     replication: {
@@ -329,7 +337,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       keysPerRateLimit: KEYS_PER_RATE_LIMIT,
       outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: options.maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
     }),
-    sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers }, available, watcher),
+    sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers, journalListeners }, available, watcher),
     available,
     limitBytes: await maxmemory(redis),
     close: async () => {

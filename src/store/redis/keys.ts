@@ -105,6 +105,12 @@ export interface RedisKeys {
   /** Set: "<sandbox id>:<generation>" of generations a reset or a deletion left over, until their keys are deleted. */
   readonly sandboxLeftovers: string
   /**
+   * Family, + sandbox id. Stream: the sandbox's journal (src/domain/journal.ts), an entry's text in its field
+   * `entry`; written only while the sandbox is registered, emptied by a reset and deleted with it. Redis tells every
+   * instance of each change to one (tracking.ts), which ends the waits on it.
+   */
+  readonly sandboxJournal: string
+  /**
    * Family, + sandbox id + ':' + generation + ':'. Every key of one sandbox's catalogue, named as these (redisKeys of
    * that prefix); a reset starts the next generation, and the keys of the one before are deleted.
    */
@@ -147,6 +153,7 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   sandboxReceivers: `${prefix}sandbox-receivers`,
   sandboxReceiversVersion: `${prefix}sandbox-receivers-version`,
   sandboxLeftovers: `${prefix}sandbox-leftovers`,
+  sandboxJournal: `${prefix}sandbox-journal:`,
   sandbox: `${prefix}sandbox:`
 })
 

@@ -1,5 +1,6 @@
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
+import { type JournalPosition, type JournalRecord, type KeptEntry, SANDBOX_JOURNAL_ENTRIES } from '../../domain/journal.js'
 import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
 import {
   KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
@@ -7,7 +8,7 @@ import {
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
 import { call } from './commands.js'
-import { afterNow, Change, commit, retried, STALE } from './commit.js'
+import { afterNow, Change, commit, PRESENT, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
@@ -56,9 +57,14 @@ export class RedisSandboxes implements Sandboxes {
   // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
   // as the limit at most, the oldest forgotten past it (it idles out).
   readonly #abandoned: FifoMap<true>
+  readonly #journalListeners: Array<(id: string) => void>
 
-  /** `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many). */
-  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds, options: SandboxStoreOptions & { cachedUsers: number },
+  /**
+   * `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many);
+   * `options.journalListeners`: told of each change Redis tells of to a sandbox's journal.
+   */
+  constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds,
+    options: SandboxStoreOptions & { cachedUsers: number, journalListeners: Array<(id: string) => void> },
     available: () => boolean, watcher: SandboxWatcher) {
     this.settings = bounds
     this.#connection = connection
@@ -70,6 +76,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#served = new FifoMap(bounds.limit)
     this.#abandoned = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
+    this.#journalListeners = options.journalListeners
     this.#receivers = new DeliveredReceivers(connection, keys, watcher, (id, generation) => this.#generationAt(id, generation))
   }
 
@@ -151,7 +158,7 @@ export class RedisSandboxes implements Sandboxes {
     // its cursor at that generation's first event.
     const reset = await this.#changed(canonical, ({ generation }, receiver) => {
       const change = new Change().write('HSET', keys.sandboxes, canonical, registryEntryText({ generation: generation + 1, aheadMs: 0 })).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
-        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
+        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', `${keys.sandboxJournal}${canonical}`)
       if (receiver !== null) {
         const { keys: next } = this.#generationKeys(canonical, generation + 1)
         change.write('SET', webhookKeys(next, (JSON.parse(receiver) as StoredReceiver).subscriber).cursor, '0-0 0').write('INCR', keys.sandboxReceiversVersion)
@@ -176,7 +183,7 @@ export class RedisSandboxes implements Sandboxes {
     // Forgotten with its receiver, its generation left over to be deleted.
     const deleted = await this.#changed(canonical, ({ generation }, receiver) => {
       const change = new Change().write('HDEL', keys.sandboxes, canonical).write('HDEL', keys.sandboxFixtures, canonical).write('ZREM', keys.sandboxUse, canonical)
-        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
+        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', `${keys.sandboxJournal}${canonical}`)
       if (receiver !== null) change.write('HDEL', keys.sandboxReceivers, canonical).write('INCR', keys.sandboxReceiversVersion)
       return change
     })
@@ -225,6 +232,29 @@ export class RedisSandboxes implements Sandboxes {
     const { keys } = this.#generationKeys(sandbox.id, sandbox.generation)
     const [first = 0, ...bodies] = await call(this.#connection.redis.sandboxEvents(keys.outbox, after, limit))
     return bodies.map((body, index) => ({ sequence: first + index, body }))
+  }
+
+  /** Added only while the sandbox is registered: a request still in flight when it is deleted leaves nothing behind. */
+  async note (id: string, record: JournalRecord): Promise<void> {
+    const canonical = id.toLowerCase()
+    const keys = this.#keys
+    await commit(this.#connection.redis, this.#writes, keys, new Change().guard(keys.sandboxes, canonical, PRESENT)
+      .write('XADD', `${keys.sandboxJournal}${canonical}`, 'MAXLEN', String(SANDBOX_JOURNAL_ENTRIES), '*', 'entry', JSON.stringify(record)))
+  }
+
+  async journal (id: string, after: JournalPosition): Promise<KeptEntry[] | undefined> {
+    const canonical = id.toLowerCase()
+    const { redis } = this.#connection
+    const [registered, entries] = await Promise.all([
+      call(redis.hexists(this.#keys.sandboxes, canonical)),
+      call(redis.xrange(`${this.#keys.sandboxJournal}${canonical}`, `(${after}`, '+'))
+    ])
+    if (registered === 0) return undefined
+    return entries.map(([position, [, text = '']]) => ({ position, text }))
+  }
+
+  onJournal (listener: (id: string) => void): void {
+    this.#journalListeners.push(listener)
   }
 
   /**

@@ -84,6 +84,11 @@ export interface TrackingOptions {
   readonly heartbeatPrefix: string
   readonly heartbeat: Heartbeat
   readonly logger: { warn: (details: object, message: string) => void }
+  /**
+   * Keys Redis tells of too, whoever changes them: a family (the sandboxes' journals), and what to tell of a change
+   * to one of them (the key's name past the family's prefix; the empty name when any may have changed unheard of).
+   */
+  readonly watched: { readonly prefix: string, readonly changed: (name: string) => void }
 }
 
 /**
@@ -102,7 +107,7 @@ export interface TrackingOptions {
  * heartbeat.
  */
 export async function trackSessions (redis: Redis, sessions: TrackedSessions, options: TrackingOptions): Promise<{ invalidations: Redis, proven: () => boolean, stop: () => void }> {
-  const { keyPrefix, heartbeatPrefix, heartbeat, logger } = options
+  const { keyPrefix, heartbeatPrefix, heartbeat, logger, watched } = options
   const invalidations = redis.duplicate({ protocol: 2, autoResubscribe: false, lazyConnect: true })
   const heartbeatKey = heartbeatPrefix + randomUUID()
   // The client id of the invalidation connection once it listens; until then Redis refuses to track for it.
@@ -124,10 +129,11 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
     // on another server names another client. The second's 'ready' tracks again.
     if (serverOf(redis) !== serverOf(invalidations)) return
     await redis.client('TRACKING', 'OFF')
-    await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix)
+    await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix, 'PREFIX', watched.prefix)
     unheard.length = 0
     heardAt = answeredAt = performance.now()
     sessions.tracked(lossesBefore)
+    watched.changed('')
   }
   const ignore = (): void => {}
   let established = Promise.resolve()
@@ -143,6 +149,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
   invalidations.on('messageBuffer', (_channel: Buffer, keys: unknown) => {
     if (!Array.isArray(keys)) {
       sessions.invalidate(undefined)
+      watched.changed('')
       return
     }
     const ids: string[] = []
@@ -150,6 +157,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
       const name = String(key)
       // One the instance did not send (or sent before tracking was turned on again) proves nothing.
       if (name === heartbeatKey) heardAt = Math.max(heardAt, ...unheard.splice(0, 1))
+      else if (name.startsWith(watched.prefix)) watched.changed(name.slice(watched.prefix.length))
       else if (!name.startsWith(heartbeatPrefix)) ids.push(name.slice(keyPrefix.length))
     }
     if (ids.length > 0) sessions.invalidate(ids)

@@ -16,32 +16,16 @@ import { type Receiver, startReceiver } from '../../../harness/webhook-receiver.
 import { Api, newUser } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
-import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { ownRedis, redisKeyPrefix, SILENT_LOGGER } from '../../support/redis.js'
 import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
 import type { Script } from '../../../src/store/redis/commands.js'
 import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandbox-registry.js'
 import { HANG_MS, until } from '../../support/wait.js'
+import { onEachStore, redisSkipped, withSandboxes } from '../../support/sandboxes.js'
 
 type Sandbox = operations['createSandbox']['responses'][201]['content']['application/json']
-
-type Kept = 'memory' | 'redis'
-
-async function withSandboxes (t: Test, store: Kept, env: NodeJS.ProcessEnv = {}, options: Parameters<typeof build>[2] = {}): Promise<{ api: Api, ops: string, create: () => Promise<Api> }> {
-  const opsPort = await freePort()
-  const ops = `http://127.0.0.1:${opsPort}`
-  const onStore = store === 'redis' ? { STORE: 'redis', REDIS_KEY_PREFIX: redisKeyPrefix(t) } : { STORE: 'memory' }
-  const api = await build(t, { ...onStore, SANDBOXES: 'on', OPS_PORT: String(opsPort), ...env }, options)
-  const create = async (): Promise<Api> => {
-    const { status, json } = await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})
-    if (status !== 201) throw new Error(`createSandbox answered ${status}`)
-    return new Api(api.app, (json as Sandbox).basePath)
-  }
-  return { api, ops, create }
-}
-
-const redisSkipped = await redisSkip()
 
 /**
  * An instance with sandboxes on Redis, met through a proxy that injects the faults a test arms it with. Given a key
@@ -55,13 +39,6 @@ async function throughProxy (t: Test, env: NodeJS.ProcessEnv = {}, options: Para
     ? undefined
     : await connectRedisStore({ url: proxy.url, keyPrefix: trusting.keyPrefix, maxItemsPerContributor: 1000, logger: SILENT_LOGGER, heartbeat: TRUSTING_HEARTBEAT })
   return { proxy, ...await withSandboxes(t, 'redis', { REDIS_URL: proxy.url, ...env }, { ...options, ...(store === undefined ? {} : { store }) }) }
-}
-
-// A promise of sandboxes, tried on each store whatever store the run names: each keeps them its own way.
-function onEachStore (name: string, test: (t: Test, store: Kept) => Promise<void>): void {
-  for (const store of ['memory', 'redis'] as const) {
-    t.test(`${name} (${store})`, { skip: store === 'redis' && redisSkipped }, async (t) => { await test(t, store) })
-  }
 }
 
 t.test('off unless SANDBOXES=on: the operations answer 404, and nothing is served under /sandboxes', async (t) => {

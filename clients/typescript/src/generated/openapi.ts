@@ -477,6 +477,11 @@ export interface components {
             subject: string;
             /** @constant */
             datacontenttype: "application/json";
+            /**
+             * @description A CloudEvents extension attribute: the id of the request whose change this is (its `x-request-id`, the caller's own when it sent one), as its answer and the sandbox's journal name it. Added in 1.2.0.
+             * @example 9a7c2f3e-1b4d-4e6f-8a9b-0c1d2e3f4a5b
+             */
+            requestid?: string;
             data: components["schemas"]["ItemEventData"];
         };
         /** ItemAddedEvent */
