@@ -30,6 +30,8 @@ export interface ReceiverDeliveries {
   readonly subscriber: string
   readonly receiver: SandboxReceiver
   readonly outbox: Outbox
+  /** The sandbox's clock, which its deliveries fall due by: a move of it brings their retries forward. */
+  readonly now: () => number
 }
 
 /**

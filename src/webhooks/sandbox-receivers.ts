@@ -35,11 +35,11 @@ export class SandboxReceivers implements SandboxWatcher {
     this.#poll = setInterval(() => { for (const worker of this.#workers.values()) void worker.take() }, POLL_INTERVAL_MS).unref()
   }
 
-  receiverSet ({ sandboxId, subscriber, receiver, outbox }: ReceiverDeliveries): void {
+  receiverSet ({ sandboxId, subscriber, receiver, outbox, now }: ReceiverDeliveries): void {
     this.receiverEnded(sandboxId)
     const log = this.#log.child({ sandboxId, receiver: subscriberName(receiver.url) })
     const subscription = { id: subscriber, url: receiver.url, secret: receiver.secret, channels: CHANNELS }
-    const worker = new SubscriberWorker(subscription, outbox, this.#settings, log, this.#metrics, this.#tracing, METRICS_NAME)
+    const worker = new SubscriberWorker(subscription, outbox, this.#settings, log, this.#metrics, this.#tracing, { name: METRICS_NAME, now })
     this.#workers.set(sandboxId, worker)
     void outbox.subscribe(subscriber, CHANNELS)
     if (!this.#listened.has(outbox)) {

@@ -89,14 +89,20 @@ export class SubscriberWorker {
   readonly #metrics: DeliveryMetrics
   readonly #tracing: TraceContext
   readonly #name: string
+  readonly #now: () => number
 
-  /** `name`: the subscriber's in logs and metrics (`subscriberName` of its URL unless given). */
-  constructor (subscription: Subscription, outbox: Outbox, config: DeliverySettings, log: FastifyBaseLogger, metrics: DeliveryMetrics, tracing: TraceContext, name = subscriberName(subscription.url)) {
+  /**
+   * `as.name`: the subscriber's in logs and metrics (`subscriberName` of its URL unless given); `as.now`: the clock
+   * its deliveries fall due by and its retries are scheduled on (a sandbox's own; the service's unless given).
+   */
+  constructor (subscription: Subscription, outbox: Outbox, config: DeliverySettings, log: FastifyBaseLogger, metrics: DeliveryMetrics, tracing: TraceContext,
+    as: { name?: string, now?: () => number } = {}) {
     this.subscription = subscription
     this.#outbox = outbox
     this.#sender = new WebhookSender(subscription, { timeoutMs: config.timeoutMs, connections: CONCURRENT_PER_SUBSCRIBER })
     this.#config = config
-    this.#name = name
+    this.#name = as.name ?? subscriberName(subscription.url)
+    this.#now = as.now ?? Date.now
     this.log = log.child({ subscriber: this.#name })
     this.#metrics = metrics
     this.#tracing = tracing
@@ -116,7 +122,7 @@ export class SubscriberWorker {
     if (free <= 0 || this.stopped) return
     this.#reserved += free
     try {
-      const { deliveries, dropped } = await this.#outbox.take(this.subscription.id, Date.now(), free, this.#config.reclaimAfterMs)
+      const { deliveries, dropped } = await this.#outbox.take(this.subscription.id, this.#now(), free, this.#config.reclaimAfterMs)
       this.#storeRecovered()
       if (dropped > 0) {
         this.counts.deadLettered += dropped
@@ -183,13 +189,13 @@ export class SubscriberWorker {
         this.#count('delivered')
         this.#logAttempt('info', delivery, outcome, 'webhook delivered')
       } else if (retryDelay === undefined) {
-        const pushedOut = await this.#outbox.deadLetter(this.subscription.id, delivery, outcome.reason, Date.now())
+        const pushedOut = await this.#outbox.deadLetter(this.subscription.id, delivery, outcome.reason, this.#now())
         this.counts.deadLettered += 1
         this.#count('dead_lettered')
         this.#metrics.deadLettersPushedOut.inc({ subscriber: this.#name }, pushedOut)
         this.#logAttempt('error', delivery, outcome, 'webhook dead-lettered: its last attempt failed; kept for redelivery (GET /webhooks/dead-letters on OPS_PORT)')
       } else {
-        const retryAt = Date.now() + jittered(retryDelay)
+        const retryAt = this.#now() + jittered(retryDelay)
         await this.#outbox.settle(this.subscription.id, delivery, retryAt)
         this.counts.retried += 1
         this.#count('retried')

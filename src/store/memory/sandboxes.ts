@@ -124,7 +124,7 @@ export class MemorySandboxes implements Sandboxes {
   #deliver (sandbox: Kept, receiver: SandboxReceiver | undefined): void {
     sandbox.receiver = receiver
     if (receiver === undefined) this.#watcher?.receiverEnded(sandbox.id)
-    else this.#watcher?.receiverSet({ sandboxId: sandbox.id, subscriber: RECEIVER, receiver, outbox: sandbox.store.outbox })
+    else this.#watcher?.receiverSet({ sandboxId: sandbox.id, subscriber: RECEIVER, receiver, outbox: sandbox.store.outbox, now: sandbox.clock.now })
   }
 
   async advanceClock (id: string, ms: number): Promise<SandboxClockReading | 'too far' | undefined> {

@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis'
 import { StoreOutOfMemoryError, StoreUnavailableError } from '../store.js'
 
 // Lua scripts make each write atomic across every instance, in one round trip; each module keeps its scripts beside
@@ -67,5 +68,33 @@ export async function call<T> (command: Promise<T>): Promise<T> {
     return await command
   } catch (error) {
     return unavailable(error)
+  }
+}
+
+// Keys a SCAN asks for at a time (a sandbox's, to delete them or to move their expiries).
+const KEYS_PER_SCAN = 1000
+
+/** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
+const startingWith = (prefix: string): string => `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`
+
+/** Every key under `prefix`, a batch of a SCAN at a time: SCAN reads the whole keyspace, KEYS_PER_SCAN at a call. */
+export async function eachKeyBatch (redis: Redis, prefix: string, each: (keys: string[]) => Promise<void>): Promise<void> {
+  const match = startingWith(prefix)
+  let cursor = '0'
+  do {
+    const [next, keys] = await call(redis.scan(cursor, 'MATCH', match, 'COUNT', KEYS_PER_SCAN))
+    if (keys.length > 0) await each(keys)
+    cursor = next
+  } while (cursor !== '0')
+}
+
+// ioredis has no hook for commands: each is timed on its way out, in the one method every command goes through.
+export function timeCommands (redis: Redis, observe: (command: string, seconds: number) => void): void {
+  const send = redis.sendCommand.bind(redis)
+  redis.sendCommand = (command, stream) => {
+    const started = performance.now()
+    const settled = (): void => { observe(command.name, (performance.now() - started) / 1000) }
+    command.promise.then(settled, settled)
+    return send(command, stream)
   }
 }

@@ -5,7 +5,7 @@ import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
 import { accountScripts, orderUsers } from './accounts.js'
-import { COMMAND_TIMEOUT_MS } from './commands.js'
+import { COMMAND_TIMEOUT_MS, timeCommands } from './commands.js'
 import { commitScripts } from './commit.js'
 import { idempotencyKeyScripts } from './idempotency-keys.js'
 import { indexItems, itemScripts } from './items.js'
@@ -124,17 +124,6 @@ const reconnectDelay = (attempt: number): number => Math.min(attempt * 100, MAX_
 
 /** Shows where Redis is without its password. */
 const withoutPassword = (url: string): string => url.replace(/\/\/[^@/]*@/, '//')
-
-// ioredis has no hook for commands: each is timed on its way out, in the one method every command goes through.
-function timeCommands (redis: Redis, observe: NonNullable<RedisStoreOptions['observeCommand']>): void {
-  const send = redis.sendCommand.bind(redis)
-  redis.sendCommand = (command, stream) => {
-    const started = performance.now()
-    const settled = (): void => { observe(command.name, (performance.now() - started) / 1000) }
-    command.promise.then(settled, settled)
-    return send(command, stream)
-  }
-}
 
 /**
  * What a start makes of the data before serving, and again once Redis is found to have lost it: the items indexed
@@ -300,15 +289,10 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
     }
   }
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
-  // The sandboxes' journals' listeners, once sandboxes are made (RedisSandboxes.onJournal).
+  // The sandboxes' journals' listeners, once sandboxes are made (RedisJournals).
   const journalListeners: Array<(id: string) => void> = []
-  const tracking = await trackSessions(redis, sessions, {
-    keyPrefix: keys.session,
-    heartbeatPrefix: keys.sessionHeartbeat,
-    heartbeat,
-    logger: options.logger,
-    watched: { prefix: keys.sandboxJournal, changed: (id) => { for (const listener of journalListeners) listener(id) } }
-  })
+  const watched = { prefix: keys.sandboxJournal, changed: (id: string) => { for (const listener of journalListeners) listener(id) } }
+  const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat, logger: options.logger, watched })
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,
     replication: {

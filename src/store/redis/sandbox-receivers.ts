@@ -15,6 +15,8 @@ export interface DeliveredGeneration {
   readonly id: string
   readonly generation: number
   readonly outbox: RedisOutbox
+  /** Its clock, as this instance last read it. */
+  readonly store: { readonly now: () => number }
 }
 
 /**
@@ -48,7 +50,7 @@ export class DeliveredReceivers {
   // replaces them.
   deliver (sandbox: DeliveredGeneration, receiver: StoredReceiver): void {
     this.#delivering.set(sandbox.id, `${sandbox.generation} ${receiver.subscriber}`)
-    this.#watcher.receiverSet({ sandboxId: sandbox.id, subscriber: receiver.subscriber, receiver: { url: receiver.url, secret: receiver.secret }, outbox: sandbox.outbox })
+    this.#watcher.receiverSet({ sandboxId: sandbox.id, subscriber: receiver.subscriber, receiver: { url: receiver.url, secret: receiver.secret }, outbox: sandbox.outbox, now: sandbox.store.now })
   }
 
   stop (id: string): void {

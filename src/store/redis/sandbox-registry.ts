@@ -1,7 +1,7 @@
 import type { Result } from 'ioredis'
 import type { SandboxReceiver } from '../sandboxes.js'
 import type { Script, WriteDeadline } from './commands.js'
-import type { RedisKeys } from './keys.js'
+import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
 import { LISTING_END } from './outbox.js'
 import { writeScript } from './writes.js'
 
@@ -25,6 +25,18 @@ local function named (name, generation, subscriber)
 end
 `
 export type GenerationKeyNames = [outbox: string, cursor: string]
+
+/** Every key of a sandbox's generation is under `prefix`, named as `keys` names them. */
+export function generationKeys (keys: RedisKeys, id: string, generation: number | typeof GENERATION): { prefix: string, keys: RedisKeys } {
+  const prefix = `${keys.sandbox}${id}:${generation}:`
+  return { prefix, keys: redisKeys(prefix) }
+}
+
+/** The names of the keys of a generation a script reads itself (GENERATION_KEY_NAMES): its outbox stream, and a subscriber's cursor. */
+export function generationKeyNames (keys: RedisKeys, id: string): GenerationKeyNames {
+  const { keys: generation } = generationKeys(keys, id, GENERATION)
+  return [generation.outbox, webhookKeys(generation, SUBSCRIBER).cursor]
+}
 
 export const sandboxScripts = {
   // A write script (writeScript). ARGV: sandbox id, fixtures (JSON), how many may exist. 1 when made; 0, making

@@ -1,30 +1,26 @@
 import { FifoMap } from 'toad-cache'
 import { randomUuid } from '../../runtime/uuid.js'
-import { type JournalPosition, type JournalRecord, type KeptEntry, SANDBOX_JOURNAL_ENTRIES } from '../../domain/journal.js'
+import type { JournalPosition, JournalRecord, KeptEntry } from '../../domain/journal.js'
 import { clockAdvanced, pageById } from '../../domain/sandboxes.js'
 import {
   KEYS_PER_SANDBOX_RATE_LIMIT, type Sandbox, SANDBOX_EVENT_BYTES, SANDBOX_EVENTS, SANDBOX_OUTBOX_BOUNDS, type SandboxBounds, type SandboxClockReading,
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
-import { call } from './commands.js'
-import { afterNow, Change, commit, PRESENT, retried, STALE } from './commit.js'
+import { call, eachKeyBatch } from './commands.js'
+import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
-import { type RedisKeys, redisKeys, webhookKeys } from './keys.js'
+import { type RedisKeys, webhookKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
+import { journalKey, RedisJournals } from './sandbox-journal.js'
 import { DeliveredReceivers } from './sandbox-receivers.js'
-import { GENERATION, type GenerationKeyNames, type RegistryEntry, registryEntry, registryEntryText, type RegistryKeys, registryKeys, type StoredReceiver, SUBSCRIBER } from './sandbox-registry.js'
+import { generationKeyNames, generationKeys, type RegistryEntry, registryEntry, registryEntryText, type RegistryKeys, registryKeys, type StoredReceiver } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
 import type { RedisWrites } from './writes.js'
 
-// Keys a SCAN of a sandbox's keys (to delete them, or to move their expiries) asks for at a time.
-const KEYS_PER_SCAN = 1000
 // Idle sandboxes one sweep deletes at most.
 const IDLE_DELETED_PER_SWEEP = 100
-
-/** A glob that matches `prefix` and what follows it, whatever the prefix holds. */
-const startingWith = (prefix: string): string => `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`
 
 interface Generation extends Sandbox {
   readonly generation: number
@@ -57,7 +53,7 @@ export class RedisSandboxes implements Sandboxes {
   // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
   // as the limit at most, the oldest forgotten past it (it idles out).
   readonly #abandoned: FifoMap<true>
-  readonly #journalListeners: Array<(id: string) => void>
+  readonly #journals: RedisJournals
 
   /**
    * `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many);
@@ -76,7 +72,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#served = new FifoMap(bounds.limit)
     this.#abandoned = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
-    this.#journalListeners = options.journalListeners
+    this.#journals = new RedisJournals(connection, writes, keys, options.journalListeners)
     this.#receivers = new DeliveredReceivers(connection, keys, watcher, (id, generation) => this.#generationAt(id, generation))
   }
 
@@ -158,9 +154,9 @@ export class RedisSandboxes implements Sandboxes {
     // its cursor at that generation's first event.
     const reset = await this.#changed(canonical, ({ generation }, receiver) => {
       const change = new Change().write('HSET', keys.sandboxes, canonical, registryEntryText({ generation: generation + 1, aheadMs: 0 })).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
-        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', `${keys.sandboxJournal}${canonical}`)
+        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', journalKey(keys, canonical))
       if (receiver !== null) {
-        const { keys: next } = this.#generationKeys(canonical, generation + 1)
+        const { keys: next } = generationKeys(this.#keys, canonical, generation + 1)
         change.write('SET', webhookKeys(next, (JSON.parse(receiver) as StoredReceiver).subscriber).cursor, '0-0 0').write('INCR', keys.sandboxReceiversVersion)
       }
       return change
@@ -183,7 +179,7 @@ export class RedisSandboxes implements Sandboxes {
     // Forgotten with its receiver, its generation left over to be deleted.
     const deleted = await this.#changed(canonical, ({ generation }, receiver) => {
       const change = new Change().write('HDEL', keys.sandboxes, canonical).write('HDEL', keys.sandboxFixtures, canonical).write('ZREM', keys.sandboxUse, canonical)
-        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', `${keys.sandboxJournal}${canonical}`)
+        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', journalKey(keys, canonical))
       if (receiver !== null) change.write('HDEL', keys.sandboxReceivers, canonical).write('INCR', keys.sandboxReceiversVersion)
       return change
     })
@@ -220,8 +216,12 @@ export class RedisSandboxes implements Sandboxes {
     const aheadMs = clockAdvanced(moved.entry.aheadMs, ms)
     if (aheadMs === 'too far') return aheadMs
     const { generation } = moved.entry
+    // This instance's catalogue of it, and its receiver's deliveries, on the moved clock at once; another instance's at
+    // its next request into it.
+    const served = this.#served.get(canonical)
+    if (served?.generation === generation) served.clockAheadMs = Math.max(served.clockAheadMs, aheadMs)
     // Nothing does it again, but a 503 would have the move made again when tried again.
-    await this.#tidy(this.#eachKeyBatch(this.#generationKeys(canonical, generation).prefix, async (keys) => { await call(this.#connection.redis.expireSooner(ms, ...keys)) }),
+    await this.#tidy(eachKeyBatch(this.#connection.redis, generationKeys(this.#keys, canonical, generation).prefix, async (keys) => { await call(this.#connection.redis.expireSooner(ms, ...keys)) }),
       'a sandbox\'s clock moved on, but not the expiries of what it keeps: some expire later than its clock says')
     return { now: this.#connection.clock.now() + aheadMs, aheadMs }
   }
@@ -229,32 +229,21 @@ export class RedisSandboxes implements Sandboxes {
   async events (id: string, after: number, limit: number): Promise<SandboxEvent[] | undefined> {
     const sandbox = await this.#find(id, { used: false })
     if (sandbox === undefined) return undefined
-    const { keys } = this.#generationKeys(sandbox.id, sandbox.generation)
+    const { keys } = generationKeys(this.#keys, sandbox.id, sandbox.generation)
     const [first = 0, ...bodies] = await call(this.#connection.redis.sandboxEvents(keys.outbox, after, limit))
     return bodies.map((body, index) => ({ sequence: first + index, body }))
   }
 
-  /** Added only while the sandbox is registered: a request still in flight when it is deleted leaves nothing behind. */
   async note (id: string, record: JournalRecord): Promise<void> {
-    const canonical = id.toLowerCase()
-    const keys = this.#keys
-    await commit(this.#connection.redis, this.#writes, keys, new Change().guard(keys.sandboxes, canonical, PRESENT)
-      .write('XADD', `${keys.sandboxJournal}${canonical}`, 'MAXLEN', String(SANDBOX_JOURNAL_ENTRIES), '*', 'entry', JSON.stringify(record)))
+    await this.#journals.note(id.toLowerCase(), record)
   }
 
   async journal (id: string, after: JournalPosition): Promise<KeptEntry[] | undefined> {
-    const canonical = id.toLowerCase()
-    const { redis } = this.#connection
-    const [registered, entries] = await Promise.all([
-      call(redis.hexists(this.#keys.sandboxes, canonical)),
-      call(redis.xrange(`${this.#keys.sandboxJournal}${canonical}`, `(${after}`, '+'))
-    ])
-    if (registered === 0) return undefined
-    return entries.map(([position, [, text = '']]) => ({ position, text }))
+    return await this.#journals.after(id.toLowerCase(), after)
   }
 
   onJournal (listener: (id: string) => void): void {
-    this.#journalListeners.push(listener)
+    this.#journals.onChange(listener)
   }
 
   /**
@@ -267,7 +256,7 @@ export class RedisSandboxes implements Sandboxes {
     const stored: StoredReceiver | undefined = receiver === undefined ? undefined : { subscriber: randomUuid(), url: receiver.url, secret: receiver.secret }
     const set = await this.#writes.run(async (deadline, outcomeKey) =>
       await this.#connection.redis.setSandboxReceiver(...this.#registry, deadline, outcomeKey, canonical, stored === undefined ? '' : JSON.stringify(stored),
-        ...this.#generationKeyNames(canonical)))
+        ...generationKeyNames(this.#keys, canonical)))
     if (set === null) return false
     const [generation, before] = set
     const sandbox = this.#generationAt(canonical, generation)
@@ -313,18 +302,6 @@ export class RedisSandboxes implements Sandboxes {
     this.#served.clear()
   }
 
-  #generationKeys (id: string, generation: number | typeof GENERATION): { prefix: string, keys: RedisKeys } {
-    const prefix = `${this.#keys.sandbox}${id}:${generation}:`
-    return { prefix, keys: redisKeys(prefix) }
-  }
-
-  // The names of the keys of a generation a script reads itself (GENERATION_KEY_NAMES): its outbox stream, and a
-  // subscriber's cursor.
-  #generationKeyNames (id: string): GenerationKeyNames {
-    const { keys } = this.#generationKeys(id, GENERATION)
-    return [keys.outbox, webhookKeys(keys, SUBSCRIBER).cursor]
-  }
-
   // The generation's catalogue as this instance keeps it, made when it keeps none.
   #generationAt (id: string, generation: number): Generation {
     const served = this.#served.get(id)
@@ -332,7 +309,7 @@ export class RedisSandboxes implements Sandboxes {
   }
 
   #generation (id: string, generation: number): Generation {
-    const { keys } = this.#generationKeys(id, generation)
+    const { keys } = generationKeys(this.#keys, id, generation)
     const { clock } = this.#connection
     const catalogue = catalogueUnder(this.#connection, keys, {
       writes: this.#writes.ofSandbox(`${this.#keys.sandboxes} ${id} ${generation}`, () => sandbox.clockAheadMs),
@@ -353,26 +330,14 @@ export class RedisSandboxes implements Sandboxes {
 
   // A generation's catalogue made ready to be seeded, as a start prepares the service's.
   async #prepared (id: string, generation: number): Promise<Generation> {
-    await indexItems(this.#connection.redis, this.#generationKeys(id, generation).keys)
+    await indexItems(this.#connection.redis, generationKeys(this.#keys, id, generation).keys)
     return this.#generation(id, generation)
   }
 
   // Deletes the keys of a generation left over (sandboxLeftovers), and then forgets it.
   async #deleteKeys (id: string, generation: number): Promise<void> {
     const { redis } = this.#connection
-    await this.#eachKeyBatch(this.#generationKeys(id, generation).prefix, async (keys) => { await call(redis.unlink(...keys)) })
+    await eachKeyBatch(redis, generationKeys(this.#keys, id, generation).prefix, async (keys) => { await call(redis.unlink(...keys)) })
     await call(redis.srem(this.#keys.sandboxLeftovers, `${id}:${generation}`))
-  }
-
-  // Every key under `prefix`, a batch of a SCAN at a time (as orderUsers reads the users): SCAN reads the whole
-  // keyspace, KEYS_PER_SCAN at a call.
-  async #eachKeyBatch (prefix: string, each: (keys: string[]) => Promise<void>): Promise<void> {
-    const match = startingWith(prefix)
-    let cursor = '0'
-    do {
-      const [next, keys] = await call(this.#connection.redis.scan(cursor, 'MATCH', match, 'COUNT', KEYS_PER_SCAN))
-      if (keys.length > 0) await each(keys)
-      cursor = next
-    } while (cursor !== '0')
   }
 }

@@ -338,6 +338,23 @@ onEachStore('moves of one sandbox\'s clock sent at once are each made once: none
   t.equal((once.json as { aheadSeconds: number }).aheadSeconds, 481, 'and the clock holds all of them')
 })
 
+onEachStore('a sandbox\'s clock moves its receiver\'s retries: one due in an hour is made once the clock passes it', async (t, store) => {
+  const { ops, create } = await withSandboxes(t, store, { WEBHOOK_RETRY_DELAYS_MS: '3600000' })
+  const sandbox = await create()
+  const receiver = await startReceiver()
+  t.teardown(receiver.stop)
+  receiver.answer(500)
+  const webhook = { url: receiver.url, secret: `whsec_${Buffer.alloc(32, 7).toString('base64')}` }
+  t.equal((await opsCall(t, ops, 'setSandboxWebhook', 'PUT', `${sandbox.base}/webhook`, webhook)).status, 204)
+  await sandbox.createItem((await sandbox.register()).accessToken)
+  const retried = async (): Promise<boolean> =>
+    /^items_service_webhook_deliveries_total\{subscriber="sandboxes",outcome="retried"\} 1$/m.test(await (await fetch(`${ops}/metrics`)).text())
+  await until('its first attempt to fail, and its retry to be set an hour later', retried)
+  t.equal((await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${sandbox.base}/clock/advance`, { seconds: 2 * 3600 })).status, 200)
+  const [first, second] = await receiver.waitFor(2, HANG_MS)
+  t.equal(second!.headers['webhook-id'], first!.headers['webhook-id'], 'the retry is made, on the sandbox\'s clock, not the service\'s')
+})
+
 onEachStore('a sandbox\'s clock moves on: everything the sandbox times follows it, and no other clock moves', async (t, store) => {
   const { api, ops, create } = await withSandboxes(t, store, { RATE_LIMIT: 'on', RATE_LIMIT_WRITES: '2' })
   const sandbox = await create()
