@@ -291,7 +291,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   const sessions = new TrackedSessions(options.cache?.sessions ?? CACHED_SESSIONS)
   // The sandboxes' journals' listeners, once sandboxes are made (RedisJournals).
   const journalListeners: Array<(id: string) => void> = []
-  const watched = { prefix: keys.sandboxJournal, changed: (id: string) => { for (const listener of journalListeners) listener(id) } }
+  const watched = { channel: keys.sandboxJournals, changed: (id: string) => { for (const listener of journalListeners) listener(id) } }
   const tracking = await trackSessions(redis, sessions, { keyPrefix: keys.session, heartbeatPrefix: keys.sessionHeartbeat, heartbeat, logger: options.logger, watched })
   const writes = new RedisWrites(redis, clock, keys.writeOutcome, {
     withinMs: options.outcomeWithinMs,

@@ -106,10 +106,11 @@ export interface RedisKeys {
   readonly sandboxLeftovers: string
   /**
    * Family, + sandbox id. Stream: the sandbox's journal (src/domain/journal.ts), an entry's text in its field
-   * `entry`; written only while the sandbox is registered, emptied by a reset and deleted with it. Redis tells every
-   * instance of each change to one (tracking.ts), which ends the waits on it.
+   * `entry`; written only while the sandbox is registered, emptied by a reset and deleted with it.
    */
   readonly sandboxJournal: string
+  /** Channel: the id of each sandbox whose journal changed, published by the change, which every instance hears (tracking.ts). */
+  readonly sandboxJournals: string
   /**
    * Family, + sandbox id + ':' + generation + ':'. Every key of one sandbox's catalogue, named as these (redisKeys of
    * that prefix); a reset starts the next generation, and the keys of the one before are deleted.
@@ -154,6 +155,7 @@ export const redisKeys = (prefix: string): RedisKeys => ({
   sandboxReceiversVersion: `${prefix}sandbox-receivers-version`,
   sandboxLeftovers: `${prefix}sandbox-leftovers`,
   sandboxJournal: `${prefix}sandbox-journal:`,
+  sandboxJournals: `${prefix}sandbox-journals`,
   sandbox: `${prefix}sandbox:`
 })
 

@@ -5,12 +5,17 @@ import type { RedisKeys } from './keys.js'
 import type { RedisConnection } from './store.js'
 import type { StoreWrites } from './writes.js'
 
-/** The key of a sandbox's journal: outside its generations, so that a reader's place holds across a reset. */
-export const journalKey = (keys: RedisKeys, id: string): string => `${keys.sandboxJournal}${id}`
+// The key of a sandbox's journal: outside its generations, so that a reader's place holds across a reset.
+const journalKey = (keys: RedisKeys, id: string): string => `${keys.sandboxJournal}${id}`
+
+/** `change` empties the sandbox's journal too (a reset's, a deletion's), and tells every instance. */
+export const journalEmptied = (change: Change, keys: RedisKeys, id: string): Change =>
+  change.write('DEL', journalKey(keys, id)).write('PUBLISH', keys.sandboxJournals, id)
 
 /**
- * The sandboxes' journals, each a stream of its newest SANDBOX_JOURNAL_ENTRIES entries (keys.sandboxJournal). Redis
- * tells every instance of each change to one on the invalidation connection (tracking.ts), which tells the listeners.
+ * The sandboxes' journals, each a stream of its newest SANDBOX_JOURNAL_ENTRIES entries (keys.sandboxJournal). Each
+ * change publishes the sandbox's id (keys.sandboxJournals), which every instance hears on its invalidation
+ * connection (tracking.ts) and tells the listeners.
  */
 export class RedisJournals {
   readonly #connection: RedisConnection
@@ -30,7 +35,7 @@ export class RedisJournals {
   async note (id: string, record: JournalRecord): Promise<void> {
     const keys = this.#keys
     await commit(this.#connection.redis, this.#writes, keys, new Change().guard(keys.sandboxes, id, PRESENT)
-      .write('XADD', journalKey(keys, id), 'MAXLEN', String(SANDBOX_JOURNAL_ENTRIES), '*', 'entry', JSON.stringify(record)))
+      .write('XADD', journalKey(keys, id), 'MAXLEN', String(SANDBOX_JOURNAL_ENTRIES), '*', 'entry', JSON.stringify(record)).write('PUBLISH', keys.sandboxJournals, id))
   }
 
   async after (id: string, position: JournalPosition): Promise<KeptEntry[] | undefined> {

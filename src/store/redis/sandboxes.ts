@@ -12,7 +12,7 @@ import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
-import { journalKey, RedisJournals } from './sandbox-journal.js'
+import { journalEmptied, RedisJournals } from './sandbox-journal.js'
 import { DeliveredReceivers } from './sandbox-receivers.js'
 import { generationKeyNames, generationKeys, type RegistryEntry, registryEntry, registryEntryText, type RegistryKeys, registryKeys, type StoredReceiver } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
@@ -153,8 +153,8 @@ export class RedisSandboxes implements Sandboxes {
     // Its next generation, its clock the service's, the one before left over to be deleted, its receiver kept with
     // its cursor at that generation's first event.
     const reset = await this.#changed(canonical, ({ generation }, receiver) => {
-      const change = new Change().write('HSET', keys.sandboxes, canonical, registryEntryText({ generation: generation + 1, aheadMs: 0 })).write('ZADD', keys.sandboxUse, afterNow(0), canonical)
-        .write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', journalKey(keys, canonical))
+      const change = journalEmptied(new Change(), keys, canonical).write('HSET', keys.sandboxes, canonical, registryEntryText({ generation: generation + 1, aheadMs: 0 }))
+        .write('ZADD', keys.sandboxUse, afterNow(0), canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
       if (receiver !== null) {
         const { keys: next } = generationKeys(this.#keys, canonical, generation + 1)
         change.write('SET', webhookKeys(next, (JSON.parse(receiver) as StoredReceiver).subscriber).cursor, '0-0 0').write('INCR', keys.sandboxReceiversVersion)
@@ -178,8 +178,8 @@ export class RedisSandboxes implements Sandboxes {
     const keys = this.#keys
     // Forgotten with its receiver, its generation left over to be deleted.
     const deleted = await this.#changed(canonical, ({ generation }, receiver) => {
-      const change = new Change().write('HDEL', keys.sandboxes, canonical).write('HDEL', keys.sandboxFixtures, canonical).write('ZREM', keys.sandboxUse, canonical)
-        .write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`).write('DEL', journalKey(keys, canonical))
+      const change = journalEmptied(new Change(), keys, canonical).write('HDEL', keys.sandboxes, canonical).write('HDEL', keys.sandboxFixtures, canonical)
+        .write('ZREM', keys.sandboxUse, canonical).write('HDEL', keys.sandboxCreated, canonical).write('SADD', keys.sandboxLeftovers, `${canonical}:${generation}`)
       if (receiver !== null) change.write('HDEL', keys.sandboxReceivers, canonical).write('INCR', keys.sandboxReceiversVersion)
       return change
     })

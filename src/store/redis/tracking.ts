@@ -13,6 +13,8 @@ export interface Heartbeat {
 // the network does; the deadline is past the command timeout, so that a slow reply is not taken for silence.
 export const HEARTBEAT: Heartbeat = { intervalMs: 250, deadlineMs: 1500 }
 const HEARTBEAT_KEPT_MS = 60_000
+// The channel Redis sends a tracked key's invalidations on, in RESP2.
+const INVALIDATIONS = '__redis__:invalidate'
 
 /**
  * Where a connection is (a primary's change is told by it, and tracking needs both connections on one server); a
@@ -85,10 +87,10 @@ export interface TrackingOptions {
   readonly heartbeat: Heartbeat
   readonly logger: { warn: (details: object, message: string) => void }
   /**
-   * Keys Redis tells of too, whoever changes them: a family (the sandboxes' journals), and what to tell of a change
-   * to one of them (the key's name past the family's prefix; the empty name when any may have changed unheard of).
+   * A channel heard on the same connection (the sandboxes' journals'), and what to tell of each message on it (its
+   * text; the empty text when one may have been missed, the connection having been made again).
    */
-  readonly watched: { readonly prefix: string, readonly changed: (name: string) => void }
+  readonly watched: { readonly channel: string, readonly changed: (message: string) => void }
 }
 
 /**
@@ -102,6 +104,7 @@ export interface TrackingOptions {
  * connection, and hears of it on the second. Both connections, and tracking between them, are proven when its
  * invalidation arrives, and the main one when its reply does. Past the deadline without either proof, the
  * instance forgets every session it kept and makes the silent connection again; meanwhile it reads from Redis.
+ * The second connection also hears `watched.channel`, proven alive with it.
  * Resolves to the second connection, for the store to close; `proven`, whether the main connection has answered
  * within the deadline (a stalled server keeps its connection open, and the client calls it ready); `stop` ends the
  * heartbeat.
@@ -129,7 +132,7 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
     // on another server names another client. The second's 'ready' tracks again.
     if (serverOf(redis) !== serverOf(invalidations)) return
     await redis.client('TRACKING', 'OFF')
-    await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix, 'PREFIX', watched.prefix)
+    await redis.client('TRACKING', 'ON', 'REDIRECT', target, 'BCAST', 'PREFIX', keyPrefix)
     unheard.length = 0
     heardAt = answeredAt = performance.now()
     sessions.tracked(lossesBefore)
@@ -141,15 +144,18 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
     heardAt = performance.now()
     established = (async () => {
       const id = await invalidations.client('ID')
-      await invalidations.subscribe('__redis__:invalidate')
+      await invalidations.subscribe(INVALIDATIONS, watched.channel)
       target = String(id)
       await track()
     })().catch(ignore)
   })
-  invalidations.on('messageBuffer', (_channel: Buffer, keys: unknown) => {
+  invalidations.on('messageBuffer', (channel: Buffer, keys: unknown) => {
+    if (channel.toString() !== INVALIDATIONS) {
+      watched.changed(String(keys))
+      return
+    }
     if (!Array.isArray(keys)) {
       sessions.invalidate(undefined)
-      watched.changed('')
       return
     }
     const ids: string[] = []
@@ -157,7 +163,6 @@ export async function trackSessions (redis: Redis, sessions: TrackedSessions, op
       const name = String(key)
       // One the instance did not send (or sent before tracking was turned on again) proves nothing.
       if (name === heartbeatKey) heardAt = Math.max(heardAt, ...unheard.splice(0, 1))
-      else if (name.startsWith(watched.prefix)) watched.changed(name.slice(watched.prefix.length))
       else if (!name.startsWith(heartbeatPrefix)) ids.push(name.slice(keyPrefix.length))
     }
     if (ids.length > 0) sessions.invalidate(ids)
