@@ -393,6 +393,7 @@ export interface components {
             /** @description The public contract's operation it called; null for a path the contract does not serve. */
             operationId: string | null;
             status: number;
+            /** @description The request's `Idempotency-Key`, when it sent one the public contract admits. */
             idempotencyKey: string | null;
             /**
              * Format: uuid

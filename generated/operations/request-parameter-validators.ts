@@ -1082,7 +1082,7 @@ return errors === 0;
 validate59.evaluated = {"props":{"sandboxId":true},"dynamicProps":false,"dynamicItems":false};
 
 export const listSandboxJournal_querystring: ValidateFunction = validate60;
-const schema27 = {"type":"object","properties":{"after":{"$ref":"JournalPosition"},"requestId":{"type":"string","maxLength":128},"idempotencyKey":{"type":"string","maxLength":255},"operationId":{"type":"string","maxLength":64},"type":{"type":"string","maxLength":64},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true},"waitSeconds":{"type":"integer","minimum":0,"maximum":30,"default":0,"x-finite":true}},"required":[],"x-decimal":{"limit":"integer","waitSeconds":"integer"}};
+const schema27 = {"type":"object","properties":{"after":{"$ref":"JournalPosition","default":"0-0"},"requestId":{"type":"string","maxLength":128},"idempotencyKey":{"type":"string","maxLength":255},"operationId":{"type":"string","maxLength":64},"type":{"type":"string","maxLength":64},"limit":{"type":"integer","minimum":1,"maximum":1000,"default":100,"x-finite":true},"waitSeconds":{"type":"integer","minimum":0,"maximum":30,"default":0,"x-finite":true}},"required":[],"x-decimal":{"limit":"integer","waitSeconds":"integer"}};
 const schema28 = {"$id":"JournalPosition","type":"string","pattern":"^[0-9]{1,16}-[0-9]{1,16}$","description":"A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.","examples":["1733227200000-0"]};
 const pattern12 = new RegExp("^[0-9]{1,16}-[0-9]{1,16}$", "u");
 
@@ -1154,6 +1154,9 @@ if(evaluated0.dynamicItems){
 evaluated0.items = undefined;
 }
 if(data && typeof data == "object" && !Array.isArray(data)){
+if(data.after === undefined){
+data.after = "0-0";
+}
 if(data.limit === undefined){
 data.limit = 100;
 }
@@ -1180,11 +1183,9 @@ vErrors.push(err1);
 }
 errors++;
 }
-if(data.after !== undefined){
 if(!(validate61(data.after, {instancePath:instancePath+"/after",parentData:data,parentDataProperty:"after",rootData,dynamicAnchors}))){
 vErrors = vErrors === null ? validate61.errors : vErrors.concat(validate61.errors);
 errors = vErrors.length;
-}
 }
 if(data.requestId !== undefined){
 let data1 = data.requestId;

@@ -2,6 +2,7 @@
 // @ts-nocheck
 import type { ValidateFunction } from 'ajv'
 import runtime0 from 'ajv-formats/dist/formats.js'
+import runtime1 from 'ajv/dist/runtime/ucs2length.js'
 
 export const getMetrics_401: ValidateFunction = validate52;
 const schema19 = {"$ref":"ErrorResponse"};
@@ -2881,7 +2882,7 @@ validate172.evaluated = {"props":{"code":true,"message":true},"dynamicProps":fal
 export const listSandboxJournal_200: ValidateFunction = validate174;
 const schema84 = {"$ref":"Journal"};
 const schema85 = {"$id":"Journal","type":"object","required":["entries","next"],"properties":{"entries":{"type":"array","items":{"$ref":"JournalEntry"}},"next":{"$ref":"JournalPosition"}}};
-const schema86 = {"$id":"JournalEntry","type":"object","required":["position","requestId","operationId","status","idempotencyKey","accountId","time","events"],"properties":{"position":{"$ref":"JournalPosition"},"requestId":{"type":"string","description":"The request's `x-request-id`, as its answer carried it."},"operationId":{"type":["string","null"],"description":"The public contract's operation it called; null for a path the contract does not serve."},"status":{"type":"integer","minimum":100,"maximum":599},"idempotencyKey":{"type":["string","null"]},"accountId":{"type":["string","null"],"format":"uuid","description":"The account whose access token the request carried, when it was accepted."},"time":{"type":"string","format":"date-time","description":"When its answer was sent, on the sandbox's clock."},"events":{"type":"array","maxItems":1,"description":"The events its change recorded (on a 2xx answer).","items":{"type":"object","required":["id","type"],"properties":{"id":{"type":"string","format":"uuid"},"type":{"type":"string","description":"The event's type, its channel (`items.item.added`, …)."}}}}}};
+const schema86 = {"$id":"JournalEntry","type":"object","required":["position","requestId","operationId","status","idempotencyKey","accountId","time","events"],"properties":{"position":{"$ref":"JournalPosition"},"requestId":{"type":"string","description":"The request's `x-request-id`, as its answer carried it."},"operationId":{"type":["string","null"],"description":"The public contract's operation it called; null for a path the contract does not serve."},"status":{"type":"integer","minimum":100,"maximum":599},"idempotencyKey":{"type":["string","null"],"maxLength":255,"description":"The request's `Idempotency-Key`, when it sent one the public contract admits."},"accountId":{"type":["string","null"],"format":"uuid","description":"The account whose access token the request carried, when it was accepted."},"time":{"type":"string","format":"date-time","description":"When its answer was sent, on the sandbox's clock."},"events":{"type":"array","maxItems":1,"description":"The events its change recorded (on a 2xx answer).","items":{"type":"object","required":["id","type"],"properties":{"id":{"type":"string","format":"uuid"},"type":{"type":"string","description":"The event's type, its channel (`items.item.added`, …)."}}}}}};
 const schema87 = {"$id":"JournalPosition","type":"string","pattern":"^[0-9]{1,16}-[0-9]{1,16}$","description":"A place in a sandbox's journal, as an entry or a page names it; `0-0` is before the first.","examples":["1733227200000-0"]};
 const pattern3 = new RegExp("^[0-9]{1,16}-[0-9]{1,16}$", "u");
 
@@ -2923,6 +2924,7 @@ return errors === 0;
 }
 validate177.evaluated = {"dynamicProps":false,"dynamicItems":false};
 
+const func1 = runtime1.default;
 
 function validate176(data, {instancePath="", parentData, parentDataProperty, rootData=data, dynamicAnchors={}}={}){
 /*# sourceURL="JournalEntry" */;
@@ -3094,11 +3096,9 @@ vErrors.push(err13);
 }
 errors++;
 }
-}
-if(data.accountId !== undefined){
-let data5 = data.accountId;
-if((typeof data5 !== "string") && (data5 !== null)){
-const err14 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/type",keyword:"type",params:{type: schema86.properties.accountId.type},message:"must be string,null"};
+if(typeof data4 === "string"){
+if(func1(data4) > 255){
+const err14 = {instancePath:instancePath+"/idempotencyKey",schemaPath:"#/properties/idempotencyKey/maxLength",keyword:"maxLength",params:{limit: 255},message:"must NOT have more than 255 characters"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -3107,9 +3107,12 @@ vErrors.push(err14);
 }
 errors++;
 }
-if(typeof data5 === "string"){
-if(!(formats0.test(data5))){
-const err15 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+}
+}
+if(data.accountId !== undefined){
+let data5 = data.accountId;
+if((typeof data5 !== "string") && (data5 !== null)){
+const err15 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/type",keyword:"type",params:{type: schema86.properties.accountId.type},message:"must be string,null"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -3118,13 +3121,9 @@ vErrors.push(err15);
 }
 errors++;
 }
-}
-}
-if(data.time !== undefined){
-let data6 = data.time;
-if(typeof data6 === "string"){
-if(!(formats2.validate(data6))){
-const err16 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
+if(typeof data5 === "string"){
+if(!(formats0.test(data5))){
+const err16 = {instancePath:instancePath+"/accountId",schemaPath:"#/properties/accountId/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -3134,8 +3133,12 @@ vErrors.push(err16);
 errors++;
 }
 }
-else {
-const err17 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+if(data.time !== undefined){
+let data6 = data.time;
+if(typeof data6 === "string"){
+if(!(formats2.validate(data6))){
+const err17 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/format",keyword:"format",params:{format: "date-time"},message:"must match format \""+"date-time"+"\""};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -3145,11 +3148,8 @@ vErrors.push(err17);
 errors++;
 }
 }
-if(data.events !== undefined){
-let data7 = data.events;
-if(Array.isArray(data7)){
-if(data7.length > 1){
-const err18 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/maxItems",keyword:"maxItems",params:{limit: 1},message:"must NOT have more than 1 items"};
+else {
+const err18 = {instancePath:instancePath+"/time",schemaPath:"#/properties/time/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -3158,12 +3158,12 @@ vErrors.push(err18);
 }
 errors++;
 }
-const len0 = data7.length;
-for(let i0=0; i0<len0; i0++){
-let data8 = data7[i0];
-if(data8 && typeof data8 == "object" && !Array.isArray(data8)){
-if(data8.id === undefined){
-const err19 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "id"},message:"must have required property '"+"id"+"'"};
+}
+if(data.events !== undefined){
+let data7 = data.events;
+if(Array.isArray(data7)){
+if(data7.length > 1){
+const err19 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/maxItems",keyword:"maxItems",params:{limit: 1},message:"must NOT have more than 1 items"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -3172,8 +3172,12 @@ vErrors.push(err19);
 }
 errors++;
 }
-if(data8.type === undefined){
-const err20 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "type"},message:"must have required property '"+"type"+"'"};
+const len0 = data7.length;
+for(let i0=0; i0<len0; i0++){
+let data8 = data7[i0];
+if(data8 && typeof data8 == "object" && !Array.isArray(data8)){
+if(data8.id === undefined){
+const err20 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "id"},message:"must have required property '"+"id"+"'"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -3182,11 +3186,8 @@ vErrors.push(err20);
 }
 errors++;
 }
-if(data8.id !== undefined){
-let data9 = data8.id;
-if(typeof data9 === "string"){
-if(!(formats0.test(data9))){
-const err21 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
+if(data8.type === undefined){
+const err21 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/required",keyword:"required",params:{missingProperty: "type"},message:"must have required property '"+"type"+"'"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -3195,9 +3196,11 @@ vErrors.push(err21);
 }
 errors++;
 }
-}
-else {
-const err22 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data8.id !== undefined){
+let data9 = data8.id;
+if(typeof data9 === "string"){
+if(!(formats0.test(data9))){
+const err22 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/format",keyword:"format",params:{format: "uuid"},message:"must match format \""+"uuid"+"\""};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -3207,9 +3210,8 @@ vErrors.push(err22);
 errors++;
 }
 }
-if(data8.type !== undefined){
-if(typeof data8.type !== "string"){
-const err23 = {instancePath:instancePath+"/events/" + i0+"/type",schemaPath:"#/properties/events/items/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
+else {
+const err23 = {instancePath:instancePath+"/events/" + i0+"/id",schemaPath:"#/properties/events/items/properties/id/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -3219,9 +3221,9 @@ vErrors.push(err23);
 errors++;
 }
 }
-}
-else {
-const err24 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data8.type !== undefined){
+if(typeof data8.type !== "string"){
+const err24 = {instancePath:instancePath+"/events/" + i0+"/type",schemaPath:"#/properties/events/items/properties/type/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -3233,7 +3235,7 @@ errors++;
 }
 }
 else {
-const err25 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err25 = {instancePath:instancePath+"/events/" + i0,schemaPath:"#/properties/events/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -3245,12 +3247,24 @@ errors++;
 }
 }
 else {
-const err26 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err26 = {instancePath:instancePath+"/events",schemaPath:"#/properties/events/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err26];
 }
 else {
 vErrors.push(err26);
+}
+errors++;
+}
+}
+}
+else {
+const err27 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err27];
+}
+else {
+vErrors.push(err27);
 }
 errors++;
 }

@@ -59,7 +59,7 @@ export interface DefaultedParameters extends Record<RouteOperationId, string> {
   createSandbox: never
   deleteSandbox: never
   listSandboxEvents: 'after' | 'limit'
-  listSandboxJournal: 'limit' | 'waitSeconds'
+  listSandboxJournal: 'after' | 'limit' | 'waitSeconds'
   resetSandbox: never
   setSandboxWebhook: never
   deleteSandboxWebhook: never
@@ -638,7 +638,8 @@ export const routes: readonly RouteDefinition[] = [
         "type": "object",
         "properties": {
           "after": {
-            "$ref": "JournalPosition"
+            "$ref": "JournalPosition",
+            "default": "0-0"
           },
           "requestId": {
             "type": "string",

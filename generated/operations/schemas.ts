@@ -248,7 +248,9 @@ export const schemas = {
         "type": [
           "string",
           "null"
-        ]
+        ],
+        "maxLength": 255,
+        "description": "The request's `Idempotency-Key`, when it sent one the public contract admits."
       },
       "accountId": {
         "type": [

@@ -13,12 +13,14 @@ import type { Tracing } from '../plugins/external/tracing.js'
 import type { AppStore } from '../store/sandboxes.js'
 import { SandboxRouting } from '../plugins/app/sandboxes.js'
 import { randomUuid } from '../runtime/uuid.js'
+import { schemas } from '../../generated/schemas.js'
 
 // How long the service may take to start (Fastify's default is 10 s a plugin).
 const PLUGIN_TIMEOUT_MS = 120_000
 
-// A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line.
-const CALLER_REQUEST_ID = /^[\w.:/-]{1,128}$/
+// A caller's x-request-id is kept for tracing across services only when it cannot bloat or garble a log line: as
+// the contract's events carry it (requestid).
+const CALLER_REQUEST_ID = new RegExp(schemas.ItemEvent.properties.requestid.pattern)
 
 // Censored in log lines as top-level keys and in a logged body ({ body: { password } }). The paths are spelt
 // out: a wildcard path (`*.password`) makes pino run its redactor over every child logger's bindings, the request

@@ -1,7 +1,8 @@
 // A sandbox's journal, said once for every store: what an entry records of a request, how entries are placed and
 // found. A store keeps each entry's text at its place and reads them back in order (src/store/memory/journal.ts,
 // the Redis stream of src/store/redis/sandboxes.ts); the operations API pages and waits on what this answers.
-import type { components } from '../../generated/operations/openapi.js'
+import type { components, operations } from '../../generated/operations/openapi.js'
+import { schemas } from '../../generated/operations/schemas.js'
 
 export type JournalEntry = components['schemas']['JournalEntry']
 /** An entry as a request makes it: its place is the store's to give. */
@@ -26,11 +27,8 @@ export const SANDBOX_JOURNAL_BYTES = SANDBOX_JOURNAL_ENTRIES * JOURNAL_ENTRY_BYT
 export const JOURNAL_WAITS_PER_SANDBOX = 32
 export const JOURNAL_WAITS = 1000
 
-// An Idempotency-Key the contract admits is at most this long; a longer one, refused, is not kept.
-const IDEMPOTENCY_KEY_LENGTH = 255
-
-/** Before the first entry. */
-export const JOURNAL_START: JournalPosition = '0-0'
+// The longest Idempotency-Key an entry keeps, as the operations contract says; a longer one, refused, is not kept.
+const { maxLength: IDEMPOTENCY_KEY_LENGTH } = schemas.JournalEntry.properties.idempotencyKey
 
 /** What a request leaves in its sandbox's journal: its events only when it was answered as done (2xx). */
 export function journalRecord (request: {
@@ -67,31 +65,35 @@ export function isAfter (position: JournalPosition, than: JournalPosition): bool
   return ms > thanMs || (ms === thanMs && n > thanN)
 }
 
-/** What a reader asks for: entries that match every filter given. */
-export interface JournalFilter {
-  readonly requestId?: string | undefined
-  readonly idempotencyKey?: string | undefined
-  readonly operationId?: string | undefined
-  /** An event's type the request caused. */
-  readonly type?: string | undefined
+/** What a reader asks for, as the contract's query names it: entries that match every filter given. */
+export type JournalFilter = Omit<NonNullable<operations['listSandboxJournal']['parameters']['query']>, 'after' | 'limit' | 'waitSeconds'>
+
+// How an entry matches each filter: a filter the contract adds does not compile until it is said here.
+const FILTERS: { readonly [Name in keyof JournalFilter]-?: (entry: JournalRecord, value: NonNullable<JournalFilter[Name]>) => boolean } = {
+  requestId: (entry, value) => entry.requestId === value,
+  idempotencyKey: (entry, value) => entry.idempotencyKey === value,
+  operationId: (entry, value) => entry.operationId === value,
+  type: (entry, value) => entry.events.some(({ type }) => type === value)
 }
 
 const matches = (entry: JournalRecord, filter: JournalFilter): boolean =>
-  (filter.requestId === undefined || entry.requestId === filter.requestId) &&
-  (filter.idempotencyKey === undefined || entry.idempotencyKey === filter.idempotencyKey) &&
-  (filter.operationId === undefined || entry.operationId === filter.operationId) &&
-  (filter.type === undefined || entry.events.some(({ type }) => type === filter.type))
+  (Object.keys(FILTERS) as Array<keyof JournalFilter>).every((name) => {
+    const value = filter[name]
+    return value === undefined || FILTERS[name](entry, value)
+  })
 
 /**
- * The page a reader is answered from `kept` (the entries after `after`, in order): at most `limit` that match, and
- * where the next page begins: past the last one listed, else at `after` again.
+ * The entries of `kept` (in order) that match, at most `limit`, and the place of the last one looked at: a wait
+ * that found none reads on from there, each entry looked at once.
  */
-export function journalPage (kept: readonly KeptEntry[], filter: JournalFilter, limit: number, after: JournalPosition): { entries: JournalEntry[], next: JournalPosition } {
+export function journalMatches (kept: readonly KeptEntry[], filter: JournalFilter, limit: number): { entries: JournalEntry[], lookedAt: JournalPosition | undefined } {
   const entries: JournalEntry[] = []
+  let lookedAt: JournalPosition | undefined
   for (const { position, text } of kept) {
     if (entries.length === limit) break
+    lookedAt = position
     const record = JSON.parse(text) as JournalRecord
     if (matches(record, filter)) entries.push({ position, ...record })
   }
-  return { entries, next: entries.at(-1)?.position ?? after }
+  return { entries, lookedAt }
 }

@@ -3,7 +3,7 @@ import type { DefaultedParameters, RouteOperationId } from '../../generated/oper
 import { emailKey } from '../auth/email.js'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { InvalidRequestError, journalWaitsRefused, notFound, sandboxesOff, sandboxLimitReached } from '../errors.js'
-import { JOURNAL_START, journalPage } from '../domain/journal.js'
+import { journalMatches } from '../domain/journal.js'
 import { SANDBOX_CLOCK_AHEAD_YEARS } from '../domain/sandboxes.js'
 import { type Sandbox, sandboxCapacityBytes, type Sandboxes } from '../store/sandboxes.js'
 import { itemFields } from '../domain/serialized.js'
@@ -208,23 +208,27 @@ export const listSandboxEvents: OperationsHandler<'listSandboxEvents'> = async (
   return await reply.code(200).send(listed.length === limit ? { events, next: listed.at(-1)!.sequence } : { events })
 }
 
+// A page of the journal answers the entries that match, and where the next begins: past the last one listed, else
+// at `after` again (the contract's empty page).
 export const listSandboxJournal: OperationsHandler<'listSandboxJournal'> = async (request, reply) => {
   const { sandboxId } = request.params
-  const { after = JOURNAL_START, limit, waitSeconds, ...filter } = request.query
+  const { after, limit, waitSeconds, ...filter } = request.query
   const sandboxes = sandboxesOf(request)
   const wait = waitSeconds === 0 ? undefined : request.server.journalWaits?.hold(sandboxId.toLowerCase())
   if (wait === 'per key' || wait === 'in all') throw journalWaitsRefused(wait)
   const until = performance.now() + waitSeconds * 1000
+  let readFrom = after
   let timer: NodeJS.Timeout | undefined
   try {
     for (;;) {
       // Asked before reading: a change made while the read is on its way ends the wait that follows it.
       const changed = wait?.changed()
-      const kept = await sandboxes.journal(sandboxId, after)
+      const kept = await sandboxes.journal(sandboxId, readFrom)
       if (kept === undefined) throw notFound('Sandbox')
-      const page = journalPage(kept, filter, limit, after)
+      const { entries, lookedAt } = journalMatches(kept, filter, limit)
       const left = until - performance.now()
-      if (wait === undefined || page.entries.length > 0 || left <= 0 || wait.ended()) return await reply.code(200).send(page)
+      if (wait === undefined || entries.length > 0 || left <= 0 || wait.ended()) return await reply.code(200).send({ entries, next: entries.at(-1)?.position ?? after })
+      readFrom = lookedAt ?? readFrom
       await Promise.race([changed, new Promise((resolve) => { timer = setTimeout(resolve, left) })])
       clearTimeout(timer)
     }

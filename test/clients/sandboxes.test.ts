@@ -44,7 +44,7 @@ t.test('createSandboxClient makes a sandbox from fixtures and gives the official
   const { events } = await sandboxed.events()
   t.same([entry.operationId, entry.status, events.find(({ event }) => event.id === entry.events[0]?.id)?.event.subject], ['createItem', 201, journaled?.id],
     'its journal ties a create to the event it caused')
-  const removal = sandboxed.waitFor({ operationId: 'deleteItem', after: entry.position })
+  const removal = sandboxed.waitFor({ operationId: 'deleteItem', after: entry.position }, HANG_MS / 1000)
   await ok(client.api.DELETE('/v1/items/{itemId}', { params: { path: { itemId: journaled!.id } } }))
   t.match(await removal, { operationId: 'deleteItem', status: 204, events: [{ type: 'items.item.removed' }] }, 'and waits for what follows')
   t.same((await sandboxed.journal({ operationId: 'deleteItem' })).entries, [await removal], 'which the journal lists')

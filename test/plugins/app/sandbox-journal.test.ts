@@ -24,6 +24,17 @@ async function journal (t: Test, ops: string, sandbox: Api | string, query = '')
   return json as Journal
 }
 
+/**
+ * A wait for what `query` filters, sent again while it ends empty, as the client's waitFor does: a machine busy past
+ * the contract's longest wait makes it take longer, not fail.
+ */
+async function awaited (t: Test, ops: string, sandbox: Api | string, query: string): Promise<Journal> {
+  for (;;) {
+    const page = await journal(t, ops, sandbox, `${query}&waitSeconds=30`)
+    if (page.entries.length > 0) return page
+  }
+}
+
 /** The waits on journals the instance holds, as its metrics say. */
 async function waitsHeld (ops: string): Promise<number> {
   const text = await (await fetch(`${ops}/metrics`)).text()
@@ -86,11 +97,11 @@ onEachStore('a wait on a journal ends when an entry that matches is added, or em
   const alice = await sandbox.register()
   const { next } = await journal(t, ops, sandbox)
 
-  const awaited = journal(t, ops, sandbox, `?after=${next}&type=items.item.added&waitSeconds=30`)
+  const awaiting = awaited(t, ops, sandbox, `?after=${next}&type=items.item.added`)
   await until('the wait to be held', async () => await waitsHeld(ops) === 1)
   await sandbox.call('listItems', { token: alice.accessToken })
   const item = await sandbox.createItem(alice.accessToken, { name: 'awaited' })
-  const ended = await awaited
+  const ended = await awaiting
   t.same(ended.entries.map(({ operationId, status, events }) => [operationId, status, events.map(({ type }) => type)]), [['createItem', 201, ['items.item.added']]],
     'the create ends it (the list before it does not match)')
   const events = (await opsCall(t, ops, 'listSandboxEvents', 'GET', `${sandbox.base}/events`)).json as { events: Array<{ event: { id: string, subject: string } }> }
@@ -119,7 +130,15 @@ onEachStore('waits are bounded per sandbox and in all: one more is refused at on
   const sandboxes = await Promise.all(Array.from({ length: Math.ceil(JOURNAL_WAITS / JOURNAL_WAITS_PER_SANDBOX) + 1 }, create))
   const [first] = sandboxes
   const { next } = await journal(t, ops, first!)
-  const wait = async (sandbox: Api): Promise<Response> => await fetch(`${ops}/sandboxes/${idOf(sandbox)}/journal?after=${next}&waitSeconds=30`)
+  // Each sent again while it ends empty (see `awaited`).
+  const wait = async (sandbox: Api): Promise<Journal> => {
+    for (;;) {
+      const response = await fetch(`${ops}/sandboxes/${idOf(sandbox)}/journal?after=${next}&waitSeconds=30`)
+      if (response.status !== 200) throw new Error(`a held wait answered ${response.status}`)
+      const page = (await response.json()) as Journal
+      if (page.entries.length > 0) return page
+    }
+  }
   const held = Array.from({ length: JOURNAL_WAITS_PER_SANDBOX }, async () => await wait(first!))
   await until('the waits on one sandbox to be held', async () => await waitsHeld(ops) === JOURNAL_WAITS_PER_SANDBOX)
   const onePast = await opsCall(t, ops, 'listSandboxJournal', 'GET', `${first!.base}/journal?waitSeconds=30`)
@@ -136,8 +155,7 @@ onEachStore('waits are bounded per sandbox and in all: one more is refused at on
   // Every sandbox's requests end the waits on it, and only those.
   for (const sandbox of sandboxes) await sandbox.call('listItems')
   const answers = await Promise.all(held)
-  t.same(new Set(answers.map(({ status }) => status)), new Set([200]), 'each wait ends with its sandbox\'s entry')
-  t.same(new Set(await Promise.all(answers.map(async (answer) => ((await answer.json()) as Journal).entries.length))), new Set([1]))
+  t.same(new Set(answers.map(({ entries }) => entries.map(({ operationId }) => operationId).join())), new Set(['listItems']), 'each wait ends with its sandbox\'s entry')
   t.equal(await waitsHeld(ops), 0)
 
   for (let request = 0; request < SANDBOX_JOURNAL_ENTRIES + 10; request += 1) await first!.call('listItems')
@@ -160,10 +178,10 @@ t.test('on Redis, a wait on one instance is ended by a request another instance 
   const onB = new Api(b.api.app, basePath)
   const alice = await onA.register()
   const { next } = await journal(t, a.ops, basePath.split('/')[2]!)
-  const awaited = journal(t, a.ops, basePath.split('/')[2]!, `?after=${next}&operationId=createItem&waitSeconds=30`)
+  const awaiting = awaited(t, a.ops, basePath.split('/')[2]!, `?after=${next}&operationId=createItem`)
   await until('the wait to be held', async () => await waitsHeld(a.ops) === 1)
   const item = await onB.createItem(alice.accessToken, { name: 'on b' })
-  const ended = await awaited
+  const ended = await awaiting
   t.same(ended.entries.map(({ operationId, status }) => [operationId, status]), [['createItem', 201]], 'the create on b ends the wait on a')
   t.same((await journal(t, b.ops, basePath.split('/')[2]!, `?after=${next}`)).entries, ended.entries, 'both read the same journal')
   t.ok(item.id !== undefined)
