@@ -11,6 +11,7 @@ import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
 import { COMMAND_TIMEOUT_MS } from '../../src/store/redis/commands.js'
 import type { Script } from '../../src/store/redis/commands.js'
+import { commitScripts, compiledCommitScripts } from '../../src/store/redis/commit.js'
 
 export type RedisFault = 'drop-connection' | 'drop-reply' | 'delay-reply' | 'drop-reply-then-down'
 export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-reply', 'delay-reply', 'drop-reply-then-down']
@@ -45,10 +46,10 @@ const DELAY_MS = COMMAND_TIMEOUT_MS + 500
 
 export interface RedisProxy {
   url: string
-  /** The next command of `script`, or the next that carries `text`, meets `fault`. */
-  arm: (command: Script | string, fault: RedisFault) => void
+  /** The next command of `script` (of any of the scripts, as they are then), or the next that carries `text`, meets `fault`. */
+  arm: (command: Marked, fault: RedisFault) => void
   /** The next command of `script`, or the next that carries `text`, goes on to Redis once `done` is (what its connection sends after it waits with it). */
-  before: (command: Script | string, done: () => Promise<unknown>) => void
+  before: (command: Marked, done: () => Promise<unknown>) => void
   /** Faults injected so far. */
   readonly injected: RedisFault[]
   /** Lets connections through again after `drop-reply-then-down`. */
@@ -62,8 +63,21 @@ export interface RedisProxy {
   close: () => Promise<void>
 }
 
+/** What a command is known by: a script, the scripts a function lists when a command passes, or a text. */
+export type Marked = Script | string | (() => Iterable<Script>)
+
+/** Every commit (commit.ts): the decoded one, and those this process compiled so far. */
+export const ANY_COMMIT = (): Iterable<Script> => [commitScripts.commit, ...compiledCommitScripts()]
+
 /** The markers ioredis sends a script by: its SHA-1 (EVALSHA) and, when Redis lacks it, its text (EVAL). */
-const markersOf = (script: Script): string[] => [createHash('sha1').update(script.lua).digest('hex'), script.lua]
+const scriptMarkers = (script: Script): string[] => [createHash('sha1').update(script.lua).digest('hex'), script.lua]
+
+// Looked up as each command passes: a script compiled after the proxy was armed is among them.
+const carries = (text: string, command: Marked): boolean => {
+  if (typeof command === 'string') return text.includes(command)
+  const scripts = typeof command === 'function' ? [...command()] : [command]
+  return scripts.some((script) => scriptMarkers(script).some((marker) => text.includes(marker)))
+}
 
 /** What a connection, still taken for the service's commands, shows itself to be by what it sends. */
 function kindOf (text: string): ProxiedConnection {
@@ -77,8 +91,8 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   const { hostname, port } = new URL(target)
   const injected: RedisFault[] = []
   const sockets = new Set<Socket>()
-  let armed: { markers: string[], fault: RedisFault } | undefined
-  let waiting: { markers: string[], done: () => Promise<unknown> } | undefined
+  let armed: { command: Marked, fault: RedisFault } | undefined
+  let waiting: { command: Marked, done: () => Promise<unknown> } | undefined
   let down = false
   let partitioned = new Set<ProxiedConnection>()
   interface Pair { kind: ProxiedConnection, stalled: boolean, resume: () => void }
@@ -122,7 +136,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
         toRedis.push(chunk)
         return
       }
-      if (waiting?.markers.some((marker) => text.includes(marker)) === true) {
+      if (waiting !== undefined && carries(text, waiting.command)) {
         const { done } = waiting
         waiting = undefined
         pair.stalled = true
@@ -130,7 +144,7 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
         void done().finally(pair.resume)
         return
       }
-      const fault = armed?.markers.some((marker) => text.includes(marker)) === true ? armed.fault : undefined
+      const fault = armed !== undefined && carries(text, armed.command) ? armed.fault : undefined
       if (fault === undefined) {
         redis.write(chunk)
         return
@@ -171,8 +185,8 @@ export async function redisProxy (target: string): Promise<RedisProxy> {
   url.port = String(address.port)
   return {
     url: url.href,
-    arm: (command, fault) => { armed = { markers: typeof command === 'string' ? [command] : markersOf(command), fault } },
-    before: (command, done) => { waiting = { markers: typeof command === 'string' ? [command] : markersOf(command), done } },
+    arm: (command, fault) => { armed = { command, fault } },
+    before: (command, done) => { waiting = { command, done } },
     injected,
     up: () => { down = false },
     stall: (connection) => { for (const pair of pairs) if (pair.kind === connection) pair.stalled = true },

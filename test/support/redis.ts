@@ -5,6 +5,8 @@ import { once } from 'node:events'
 import { createServer } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
+import type { Change, Refused } from '../../src/store/redis/commit.js'
+import type { Limited } from '../../src/store/redis/rate-counter.js'
 import { freePort } from '../../harness/net.js'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
 import { type RedisProxy, redisProxy } from './redis-proxy.js'
@@ -302,5 +304,16 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
         return views.every(([others, seen]) => others === 2 && seen !== undefined && seen >= 1) && inSync.some(Boolean)
       }, { everyMs: 100 })
     }
+  }
+}
+
+// A change committed by the decoded commit, or as its own compiled script (the two ways `commit` sends one).
+export const COMMIT_FORMS = {
+  decoded: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> =>
+    await redis.commit(...change.keys(limitCounter), ...prelude, change.structure, ...change.values),
+  compiled: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> => {
+    const [numberOfKeys, ...keys] = change.keys(limitCounter)
+    const reply: unknown = await redis.eval(change.compiled, numberOfKeys, ...keys, ...prelude, ...change.values)
+    return reply as Limited<Refused>
   }
 }

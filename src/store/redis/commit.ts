@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { Redis, Result } from 'ioredis'
 import { StoreUnavailableError, type WriteLimit } from '../store.js'
 import type { Script } from './commands.js'
@@ -33,7 +34,9 @@ export const afterNow = (ms: number): AfterNow => ({ after: ms })
 
 type Argument = string | StoreTime | ScoreOf | AnswerOf | AfterNow
 
-// In a change's JSON, a value is the index of the ARGV that holds it: cjson decodes no text a user wrote, nor any long one.
+// In a change, a value is the index of the ARGV that holds it, once the script has taken off what comes before:
+// neither cjson nor a compiled script's text holds anything a user wrote, nor a figure that differs from one write to
+// the next.
 type ValueIndex = number
 
 /** What a guard asks of a hash field: only that it is there, whatever it holds. */
@@ -42,28 +45,35 @@ export const PRESENT = true
 /** What `commit` answers when a guard or a bound refused the change: 0 for stale, unless the guard names another. */
 export type Refused = number | string
 
+type Guard = [key: number, field: ValueIndex | false, expected: ValueIndex | false | typeof PRESENT, refused: Refused, orNone: boolean]
+type CommandArgument = ValueIndex | { at: ValueIndex } | { after: ValueIndex } | AnswerOf | { score: [key: number, member: ValueIndex] }
+type Command = [name: string, key: number, ...CommandArgument[]]
+type Count = [key: number, field: ValueIndex, by: ValueIndex, most: ValueIndex | false, refused: Refused, afterLimit: boolean, rising: boolean]
+type ChangeEvent = [outbox: number, ...ValueIndex[]] | false
+
 /**
  * One atomic change of Redis's keys, as a rule decided it from what it read: plain commands, and bounded
  * increments (a count, an account's bytes against its quota: src/domain/quotas.ts), made only while every field a
- * guard names still holds what was read and every increment stays within its bound. A change decided on a read that another instance's
- * write has since made stale is made by none (`commit` answers 0): the rule reads and decides again (`retried`).
+ * guard names still holds what was read and every increment stays within its bound. A change decided on a read that
+ * another instance's write has since made stale is made by none (`commit` answers 0): the rule reads and decides
+ * again (`retried`).
  */
 export class Change {
   readonly #keys: string[] = []
   readonly #indexes = new Map<string, number>()
   readonly #values: string[] = []
   readonly #valueIndexes = new Map<string, ValueIndex>()
-  readonly #guards: Array<[key: number, field: string | false, value: ValueIndex | false | typeof PRESENT, refused: Refused, orNone?: true]> = []
-  readonly #commands: Array<[command: string, key: number, ...Array<ValueIndex | StoreTime | AnswerOf | AfterNow | { score: [key: number, member: ValueIndex] }>]> = []
-  readonly #counts: Array<[key: number, field: string, by: number, most: number | false, refused: Refused, afterLimit: boolean]> = []
-  #event: [outbox: number, ...ValueIndex[]] | false = false
+  readonly #guards: Guard[] = []
+  readonly #commands: Command[] = []
+  readonly #counts: Count[] = []
+  #event: ChangeEvent = false
 
   /**
    * Made only while the hash `key` holds `value` in `field` (null: no such field; PRESENT: any); else `commit`
    * answers `refused`.
    */
   guard (key: string, field: string, value: string | null | typeof PRESENT, refused: Refused = 0): this {
-    this.#guards.push([this.#index(key), field, typeof value === 'string' ? this.#value(value) : value ?? false, refused])
+    this.#guards.push([this.#index(key), this.#value(field), typeof value === 'string' ? this.#value(value) : value ?? false, refused, false])
     return this
   }
 
@@ -75,9 +85,11 @@ export class Change {
 
   /** Runs `command` on `key`, after those written before it. */
   write (command: string, key: string, ...args: Argument[]): this {
-    this.#commands.push([command, this.#index(key), ...args.map((arg) => {
+    this.#commands.push([command, this.#index(key), ...args.map((arg): CommandArgument => {
       if (typeof arg === 'string') return this.#value(arg)
-      return 'key' in arg ? { score: [this.#index(arg.key), this.#value(arg.member)] satisfies [number, number] } : arg
+      if ('key' in arg) return { score: [this.#index(arg.key), this.#value(arg.member)] }
+      if ('at' in arg) return { at: this.#value(String(arg.at)) }
+      return 'after' in arg ? { after: this.#value(String(arg.after)) } : arg
     })])
     return this
   }
@@ -94,7 +106,8 @@ export class Change {
    * store's does).
    */
   count (key: string, field: string, by: number, most?: number, refused: Refused = 0, afterLimit = false): this {
-    this.#counts.push([this.#index(key), field, by, most === undefined || most === Infinity ? false : most, refused, afterLimit])
+    const bounded = most === undefined || most === Infinity ? false : this.#value(String(most))
+    this.#counts.push([this.#index(key), this.#value(field), this.#value(String(by)), bounded, refused, afterLimit, by > 0])
     return this
   }
 
@@ -109,17 +122,31 @@ export class Change {
     return [this.#keys.length + 1, limitCounter, ...this.#keys]
   }
 
-  /** What `commit` takes after the write's deadline, outcome key and limit: the change, and the values it names. */
-  get arguments (): [string, ...string[]] {
-    return [JSON.stringify([this.#guards, this.#commands, this.#counts, this.#event]), ...this.#values]
+  /** The values the change names, in the order its script takes them. */
+  get values (): readonly string[] {
+    return this.#values
   }
 
-  // The change is ARGV[1]; its values follow it.
-  // A value the change names more than once (an item's id, in its lists) is sent once.
+  /** The change as the decoded commit takes it, before its values: its structure in JSON. */
+  get structure (): string {
+    return JSON.stringify([this.#guards, this.#commands, this.#counts, this.#event])
+  }
+
+  /** How many guards, commands and counts the change makes. */
+  get steps (): number {
+    return this.#guards.length + this.#commands.length + this.#counts.length
+  }
+
+  /** The change as Lua of its own, its values left in ARGV: the same change for every write of the same shape. */
+  get compiled (): string {
+    return compiledChange(this.#guards, this.#commands, this.#counts, this.#event)
+  }
+
   #value (value: string): ValueIndex {
     let index = this.#valueIndexes.get(value)
     if (index === undefined) {
-      index = this.#values.push(value) + 1
+      // A value the change names more than once (an item's id, in its lists) is sent once.
+      index = this.#values.push(value)
       this.#valueIndexes.set(value, index)
     }
     return index
@@ -133,6 +160,50 @@ export class Change {
     }
     return index
   }
+}
+
+// A refusal or a command's name as a Lua literal: each is the code's own constant (plain words), never a user's text.
+const literal = (constant: Refused): string => JSON.stringify(constant)
+
+// What the decoded commit's loop does for a change of this shape, written out: the same guards, counts, commands
+// and event in the same order, with nothing left to decode or to look up.
+function compiledChange (guards: readonly Guard[], commands: readonly Command[], counts: readonly Count[], event: ChangeEvent): string {
+  const lines: string[] = []
+  for (const [key, field, expected, refused, orNone] of guards) {
+    const held = field === false ? `redis.call('GET', KEYS[${key}])` : `redis.call('HGET', KEYS[${key}], ARGV[${field}])`
+    if (expected === PRESENT) lines.push(`if redis.call('HEXISTS', KEYS[${key}], ARGV[${Number(field)}]) == 0 then return refuse(${literal(refused)}) end`)
+    else if (expected === false) lines.push(`if ${held} then return refuse(${literal(refused)}) end`)
+    else if (orNone) lines.push(`do local held = ${held} if held and held ~= ARGV[${expected}] then return refuse(${literal(refused)}) end end`)
+    else lines.push(`if ${held} ~= ARGV[${expected}] then return refuse(${literal(refused)}) end`)
+  }
+  const passed = (index: number, [, , , most, refused, , rising]: Count): string[] =>
+    most === false || !rising ? [] : [`if count${index} > tonumber(ARGV[${most}]) then return refuse(${literal(refused)}) end`]
+  counts.forEach((count, index) => {
+    lines.push(`local count${index} = tonumber(redis.call('HGET', KEYS[${count[0]}], ARGV[${count[1]}]) or '0') + tonumber(ARGV[${count[2]}])`)
+    if (!count[5]) lines.push(...passed(index, count))
+  })
+  lines.push('if overLimit() then return refuse(-1) end')
+  counts.forEach((count, index) => { if (count[5]) lines.push(...passed(index, count)) })
+  const answered = new Set(commands.flatMap(([, , ...args]) => args.flatMap((arg) => typeof arg === 'object' && 'command' in arg ? [arg.command] : [])))
+  commands.forEach(([name, key, ...args], index) => {
+    const call = `redis.call(${literal(name)}, KEYS[${key}]${args.map((arg) => `, ${argumentOf(arg)}`).join('')})`
+    // A number as a text once: Redis formats a number it is given each time it is given one.
+    lines.push(answered.has(index + 1) ? `local answer${index + 1} = tostring(${call})` : call)
+  })
+  counts.forEach(([key, field], index) => {
+    lines.push(`if count${index} <= 0 then redis.call('HDEL', KEYS[${key}], ARGV[${field}]) else redis.call('HSET', KEYS[${key}], ARGV[${field}], count${index}) end`)
+  })
+  if (event !== false) lines.push(`appendEvent(KEYS[${event[0]}], {${event.slice(1).map((value) => `ARGV[${value}]`).join(', ')}})`)
+  lines.push('return 1')
+  return writeScript(event === false ? '' : APPEND_EVENT, lines.join('\n'), { limited: true })
+}
+
+function argumentOf (argument: CommandArgument): string {
+  if (typeof argument === 'number') return `ARGV[${argument}]`
+  if ('at' in argument) return `tonumber(ARGV[${argument.at}]) - clockAhead`
+  if ('after' in argument) return `now + tonumber(ARGV[${argument.after}])`
+  if ('command' in argument) return `answer${argument.command}`
+  return `redis.call('ZSCORE', KEYS[${argument.score[0]}], ARGV[${argument.score[1]}])`
 }
 
 // A change decided on a read tries again when another instance changed what it read in between; past this many
@@ -172,22 +243,51 @@ export async function retried<T> (what: string, attempt: () => Promise<T | typeo
   throw new StoreUnavailableError(`${what} changed ${MAX_CHANGE_ATTEMPTS} times while being changed`)
 }
 
+// A change of more steps than this is committed by the decoded commit: its shape varies with what it carries (an
+// account's removal, every item and record of it), and a compiled script Redis keeps for each would have no bound.
+const MOST_COMPILED_STEPS = 48
+// The compiled commits one process keeps, and Redis with it for each version of the service: the shapes the rules
+// make are fewer; past them, a change is committed by the decoded commit.
+const MOST_COMPILED_COMMITS = 256
+
+interface CompiledCommit extends Script {
+  readonly sha: string
+}
+
+const compiledCommits = new Map<string, CompiledCommit>()
+
+/** The commits of changes compiled by this process so far, each Redis keeps by its SHA-1 once it has run it. */
+export const compiledCommitScripts = (): Iterable<Script> => compiledCommits.values()
+
+// Its shape is its structure: the same for every change a rule makes at one place, and written only there.
+function compiledCommit (change: Change, structure: string): CompiledCommit | undefined {
+  if (change.steps > MOST_COMPILED_STEPS) return undefined
+  let compiled = compiledCommits.get(structure)
+  if (compiled === undefined && compiledCommits.size < MOST_COMPILED_COMMITS) {
+    const lua = change.compiled
+    compiled = { lua, sha: createHash('sha1').update(lua).digest('hex') }
+    compiledCommits.set(structure, compiled)
+  }
+  return compiled
+}
+
 export const commitScripts = {
   // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
-  // change (Change.arguments), then the values it names, each by its index in ARGV. The change: its guards, each a
-  // key's index, a hash's field (false: the key is a string), the value it must hold (false: none; true: any), what
-  // to answer when it does not, and true when holding none will do too; its commands, each a name, its key's index
-  // and its arguments, a time by the store's clock written {at = ms}, one from the commit's time {after = ms}, what
-  // an earlier command answered {command = its place}; its counts, each a key's index, a field, by how much, the most
-  // it may then be (false: no bound), what to answer past it and whether that is checked once the write limit has
-  // counted; its event (false, or the outbox's index and
-  // APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer.
+  // change's structure (Change.structure), taken off, then the values it names, each by its index in ARGV. The
+  // structure: its guards, each a key's index, a hash's field (false: the key is a string), the value it must hold
+  // (false: none; true: any), what to answer when it does not, and true when holding none will do too; its commands,
+  // each a name, its key's index and its arguments, a time by the store's clock written {at = ms}, one from the
+  // commit's time {after = ms}, what an earlier command answered {command = its place}; its counts, each a key's
+  // index, a field, by how much, the most it may then be (false: no bound), what to answer past it, whether that is
+  // checked once the write limit has counted, and whether it adds; its event (false, or the outbox's index and
+  // APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer. Change.compiled is the
+  // same, written out for one shape of change.
   commit: {
     lua: writeScript(APPEND_EVENT, `
-local change = cjson.decode(ARGV[1])
+local change = cjson.decode(table.remove(ARGV, 1))
 local guards, commands, counts, event = change[1], change[2], change[3], change[4]
 for _, guard in ipairs(guards) do
-  local key, field, expected = KEYS[guard[1]], guard[2], guard[3]
+  local key, field, expected = KEYS[guard[1]], guard[2] and ARGV[guard[2]], guard[3]
   if expected == true then
     if redis.call('HEXISTS', key, field) == 0 then return refuse(guard[4]) end
   else
@@ -197,9 +297,9 @@ for _, guard in ipairs(guards) do
   end
 end
 local sums = {}
-local function passed (count, sum) return count[4] and count[3] > 0 and sum > count[4] end
+local function passed (count, sum) return count[4] and count[7] and sum > tonumber(ARGV[count[4]]) end
 for index, count in ipairs(counts) do
-  sums[index] = tonumber(redis.call('HGET', KEYS[count[1]], count[2]) or '0') + count[3]
+  sums[index] = tonumber(redis.call('HGET', KEYS[count[1]], ARGV[count[2]]) or '0') + tonumber(ARGV[count[3]])
   if not count[6] and passed(count, sums[index]) then return refuse(count[5]) end
 end
 if overLimit() then return refuse(-1) end
@@ -212,8 +312,8 @@ for place, command in ipairs(commands) do
   for index = 3, #command do
     local argument = command[index]
     if type(argument) ~= 'table' then command[index] = ARGV[argument]
-    elseif argument.at then command[index] = argument.at - clockAhead
-    elseif argument.after then command[index] = now + argument.after
+    elseif argument.at then command[index] = tonumber(ARGV[argument.at]) - clockAhead
+    elseif argument.after then command[index] = now + tonumber(ARGV[argument.after])
     elseif argument.command then
       -- A number as a text once: Redis formats a number it is given each time it is given one.
       answers[argument.command] = tostring(answers[argument.command])
@@ -223,7 +323,7 @@ for place, command in ipairs(commands) do
   answers[place] = redis.call(unpack(command))
 end
 for index, count in ipairs(counts) do
-  if sums[index] <= 0 then redis.call('HDEL', KEYS[count[1]], count[2]) else redis.call('HSET', KEYS[count[1]], count[2], sums[index]) end
+  if sums[index] <= 0 then redis.call('HDEL', KEYS[count[1]], ARGV[count[2]]) else redis.call('HSET', KEYS[count[1]], ARGV[count[2]], sums[index]) end
 end
 if event then
   local values = {}
@@ -236,17 +336,31 @@ return 1`, { limited: true })
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    // Its number of keys, its keys (Change.keys), the deadline, the outcome key, the limit's max and window, then Change.arguments.
+    // Its number of keys, its keys (Change.keys), the deadline, the outcome key, the limit's max and window, Change.structure, then Change.values.
     commit (numberOfKeys: number, ...keysAndArguments: Array<string | number>): Result<Limited<Refused>, Context>
   }
 }
 
+// Redis answers NOSCRIPT to a script's SHA-1 it does not hold (its first run there, or after a restart or a
+// failover): nothing ran, and the script is sent whole.
+const missing = (error: unknown): boolean => error instanceof Error && error.message.startsWith('NOSCRIPT')
+
 /**
  * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
- * 1 when made, else what refused it (Change.guard; 0 for stale).
+ * 1 when made, else what refused it (Change.guard; 0 for stale). A change of a shape compiled before is sent as its
+ * own script, with nothing to decode.
  */
 export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused> {
   const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
-  return limitedOutcome(await writes.run(async (deadline, outcomeKey) => await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.arguments)),
-    limit)
+  const structure = change.structure
+  const compiled = compiledCommit(change, structure)
+  return limitedOutcome(await writes.run(async (deadline, outcomeKey) => {
+    if (compiled === undefined) return await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, structure, ...change.values)
+    const [numberOfKeys, ...keysAndArguments] = [...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.values]
+    const outcome: unknown = await redis.evalsha(compiled.sha, numberOfKeys, ...keysAndArguments).catch(async (error: unknown) => {
+      if (!missing(error)) throw error
+      return await redis.eval(compiled.lua, numberOfKeys, ...keysAndArguments)
+    })
+    return outcome as Limited<Refused>
+  }), limit)
 }

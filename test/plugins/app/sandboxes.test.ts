@@ -7,7 +7,6 @@ import { randomUUID } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Redis } from 'ioredis'
 import { Webhook } from 'standardwebhooks'
-import { commitScripts } from '../../../src/store/redis/commit.js'
 import t, { type Test } from 'tap'
 import type { operations } from '../../../generated/operations/openapi.js'
 import { freePort } from '../../../harness/net.js'
@@ -17,8 +16,7 @@ import { Api, newUser } from '../../support/api.js'
 import { build, captureLogs } from '../../support/app.js'
 import { opsCall } from '../../support/ops.js'
 import { ownRedis, redisKeyPrefix, SILENT_LOGGER } from '../../support/redis.js'
-import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisProxy, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
-import type { Script } from '../../../src/store/redis/commands.js'
+import { ANY_COMMIT, answerTo, FAULT_OUTCOMES, type Marked, REDIS_FAULTS, type RedisProxy, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
 import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { sandboxScripts } from '../../../src/store/redis/sandbox-registry.js'
@@ -675,7 +673,7 @@ t.test('on Redis, an instance that cannot read the sandboxes\' receivers says so
 })
 
 interface SandboxChange {
-  script: Script
+  script: Marked
   /** Its answer when it was made and its reply came; and a retry's once it was made. */
   status: number
   retried: number
@@ -703,7 +701,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   },
   resetSandbox: {
     // Read, then committed while what was read holds.
-    script: commitScripts.commit,
+    script: ANY_COMMIT,
     status: 200,
     retried: 200,
     repeats: true,
@@ -712,7 +710,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   },
   deleteSandbox: {
     // Read, then committed while what was read holds.
-    script: commitScripts.commit,
+    script: ANY_COMMIT,
     status: 204,
     // Gone: a client that sends the deletion again after a lost answer takes 404 as done.
     retried: 404,
@@ -740,7 +738,7 @@ const SANDBOX_CHANGES: Readonly<Record<string, SandboxChange>> = {
   },
   advanceSandboxClock: {
     // Read, then committed while what was read holds.
-    script: commitScripts.commit,
+    script: ANY_COMMIT,
     status: 200,
     // A move is not idempotent: one sent again moves the clock again, as the contract says of its 504.
     retried: 200,
@@ -758,7 +756,7 @@ t.test('on Redis, a change of a sandbox whose entry another instance changed aft
   const { proxy, ops } = await throughProxy(t, { REDIS_KEY_PREFIX: keyPrefix })
   const { basePath, id } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', {})).json as Sandbox
   // Another instance moves the clock a minute on while this one's move of a minute is on its way.
-  proxy.before(commitScripts.commit, async () => await raw.hset(keys.sandboxes, id, '1 60000'))
+  proxy.before(ANY_COMMIT, async () => await raw.hset(keys.sandboxes, id, '1 60000'))
   const moved = await opsCall(t, ops, 'advanceSandboxClock', 'POST', `${basePath}/clock/advance`, { seconds: 60 })
   t.same([moved.status, (moved.json as { aheadSeconds: number }).aheadSeconds], [200, 120], 'both moves are kept')
   t.equal(await registryEntry(raw, keys, id), '1 120000')
@@ -833,7 +831,7 @@ t.test('on Redis, a reset whose seeding meets a fault answers 503 and keeps the 
   const password = 'correct horse battery staple'
   const fixtures = { users: [{ email: 'ada@example.com', password, firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   const { basePath } = (await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', fixtures)).json as Sandbox
-  proxy.arm(commitScripts.commit, 'drop-connection')
+  proxy.arm(ANY_COMMIT, 'drop-connection')
   const failed = await opsCall(t, ops, 'resetSandbox', 'POST', `${basePath}/reset`)
   t.same([failed.status, proxy.injected], [503, ['drop-connection']], 'the reset is not done, and says so')
   await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
@@ -846,7 +844,7 @@ t.test('on Redis, a sandbox whose making or seeding fails after it is counted is
   const { proxy, api, ops } = await throughProxy(t, { SANDBOX_LIMIT: '1', LOG_LEVEL: 'warn' }, { logStream })
   const fixtures = { users: [{ email: 'ada@example.com', password: 'correct horse battery staple', firstName: 'Ada', lastName: 'Lovelace', role: 'contributor' }] }
   // Its catalogue prepared once the registry counts it; then its first fixture.
-  for (const [fault, body] of [['items-indexed', {}], [commitScripts.commit, fixtures]] as const) {
+  for (const [fault, body] of [['items-indexed', {}], [ANY_COMMIT, fixtures]] as const) {
     proxy.arm(fault, 'drop-connection')
     t.equal((await opsCall(t, ops, 'createSandbox', 'POST', '/sandboxes', body)).status, 503, 'not made')
     await until('ready again', async () => (await api.call('checkReadiness')).statusCode === 200)
@@ -878,7 +876,7 @@ t.test('on Redis, a write in flight when its sandbox is deleted or reset changes
     t.ok((await keysOfGeneration()).length > 0, `${ending}: the generation keeps its keys`)
     // A registration, which guards on nothing the generation held: between its checks and its commit, the other
     // instance ends the generation.
-    proxy.before(commitScripts.commit, async () => { t.equal((await opsCall(t, opsOfB, ending, method, `${basePath}${suffix}`)).status, ending === 'deleteSandbox' ? 204 : 200) })
+    proxy.before(ANY_COMMIT, async () => { t.equal((await opsCall(t, opsOfB, ending, method, `${basePath}${suffix}`)).status, ending === 'deleteSandbox' ? 204 : 200) })
     const registered = await sandbox.call('registerUser', { body: newUser() })
     t.same([registered.statusCode, registered.json().code], [503, 'SERVICE_UNAVAILABLE'], `${ending}: the write in flight is not made, and says so`)
     t.same(await keysOfGeneration(), [], `${ending}: no key of the generation that ended is left`)

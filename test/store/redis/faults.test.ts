@@ -8,7 +8,7 @@ import t, { type Test } from 'tap'
 import type { LightMyRequestResponse } from 'fastify'
 import { RedisClock } from '../../../src/store/redis/clock.js'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
-import { type Script, writeDeadline } from '../../../src/store/redis/commands.js'
+import { writeDeadline } from '../../../src/store/redis/commands.js'
 import { Change } from '../../../src/store/redis/commit.js'
 import { redisKeys, type RedisKeys } from '../../../src/store/redis/keys.js'
 import { RedisWrites } from '../../../src/store/redis/writes.js'
@@ -17,7 +17,7 @@ import { build } from '../../support/app.js'
 import { until } from '../../support/wait.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
 import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
-import { answerTo, FAULT_OUTCOMES, REDIS_FAULTS, type RedisFault, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
+import { ANY_COMMIT, answerTo, FAULT_OUTCOMES, type Marked, REDIS_FAULTS, type RedisFault, redisProxy, TRUSTING_HEARTBEAT } from '../../support/redis-proxy.js'
 
 const skip = await redisSkip()
 const OUTCOME_WITHIN_MS = 1000
@@ -27,7 +27,7 @@ interface Faulty {
   keys: RedisKeys
   /** Redis itself, past the proxy. */
   raw: Redis
-  arm: (script: Script, fault: RedisFault) => void
+  arm: (script: Marked, fault: RedisFault) => void
   /** Lets Redis be reached again, and waits until the service has reconnected. */
   up: () => Promise<void>
 }
@@ -55,7 +55,7 @@ const sessionKeys = async (raw: Redis, keys: RedisKeys): Promise<string[]> =>
   (await raw.keys(`${keys.session}*`)).filter((key) => !key.startsWith(keys.sessionHeartbeat))
 
 interface WriteCase {
-  script: Script
+  script: Marked
   /** The write's answer when it was made and its reply came. */
   status: number
   /** Sets up what the write needs; returns the write, sent once (and again for a retry). */
@@ -70,7 +70,7 @@ const item = { name: 'once', description: 'made exactly once' }
 
 const cases: Readonly<Record<string, WriteCase>> = {
   registerUser: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 201,
     prepare: async ({ api }) => {
       const body = newUser({ email: 'lost-reply@example.com' })
@@ -80,7 +80,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 409
   },
   loginUser: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 200,
     prepare: async ({ api, raw, keys }) => {
       const body = newUser()
@@ -96,7 +96,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   refreshTokens: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 200,
     prepare: async ({ api }) => {
       const { refreshToken } = await api.register()
@@ -111,7 +111,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   logoutUser: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 204,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register()
@@ -121,7 +121,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 401
   },
   createItem: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 201,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })
@@ -146,7 +146,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 201
   },
   updateItem: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 200,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })
@@ -157,7 +157,7 @@ const cases: Readonly<Record<string, WriteCase>> = {
     retried: 200
   },
   deleteItem: {
-    script: scripts.commit,
+    script: ANY_COMMIT,
     status: 204,
     prepare: async ({ api }) => {
       const { accessToken } = await api.register({ role: 'contributor' })
@@ -236,7 +236,7 @@ t.test('a write while Redis is known to be out of reach is 503 at once: nothing 
   const f = await faulty(t)
   const { accessToken } = await f.api.register({ role: 'contributor' })
   await f.api.createItem(accessToken)
-  f.arm(scripts.commit, 'drop-reply-then-down')
+  f.arm(ANY_COMMIT, 'drop-reply-then-down')
   t.equal((await f.api.call('createItem', { token: accessToken, body: item })).statusCode, 504)
   // A logout counts against no rate limit: its write is the first thing it sends.
   const refused = await f.api.call('logoutUser', { token: accessToken })
@@ -254,7 +254,7 @@ t.test('a write that Redis answers with an error is not taken for a lost reply: 
   // A bug (a wrong command) is a ReplyError, as it was; a write past its deadline a StoreUnavailableError (503).
   await t.rejects(writes.run(async () => await redis.call('NO-SUCH-COMMAND')), { name: 'ReplyError' })
   const change = new Change().write('SET', 'late', 'v')
-  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.commit(...change.keys('limit'), writeDeadline(0, 0), outcomeKey, -1, 0, ...change.arguments)),
+  await t.rejects(writes.run(async (_deadline, outcomeKey) => await redis.commit(...change.keys('limit'), writeDeadline(0, 0), outcomeKey, -1, 0, change.structure, ...change.values)),
     { name: 'StoreUnavailableError', message: /DEADLINE/ })
   // A client that is not connected sends nothing: the request that got past the store's check just before is 503.
   const unconnected = new Redis(REDIS_URL, { scripts, lazyConnect: true })

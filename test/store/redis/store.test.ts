@@ -11,7 +11,7 @@ import { redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
-import { ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { COMMIT_FORMS, ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
 import { redisProxy } from '../../support/redis-proxy.js'
 import { storeConformance } from '../conformance/index.js'
 import { account, item, user, writeLimit } from '../conformance/fixtures.js'
@@ -92,53 +92,55 @@ t.test('a write refused (over its limit, its key held, its item gone or changed,
   t.equal(await outcomes(), written + 1, 'only the edit within its limit recorded one')
 })
 
-t.test('a write script that Redis runs after its deadline changes nothing and fails; before it, it writes, and records its reply', { skip }, async (t) => {
-  const prefix = redisKeyPrefix(t)
-  const redis = new Redis(REDIS_URL, { scripts })
-  t.teardown(() => { redis.disconnect() })
-  const [seconds] = await redis.time()
-  // Deadlines on Redis's clock: a second ago, and a minute ahead.
-  const past = writeDeadline(Number(seconds) * 1000 - 1000, 0)
-  const future = writeDeadline(Number(seconds) * 1000 + 60_000, 0)
-  const keys = redisKeys(prefix)
-  const outcome = (write: string): string => `${keys.writeOutcome}${write}`
-  const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
-  const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
-  const records = recordKeys(keys)
-  // A session's change as a rule commits it, and one decided on the session as it was then, which a late commit must
-  // not make once it is stale.
-  const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
-  const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
-  const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused> =>
-    (await redis.commit(...change.keys(keys.rateLimit), deadline, outcome(write), -1, 0, ...change.arguments))[0]
-  // An item's create, as the item store commits it (its place in a list the sequence the commit takes).
-  const adding = new Change().guard(keys.items, 'i1', null).write('INCR', keys.itemSequence)
-  adding.write('ZADD', keys.itemOrder, adding.answerOfLast(), 'i1').write('HSET', keys.items, 'i1', item)
-  await t.rejects(commit(adding, past, 'add'), late)
-  // A registration as the user store commits it: the user, counted among the accounts.
-  const registering = new Change().guard(keys.users, 'u1', null).write('HSET', keys.users, 'u1', '{}').count(keys.capacity, 'accounts', 1, 10, 4)
-  await t.rejects(commit(registering, past, 'user'), late)
-  await t.rejects(commit(opening, past, 'open'), late)
-  await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...records, past, outcome('claim'), -1, 0, '{}', 60_000,
-    1000, 86_400_000), late)
-  await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, `${keys.rateLimitKeys}a`, past, 60_000, 100, 10), late)
-  t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
-  t.equal(await commit(registering, future, 'user'), 1)
-  t.equal(await commit(opening, future, 'open'), 1)
-  await t.rejects(commit(rotating, past, 'rotate'), late)
-  t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
-  t.equal(await commit(rotating, future, 'again'), 0, 'and once changed, it is not as read')
-  t.equal(await commit(adding, future, 'add'), 1)
-  t.same([await redis.zscore(keys.itemOrder, 'i1'), await redis.get(keys.itemSequence)], ['1', '1'], 'placed by the sequence it took')
-  // An edit as the item store commits it, counted against its contributor's quota.
-  const edit = new Change().guard(keys.items, 'i1', item).write('HSET', keys.items, 'i1', '{}').count(keys.accountBytes, 'u1', -8, 1000, 'quota')
-  await t.rejects(commit(edit, past, 'replace'), late)
-  t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
-  t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('again'), outcome('add'), outcome('replace')),
-    ['[[1,false]]', '[[1,false]]', null, '[[1,false]]', null],
-    'each write that ran recorded its reply; none that did not')
-  t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
-})
+for (const [form, committed] of Object.entries(COMMIT_FORMS)) {
+  t.test(`a write script that Redis runs after its deadline changes nothing and fails; before it, it writes, and records its reply (a change ${form})`, { skip }, async (t) => {
+    const prefix = redisKeyPrefix(t)
+    const redis = new Redis(REDIS_URL, { scripts })
+    t.teardown(() => { redis.disconnect() })
+    const [seconds] = await redis.time()
+    // Deadlines on Redis's clock: a second ago, and a minute ahead.
+    const past = writeDeadline(Number(seconds) * 1000 - 1000, 0)
+    const future = writeDeadline(Number(seconds) * 1000 + 60_000, 0)
+    const keys = redisKeys(prefix)
+    const outcome = (write: string): string => `${keys.writeOutcome}${write}`
+    const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
+    const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
+    const records = recordKeys(keys)
+    // A session's change as a rule commits it, and one decided on the session as it was then, which a late commit must
+    // not make once it is stale.
+    const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
+    const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
+    const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused> =>
+      (await committed(redis, change, keys.rateLimit, deadline, outcome(write), -1, 0))[0]
+    // An item's create, as the item store commits it (its place in a list the sequence the commit takes).
+    const adding = new Change().guard(keys.items, 'i1', null).write('INCR', keys.itemSequence)
+    adding.write('ZADD', keys.itemOrder, adding.answerOfLast(), 'i1').write('HSET', keys.items, 'i1', item)
+    await t.rejects(commit(adding, past, 'add'), late)
+    // A registration as the user store commits it: the user, counted among the accounts.
+    const registering = new Change().guard(keys.users, 'u1', null).write('HSET', keys.users, 'u1', '{}').count(keys.capacity, 'accounts', 1, 10, 4)
+    await t.rejects(commit(registering, past, 'user'), late)
+    await t.rejects(commit(opening, past, 'open'), late)
+    await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...records, past, outcome('claim'), -1, 0, '{}', 60_000,
+      1000, 86_400_000), late)
+    await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, `${keys.rateLimitKeys}a`, past, 60_000, 100, 10), late)
+    t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
+    t.equal(await commit(registering, future, 'user'), 1)
+    t.equal(await commit(opening, future, 'open'), 1)
+    await t.rejects(commit(rotating, past, 'rotate'), late)
+    t.equal(await commit(rotating, future, 'rotate'), 1, 'the session was as read: the late change changed nothing')
+    t.equal(await commit(rotating, future, 'again'), 0, 'and once changed, it is not as read')
+    t.equal(await commit(adding, future, 'add'), 1)
+    t.same([await redis.zscore(keys.itemOrder, 'i1'), await redis.get(keys.itemSequence)], ['1', '1'], 'placed by the sequence it took')
+    // An edit as the item store commits it, counted against its contributor's quota.
+    const edit = new Change().guard(keys.items, 'i1', item).write('HSET', keys.items, 'i1', '{}').count(keys.accountBytes, 'u1', -8, 1000, 'quota')
+    await t.rejects(commit(edit, past, 'replace'), late)
+    t.equal(await redis.hget(keys.items, 'i1'), item, 'the item is as it was')
+    t.same(await redis.mget(outcome('open'), outcome('rotate'), outcome('again'), outcome('add'), outcome('replace')),
+      ['[[1,false]]', '[[1,false]]', null, '[[1,false]]', null],
+      'each write that ran recorded its reply; none that did not')
+    t.ok(await redis.pttl(outcome('add')) > 0, 'for a while')
+  })
+}
 
 t.test('a catalogue stored by 1.0.0, with no sets by status or contributor, is indexed at the first start, in creation order', { skip }, async (t) => {
   const prefix = redisKeyPrefix(t)

@@ -1,0 +1,76 @@
+// A change is committed by the decoded commit or, for a shape of a few steps, as its own compiled script: the two
+// must make the same change and answer the same, step by step, for every kind of step a rule uses.
+import { Redis } from 'ioredis'
+import t from 'tap'
+import { scripts } from '../../../src/store/redis/connection.js'
+import { writeDeadline } from '../../../src/store/redis/commands.js'
+import { afterNow, Change, PRESENT, storeTime } from '../../../src/store/redis/commit.js'
+import { REDIS_URL } from '../../../harness/redis-keys.js'
+import { COMMIT_FORMS, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+
+const skip = await redisSkip()
+const AT = 4_102_444_800_000
+
+// Each change of a prefix's keys, what it answers on keys as `prepare` left them.
+const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) => Change, answer: number | string, limitMax?: number }>> = {
+  'every kind of step, made': {
+    change: (k) => {
+      const change = new Change().guard(k('hash'), 'held', 'value').guard(k('hash'), 'absent', null, 'taken').guard(k('hash'), 'held', PRESENT, 'gone')
+        .guardUnlessTaken(k('claim'), 'mine', 'lost').guardUnlessTaken(k('mine'), 'mine', 'lost')
+        .count(k('counts'), 'rising', 2, 5, 'full').count(k('counts'), 'quota', 3, 10, 'quota', true).count(k('counts'), 'falling', -1, 5, 'full')
+        .write('INCR', k('sequence'))
+      return change.write('ZADD', k('order'), change.answerOfLast(), 'first').write('ZADD', k('copy'), { key: k('order'), member: 'first' }, 'first')
+        .write('SET', k('claim'), 'made', 'PX', afterNow(60_000)).write('ZADD', k('times'), storeTime(AT), 'at').write('ZADD', k('times'), afterNow(0), 'now')
+        .write('HSET', k('hash'), 'absent', 'now present', 'held', 'value')
+        .event(k('outbox'), ['an id', 'items', '{"an":"event"}', '100'])
+    },
+    answer: 1,
+    limitMax: 10
+  },
+  'a held value changed': { change: (k) => new Change().guard(k('hash'), 'held', 'other', 'changed').write('SET', k('written'), 'x'), answer: 'changed' },
+  'a field that must be absent held': { change: (k) => new Change().guard(k('hash'), 'held', null, 'taken').write('SET', k('written'), 'x'), answer: 'taken' },
+  'a field that must be present absent': { change: (k) => new Change().guard(k('hash'), 'absent', PRESENT, 'gone').write('SET', k('written'), 'x'), answer: 'gone' },
+  'a string taken by another': { change: (k) => new Change().guardUnlessTaken(k('claimed'), 'other', 'lost').write('SET', k('written'), 'x'), answer: 'lost' },
+  'a count past its bound': { change: (k) => new Change().count(k('counts'), 'falling', 5, 5, 'full').write('SET', k('written'), 'x'), answer: 'full' },
+  'a count past its bound once the limit counted': {
+    change: (k) => new Change().count(k('counts'), 'falling', 5, 5, 'quota', true).write('SET', k('written'), 'x'),
+    answer: 'quota',
+    limitMax: 10
+  },
+  'over the write limit': { change: (k) => new Change().count(k('counts'), 'falling', 1).write('SET', k('written'), 'x'), answer: -1, limitMax: 0 },
+  'a count going down is not bounded': { change: (k) => new Change().count(k('counts'), 'falling', -1, 0, 'full'), answer: 1 }
+}
+
+// What a prefix's keys hold, times (scores past the year 2001) to the second, streams without their entries' ids.
+async function contents (redis: Redis, prefix: string): Promise<Record<string, unknown>> {
+  const held: Record<string, unknown> = {}
+  for (const key of (await redis.keys(`${prefix}*`)).sort()) {
+    const type = await redis.type(key)
+    const name = key.slice(prefix.length)
+    if (type === 'string') held[name] = [await redis.get(key), await redis.pttl(key) > 0]
+    else if (type === 'hash') held[name] = await redis.hgetall(key)
+    else if (type === 'zset') held[name] = (await redis.zrange(key, '0', '-1', 'WITHSCORES')).map((value, index) => index % 2 === 1 && Number(value) > 1e12 ? Math.round(Number(value) / 1000) : value)
+    else held[name] = (await redis.xrange(key, '-', '+')).map(([, fields]) => fields)
+  }
+  return held
+}
+
+t.test('the decoded commit and a compiled one make the same change, and refuse it alike', { skip }, async (t) => {
+  const redis = new Redis(REDIS_URL, { scripts })
+  t.teardown(() => { redis.disconnect() })
+  for (const [name, { change, answer, limitMax = -1 }] of Object.entries(CHANGES)) {
+    const outcomes = await Promise.all(Object.entries(COMMIT_FORMS).map(async ([form, committed]) => {
+      const prefix = `${redisKeyPrefix(t)}${form}:`
+      const k = (key: string): string => `${prefix}${key}`
+      await redis.multi().hset(k('hash'), 'held', 'value').set(k('claimed'), 'taken').set(k('mine'), 'mine').hset(k('counts'), 'falling', '1').exec()
+      const [time] = await redis.time()
+      const deadline = writeDeadline(Number(time) * 1000 + 60_000, 0)
+      const [reply, counted] = await committed(redis, change(k), k('limit'), deadline, k('outcome'), limitMax, 60_000)
+      return { reply, counted: counted?.[0], held: await contents(redis, prefix) }
+    }))
+    const [decoded, compiled] = outcomes
+    t.equal(decoded!.reply, answer, `${name}: answered`)
+    t.same(compiled, decoded, `${name}: the same answer, count and keys both ways`)
+    if (answer !== 1) t.notOk('written' in decoded!.held, `${name}: nothing written`)
+  }
+})
