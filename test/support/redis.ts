@@ -313,7 +313,9 @@ export const COMMIT_FORMS = {
     await redis.commit(...change.keys(limitCounter), ...prelude, change.structure, ...change.values),
   compiled: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> => {
     const [numberOfKeys, ...keys] = change.keys(limitCounter)
-    const reply: unknown = await redis.eval(change.compiled, numberOfKeys, ...keys, ...prelude, ...change.values)
+    const lua = change.compiled
+    if (lua === undefined) throw new Error(`a change the decoded commit alone makes: ${change.structure}`)
+    const reply: unknown = await redis.eval(lua, numberOfKeys, ...keys, ...prelude, ...change.values)
     return reply as Limited<Refused>
   }
 }

@@ -16,17 +16,18 @@ export interface Script {
 export const COMMAND_TIMEOUT_MS = 1000
 
 // Opens every write script: ARGV[1] is its WriteDeadline, taken off ARGV so that the script's own arguments start at
-// ARGV[1]. A write that reaches Redis after its deadline changes nothing and fails: by then its instance has stopped
-// waiting and told the client it failed (503), so it must not happen later (a retry would duplicate it, or a refresh
-// retried be taken for a replay). `now` is the store's time: Redis's, for every instance, and `clockAhead` (ms)
-// more for a sandbox's store whose clock was moved on; an absolute expiry Redis keeps is `clockAhead` earlier. A
-// sandbox's write names its generation (`registry field generation`, a SandboxGeneration), and changes nothing once
-// that generation has ended (the sandbox deleted or reset meanwhile): no key of it is left behind, whatever is in
-// flight. The writes whose reply must never be lost record it as well (writeScript, writes.ts).
-export const WRITE_DEADLINE = `
+// ARGV[1] (left in place by writeDeadlineAt('in place'): each argument taken off moves every one after it). A write
+// that reaches Redis after its deadline changes nothing and fails: by then its instance has stopped waiting and told
+// the client it failed (503), so it must not happen later (a retry would duplicate it, or a refresh retried be taken
+// for a replay). `now` is the store's time: Redis's, for every instance, and `clockAhead` (ms) more for a sandbox's
+// store whose clock was moved on; an absolute expiry Redis keeps is `clockAhead` earlier. A sandbox's write names its
+// generation (`registry field generation`, a SandboxGeneration), and changes nothing once that generation has ended
+// (the sandbox deleted or reset meanwhile): no key of it is left behind, whatever is in flight. The writes whose reply
+// must never be lost record it as well (writeScript, writes.ts).
+export const writeDeadlineAt = (place: ArgumentPlace): string => `
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local deadline, clockAhead, registry, sandbox, generation = string.match(table.remove(ARGV, 1), '^(%d+)%+(%d+)%+?(%S*) ?(%S*) ?(%d*)$')
+local deadline, clockAhead, registry, sandbox, generation = string.match(${place === 'taken off' ? 'table.remove(ARGV, 1)' : 'ARGV[1]'}, '^(%d+)%+(%d+)%+?(%S*) ?(%S*) ?(%d*)$')
 if now > tonumber(deadline) then
   return redis.error_reply('DEADLINE the write reached Redis after its deadline; nothing was changed')
 end
@@ -36,6 +37,15 @@ end
 clockAhead = tonumber(clockAhead)
 now = now + clockAhead
 `
+
+/**
+ * Where a write script finds its deadline, outcome key and limit (writeScript): taken off KEYS and ARGV, so that its
+ * own start at KEYS[1] and ARGV[1]; or in place, before its own (ARGV[1] to ARGV[4], KEYS[1]), for a script written
+ * with its own arguments' places (a compiled commit).
+ */
+export type ArgumentPlace = 'taken off' | 'in place'
+
+export const WRITE_DEADLINE = writeDeadlineAt('taken off')
 
 /**
  * What opens a write script's arguments (WRITE_DEADLINE): the time on Redis's clock after which it must change

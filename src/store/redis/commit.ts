@@ -137,8 +137,11 @@ export class Change {
     return this.#guards.length + this.#commands.length + this.#counts.length
   }
 
-  /** The change as Lua of its own, its values left in ARGV: the same change for every write of the same shape. */
-  get compiled (): string {
+  /**
+   * The change as Lua of its own, its values left in ARGV: the same change for every write of the same shape.
+   * Undefined for a shape the decoded commit alone makes.
+   */
+  get compiled (): string | undefined {
     return compiledChange(this.#guards, this.#commands, this.#counts, this.#event)
   }
 
@@ -165,45 +168,58 @@ export class Change {
 // A refusal or a command's name as a Lua literal: each is the code's own constant (plain words), never a user's text.
 const literal = (constant: Refused): string => JSON.stringify(constant)
 
-// What the decoded commit's loop does for a change of this shape, written out: the same guards, counts, commands
-// and event in the same order, with nothing left to decode or to look up.
-function compiledChange (guards: readonly Guard[], commands: readonly Command[], counts: readonly Count[], event: ChangeEvent): string {
+// In a compiled commit, the write's own keys and values stay in place (writeScript's `place`) before the change's:
+// the write limit's counter is KEYS[1]; the deadline, the outcome key and the limit's max and window ARGV[1] to 4.
+const key = (index: number): string => `KEYS[${index + 1}]`
+const value = (index: ValueIndex): string => `ARGV[${index + 4}]`
+
+// What the decoded commit's loop does for a change of this shape, written out: the same guards, commands and event
+// in the same order, with nothing left to decode or to look up, and each count added by HINCRBY where the loop reads
+// it and sets it (taken back when the change is refused after it). Undefined when a command writes a key a count
+// does, or two counts one field: the loop sets each count after every command, from what it read before any.
+function compiledChange (guards: readonly Guard[], commands: readonly Command[], counts: readonly Count[], event: ChangeEvent): string | undefined {
+  const countedKeys = new Set(counts.map(([countKey]) => countKey))
+  const countedFields = new Set(counts.map(([countKey, field]) => `${countKey} ${field}`))
+  if (countedFields.size < counts.length || commands.some(([, commandKey]) => countedKeys.has(commandKey))) return undefined
   const lines: string[] = []
-  for (const [key, field, expected, refused, orNone] of guards) {
-    const held = field === false ? `redis.call('GET', KEYS[${key}])` : `redis.call('HGET', KEYS[${key}], ARGV[${field}])`
-    if (expected === PRESENT) lines.push(`if redis.call('HEXISTS', KEYS[${key}], ARGV[${Number(field)}]) == 0 then return refuse(${literal(refused)}) end`)
-    else if (expected === false) lines.push(`if ${held} then return refuse(${literal(refused)}) end`)
-    else if (orNone) lines.push(`do local held = ${held} if held and held ~= ARGV[${expected}] then return refuse(${literal(refused)}) end end`)
-    else lines.push(`if ${held} ~= ARGV[${expected}] then return refuse(${literal(refused)}) end`)
+  for (const [guarded, field, expected, refused, orNone] of guards) {
+    const [command, fieldArgument] = field === false ? ['GET', ''] : ['HGET', `, ${value(field)}`]
+    const held = `redis.call('${command}', ${key(guarded)}${fieldArgument})`
+    const refuse = `return refuse(${literal(refused)})`
+    if (expected === PRESENT) lines.push(`if redis.call('HEXISTS', ${key(guarded)}${fieldArgument}) == 0 then ${refuse} end`)
+    else if (expected === false) lines.push(`if ${held} then ${refuse} end`)
+    else if (orNone) lines.push(`do local held = ${held} if held and held ~= ${value(expected)} then ${refuse} end end`)
+    else lines.push(`if ${held} ~= ${value(expected)} then ${refuse} end`)
   }
-  const passed = (index: number, [, , , most, refused, , rising]: Count): string[] =>
-    most === false || !rising ? [] : [`if count${index} > tonumber(ARGV[${most}]) then return refuse(${literal(refused)}) end`]
+  if (counts.length > 0) lines.push("local function undo (key, field, by) if redis.call('HINCRBY', key, field, -by) <= 0 then redis.call('HDEL', key, field) end end")
+  const undone = (upTo: number): string => counts.slice(0, upTo + 1).map(([counted, field, by]) => `undo(${key(counted)}, ${value(field)}, ${value(by)}) `).join('')
+  const passed = ([, , , most, refused, , rising]: Count, index: number, undoing: string): string[] =>
+    most === false || !rising ? [] : [`if count${index} > tonumber(${value(most)}) then ${undoing}return refuse(${literal(refused)}) end`]
   counts.forEach((count, index) => {
-    lines.push(`local count${index} = tonumber(redis.call('HGET', KEYS[${count[0]}], ARGV[${count[1]}]) or '0') + tonumber(ARGV[${count[2]}])`)
-    if (!count[5]) lines.push(...passed(index, count))
+    lines.push(`local count${index} = redis.call('HINCRBY', ${key(count[0])}, ${value(count[1])}, ${value(count[2])})`)
+    if (!count[5]) lines.push(...passed(count, index, undone(index)))
   })
-  lines.push('if overLimit() then return refuse(-1) end')
-  counts.forEach((count, index) => { if (count[5]) lines.push(...passed(index, count)) })
+  const all = undone(counts.length - 1)
+  lines.push(`if overLimit() then ${all}return refuse(-1) end`)
+  counts.forEach((count, index) => { if (count[5]) lines.push(...passed(count, index, all)) })
   const answered = new Set(commands.flatMap(([, , ...args]) => args.flatMap((arg) => typeof arg === 'object' && 'command' in arg ? [arg.command] : [])))
-  commands.forEach(([name, key, ...args], index) => {
-    const call = `redis.call(${literal(name)}, KEYS[${key}]${args.map((arg) => `, ${argumentOf(arg)}`).join('')})`
+  commands.forEach(([name, commandKey, ...args], index) => {
+    const call = `redis.call(${literal(name)}, ${key(commandKey)}${args.map((arg) => `, ${argumentOf(arg)}`).join('')})`
     // A number as a text once: Redis formats a number it is given each time it is given one.
     lines.push(answered.has(index + 1) ? `local answer${index + 1} = tostring(${call})` : call)
   })
-  counts.forEach(([key, field], index) => {
-    lines.push(`if count${index} <= 0 then redis.call('HDEL', KEYS[${key}], ARGV[${field}]) else redis.call('HSET', KEYS[${key}], ARGV[${field}], count${index}) end`)
-  })
-  if (event !== false) lines.push(`appendEvent(KEYS[${event[0]}], {${event.slice(1).map((value) => `ARGV[${value}]`).join(', ')}})`)
+  counts.forEach(([counted, field], index) => { lines.push(`if count${index} <= 0 then redis.call('HDEL', ${key(counted)}, ${value(field)}) end`) })
+  if (event !== false) lines.push(`appendEvent(${key(event[0])}, {${event.slice(1).map(value).join(', ')}})`)
   lines.push('return 1')
-  return writeScript(event === false ? '' : APPEND_EVENT, lines.join('\n'), { limited: true })
+  return writeScript(event === false ? '' : APPEND_EVENT, lines.join('\n'), { limited: true, place: 'in place' })
 }
 
 function argumentOf (argument: CommandArgument): string {
-  if (typeof argument === 'number') return `ARGV[${argument}]`
-  if ('at' in argument) return `tonumber(ARGV[${argument.at}]) - clockAhead`
-  if ('after' in argument) return `now + tonumber(ARGV[${argument.after}])`
+  if (typeof argument === 'number') return value(argument)
+  if ('at' in argument) return `tonumber(${value(argument.at)}) - clockAhead`
+  if ('after' in argument) return `now + tonumber(${value(argument.after)})`
   if ('command' in argument) return `answer${argument.command}`
-  return `redis.call('ZSCORE', KEYS[${argument.score[0]}], ARGV[${argument.score[1]}])`
+  return `redis.call('ZSCORE', ${key(argument.score[0])}, ${value(argument.score[1])})`
 }
 
 // A change decided on a read tries again when another instance changed what it read in between; past this many
@@ -254,20 +270,19 @@ interface CompiledCommit extends Script {
   readonly sha: string
 }
 
-const compiledCommits = new Map<string, CompiledCommit>()
+// By a change's shape: undefined for a shape that is not compiled.
+const compiledCommits = new Map<string, CompiledCommit | undefined>()
 
 /** The commits of changes compiled by this process so far, each Redis keeps by its SHA-1 once it has run it. */
-export const compiledCommitScripts = (): Iterable<Script> => compiledCommits.values()
+export const compiledCommitScripts = (): Iterable<Script> => [...compiledCommits.values()].filter((compiled) => compiled !== undefined)
 
 // Its shape is its structure: the same for every change a rule makes at one place, and written only there.
 function compiledCommit (change: Change, structure: string): CompiledCommit | undefined {
   if (change.steps > MOST_COMPILED_STEPS) return undefined
-  let compiled = compiledCommits.get(structure)
-  if (compiled === undefined && compiledCommits.size < MOST_COMPILED_COMMITS) {
-    const lua = change.compiled
-    compiled = { lua, sha: createHash('sha1').update(lua).digest('hex') }
-    compiledCommits.set(structure, compiled)
-  }
+  if (compiledCommits.has(structure) || compiledCommits.size === MOST_COMPILED_COMMITS) return compiledCommits.get(structure)
+  const lua = change.compiled
+  const compiled = lua === undefined ? undefined : { lua, sha: createHash('sha1').update(lua).digest('hex') }
+  compiledCommits.set(structure, compiled)
   return compiled
 }
 
@@ -341,9 +356,26 @@ declare module 'ioredis' {
   }
 }
 
-// Redis answers NOSCRIPT to a script's SHA-1 it does not hold (its first run there, or after a restart or a
-// failover): nothing ran, and the script is sent whole.
+// Redis answers NOSCRIPT to a script's SHA-1 it does not hold: nothing ran, and the script is sent whole.
 const missing = (error: unknown): boolean => error instanceof Error && error.message.startsWith('NOSCRIPT')
+
+// The compiled commits sent whole on each connection. As ioredis does for the scripts it is given, the first send of
+// one on a connection is its text (EVAL): a server that has not run it (a fresh one, one restarted, a new primary
+// after a failover) never answers NOSCRIPT, which would send it again behind the WAIT that counts its replicas.
+const sentWhole = new WeakMap<object, Set<string>>()
+
+async function evaluate (redis: Redis, { lua, sha }: CompiledCommit, numberOfKeys: number, keysAndArguments: Array<string | number>): Promise<unknown> {
+  let sent = sentWhole.get(redis.stream)
+  if (sent === undefined) sentWhole.set(redis.stream, sent = new Set())
+  if (!sent.has(sha)) {
+    sent.add(sha)
+    return await redis.eval(lua, numberOfKeys, ...keysAndArguments)
+  }
+  return await redis.evalsha(sha, numberOfKeys, ...keysAndArguments).catch(async (error: unknown) => {
+    if (!missing(error)) throw error
+    return await redis.eval(lua, numberOfKeys, ...keysAndArguments)
+  })
+}
 
 /**
  * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
@@ -357,10 +389,6 @@ export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys
   return limitedOutcome(await writes.run(async (deadline, outcomeKey) => {
     if (compiled === undefined) return await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, structure, ...change.values)
     const [numberOfKeys, ...keysAndArguments] = [...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.values]
-    const outcome: unknown = await redis.evalsha(compiled.sha, numberOfKeys, ...keysAndArguments).catch(async (error: unknown) => {
-      if (!missing(error)) throw error
-      return await redis.eval(compiled.lua, numberOfKeys, ...keysAndArguments)
-    })
-    return outcome as Limited<Refused>
+    return await evaluate(redis, compiled, numberOfKeys, keysAndArguments) as Limited<Refused>
   }), limit)
 }

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import type { Counted, RateCounter, WriteLimit } from '../store.js'
-import { call, type Script, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
+import { type ArgumentPlace, call, type Script, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
 // Counters under their limit a hit looks through, the oldest first, for those to let go past the limit's number.
@@ -19,13 +19,14 @@ end
 /**
  * Lua for a write script counted against a WriteLimit in its own step (writeScript's `limited`): KEYS[1] is the
  * limit's counter, ARGV[1] and ARGV[2] its max (negative when no limit counts the write) and window (ms), all three
- * taken off. `overLimit()` counts the write, and is true when the write is over the limit and must not be done;
- * `counted` is then what it counted, or false.
+ * taken off (or, in place, KEYS[1], ARGV[3] and ARGV[4], after the deadline and outcome key). `overLimit()` counts
+ * the write, and is true when the write is over the limit and must not be done; `counted` is then what it counted,
+ * or false.
  */
-export const WRITE_LIMIT = `${COUNT_HIT}
-local limitKey = table.remove(KEYS, 1)
-local limitMax = tonumber(table.remove(ARGV, 1))
-local limitWindowMs = table.remove(ARGV, 1)
+export const writeLimitAt = (place: ArgumentPlace): string => `${COUNT_HIT}
+local limitKey = ${place === 'taken off' ? 'table.remove(KEYS, 1)' : 'KEYS[1]'}
+local limitMax = tonumber(${place === 'taken off' ? 'table.remove(ARGV, 1)' : 'ARGV[3]'})
+local limitWindowMs = ${place === 'taken off' ? 'table.remove(ARGV, 1)' : 'ARGV[4]'}
 local counted = false
 local function overLimit ()
   if limitMax < 0 then return false end
@@ -34,7 +35,7 @@ local function overLimit ()
 end
 `
 
-/** The counter key and the max and window that a limited write script takes first (WRITE_LIMIT). */
+/** The counter key and the max and window that a limited write script takes first (writeLimitAt). */
 export function limitArguments (keys: RedisKeys, limit: WriteLimit | undefined): [key: string, max: number, windowMs: number] {
   return limit === undefined ? [keys.rateLimit, -1, 0] : [`${keys.rateLimit}${limit.name}:${limit.key}`, limit.max, limit.windowMs]
 }

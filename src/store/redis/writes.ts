@@ -3,8 +3,8 @@ import type { Redis, Result } from 'ioredis'
 import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
 import type { RedisClock } from './clock.js'
-import { WRITE_LIMIT } from './rate-counter.js'
-import { type SandboxGeneration, type Script, unavailable, WRITE_DEADLINE, type WriteDeadline, writeDeadline } from './commands.js'
+import { writeLimitAt } from './rate-counter.js'
+import { type ArgumentPlace, type SandboxGeneration, type Script, unavailable, type WriteDeadline, writeDeadline, writeDeadlineAt } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -44,19 +44,19 @@ export interface Replication {
  * calls) may use WRITE_DEADLINE's `now`. The reply is recorded in the same atomic step as the change, so that it is
  * there exactly when the change is. A body that changes nothing answers `refuse(reply)`, which records no reply: a
  * flood of refused writes leaves nothing behind it, and a lost reply is answered as a write undone, which it was.
- * A `limited` script takes a WriteLimit's keys and arguments next (WRITE_LIMIT), its body calls `overLimit()` where
+ * A `limited` script takes a WriteLimit's keys and arguments next (writeLimitAt), its body calls `overLimit()` where
  * the write would be counted and answers `refuse(-1)` over it, and it replies {what the body answered, `counted`}
- * (limitedOutcome).
+ * (limitedOutcome). `place`: where the body finds its own arguments (ArgumentPlace).
  */
-export function writeScript (definitions: string, body: string, { limited = false } = {}): string {
-  return `${WRITE_DEADLINE}
-local outcomeKey = table.remove(ARGV, 1)
+export function writeScript (definitions: string, body: string, { limited = false, place = 'taken off' }: { limited?: boolean, place?: ArgumentPlace } = {}): string {
+  return `${writeDeadlineAt(place)}
+local outcomeKey = ${place === 'taken off' ? 'table.remove(ARGV, 1)' : 'ARGV[2]'}
 local unchanged = false
 local function refuse (reply)
   unchanged = true
   return reply
 end
-${limited ? WRITE_LIMIT : ''}${definitions}
+${limited ? writeLimitAt(place) : ''}${definitions}
 local function write ()
 ${body}
 end

@@ -2,11 +2,16 @@
 // must make the same change and answer the same, step by step, for every kind of step a rule uses.
 import { Redis } from 'ioredis'
 import t from 'tap'
-import { scripts } from '../../../src/store/redis/connection.js'
+import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { writeDeadline } from '../../../src/store/redis/commands.js'
-import { afterNow, Change, PRESENT, storeTime } from '../../../src/store/redis/commit.js'
+import { RedisClock } from '../../../src/store/redis/clock.js'
+import { afterNow, Change, commit, PRESENT, storeTime } from '../../../src/store/redis/commit.js'
+import { redisKeys } from '../../../src/store/redis/keys.js'
+import { RedisWrites } from '../../../src/store/redis/writes.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
-import { COMMIT_FORMS, redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { COMMIT_FORMS, ownRedis, redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { retryUntil } from '../../support/wait.js'
+import { user } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
 const AT = 4_102_444_800_000
@@ -36,6 +41,10 @@ const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) =
     change: (k) => new Change().count(k('counts'), 'falling', 5, 5, 'quota', true).write('SET', k('written'), 'x'),
     answer: 'quota',
     limitMax: 10
+  },
+  'a second count past its bound, the first taken back': {
+    change: (k) => new Change().count(k('counts'), 'absent', 2, 5, 'full').count(k('counts'), 'falling', 5, 5, 'full').write('SET', k('written'), 'x'),
+    answer: 'full'
   },
   'over the write limit': { change: (k) => new Change().count(k('counts'), 'falling', 1).write('SET', k('written'), 'x'), answer: -1, limitMax: 0 },
   'a count going down is not bounded': { change: (k) => new Change().count(k('counts'), 'falling', -1, 0, 'full'), answer: 1 }
@@ -73,4 +82,45 @@ t.test('the decoded commit and a compiled one make the same change, and refuse i
     t.same(compiled, decoded, `${name}: the same answer, count and keys both ways`)
     if (answer !== 1) t.notOk('written' in decoded!.held, `${name}: nothing written`)
   }
+})
+
+t.test('a change whose command writes a key a count adds to, or that counts one field twice, is made by the decoded commit alone, which reads each count once and sets it after every command', { skip }, async (t) => {
+  t.equal(new Change().count('counts', 'field', 1).count('counts', 'field', 2).compiled, undefined)
+  t.type(new Change().count('counts', 'field', 1).write('HDEL', 'other', 'field').compiled, 'string')
+  const redis = new Redis(REDIS_URL, { scripts })
+  t.teardown(() => { redis.disconnect() })
+  const clock = new RedisClock(redis)
+  await clock.check()
+  const keys = redisKeys(redisKeyPrefix(t))
+  const counts = `${keys.capacity}counts`
+  const change = new Change().count(counts, 'field', 1).write('HDEL', counts, 'field')
+  t.equal(change.compiled, undefined)
+  t.equal(await commit(redis, new RedisWrites(redis, clock, keys.writeOutcome), keys, change), 1)
+  t.equal(await redis.hget(counts, 'field'), '1', 'the count as read and added to, set after the command')
+})
+
+t.test('a compiled commit is sent whole the first time on each connection: a server that has not run it (a fresh one, one restarted, a new primary) never answers NOSCRIPT, which would have it sent again behind the WAIT that counts its replicas', { skip }, async (t) => {
+  const own = await ownRedis(t)
+  const store = await connectRedisStore({ url: own.url, keyPrefix: 'commits:', logger: SILENT_LOGGER, maxItemsPerContributor: 1 })
+  t.teardown(store.close)
+  const errors = async (): Promise<string> => {
+    const asking = new Redis(own.url)
+    try {
+      return await asking.info('errorstats')
+    } finally {
+      asking.disconnect()
+    }
+  }
+  t.ok(await store.users.add(user()), 'a registration, committed by its compiled script')
+  t.ok(await store.users.add(user()), 'and another, of the same shape')
+  t.notMatch(await errors(), /NOSCRIPT/, 'no NOSCRIPT from the server that ran it first')
+  await own.stop()
+  await own.start()
+  await retryUntil('a registration once Redis is back', async () => await store.users.add(user()).catch(() => undefined), (added) => added !== undefined)
+  t.notMatch(await errors(), /NOSCRIPT/, 'nor from the server started again, which had never run it')
+  const raw = new Redis(own.url)
+  t.teardown(() => { raw.disconnect() })
+  await raw.script('FLUSH')
+  t.ok(await store.users.add(user()), 'scripts flushed under a connection that sent it: sent whole again')
+  t.match(await errors(), /errorstat_NOSCRIPT:count=1/, 'after the one NOSCRIPT')
 })
