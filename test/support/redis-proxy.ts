@@ -11,7 +11,8 @@ import { once } from 'node:events'
 import { connect, createServer, type Socket } from 'node:net'
 import { COMMAND_TIMEOUT_MS } from '../../src/store/redis/commands.js'
 import type { Script } from '../../src/store/redis/commands.js'
-import { commitScripts, compiledCommitScripts } from '../../src/store/redis/commit.js'
+import { commitScripts } from '../../src/store/redis/commit.js'
+import { compiledCommitScripts } from '../../src/store/redis/compiled-commit.js'
 
 export type RedisFault = 'drop-connection' | 'drop-reply' | 'delay-reply' | 'drop-reply-then-down'
 export const REDIS_FAULTS: readonly RedisFault[] = ['drop-connection', 'drop-reply', 'delay-reply', 'drop-reply-then-down']

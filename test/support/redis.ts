@@ -6,6 +6,7 @@ import { createServer } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
 import type { Change, Refused } from '../../src/store/redis/commit.js'
+import { compiledChange } from '../../src/store/redis/compiled-commit.js'
 import type { Limited } from '../../src/store/redis/rate-counter.js'
 import { freePort } from '../../harness/net.js'
 import { deleteKeys, REDIS_URL } from '../../harness/redis-keys.js'
@@ -313,7 +314,7 @@ export const COMMIT_FORMS = {
     await redis.commit(...change.keys(limitCounter), ...prelude, change.structure, ...change.values),
   compiled: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> => {
     const [numberOfKeys, ...keys] = change.keys(limitCounter)
-    const lua = change.compiled
+    const lua = compiledChange(change.parts)
     if (lua === undefined) throw new Error(`a change the decoded commit alone makes: ${change.structure}`)
     const reply: unknown = await redis.eval(lua, numberOfKeys, ...keys, ...prelude, ...change.values)
     return reply as Limited<Refused>

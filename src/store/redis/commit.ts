@@ -1,11 +1,13 @@
-import { createHash } from 'node:crypto'
 import type { Redis, Result } from 'ioredis'
 import { StoreUnavailableError, type WriteLimit } from '../store.js'
 import type { Script } from './commands.js'
+import { type ChangeEvent, type ChangeParts, type Command, type CommandArgument, compiledCommit, type Count, evaluate, type Guard, type Refused, type ValueIndex } from './compiled-commit.js'
 import type { RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments } from './outbox.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type StoreWrites, writeScript } from './writes.js'
+
+export type { Refused } from './compiled-commit.js'
 
 /** A time by the store's clock, which the commit turns into one by Redis's (WRITE_DEADLINE's clockAhead). */
 export interface StoreTime {
@@ -34,22 +36,8 @@ export const afterNow = (ms: number): AfterNow => ({ after: ms })
 
 type Argument = string | StoreTime | ScoreOf | AnswerOf | AfterNow
 
-// In a change, a value is the index of the ARGV that holds it, once the script has taken off what comes before:
-// neither cjson nor a compiled script's text holds anything a user wrote, nor a figure that differs from one write to
-// the next.
-type ValueIndex = number
-
 /** What a guard asks of a hash field: only that it is there, whatever it holds. */
 export const PRESENT = true
-
-/** What `commit` answers when a guard or a bound refused the change: 0 for stale, unless the guard names another. */
-export type Refused = number | string
-
-type Guard = [key: number, field: ValueIndex | false, expected: ValueIndex | false | typeof PRESENT, refused: Refused, orNone: boolean]
-type CommandArgument = ValueIndex | { at: ValueIndex } | { after: ValueIndex } | AnswerOf | { score: [key: number, member: ValueIndex] }
-type Command = [name: string, key: number, ...CommandArgument[]]
-type Count = [key: number, field: ValueIndex, by: ValueIndex, most: ValueIndex | false, refused: Refused, afterLimit: boolean, rising: boolean]
-type ChangeEvent = [outbox: number, ...ValueIndex[]] | false
 
 /**
  * One atomic change of Redis's keys, as a rule decided it from what it read: plain commands, and bounded
@@ -132,17 +120,9 @@ export class Change {
     return JSON.stringify([this.#guards, this.#commands, this.#counts, this.#event])
   }
 
-  /** How many guards, commands and counts the change makes. */
-  get steps (): number {
-    return this.#guards.length + this.#commands.length + this.#counts.length
-  }
-
-  /**
-   * The change as Lua of its own, its values left in ARGV: the same change for every write of the same shape.
-   * Undefined for a shape the decoded commit alone makes.
-   */
-  get compiled (): string | undefined {
-    return compiledChange(this.#guards, this.#commands, this.#counts, this.#event)
+  /** What the change makes, in the form its scripts take. */
+  get parts (): ChangeParts {
+    return { guards: this.#guards, commands: this.#commands, counts: this.#counts, event: this.#event }
   }
 
   #value (value: string): ValueIndex {
@@ -163,63 +143,6 @@ export class Change {
     }
     return index
   }
-}
-
-// A refusal or a command's name as a Lua literal: each is the code's own constant (plain words), never a user's text.
-const literal = (constant: Refused): string => JSON.stringify(constant)
-
-// In a compiled commit, the write's own keys and values stay in place (writeScript's `place`) before the change's:
-// the write limit's counter is KEYS[1]; the deadline, the outcome key and the limit's max and window ARGV[1] to 4.
-const key = (index: number): string => `KEYS[${index + 1}]`
-const value = (index: ValueIndex): string => `ARGV[${index + 4}]`
-
-// What the decoded commit's loop does for a change of this shape, written out: the same guards, commands and event
-// in the same order, with nothing left to decode or to look up, and each count added by HINCRBY where the loop reads
-// it and sets it (taken back when the change is refused after it). Undefined when a command writes a key a count
-// does, or two counts one field: the loop sets each count after every command, from what it read before any.
-function compiledChange (guards: readonly Guard[], commands: readonly Command[], counts: readonly Count[], event: ChangeEvent): string | undefined {
-  const countedKeys = new Set(counts.map(([countKey]) => countKey))
-  const countedFields = new Set(counts.map(([countKey, field]) => `${countKey} ${field}`))
-  if (countedFields.size < counts.length || commands.some(([, commandKey]) => countedKeys.has(commandKey))) return undefined
-  const lines: string[] = []
-  for (const [guarded, field, expected, refused, orNone] of guards) {
-    const [command, fieldArgument] = field === false ? ['GET', ''] : ['HGET', `, ${value(field)}`]
-    const held = `redis.call('${command}', ${key(guarded)}${fieldArgument})`
-    const refuse = `return refuse(${literal(refused)})`
-    if (expected === PRESENT) lines.push(`if redis.call('HEXISTS', ${key(guarded)}${fieldArgument}) == 0 then ${refuse} end`)
-    else if (expected === false) lines.push(`if ${held} then ${refuse} end`)
-    else if (orNone) lines.push(`do local held = ${held} if held and held ~= ${value(expected)} then ${refuse} end end`)
-    else lines.push(`if ${held} ~= ${value(expected)} then ${refuse} end`)
-  }
-  if (counts.length > 0) lines.push("local function undo (key, field, by) if redis.call('HINCRBY', key, field, -by) <= 0 then redis.call('HDEL', key, field) end end")
-  const undone = (upTo: number): string => counts.slice(0, upTo + 1).map(([counted, field, by]) => `undo(${key(counted)}, ${value(field)}, ${value(by)}) `).join('')
-  const passed = ([, , , most, refused, , rising]: Count, index: number, undoing: string): string[] =>
-    most === false || !rising ? [] : [`if count${index} > tonumber(${value(most)}) then ${undoing}return refuse(${literal(refused)}) end`]
-  counts.forEach((count, index) => {
-    lines.push(`local count${index} = redis.call('HINCRBY', ${key(count[0])}, ${value(count[1])}, ${value(count[2])})`)
-    if (!count[5]) lines.push(...passed(count, index, undone(index)))
-  })
-  const all = undone(counts.length - 1)
-  lines.push(`if overLimit() then ${all}return refuse(-1) end`)
-  counts.forEach((count, index) => { if (count[5]) lines.push(...passed(count, index, all)) })
-  const answered = new Set(commands.flatMap(([, , ...args]) => args.flatMap((arg) => typeof arg === 'object' && 'command' in arg ? [arg.command] : [])))
-  commands.forEach(([name, commandKey, ...args], index) => {
-    const call = `redis.call(${literal(name)}, ${key(commandKey)}${args.map((arg) => `, ${argumentOf(arg)}`).join('')})`
-    // A number as a text once: Redis formats a number it is given each time it is given one.
-    lines.push(answered.has(index + 1) ? `local answer${index + 1} = tostring(${call})` : call)
-  })
-  counts.forEach(([counted, field], index) => { lines.push(`if count${index} <= 0 then redis.call('HDEL', ${key(counted)}, ${value(field)}) end`) })
-  if (event !== false) lines.push(`appendEvent(${key(event[0])}, {${event.slice(1).map(value).join(', ')}})`)
-  lines.push('return 1')
-  return writeScript(event === false ? '' : APPEND_EVENT, lines.join('\n'), { limited: true, place: 'in place' })
-}
-
-function argumentOf (argument: CommandArgument): string {
-  if (typeof argument === 'number') return value(argument)
-  if ('at' in argument) return `tonumber(${value(argument.at)}) - clockAhead`
-  if ('after' in argument) return `now + tonumber(${value(argument.after)})`
-  if ('command' in argument) return `answer${argument.command}`
-  return `redis.call('ZSCORE', ${key(argument.score[0])}, ${value(argument.score[1])})`
 }
 
 // A change decided on a read tries again when another instance changed what it read in between; past this many
@@ -259,33 +182,6 @@ export async function retried<T> (what: string, attempt: () => Promise<T | typeo
   throw new StoreUnavailableError(`${what} changed ${MAX_CHANGE_ATTEMPTS} times while being changed`)
 }
 
-// A change of more steps than this is committed by the decoded commit: its shape varies with what it carries (an
-// account's removal, every item and record of it), and a compiled script Redis keeps for each would have no bound.
-const MOST_COMPILED_STEPS = 48
-// The compiled commits one process keeps, and Redis with it for each version of the service: the shapes the rules
-// make are fewer; past them, a change is committed by the decoded commit.
-const MOST_COMPILED_COMMITS = 256
-
-interface CompiledCommit extends Script {
-  readonly sha: string
-}
-
-// By a change's shape: undefined for a shape that is not compiled.
-const compiledCommits = new Map<string, CompiledCommit | undefined>()
-
-/** The commits of changes compiled by this process so far, each Redis keeps by its SHA-1 once it has run it. */
-export const compiledCommitScripts = (): Iterable<Script> => [...compiledCommits.values()].filter((compiled) => compiled !== undefined)
-
-// Its shape is its structure: the same for every change a rule makes at one place, and written only there.
-function compiledCommit (change: Change, structure: string): CompiledCommit | undefined {
-  if (change.steps > MOST_COMPILED_STEPS) return undefined
-  if (compiledCommits.has(structure) || compiledCommits.size === MOST_COMPILED_COMMITS) return compiledCommits.get(structure)
-  const lua = change.compiled
-  const compiled = lua === undefined ? undefined : { lua, sha: createHash('sha1').update(lua).digest('hex') }
-  compiledCommits.set(structure, compiled)
-  return compiled
-}
-
 export const commitScripts = {
   // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
   // change's structure (Change.structure), taken off, then the values it names, each by its index in ARGV. The
@@ -295,7 +191,7 @@ export const commitScripts = {
   // commit's time {after = ms}, what an earlier command answered {command = its place}; its counts, each a key's
   // index, a field, by how much, the most it may then be (false: no bound), what to answer past it, whether that is
   // checked once the write limit has counted, and whether it adds; its event (false, or the outbox's index and
-  // APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer. Change.compiled is the
+  // APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer. A compiled commit is the
   // same, written out for one shape of change.
   commit: {
     lua: writeScript(APPEND_EVENT, `
@@ -356,27 +252,6 @@ declare module 'ioredis' {
   }
 }
 
-// Redis answers NOSCRIPT to a script's SHA-1 it does not hold: nothing ran, and the script is sent whole.
-const missing = (error: unknown): boolean => error instanceof Error && error.message.startsWith('NOSCRIPT')
-
-// The compiled commits sent whole on each connection. As ioredis does for the scripts it is given, the first send of
-// one on a connection is its text (EVAL): a server that has not run it (a fresh one, one restarted, a new primary
-// after a failover) never answers NOSCRIPT, which would send it again behind the WAIT that counts its replicas.
-const sentWhole = new WeakMap<object, Set<string>>()
-
-async function evaluate (redis: Redis, { lua, sha }: CompiledCommit, numberOfKeys: number, keysAndArguments: Array<string | number>): Promise<unknown> {
-  let sent = sentWhole.get(redis.stream)
-  if (sent === undefined) sentWhole.set(redis.stream, sent = new Set())
-  if (!sent.has(sha)) {
-    sent.add(sha)
-    return await redis.eval(lua, numberOfKeys, ...keysAndArguments)
-  }
-  return await redis.evalsha(sha, numberOfKeys, ...keysAndArguments).catch(async (error: unknown) => {
-    if (!missing(error)) throw error
-    return await redis.eval(lua, numberOfKeys, ...keysAndArguments)
-  })
-}
-
 /**
  * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
  * 1 when made, else what refused it (Change.guard; 0 for stale). A change of a shape compiled before is sent as its
@@ -385,7 +260,7 @@ async function evaluate (redis: Redis, { lua, sha }: CompiledCommit, numberOfKey
 export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused> {
   const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
   const structure = change.structure
-  const compiled = compiledCommit(change, structure)
+  const compiled = compiledCommit(change.parts, structure)
   return limitedOutcome(await writes.run(async (deadline, outcomeKey) => {
     if (compiled === undefined) return await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, structure, ...change.values)
     const [numberOfKeys, ...keysAndArguments] = [...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.values]

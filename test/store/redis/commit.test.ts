@@ -6,6 +6,7 @@ import { connectRedisStore, scripts } from '../../../src/store/redis/connection.
 import { writeDeadline } from '../../../src/store/redis/commands.js'
 import { RedisClock } from '../../../src/store/redis/clock.js'
 import { afterNow, Change, commit, PRESENT, storeTime } from '../../../src/store/redis/commit.js'
+import { compiledChange } from '../../../src/store/redis/compiled-commit.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { RedisWrites } from '../../../src/store/redis/writes.js'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
@@ -85,8 +86,8 @@ t.test('the decoded commit and a compiled one make the same change, and refuse i
 })
 
 t.test('a change whose command writes a key a count adds to, or that counts one field twice, is made by the decoded commit alone, which reads each count once and sets it after every command', { skip }, async (t) => {
-  t.equal(new Change().count('counts', 'field', 1).count('counts', 'field', 2).compiled, undefined)
-  t.type(new Change().count('counts', 'field', 1).write('HDEL', 'other', 'field').compiled, 'string')
+  t.equal(compiledChange(new Change().count('counts', 'field', 1).count('counts', 'field', 2).parts), undefined)
+  t.type(compiledChange(new Change().count('counts', 'field', 1).write('HDEL', 'other', 'field').parts), 'string')
   const redis = new Redis(REDIS_URL, { scripts })
   t.teardown(() => { redis.disconnect() })
   const clock = new RedisClock(redis)
@@ -94,7 +95,7 @@ t.test('a change whose command writes a key a count adds to, or that counts one 
   const keys = redisKeys(redisKeyPrefix(t))
   const counts = `${keys.capacity}counts`
   const change = new Change().count(counts, 'field', 1).write('HDEL', counts, 'field')
-  t.equal(change.compiled, undefined)
+  t.equal(compiledChange(change.parts), undefined)
   t.equal(await commit(redis, new RedisWrites(redis, clock, keys.writeOutcome), keys, change), 1)
   t.equal(await redis.hget(counts, 'field'), '1', 'the count as read and added to, set after the command')
 })
