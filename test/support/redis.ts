@@ -5,7 +5,7 @@ import { once } from 'node:events'
 import { createServer } from 'node:net'
 import { Redis } from 'ioredis'
 import type { Test } from 'tap'
-import type { Change, Refused } from '../../src/store/redis/commit.js'
+import type { Change, Held, Refused } from '../../src/store/redis/commit.js'
 import { compiledChange } from '../../src/store/redis/compiled-commit.js'
 import type { Limited } from '../../src/store/redis/rate-counter.js'
 import { freePort } from '../../harness/net.js'
@@ -310,13 +310,13 @@ export async function sentinelDeployment (t: Test, { primarySettings = [], behin
 
 // A change committed by the decoded commit, or as its own compiled script (the two ways `commit` sends one).
 export const COMMIT_FORMS = {
-  decoded: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> =>
+  decoded: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused | Held>> =>
     await redis.commit(...change.keys(limitCounter), ...prelude, change.structure, ...change.values),
-  compiled: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused>> => {
+  compiled: async (redis: Redis, change: Change, limitCounter: string, ...prelude: Array<string | number>): Promise<Limited<Refused | Held>> => {
     const [numberOfKeys, ...keys] = change.keys(limitCounter)
     const lua = compiledChange(change.parts)
     if (lua === undefined) throw new Error(`a change the decoded commit alone makes: ${change.structure}`)
     const reply: unknown = await redis.eval(lua, numberOfKeys, ...keys, ...prelude, ...change.values)
-    return reply as Limited<Refused>
+    return reply as Limited<Refused | Held>
   }
 }

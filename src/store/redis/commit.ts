@@ -1,13 +1,13 @@
 import type { Redis, Result } from 'ioredis'
 import { StoreUnavailableError, type WriteLimit } from '../store.js'
 import type { Script } from './commands.js'
-import { type ChangeEvent, type ChangeParts, type Command, type CommandArgument, compiledCommit, type Count, evaluate, type Guard, type Refused, type ValueIndex } from './compiled-commit.js'
+import { type ChangeEvent, type ChangeParts, type Command, type CommandArgument, compiledCommit, type Count, evaluate, type Guard, type Held, type Refused, type ValueIndex } from './compiled-commit.js'
 import type { RedisKeys } from './keys.js'
 import { APPEND_EVENT, type EventArguments } from './outbox.js'
 import { type Limited, limitArguments, limitedOutcome } from './rate-counter.js'
 import { type StoreWrites, writeScript } from './writes.js'
 
-export type { Refused } from './compiled-commit.js'
+export type { Held, Refused } from './compiled-commit.js'
 
 /** A time by the store's clock, which the commit turns into one by Redis's (WRITE_DEADLINE's clockAhead). */
 export interface StoreTime {
@@ -61,13 +61,22 @@ export class Change {
    * answers `refused`.
    */
   guard (key: string, field: string, value: string | null | typeof PRESENT, refused: Refused = 0): this {
-    this.#guards.push([this.#index(key), this.#value(field), typeof value === 'string' ? this.#value(value) : value ?? false, refused, false])
+    this.#guards.push([this.#index(key), this.#value(field), typeof value === 'string' ? this.#value(value) : value ?? false, refused, false, false])
+    return this
+  }
+
+  /**
+   * Made only while the hash `key` holds in `field` the `read` a rule decided on; else `commit` answers what it holds
+   * (Held), for the rule to decide again on that with no read of its own.
+   */
+  guardAsRead (key: string, field: string, read: string): this {
+    this.#guards.push([this.#index(key), this.#value(field), this.#value(read), 0, false, true])
     return this
   }
 
   /** Made only while the string `key` holds `value`, or nothing; else `commit` answers `refused`. */
   guardUnlessTaken (key: string, value: string, refused: Refused): this {
-    this.#guards.push([this.#index(key), false, this.#value(value), refused, true])
+    this.#guards.push([this.#index(key), false, this.#value(value), refused, true, false])
     return this
   }
 
@@ -186,13 +195,13 @@ export const commitScripts = {
   // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
   // change's structure (Change.structure), taken off, then the values it names, each by its index in ARGV. The
   // structure: its guards, each a key's index, a hash's field (false: the key is a string), the value it must hold
-  // (false: none; true: any), what to answer when it does not, and true when holding none will do too; its commands,
-  // each a name, its key's index and its arguments, a time by the store's clock written {at = ms}, one from the
-  // commit's time {after = ms}, what an earlier command answered {command = its place}; its counts, each a key's
-  // index, a field, by how much, the most it may then be (false: no bound), what to answer past it, whether that is
-  // checked once the write limit has counted, and whether it adds; its event (false, or the outbox's index and
-  // APPEND_EVENT's event). 1 when made; else what refused it: a guard's or a count's answer. A compiled commit is the
-  // same, written out for one shape of change.
+  // (false: none; true: any), what to answer when it does not, true when holding none will do too, and true when it
+  // answers {what it holds} instead (Change.guardAsRead); its commands, each a name, its key's index and its
+  // arguments, a time by the store's clock written {at = ms}, one from the commit's time {after = ms}, what an earlier
+  // command answered {command = its place}; its counts, each a key's index, a field, by how much, the most it may then
+  // be (false: no bound), what to answer past it, whether that is checked once the write limit has counted, and
+  // whether it adds; its event (false, or the outbox's index and APPEND_EVENT's event). 1 when made; else what refused
+  // it: a guard's or a count's answer. A compiled commit is the same, written out for one shape of change.
   commit: {
     lua: writeScript(APPEND_EVENT, `
 local change = cjson.decode(table.remove(ARGV, 1))
@@ -204,7 +213,10 @@ for _, guard in ipairs(guards) do
   else
     local held
     if field then held = redis.call('HGET', key, field) else held = redis.call('GET', key) end
-    if held ~= (expected and ARGV[expected]) and not (guard[5] and not held) then return refuse(guard[4]) end
+    if held ~= (expected and ARGV[expected]) and not (guard[5] and not held) then
+      if guard[6] then return refuse({held}) end
+      return refuse(guard[4])
+    end
   end
 end
 local sums = {}
@@ -248,22 +260,22 @@ return 1`, { limited: true })
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     // Its number of keys, its keys (Change.keys), the deadline, the outcome key, the limit's max and window, Change.structure, then Change.values.
-    commit (numberOfKeys: number, ...keysAndArguments: Array<string | number>): Result<Limited<Refused>, Context>
+    commit (numberOfKeys: number, ...keysAndArguments: Array<string | number>): Result<Limited<Refused | Held>, Context>
   }
 }
 
 /**
  * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
- * 1 when made, else what refused it (Change.guard; 0 for stale). A change of a shape compiled before is sent as its
+ * 1 when made, else what refused it (Change.guard; 0 for stale; Held for Change.guardAsRead). A change of a shape compiled before is sent as its
  * own script, with nothing to decode.
  */
-export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused> {
+export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused | Held> {
   const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)
   const structure = change.structure
   const compiled = compiledCommit(change.parts, structure)
   return limitedOutcome(await writes.run(async (deadline, outcomeKey) => {
     if (compiled === undefined) return await redis.commit(...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, structure, ...change.values)
     const [numberOfKeys, ...keysAndArguments] = [...change.keys(limitCounter), deadline, outcomeKey, limitMax, limitWindowMs, ...change.values]
-    return await evaluate(redis, compiled, numberOfKeys, keysAndArguments) as Limited<Refused>
+    return await evaluate(redis, compiled, numberOfKeys, keysAndArguments) as Limited<Refused | Held>
   }), limit)
 }

@@ -68,8 +68,8 @@ export interface RedisStoreOptions {
   maxPendingDeliveries?: number
   /** Bytes of their events each webhook subscriber keeps at most (default PENDING_DELIVERY_BYTES); past that too. */
   maxPendingDeliveryBytes?: number
-  /** What each instance keeps in its own memory: users, sessions (see the defaults below). */
-  cache?: { users: number, sessions: number }
+  /** What each instance keeps in its own memory: users, sessions, characters of item texts (see the defaults below). */
+  cache?: { users: number, sessions: number, itemTextCharacters?: number }
   /** How many accounts the deployment admits, and each one's quota (src/domain/quotas.ts); unbounded when left out. */
   accounts?: AccountBounds
   /** Told how long each command took, answered or failed (a script by the command that ran it: eval, evalsha). */
@@ -84,6 +84,9 @@ export interface RedisStoreOptions {
 const CACHED_USERS = 10_000
 // Sessions each instance keeps while Redis tracks them (the oldest out first): about 200 bytes each, 20 MB.
 const CACHED_SESSIONS = 100_000
+// Characters of the items each instance edited (their ids and texts as its edits left them, the oldest out first),
+// which its next edit or delete of each decides on: at most two bytes each, 8 MiB.
+const ITEM_TEXT_CHARACTERS = 4 * 1024 * 1024
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000
 const CONNECT_TIMEOUT_MS = 2000
@@ -186,9 +189,10 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
  *   sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
- * - items.update, remove: two (the item read, then the change committed guarded by it), two more
- *   each time another instance changed the item in between, and four more (expired records forgotten, the records and
- *   their bytes read, the change committed again) when the contributor's quota needs their own oldest records forgotten;
+ * - items.update, remove: one (the change committed guarded by the item as this instance's edit left it) when it
+ *   edited it last, else two (the item read first); one more each time another instance changed the item in between
+ *   (the refused commit answers the item as it is), and four more (expired records forgotten, the records and their
+ *   bytes read, the change committed again) when the contributor's quota needs their own oldest records forgotten;
  * - idempotencyKeys.claim, release: one each (a keyed create is its claim and its add);
  * - a rate limit count: one; none for the item writes' limit, which the write's own script counts (a keyed
  *   create's, its claim's);
@@ -306,6 +310,7 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
   })
   const connection = { redis, clock, logger: options.logger }
   const cachedUsers = options.cache?.users ?? CACHED_USERS
+  const itemTextCharacters = options.cache?.itemTextCharacters ?? ITEM_TEXT_CHARACTERS
   // The connection is 'ready' until QUIT's reply has closed it, and while a stalled server keeps it open; a
   // connection made again serves once its data is found prepared.
   const available = (): boolean => !closed && redis.status === 'ready' && tracking.proven() && prepared.confirmed()
@@ -315,13 +320,14 @@ export async function connectRedisStore (options: RedisStoreOptions): Promise<St
       now: () => clock.now(),
       sessions,
       cachedUsers,
+      itemTextCharacters,
       maxItemsPerContributor: options.maxItemsPerContributor,
       idempotencyKeys: options.idempotencyKeys,
       accounts: options.accounts ?? UNBOUNDED_ACCOUNTS,
       keysPerRateLimit: KEYS_PER_RATE_LIMIT,
       outbox: { deliveries: options.maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: options.maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
     }),
-    sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers, journalListeners }, available, watcher),
+    sandboxes: (bounds, sandboxOptions, watcher) => new RedisSandboxes(connection, writes, keys, bounds, { ...sandboxOptions, cachedUsers, itemTextCharacters, journalListeners }, available, watcher),
     available,
     limitBytes: await maxmemory(redis),
     close: async () => {

@@ -2,10 +2,11 @@ import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
+import type { RecentTexts } from '../../runtime/recent-texts.js'
 import { creation, edit, isItemRefusal, type ItemWrite, removal } from '../../domain/items.js'
 import { type Announcement, type IdempotencyClaim, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type OutboxEvent, type StoredItem, type WriteLimit } from '../store.js'
 import { call, type Script } from './commands.js'
-import { Change, commit, countedOnce, PRESENT, type Refused, retried, STALE } from './commit.js'
+import { Change, commit, countedOnce, type Held, PRESENT, type Refused, retried, STALE } from './commit.js'
 import { createRecord, type CreateRecord, makeRoom, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
@@ -86,6 +87,11 @@ export interface RedisItemStoreOptions {
   recordTtlMs: number
   /** Each account's quota (src/domain/quotas.ts). */
   quotaBytes: number
+  /**
+   * The texts of the items this instance edited, as its edits left them, for its next edit or delete of each to decide
+   * on. A create keeps none: most items are never edited, and a copy of each would be kept for nothing.
+   */
+  itemTexts: RecentTexts
   logger: { warn: (details: object, message: string) => void }
 }
 
@@ -100,6 +106,7 @@ export class RedisItemStore implements ItemStore {
   // The changes of one item that this instance has in progress run one after another, so that they never retry
   // against each other: only changes made by other instances can make one try again.
   readonly #changesInProgress = new PerKeyQueue()
+  readonly #itemTexts: RecentTexts
   readonly #logger: RedisItemStoreOptions['logger']
   // Items in the creation order but gone from the items hash, skipped by pages: counted, and logged at most once
   // an interval.
@@ -115,6 +122,7 @@ export class RedisItemStore implements ItemStore {
     this.#maxPerContributor = options.maxPerContributor
     this.#recordTtlMs = options.recordTtlMs
     this.#quotaBytes = options.quotaBytes
+    this.#itemTexts = options.itemTexts
   }
 
   async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
@@ -132,13 +140,13 @@ export class RedisItemStore implements ItemStore {
     return write.item
   }
 
-  // The write as one change, made only while the item it replaces or removes is as read (`read`, its text), and
+  // The write as one change, made only while the item it replaces or removes is as decided on (`read`, its text), and
   // while no refusal the rule names holds, checked in its order; its bytes are counted by #counted.
   #change (write: ItemWrite, event: OutboxEvent | undefined, read?: string, record?: CreateRecord): Change {
     const keys = this.#keys
     const { item, current } = write
     const change = new Change()
-    if (read !== undefined) change.guard(keys.items, item.id, read)
+    if (read !== undefined) change.guardAsRead(keys.items, item.id, read)
     for (const refusal of write.refusals) {
       if (refusal === 'contributor removed') change.guard(keys.users, item.contributorId, PRESENT, refusal)
       else if (refusal === 'id taken') change.guard(keys.items, item.id, null, refusal)
@@ -205,27 +213,47 @@ export class RedisItemStore implements ItemStore {
     }, announce, counted)
   }
 
-  // Optimistic concurrency: reads the item, and writes what the rule decided of it only if it is still as read; when
-  // another instance changed it in between, decides again on the item as it is then, so `decide` may run more than
-  // once, and must be pure. Undefined when the item is gone.
+  // Optimistic concurrency: decides on the item as this instance last edited it, else as read, and writes what the rule
+  // decided only if the item is still so. When another instance changed it in between, the commit answers it as it
+  // is, and the rule decides again on that: `decide` may run more than once, and must be pure. What it refuses (it
+  // throws) on this instance's own copy it is asked again on the item read. Undefined when the item is gone.
   async #changed (id: string, decide: (current: StoredItem) => ItemWrite, announce: Announcement | undefined, counted: () => WriteLimit | undefined): Promise<StoredItem | undefined> {
-    return await this.#changesInProgress.run(id, async () => await retried(`item ${id}`, async () => {
-      const json = await call(this.#redis.hget(this.#keys.items, id))
-      if (json === null) return undefined
-      const write = decide(parseItem(json))
-      const event = announce?.(write.item)
-      const outcome = await this.#counted(() => this.#change(write, event, json), write, counted())
-      if (outcome === 'contributor removed') return itemRefused(outcome, write.item)
-      if (outcome !== 1) return STALE
-      this.#outbox.recorded(event)
-      return write.item
-    }))
+    return await this.#changesInProgress.run(id, async () => {
+      // What the next try decides on: the item's text, null when it is gone, undefined when it is to be read.
+      let known: string | null | undefined = this.#itemTexts.get(id)
+      let ownCopy = known !== undefined
+      return await retried(`item ${id}`, async () => {
+        const json = known === undefined ? await call(this.#redis.hget(this.#keys.items, id)) : known
+        const decidedOnOwnCopy = ownCopy
+        known = undefined
+        ownCopy = false
+        if (json === null) {
+          this.#itemTexts.set(id, undefined)
+          return undefined
+        }
+        let write: ItemWrite
+        try {
+          write = decide(parseItem(json))
+        } catch (refusal) {
+          if (decidedOnOwnCopy) return STALE
+          throw refusal
+        }
+        const event = announce?.(write.item)
+        const outcome = await this.#counted(() => this.#change(write, event, json), write, counted())
+        if (outcome === 'contributor removed') return itemRefused(outcome, write.item)
+        if (Array.isArray(outcome)) [known] = outcome
+        if (outcome !== 1) return STALE
+        this.#itemTexts.set(id, write.removed ? undefined : write.item[TEXT])
+        this.#outbox.recorded(event)
+        return write.item
+      })
+    })
   }
 
   // Commits the change `made` with `bytes` more counted against the contributor's quota. When it would pass it, the
   // change is made again with their own oldest records forgotten to make room (makeRoom), counted against the write
   // limit once; refused then, another write took the room meanwhile: the caller decides again.
-  async #counted (made: () => Change, { item: { contributorId }, bytes }: ItemWrite, limit: WriteLimit | undefined): Promise<Refused> {
+  async #counted (made: () => Change, { item: { contributorId }, bytes }: ItemWrite, limit: WriteLimit | undefined): Promise<Refused | Held> {
     const keys = this.#keys
     const outcome = await commit(this.#redis, this.#writes, keys, countBytes(made(), keys, contributorId, bytes, this.#quotaBytes), limit)
     if (outcome !== QUOTA_PASSED) return outcome

@@ -47,8 +47,10 @@ export class RedisSandboxes implements Sandboxes {
   readonly #options: SandboxStoreOptions
   readonly #available: () => boolean
   readonly #served: FifoMap<Generation>
-  // Users this instance keeps copies of, a sandbox: the service's own bound, shared by as many as may exist.
+  // Users this instance keeps copies of, and characters of item texts, a sandbox: the service's own bounds, shared by
+  // as many as may exist.
   readonly #cachedUsers: number
+  readonly #itemTextCharacters: number
   readonly #receivers: DeliveredReceivers
   // Sandboxes whose making failed, and their deletion with it: deleted before this instance's next create. As many
   // as the limit at most, the oldest forgotten past it (it idles out).
@@ -56,11 +58,12 @@ export class RedisSandboxes implements Sandboxes {
   readonly #journals: RedisJournals
 
   /**
-   * `options.cachedUsers`: how many users this instance keeps copies of for the service (they share as many);
+   * `options.cachedUsers`, `options.itemTextCharacters`: how many users, and characters of item texts, this instance
+   * keeps for the service (they share as many);
    * `options.journalListeners`: told of each change Redis tells of to a sandbox's journal.
    */
   constructor (connection: RedisConnection, writes: RedisWrites, keys: RedisKeys, bounds: SandboxBounds,
-    options: SandboxStoreOptions & { cachedUsers: number, journalListeners: Array<(id: string) => void> },
+    options: SandboxStoreOptions & { cachedUsers: number, itemTextCharacters: number, journalListeners: Array<(id: string) => void> },
     available: () => boolean, watcher: SandboxWatcher) {
     this.settings = bounds
     this.#connection = connection
@@ -72,6 +75,7 @@ export class RedisSandboxes implements Sandboxes {
     this.#served = new FifoMap(bounds.limit)
     this.#abandoned = new FifoMap(bounds.limit)
     this.#cachedUsers = Math.max(1, Math.floor(options.cachedUsers / bounds.limit))
+    this.#itemTextCharacters = Math.floor(options.itemTextCharacters / bounds.limit)
     this.#journals = new RedisJournals(connection, writes, keys, options.journalListeners)
     this.#receivers = new DeliveredReceivers(connection, keys, watcher, (id, generation) => this.#generationAt(id, generation))
   }
@@ -317,6 +321,7 @@ export class RedisSandboxes implements Sandboxes {
       // Never tracked: nothing kept, every session read from Redis.
       sessions: new TrackedSessions(1),
       cachedUsers: this.#cachedUsers,
+      itemTextCharacters: this.#itemTextCharacters,
       maxItemsPerContributor: this.#options.maxItemsPerContributor,
       idempotencyKeys: this.#options.idempotencyKeys,
       accounts: this.settings,

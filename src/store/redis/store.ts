@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis'
 import type { AccountBounds } from '../../domain/quotas.js'
 import { IDEMPOTENCY_KEY_DEFAULTS, type IdempotencyKeyBounds } from '../../domain/bounds.js'
+import { RecentTexts } from '../../runtime/recent-texts.js'
 import type { Store } from '../store.js'
 import { RedisAccounts } from './accounts.js'
 import type { RedisClock } from './clock.js'
@@ -32,6 +33,8 @@ export interface CatalogueOptions {
   readonly sessions: TrackedSessions
   /** Users this instance keeps copies of. */
   readonly cachedUsers: number
+  /** Characters of the ids and texts of the items it edited that this instance keeps (RecentTexts). */
+  readonly itemTextCharacters: number
   readonly maxItemsPerContributor: number
   /** IDEMPOTENCY_KEY_DEFAULTS where left out. */
   readonly idempotencyKeys?: Partial<IdempotencyKeyBounds> | undefined
@@ -59,6 +62,7 @@ export function catalogueUnder ({ redis, logger }: RedisConnection, keys: RedisK
       maxPerContributor: options.maxItemsPerContributor,
       recordTtlMs: idempotencyKeys.ttlMs,
       quotaBytes: options.accounts.quotaBytes,
+      itemTexts: new RecentTexts(options.itemTextCharacters),
       logger
     }),
     idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),

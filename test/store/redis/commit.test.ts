@@ -5,7 +5,7 @@ import t from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { writeDeadline } from '../../../src/store/redis/commands.js'
 import { RedisClock } from '../../../src/store/redis/clock.js'
-import { afterNow, Change, commit, PRESENT, storeTime } from '../../../src/store/redis/commit.js'
+import { afterNow, Change, commit, type Held, PRESENT, type Refused, storeTime } from '../../../src/store/redis/commit.js'
 import { compiledChange, compiledCommitScripts } from '../../../src/store/redis/compiled-commit.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import { RedisWrites } from '../../../src/store/redis/writes.js'
@@ -18,10 +18,10 @@ const skip = await redisSkip()
 const AT = 4_102_444_800_000
 
 // Each change of a prefix's keys, what it answers on keys as `prepare` left them.
-const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) => Change, answer: number | string, limitMax?: number }>> = {
+const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) => Change, answer: Refused | Held, limitMax?: number }>> = {
   'every kind of step, made': {
     change: (k) => {
-      const change = new Change().guard(k('hash'), 'held', 'value').guard(k('hash'), 'absent', null, 'taken').guard(k('hash'), 'held', PRESENT, 'gone')
+      const change = new Change().guard(k('hash'), 'held', 'value').guard(k('hash'), 'absent', null, 'taken').guard(k('hash'), 'held', PRESENT, 'gone').guardAsRead(k('hash'), 'held', 'value')
         .guardUnlessTaken(k('claim'), 'mine', 'lost').guardUnlessTaken(k('mine'), 'mine', 'lost')
         .count(k('counts'), 'rising', 2, 5, 'full').count(k('counts'), 'quota', 3, 10, 'quota', true).count(k('counts'), 'falling', -1, 5, 'full')
         .write('INCR', k('sequence'))
@@ -34,6 +34,8 @@ const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) =
     limitMax: 10
   },
   'a held value changed': { change: (k) => new Change().guard(k('hash'), 'held', 'other', 'changed').write('SET', k('written'), 'x'), answer: 'changed' },
+  'a field changed since it was read, answered as it is': { change: (k) => new Change().guardAsRead(k('hash'), 'held', 'other').write('SET', k('written'), 'x'), answer: ['value'] },
+  'a field gone since it was read, answered as none': { change: (k) => new Change().guardAsRead(k('hash'), 'absent', 'value').write('SET', k('written'), 'x'), answer: [null] },
   'a field that must be absent held': { change: (k) => new Change().guard(k('hash'), 'held', null, 'taken').write('SET', k('written'), 'x'), answer: 'taken' },
   'a field that must be present absent': { change: (k) => new Change().guard(k('hash'), 'absent', PRESENT, 'gone').write('SET', k('written'), 'x'), answer: 'gone' },
   'a string taken by another': { change: (k) => new Change().guardUnlessTaken(k('claimed'), 'other', 'lost').write('SET', k('written'), 'x'), answer: 'lost' },
@@ -82,7 +84,7 @@ t.test('the decoded commit and a compiled one make the same change, and refuse i
       return { reply, counted: counted?.[0], held: await contents(redis, prefix) }
     }))
     const [decoded, compiled] = outcomes
-    t.equal(decoded!.reply, answer, `${name}: answered`)
+    t.same(decoded!.reply, answer, `${name}: answered`)
     t.same(compiled, decoded, `${name}: the same answer, count and keys both ways`)
     if (answer !== 1) t.notOk('written' in decoded!.held, `${name}: nothing written`)
   }

@@ -6,7 +6,7 @@ import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
 import { recordKeys } from '../../../src/store/redis/quotas.js'
 import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
-import { Change, type Refused } from '../../../src/store/redis/commit.js'
+import { Change, type Held, type Refused } from '../../../src/store/redis/commit.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
 import type { Store } from '../../../src/store/store.js'
 import { itemFields, TEXT } from '../../../src/domain/serialized.js'
@@ -110,7 +110,7 @@ for (const [form, committed] of Object.entries(COMMIT_FORMS)) {
     // not make once it is stale.
     const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
     const rotating = new Change().guard(keys.session + 's1', 'current', 'h1').write('HSET', keys.session + 's1', 'current', 'h2')
-    const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused> =>
+    const commit = async (change: Change, deadline: WriteDeadline, write: string): Promise<Refused | Held> =>
       (await committed(redis, change, keys.rateLimit, deadline, outcome(write), -1, 0))[0]
     // An item's create, as the item store commits it (its place in a list the sequence the commit takes).
     const adding = new Change().guard(keys.items, 'i1', null).write('INCR', keys.itemSequence)
