@@ -6,9 +6,12 @@ import { createInterface } from 'node:readline'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
+import { connectRedisStore } from '../../../src/store/redis/connection.js'
+import type { Store } from '../../../src/store/store.js'
 import type { Api, Schemas } from '../../support/api.js'
 import { build } from '../../support/app.js'
-import { redisKeyPrefix, redisSkip } from '../../support/redis.js'
+import { redisKeyPrefix, redisSkip, SILENT_LOGGER } from '../../support/redis.js'
+import { account, item } from '../conformance/fixtures.js'
 
 const skip = await redisSkip()
 
@@ -80,4 +83,24 @@ t.test('an edit or a delete decides on the item as the instance last edited it: 
   t.same([gone.sent, gone.status], [['commit'], 404], 'B\'s copy of an item gone: its commit answers that it is gone')
   t.same(await write(b, 'deleteItem'), { sent: ['hget'], status: 404, etag: 'undefined' }, 'and B keeps no copy of it')
   t.equal((await a.call('getItem', { token: owner.accessToken, params: { itemId: id } })).statusCode, 404)
+})
+
+t.test('the copies an instance keeps of the items it edited fit their bound, those edited longest ago out first; each sandbox keeps its share of it', { skip }, async (t) => {
+  // Each item's id and text are under 500 characters: two fit the instance's bound, one a sandbox's half of it.
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, maxItemsPerContributor: 10, cache: { users: 1, sessions: 1, itemTextCharacters: 1000 } })
+  t.teardown(async () => { await store.close() })
+  const deliveries = { receiverSet: () => {}, receiverEnded: () => {}, close: async () => {} }
+  const sandboxes = store.sandboxes!({ limit: 2, idleMs: 60_000, accounts: 10, quotaBytes: 1024 * 1024 }, { maxItemsPerContributor: 10, idempotencyKeys: {} }, deliveries)
+  t.teardown(async () => { await sandboxes.close() })
+  const { store: sandbox } = (await sandboxes.create({}))!
+  const reads = async (items: Store['items'], id: string): Promise<boolean> =>
+    (await sentNaming(id, async () => await items.update(id, (current) => ({ ...current, name: current.name === 'a' ? 'b' : 'a' })))).sent.includes('hget')
+  for (const [catalogue, items] of [['the instance', store.items], ['a sandbox', sandbox.items]] as const) {
+    const contributorId = await account(catalogue === 'a sandbox' ? sandbox.users : store.users)
+    const ids: string[] = []
+    for (let made = 0; made < 3; made += 1) ids.push((await items.add(item(contributorId, { name: 'a', description: 'd'.repeat(200) })))!.id)
+    t.same([await reads(items, ids[0]!), await reads(items, ids[1]!), await reads(items, ids[2]!)], [true, true, true], `${catalogue}: none kept when made`)
+    const kept = catalogue === 'a sandbox' ? [false, false, true] : [false, true, true]
+    t.same([await reads(items, ids[2]!), await reads(items, ids[1]!), await reads(items, ids[0]!)].reverse(), kept.map((copy) => !copy), `${catalogue}: the newest copies kept, ${kept.filter(Boolean).length}`)
+  }
 })
