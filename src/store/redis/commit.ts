@@ -266,8 +266,8 @@ declare module 'ioredis' {
 
 /**
  * Commits `change` as one write (StoreWrites.run), counted against `limit` when given (its refusal thrown over it):
- * 1 when made, else what refused it (Change.guard; 0 for stale; Held for Change.guardAsRead). A change of a shape compiled before is sent as its
- * own script, with nothing to decode.
+ * 1 when made, else what refused it (Change.guard; 0 for stale; Held for Change.guardAsRead). A change of a shape
+ * compiled before is sent as its own script, with nothing to decode.
  */
 export async function commit (redis: Redis, writes: StoreWrites, keys: RedisKeys, change: Change, limit?: WriteLimit): Promise<Refused | Held> {
   const [limitCounter, limitMax, limitWindowMs] = limitArguments(keys, limit)

@@ -85,7 +85,7 @@ const CACHED_USERS = 10_000
 // Sessions each instance keeps while Redis tracks them (the oldest out first): about 200 bytes each, 20 MB.
 const CACHED_SESSIONS = 100_000
 // Characters of the items each instance edited (their ids and texts as its edits left them, the oldest out first),
-// which its next edit or delete of each decides on: at most two bytes each, 8 MiB.
+// which its next edit or delete of each decides on; in bytes, docs/security.md's table of bounds.
 const ITEM_TEXT_CHARACTERS = 4 * 1024 * 1024
 // Reconnecting after a lost connection waits 100 ms more each try, at most this long.
 const MAX_RECONNECT_DELAY_MS = 2000

@@ -219,14 +219,14 @@ export class RedisItemStore implements ItemStore {
   // throws) on this instance's own copy it is asked again on the item read. Undefined when the item is gone.
   async #changed (id: string, decide: (current: StoredItem) => ItemWrite, announce: Announcement | undefined, counted: () => WriteLimit | undefined): Promise<StoredItem | undefined> {
     return await this.#changesInProgress.run(id, async () => {
-      // What the next try decides on: the item's text, null when it is gone, undefined when it is to be read.
-      let known: string | null | undefined = this.#itemTexts.get(id)
-      let ownCopy = known !== undefined
+      const copy = this.#itemTexts.get(id)
+      // What the next try decides on: the item's text, null when it is gone, undefined when it is to be read. What a
+      // refused commit answers is never the copy: its guard refused it for differing.
+      let known: string | null | undefined = copy
       return await retried(`item ${id}`, async () => {
+        const decidedOnOwnCopy = known !== undefined && known === copy
         const json = known === undefined ? await call(this.#redis.hget(this.#keys.items, id)) : known
-        const decidedOnOwnCopy = ownCopy
         known = undefined
-        ownCopy = false
         if (json === null) {
           this.#itemTexts.set(id, undefined)
           return undefined

@@ -6,6 +6,8 @@ import { createInterface } from 'node:readline'
 import { Redis } from 'ioredis'
 import t from 'tap'
 import { REDIS_URL } from '../../../harness/redis-keys.js'
+import type { Item } from '../../../src/domain/index.js'
+import { storedItem, TEXT } from '../../../src/domain/serialized.js'
 import { connectRedisStore } from '../../../src/store/redis/connection.js'
 import type { Store } from '../../../src/store/store.js'
 import type { Api, Schemas } from '../../support/api.js'
@@ -86,8 +88,11 @@ t.test('an edit or a delete decides on the item as the instance last edited it: 
 })
 
 t.test('the copies an instance keeps of the items it edited fit their bound, those edited longest ago out first; each sandbox keeps its share of it', { skip }, async (t) => {
-  // Each item's id and text are under 500 characters: two fit the instance's bound, one a sandbox's half of it.
-  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, maxItemsPerContributor: 10, cache: { users: 1, sessions: 1, itemTextCharacters: 1000 } })
+  const itemOf = (contributorId: string): Item => item(contributorId, { name: 'a', description: 'd'.repeat(200) })
+  // What one item's copy takes (its id and text, as the contract's serializer writes it, whatever properties it has):
+  // two fit the instance's bound, and one the half of it each of two sandboxes keeps.
+  const copy = randomUUID().length + storedItem(itemOf(randomUUID()))[TEXT].length
+  const store = await connectRedisStore({ url: REDIS_URL, keyPrefix: redisKeyPrefix(t), logger: SILENT_LOGGER, maxItemsPerContributor: 10, cache: { users: 1, sessions: 1, itemTextCharacters: Math.floor(2.5 * copy) } })
   t.teardown(async () => { await store.close() })
   const deliveries = { receiverSet: () => {}, receiverEnded: () => {}, close: async () => {} }
   const sandboxes = store.sandboxes!({ limit: 2, idleMs: 60_000, accounts: 10, quotaBytes: 1024 * 1024 }, { maxItemsPerContributor: 10, idempotencyKeys: {} }, deliveries)
@@ -98,7 +103,7 @@ t.test('the copies an instance keeps of the items it edited fit their bound, tho
   for (const [catalogue, items] of [['the instance', store.items], ['a sandbox', sandbox.items]] as const) {
     const contributorId = await account(catalogue === 'a sandbox' ? sandbox.users : store.users)
     const ids: string[] = []
-    for (let made = 0; made < 3; made += 1) ids.push((await items.add(item(contributorId, { name: 'a', description: 'd'.repeat(200) })))!.id)
+    for (let made = 0; made < 3; made += 1) ids.push((await items.add(itemOf(contributorId)))!.id)
     t.same([await reads(items, ids[0]!), await reads(items, ids[1]!), await reads(items, ids[2]!)], [true, true, true], `${catalogue}: none kept when made`)
     const kept = catalogue === 'a sandbox' ? [false, false, true] : [false, true, true]
     t.same([await reads(items, ids[2]!), await reads(items, ids[1]!), await reads(items, ids[0]!)].reverse(), kept.map((copy) => !copy), `${catalogue}: the newest copies kept, ${kept.filter(Boolean).length}`)
