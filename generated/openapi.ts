@@ -173,9 +173,9 @@ export interface paths {
          *     `MAX_IDEMPOTENCY_KEYS_PER_USER`), the same key with the same body gets the first response again (201, its
          *     `Location`, `ETag` and item as they were, and `Idempotent-Replayed: true`), and creates nothing, emits
          *     nothing and counts against no rate limit. The same key with another body is 422
-         *     `IDEMPOTENCY_KEY_REUSED`; the same key while its first request is still running is 409
-         *     `IDEMPOTENCY_KEY_IN_USE` (retry after a moment). A create that was refused (4xx, 5xx) is not remembered:
-         *     sending its key again tries it again.
+         *     `IDEMPOTENCY_KEY_REUSED`. Requests sent at once with one key make one item: the first to be stored makes
+         *     it, and each of the others gets its response, replayed. A create that was refused (4xx, 5xx) is not
+         *     remembered: sending its key again tries it again.
          */
         post: operations["createItem"];
         delete?: never;
@@ -376,7 +376,7 @@ export interface components {
          *     - `NOT_FOUND` (404): the item, or the route, does not exist.
          *     - `PRECONDITION_FAILED` (412): the item has changed since the client read it (`If-Match`).
          *     - `EMAIL_ALREADY_REGISTERED` (409): registration with an email already in use.
-         *     - `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running.
+         *     - `IDEMPOTENCY_KEY_IN_USE` (409): a create with this `Idempotency-Key` is still running on an instance of a release before 1.2.0.
          *     - `IDEMPOTENCY_KEY_REUSED` (422): this `Idempotency-Key` was sent before with another body.
          *     - `PAYLOAD_TOO_LARGE` (413): the body is larger than the service accepts.
          *     - `RANGE_NOT_SATISFIABLE` (416): a `Range` header asks for bytes past the end of a file of the docs.
@@ -670,8 +670,8 @@ export interface components {
             };
         };
         /**
-         * @description A request with this `Idempotency-Key` is still running (`IDEMPOTENCY_KEY_IN_USE`); retry after a moment
-         *     to get its response.
+         * @description A request with this `Idempotency-Key` still runs on an instance of a release before 1.2.0, during an
+         *     upgrade (`IDEMPOTENCY_KEY_IN_USE`); retry after a moment to get its response.
          */
         IdempotencyKeyInUse: {
             headers: {

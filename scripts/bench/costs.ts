@@ -1,6 +1,6 @@
 // npm run bench:costs: what a store holds for each thing the sizing rule counts (src/domain/sizing.ts), measured, beside
 // the cost the rule takes for it (MEMORY_COSTS, REDIS_COSTS): an account's user, a session with its first refresh
-// token's hash, each hash more a session remembers, an idempotency key's claim, a rate-limit counter. The memory
+// token's hash, each hash more a session remembers, an idempotency key's record, a rate-limit counter. The memory
 // store's heap by default (after a full collection), Redis's own memory (INFO memory's used_memory) with
 // BENCH_STORE=redis, at the REDIS_URL and under a key prefix of its own, deleted afterwards. BENCH_COSTS_COUNT (default
 // 20 000) of each. Exits 1 when a measured cost passes the rule's: the rule would then let the store outgrow its budget.
@@ -77,21 +77,17 @@ const perTokenHash = await perThing(async (index) => {
   for (let rotation = 1; rotation <= rotations; rotation += 1) await store.sessions.rotateRefreshToken(tokenHash(`${id} 0`), tokenHash(`${id} ${rotation}`), store.now(), HOUR)
 }) / rotations
 measured.push(['perSession', sessionWithItsHash - perTokenHash], ['perTokenHash', perTokenHash])
-const claimed = await perThing(async (index) => {
-  await store.idempotencyKeys.claim({ userId: users[index % 100]!, key: `costs-${index}`, fingerprint: tokenHash(String(index)), token: randomUuid() }, HOUR)
-})
 // A record: a create made under a key, its item removed since; what it keeps beside its item's text, which its
 // account's quota counts (perQuotaByte bounds a text's cost).
 let recordedText = 0
 const recorded = await perThing(async (index) => {
   const userId = users[index % 100]!
-  const claim = { userId, key: `record-${index}`, fingerprint: tokenHash(String(index)), token: randomUuid() }
-  await store.idempotencyKeys.claim(claim, HOUR)
-  const item = await store.items.add(newItem({ name: `Item ${index}`, description: 'A benchmark item with a short description.' }, userId, Date.now()), undefined, claim)
-  recordedText += textBytes(item![TEXT])
-  await store.items.remove(item!.id, () => {})
+  const key = { userId, key: `record-${index}`, fingerprint: tokenHash(String(index)) }
+  const item = (await store.items.add(newItem({ name: `Item ${index}`, description: 'A benchmark item with a short description.' }, userId, Date.now()), undefined, key))!
+  recordedText += textBytes(item[TEXT])
+  await store.items.remove(item.id, () => {})
 }) - recordedText / COUNT
-measured.push(['perKey', Math.max(claimed, recorded)])
+measured.push(['perKey', recorded])
 const counter = store.rateCounter('costs')
 measured.push(['perRateLimitKey', await perThing(async (index) => {
   await new Promise<void>((resolve, reject) => {
@@ -99,7 +95,6 @@ measured.push(['perRateLimitKey', await perThing(async (index) => {
   })
 })])
 
-console.log(`An idempotency key: ${Math.round(claimed)} bytes claimed, ${Math.round(recorded)} recorded beside its item's text`)
 console.log(`What the ${ON_REDIS ? 'Redis' : 'memory'} store holds per thing the sizing rule counts, ${COUNT} of each (${ON_REDIS ? 'used_memory' : 'heap used after a full collection'}):`)
 console.log('| thing | measured bytes | the rule\'s | within it |')
 console.log('|---|---:|---:|---|')

@@ -2,8 +2,8 @@
 // service with STORE=redis and for bare Fastify and ioredis writing the item by one EVALSHA (the anchor of npm run
 // bench), counted by valgrind's callgrind on a Redis server of the run's own: Redis's CPU time per request moves from
 // run to run on these machines (it shares the two cores with the service and the load), its instructions far less.
-// The create is counted a second time as the official client sends it, under an Idempotency-Key of its own: its claim
-// and its record besides.
+// The create is counted a second time as the official client sends it, under an Idempotency-Key of its own: its record
+// besides, and the room made for it among its user's keys.
 //
 // Only Redis runs under callgrind; the servers run at full speed, each request its own round trip. After WARM_UP
 // requests of a scenario, the counters are zeroed, exactly COUNTED requests are sent and the counters dumped: the
@@ -64,7 +64,7 @@ interface Scenario { url: string, method: 'POST' | 'PATCH', body: unknown, token
 const scenarios: Record<string, Scenario> = {
   'anchor: POST /v1/items': { url: `${anchor.url}/v1/items`, method: 'POST', body },
   'POST /v1/items with STORE=redis': { url: `${service.url}/v1/items`, method: 'POST', body, token: contributor.accessToken },
-  // As the official client sends a create: under an Idempotency-Key of its own, claimed, then recorded by the create.
+  // As the official client sends a create: under an Idempotency-Key of its own, recorded by the create.
   'POST /v1/items with STORE=redis, an Idempotency-Key each': { url: `${service.url}/v1/items`, method: 'POST', body, token: contributor.accessToken, keyed: true },
   'anchor: PATCH /v1/items/{id}': { url: `${anchor.url}/v1/items/${anchorItem.id}`, method: 'PATCH', body: { name: 'Edited' } },
   'PATCH /v1/items/{id} with STORE=redis': { url: `${service.url}/v1/items/${serviceItem.id}`, method: 'PATCH', body: { name: 'Edited' }, token: contributor.accessToken }

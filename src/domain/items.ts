@@ -10,17 +10,20 @@ import { type StoredItem, storedItem, TEXT } from './serialized.js'
 export type ItemRefusal =
   /** Its contributor has no account (removed, its items going with it). */
   | 'contributor removed'
-  /** The create's idempotency claim no longer holds its key (its lease ended, and another request took it). */
-  | 'claim lost'
+  /** The create's Idempotency-Key names a create of its caller's already (made meanwhile, by a request sent at once). */
+  | 'key recorded'
   /** Another item has its id. */
   | 'id taken'
   /** Its contributor owns as many items as each may. */
   | 'owns most'
 
-const ITEM_REFUSALS: ReadonlySet<unknown> = new Set<ItemRefusal>(['contributor removed', 'claim lost', 'id taken', 'owns most'])
+/** The refusals a store answers by name; 'key recorded' answers with what the key records. */
+export type NamedItemRefusal = Exclude<ItemRefusal, 'key recorded'>
 
-/** Whether a store's answer is one of the refusals above. */
-export const isItemRefusal = (answer: unknown): answer is ItemRefusal => ITEM_REFUSALS.has(answer)
+const ITEM_REFUSALS: ReadonlySet<unknown> = new Set<NamedItemRefusal>(['contributor removed', 'id taken', 'owns most'])
+
+/** Whether a store's answer is one of the refusals it answers by name. */
+export const isItemRefusal = (answer: unknown): answer is NamedItemRefusal => ITEM_REFUSALS.has(answer)
 
 /** What a write of an item does, and what must hold for it to be made. */
 export interface ItemWrite {
@@ -35,20 +38,34 @@ export interface ItemWrite {
   readonly owned: { readonly by: number, readonly most?: number }
   /** Bytes more counted against its contributor's quota (fewer when negative), src/domain/quotas.ts. */
   readonly bytes: number
-  /** Whether the create is recorded under its idempotency claim (its record's bytes in `bytes`). */
+  /** Whether the create is recorded under its Idempotency-Key (its record's bytes in `bytes`). */
   readonly recorded: boolean
 }
 
 /** What an idempotency record of a create counts against its account's quota: its item's text. */
 export const recordBytes = (item: StoredItem): number => textBytes(item[TEXT])
 
+/** A create recorded under its Idempotency-Key: a digest of its request, and the item it made. */
+export interface CreateRecord {
+  readonly fingerprint: string
+  readonly item: StoredItem
+}
+
+/**
+ * What a create sent with a key its caller recorded a create under gets: that create's item when the request is the
+ * same (its fingerprint), undefined when the key names another request.
+ */
+export const replayOf = (record: CreateRecord, fingerprint: string): StoredItem | undefined =>
+  record.fingerprint === fingerprint ? record.item : undefined
+
 // What each write checks, in order: made once, not at every write.
 const CREATE_REFUSALS: ItemWrite['refusals'] = ['contributor removed', 'id taken']
-const RECORDED_CREATE_REFUSALS: ItemWrite['refusals'] = ['contributor removed', 'claim lost', 'id taken']
+// A create recorded under its key is answered before anything else refuses it: a retry gets the first one's answer.
+const RECORDED_CREATE_REFUSALS: ItemWrite['refusals'] = ['key recorded', 'contributor removed', 'id taken']
 const EDIT_REFUSALS: ItemWrite['refusals'] = ['contributor removed']
 const REMOVAL_REFUSALS: ItemWrite['refusals'] = []
 
-/** A create, recorded under its idempotency claim when it has one, by a contributor who owns at most `maxPerContributor`. */
+/** A create, recorded under its Idempotency-Key when it has one, by a contributor who owns at most `maxPerContributor`. */
 export function creation (item: Item, recorded: boolean, maxPerContributor: number): ItemWrite {
   const stored = storedItem(item)
   return {

@@ -10,7 +10,7 @@ export interface StoreCosts {
   readonly perQuotaByte: number
   /** An account's user. */
   readonly perAccount: number
-  /** An idempotency key beside its record's text: its name, its claim, its places. */
+  /** An idempotency key beside its record's text: its name, its entries, its places. */
   readonly perKey: number
   /** A session beside its refresh-token hashes, and each hash. */
   readonly perSession: number

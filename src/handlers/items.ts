@@ -43,10 +43,13 @@ export const listItems: Handler<'listItems'> = async (request, reply) => {
 }
 
 export const createItem: Handler<'createItem'> = async (request, reply) => {
-  const item = await request.store.items.add(newItem(request.body, request.user.id, request.store.now()),
-    request.server.events.announce('items.item.added', request.user.id, request.store, request), request.idempotencyClaim ?? undefined, request.writeLimit ?? undefined)
+  const made = newItem(request.body, request.user.id, request.store.now())
+  const item = await request.store.items.add(made, request.server.events.announce('items.item.added', request.user.id, request.store, request),
+    request.idempotencyKey ?? undefined, request.writeLimit ?? undefined)
   if (item === undefined) throw itemQuotaExceeded()
-  // A retry with the same Idempotency-Key gets this again from the pipeline (src/pipeline/idempotency.ts).
+  // A retry with the same Idempotency-Key (src/pipeline/idempotency.ts) gets the item its first create made, answered
+  // as that create was.
+  if (item.id !== made.id) reply.header('idempotent-replayed', 'true')
   return reply.header('location', itemLocation(item)).header('etag', entityTag(item)).header('content-type', JSON_CONTENT).code(201).send(item[TEXT])
 }
 

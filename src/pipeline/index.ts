@@ -5,7 +5,6 @@ import { routes } from '../../generated/routes.js'
 import { operationValidators } from '../../generated/validators.js'
 import type { AppConfig } from '../config/config.js'
 import type { Handlers } from '../handlers/handler.js'
-import { ITEM_FIELDS } from '../handlers/item-fields.js'
 import { contractSerializer, type ContractSerializer } from '../domain/serialized.js'
 import { authentication, bearerAuth } from './authentication.js'
 import { deprecationStep } from './deprecation.js'
@@ -134,8 +133,8 @@ interface RoutesPluginOptions {
  *     (Fastify)                          body parsing (400, 413, 415), the generated validators (400)
  *  5. limits by caller       preHandler  the `x-rate-limits` keyed by email or user (429), the item writes' handed to
  *                                        the store, which counts them in the write's own step; onSend counts a failed sign-in
- *  6. idempotency            preHandler  the replay of the `Idempotency-Key`'s create (409, 422), or the key claimed, in
- *                                        the store step that counts the create's limit; onError frees it
+ *  6. idempotency            preHandler  the `Idempotency-Key` and the request's digest, which the store records the create
+ *                                        under in the step that makes it, or answers what the key recorded (a replay, 422)
  *     (handler)                          then serialization with the contract's response schema
  *  7. response contract      onSend      the response checked against the contract (CONTRACT_STRICT_RESPONSES)
  *  8. metrics                onResponse  the request's duration, by operation and status (OPS_PORT)
@@ -147,8 +146,6 @@ interface RoutesPluginOptions {
 async function publicPipeline (app: FastifyInstance, options: RoutesPluginOptions): Promise<Pipeline<typeof routes[number]>> {
   const { config } = options
   const limits = rateLimits({ limits: config.rateLimits, metrics: app.metrics })
-  const keys = idempotency({ fields: ITEM_FIELDS })
-  app.addHook('onClose', async () => { keys.stop() })
   // Loaded only in strict mode: a production start never loads the response validators.
   const enforceResponseContract = config.strictResponses ? (await import('./response-contract.js')).enforceResponseContract : undefined
   return [
@@ -162,7 +159,7 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
     })],
     ['role', roleGuard],
     ['limits by caller', limits.byCaller],
-    ['idempotency', keys.claim],
+    ['idempotency', idempotency],
     ['response contract', (route) => enforceResponseContract === undefined ? undefined : { onSend: [enforceResponseContract(route)] }],
     ['metrics', requestMetrics(app.metrics, options.metricsExposed)]
   ]
@@ -171,10 +168,10 @@ async function publicPipeline (app: FastifyInstance, options: RoutesPluginOption
 /** The public API's routes, each with its pipeline. */
 async function routesPlugin (app: FastifyInstance, options: RoutesPluginOptions): Promise<void> {
   // The request state the steps keep, declared for Fastify's request shape: what each limit left, the limit a write
-  // counts against, the key's claim.
+  // counts against, the request's Idempotency-Key.
   app.decorateRequest('rateLimitStatus', null)
   app.decorateRequest('writeLimit', null)
-  app.decorateRequest('idempotencyClaim', null)
+  app.decorateRequest('idempotencyKey', null)
   await registerContractRoutes(app, { routes, validators: generatedValidator, serializer: contractSerializer, handlers: options.handlers, pipeline: await publicPipeline(app, options) })
 }
 

@@ -168,7 +168,7 @@ export function rateLimits ({ limits, metrics }: RateLimitsOptions): RateLimitSt
       })
     }
   }
-  // Hands the limit to the store, which counts it in the write's own step (a keyed create's, its key's claim).
+  // Hands the limit to the store, which counts it in the write's own step.
   const writeLimitFor = (name: Exclude<RateLimitName, 'login-failures'>): Hook => {
     const { max, windowSeconds } = limitsByName[name]
     const { keyOf } = COUNTING[name]

@@ -1,11 +1,20 @@
-import type { ItemRefusal } from '../domain/items.js'
+import { type CreateRecord, type NamedItemRefusal, replayOf } from '../domain/items.js'
 import type { Item } from '../domain/index.js'
+import type { StoredItem } from '../domain/serialized.js'
 
 // What a store rejects with, whichever it is.
 
-/** The claim passed to `ItemStore.add` no longer held its key (its lease ended, and another request took it): nothing was added. */
-export class ClaimLostError extends Error {
-  override name = 'ClaimLostError'
+/** A create sent with an Idempotency-Key its caller recorded another request under: nothing was added. */
+export class KeyReusedError extends Error {
+  override name = 'KeyReusedError'
+}
+
+/**
+ * A create sent with an Idempotency-Key that a request still running holds, which an instance of a release before
+ * 1.2.0 claimed (during a rolling upgrade): nothing was added, and its retry gets that request's answer.
+ */
+export class KeyInUseError extends Error {
+  override name = 'KeyInUseError'
 }
 
 /** A user or an item whose id another already has: the store never overwrites one (ids are made here; a SEED_FILE gives some). */
@@ -61,9 +70,18 @@ export class OutcomeUnknownError extends Error {
  * What a store answers for an item's write that `refusal` refused (src/domain/items.ts): undefined when its contributor
  * owns as many items as each may; otherwise it throws the refusal's error. Nothing was changed.
  */
-export function itemRefused (refusal: ItemRefusal, item: Item, claimKey?: string): undefined {
+export function itemRefused (refusal: NamedItemRefusal, item: Item): undefined {
   if (refusal === 'owns most') return undefined
-  if (refusal === 'claim lost') throw new ClaimLostError(`idempotency key ${String(claimKey)} is held by another request`)
   if (refusal === 'id taken') throw new IdTakenError(`item ${item.id} exists already`)
   throw new UserRemovedError(`contributor ${item.contributorId} has no account`)
+}
+
+/**
+ * What `ItemStore.add` answers for a create whose Idempotency-Key names `record` ('key recorded'): the recorded item,
+ * when the request is the same; else it throws a KeyReusedError. Nothing was changed.
+ */
+export function recordedCreate (record: CreateRecord, fingerprint: string): StoredItem {
+  const item = replayOf(record, fingerprint)
+  if (item === undefined) throw new KeyReusedError('the idempotency key was used with another request')
+  return item
 }

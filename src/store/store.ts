@@ -73,45 +73,22 @@ export interface ItemPage {
 export type Announcement = (item: Item) => OutboxEvent
 
 /**
- * A create under a client's Idempotency-Key: claimed before it runs, and recorded with the item it makes, by the
- * same atomic operation, so that no key is ever left naming an item that was not made, nor an item made twice.
+ * A create under a client's Idempotency-Key: recorded with the item it makes by the same atomic step, so that no key
+ * ever names an item that was not made, nor is an item made twice under one key.
  */
-export interface IdempotencyClaim {
+export interface IdempotencyKey {
   /** Whose key it is: each caller's keys are their own. */
   readonly userId: string
   readonly key: string
   /** A digest of the request: tells a retry from another request sent with the same key. */
   readonly fingerprint: string
-  /** Unique to the request that claims: only it records under the key. */
-  readonly token: string
 }
-
-export type ClaimOutcome =
-  /** The key was free: it is the claim's until it is recorded, released, or its lease ends. */
-  | { readonly status: 'claimed' }
-  /** A create with this key and fingerprint was recorded: the item it made, as it made it. */
-  | { readonly status: 'recorded', readonly item: StoredItem }
-  /** A request with this key and fingerprint holds the key and has not finished. */
-  | { readonly status: 'running' }
-  /** The key was claimed or recorded with another fingerprint. */
-  | { readonly status: 'mismatch' }
-
-/** What holds a key, as ClaimOutcome says it. */
-export type HeldKey = Exclude<ClaimOutcome, { readonly status: 'claimed' }>
 
 /**
  * Idempotency keys: each create made under one is remembered with its item for the store's time to live, at most
  * the store's number of keys per user (the oldest out first).
  */
 export interface IdempotencyKeyStore {
-  /**
-   * Claims the key for the claim's request until `leaseMs` from now (a request that dies holding it frees it then),
-   * unless it is held: see ClaimOutcome. With a limit, a claim made counts against it (what holds the key counts
-   * against nothing), and none is made over it: the create it is for is counted by its claim.
-   */
-  claim (claim: IdempotencyClaim, leaseMs: number, limit?: WriteLimit): Promise<ClaimOutcome>
-  /** Frees the key, when the claim still holds it and nothing was recorded under it (the create failed). */
-  release (claim: IdempotencyClaim): Promise<void>
   /**
    * Forgets records past their time to live, at most `limit`, the oldest first, giving their bytes back to their
    * accounts' quotas: how many. Run every few seconds, so that an expired record's room is free again within them.
@@ -156,11 +133,13 @@ export interface ItemStore {
    * one (then undefined, and no event); rejects with an IdTakenError when another item has its id, with a
    * UserRemovedError when its contributor has no account (removed), and with a QuotaExceededError when the item
    * (and its record) would take the contributor past their quota even once their own older records are forgotten
-   * (src/domain/quotas.ts). With a claim, records the item under its key too, or, when the claim no longer holds the
-   * key, adds nothing and rejects with a ClaimLostError. With a limit, counts against it once nothing but the quota
-   * stands in the item's way, and adds nothing over it. Atomic.
+   * (src/domain/quotas.ts). With an Idempotency-Key, records the item under it too, forgetting the user's oldest key
+   * past the most they keep; when the user recorded a create under that key already, adds nothing and answers that
+   * create's item (a replay, told by its id), or, for another request, rejects with a KeyReusedError. With a limit,
+   * counts against it once nothing but the quota stands in the item's way (never a replay), and adds nothing over it.
+   * Atomic.
    */
-  add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined>
+  add (item: Item, announce?: Announcement, key?: IdempotencyKey, limit?: WriteLimit): Promise<StoredItem | undefined>
   /** The item as a read sends it: its text (a store may keep no parsed item at hand). */
   get (id: string): Promise<ItemText | undefined>
   /** The items `filter` keeps (all by default) in creation order, oldest first; `total` counts those it keeps. */

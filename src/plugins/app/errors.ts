@@ -2,8 +2,8 @@ import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
-import { accountQuotaExceeded, ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, serviceUnavailable, sessionEnded, storeFull, type ValidationErrorBody } from '../../errors.js'
-import { ClaimLostError, OutcomeUnknownError, QuotaExceededError, StoreFullError, StoreUnavailableError, UserRemovedError } from '../../store/store.js'
+import { accountQuotaExceeded, ApiError, type ErrorBody, type ErrorCode, idempotencyKeyInUse, idempotencyKeyReused, INTERNAL_ERROR_BODY, InvalidRequestError, outcomeUnknown, serviceUnavailable, sessionEnded, storeFull, type ValidationErrorBody } from '../../errors.js'
+import { KeyInUseError, KeyReusedError, OutcomeUnknownError, QuotaExceededError, StoreFullError, StoreUnavailableError, UserRemovedError } from '../../store/store.js'
 
 type ValidationIssue = NonNullable<FastifyError['validation']>[number]
 type ValidationDetail = ValidationErrorBody['details'][number]
@@ -48,9 +48,9 @@ const sendApiError = (reply: FastifyReply, error: ApiError): FastifyReply =>
 // Redis is reconnected to at most this long after it is back (the store's reconnect backoff).
 const STORE_RETRY_AFTER_SECONDS = 2
 
-export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | QuotaExceededError | ClaimLostError | UserRemovedError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  // Another request holds the key now: this one's retry will get that one's answer.
-  if (error instanceof ClaimLostError) return sendApiError(reply, idempotencyKeyInUse())
+export function handleError (error: FastifyError | ApiError | InvalidRequestError | StoreUnavailableError | OutcomeUnknownError | StoreFullError | QuotaExceededError | KeyReusedError | KeyInUseError | UserRemovedError, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  if (error instanceof KeyReusedError) return sendApiError(reply, idempotencyKeyReused())
+  if (error instanceof KeyInUseError) return sendApiError(reply, idempotencyKeyInUse())
   if (error instanceof StoreFullError) {
     request.log.warn({ err: error, accounts: error.accounts }, 'store full')
     return sendApiError(reply, storeFull(error.accounts))

@@ -14,7 +14,7 @@ export type DomainEvent<C extends Channel> =
 export type EventHandler<C extends Channel> = (event: DomainEvent<C>) => void | Promise<void>
 export type Subscribers = { [C in Channel]?: ReadonlyArray<EventHandler<C>> }
 
-/** The request a change is made for: its id, which the change's event names, and the events it caused, once built. */
+/** The request a change is made for: its id, which the change's event names, and the events it caused, once recorded. */
 export interface CausingRequest {
   readonly id: string
   causedEvents: CausedEvent[] | null
@@ -37,7 +37,7 @@ declare module 'fastify' {
     events: EventBus
   }
   interface FastifyRequest {
-    /** The events built for the request's change (a sandbox's journal names them); null before any. */
+    /** The events the store recorded with the request's change (a sandbox's journal names them); null before any. */
     causedEvents: CausedEvent[] | null
   }
 }
@@ -59,6 +59,19 @@ interface EventsPluginOptions {
 async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions): Promise<void> {
   const handlers = new Map<Channel, Set<EventHandler<Channel>>>()
   const deliveries = new Set<Promise<void>>()
+  // The request each event was built for. A store may build the event of a change it then does not make (a create
+  // answered with the one its Idempotency-Key recorded, a write refused), so a request caused only the events its
+  // store tells it recorded: each store's outbox is heard once, from the first event built for it.
+  const causes = new WeakMap<OutboxEvent, { readonly request: CausingRequest, readonly caused: CausedEvent }>()
+  const heard = new WeakSet<ServingStore['outbox']>()
+  const hear = (outbox: ServingStore['outbox']): void => {
+    if (heard.has(outbox)) return
+    heard.add(outbox)
+    outbox.onRecorded((event) => {
+      const cause = causes.get(event)
+      if (cause !== undefined) (cause.request.causedEvents ??= []).push(cause.caused)
+    })
+  }
 
   const deliver = async (handler: EventHandler<Channel>, event: DomainEvent<Channel>): Promise<void> => {
     try {
@@ -81,6 +94,7 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
       if (store === app.store && !options.webhookChannels.has(channel) && (handlers.get(channel)?.size ?? 0) === 0) return undefined
       const traceparent = app.tracing.traceparent()
       const id = randomUuid()
+      hear(store.outbox)
       return (item): OutboxEvent => {
         const event: DomainEvent<typeof channel> = {
           specversion: specversion.const,
@@ -93,9 +107,9 @@ async function eventsPlugin (app: FastifyInstance, options: EventsPluginOptions)
           requestid: request.id,
           data: { item, actorId }
         }
-        if (request.causedEvents?.some((caused) => caused.id === id) !== true) (request.causedEvents ??= []).push({ id, type: channel })
-        const recorded = { id, channel, body: JSON.stringify(event) }
-        return traceparent === undefined ? recorded : { ...recorded, traceparent }
+        const built: OutboxEvent = traceparent === undefined ? { id, channel, body: JSON.stringify(event) } : { id, channel, body: JSON.stringify(event), traceparent }
+        causes.set(built, { request, caused: { id, type: channel } })
+        return built
       }
     }
   }

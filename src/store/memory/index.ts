@@ -56,7 +56,7 @@ export function createMemoryStore ({
     rateCounters.set(name, counter)
     return counter
   }
-  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, quotas, rateCounter, clock)
+  const keys = new MemoryIdempotencyKeys({ ...IDEMPOTENCY_KEY_DEFAULTS, ...idempotencyKeys }, quotas, clock)
   const users = new MemoryUserStore(bounds.accounts)
   const sessions = new MemorySessionStore(users, clock)
   const items = new MemoryItemStore(maxItemsPerContributor, outbox, keys, quotas, users, rateCounter)

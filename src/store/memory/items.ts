@@ -1,6 +1,6 @@
 import type { Item } from '../../domain/index.js'
-import { creation, edit, type ItemWrite, ownsTooMany, removal } from '../../domain/items.js'
-import { type Announcement, type IdempotencyClaim, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type StoredItem, type WriteLimit } from '../store.js'
+import { creation, edit, type ItemWrite, type NamedItemRefusal, ownsTooMany, removal } from '../../domain/items.js'
+import { type Announcement, type IdempotencyKey, type ItemFilter, type ItemPage, type ItemStore, itemRefused, recordedCreate, type StoredItem, type WriteLimit } from '../store.js'
 import type { MemoryIdempotencyKeys } from './idempotency-keys.js'
 import type { MemoryOutbox } from './outbox.js'
 import type { MemoryQuotas } from './quotas.js'
@@ -65,21 +65,24 @@ export class MemoryItemStore implements ItemStore {
     this.#quotas = quotas
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    return this.#write(creation(item, claim !== undefined, this.#maxPerContributor), announce, claim, limit)
+  async add (item: Item, announce?: Announcement, key?: IdempotencyKey, limit?: WriteLimit): Promise<StoredItem | undefined> {
+    // The rule's first refusal of a create with a key ('key recorded'), which answers with what the key recorded.
+    const record = key === undefined ? undefined : this.#idempotencyKeys.recorded(key)
+    if (record !== undefined) return recordedCreate(record, key!.fingerprint)
+    return this.#write(creation(item, key !== undefined, this.#maxPerContributor), announce, key, limit)
   }
 
   // Checks what the rule says must hold, counts the write against its limit, makes room in the contributor's quota
   // (a refusal at any step leaves the store as it was), then keeps the item and its record.
-  #write (write: ItemWrite, announce: Announcement | undefined, claim: IdempotencyClaim | undefined, limit: WriteLimit | undefined): StoredItem | undefined {
+  #write (write: ItemWrite, announce: Announcement | undefined, key: IdempotencyKey | undefined, limit: WriteLimit | undefined): StoredItem | undefined {
     const { item, current } = write
-    const refusal = write.refusals.find((refusal) => this.#refuses(refusal, item, claim)) ??
+    const refusal = write.refusals.find((refusal) => this.#refuses(refusal, item)) ??
       (ownsTooMany(this.ownedBy(item.contributorId), write.owned) ? 'owns most' : undefined)
-    if (refusal !== undefined) return itemRefused(refusal, item, claim?.key)
+    if (refusal !== undefined) return itemRefused(refusal, item)
     countWrite(this.#rateCounter, limit)
-    this.#idempotencyKeys.makeRoom(item.contributorId, write.bytes, claim)
+    this.#idempotencyKeys.makeRoom(item.contributorId, write.bytes)
     this.#quotas.charge(item.contributorId, write.bytes)
-    if (claim !== undefined && write.recorded) this.#idempotencyKeys.record(claim, item)
+    if (key !== undefined && write.recorded) this.#idempotencyKeys.record(key, item)
     if (current === undefined) this.#added(item)
     else if (write.removed) this.#removed(current)
     else this.#replaced(current, item)
@@ -87,10 +90,10 @@ export class MemoryItemStore implements ItemStore {
     return item
   }
 
-  #refuses (refusal: ItemWrite['refusals'][number], item: Item, claim: IdempotencyClaim | undefined): boolean {
+  // 'key recorded' is checked by `add`, in the same step, before any other.
+  #refuses (refusal: ItemWrite['refusals'][number], item: Item): refusal is Exclude<NamedItemRefusal, 'owns most'> {
     if (refusal === 'contributor removed') return this.#users.cached(item.contributorId) === undefined
-    if (refusal === 'claim lost') return claim !== undefined && !this.#idempotencyKeys.holds(claim)
-    return this.#byId.has(item.id)
+    return refusal === 'id taken' && this.#byId.has(item.id)
   }
 
   #added (item: StoredItem): void {

@@ -61,7 +61,7 @@ export class Change {
    * answers `refused`.
    */
   guard (key: string, field: string, value: string | null | typeof PRESENT, refused: Refused = 0): this {
-    this.#guards.push([this.#index(key), this.#value(field), typeof value === 'string' ? this.#value(value) : value ?? false, refused, false, false])
+    this.#guards.push([this.#index(key), this.#value(field), typeof value === 'string' ? this.#value(value) : value ?? false, refused, false])
     return this
   }
 
@@ -70,13 +70,13 @@ export class Change {
    * (Held), for the rule to decide again on that with no read of its own.
    */
   guardAsRead (key: string, field: string, read: string): this {
-    this.#guards.push([this.#index(key), this.#value(field), this.#value(read), 0, false, true])
+    this.#guards.push([this.#index(key), this.#value(field), this.#value(read), 0, true])
     return this
   }
 
-  /** Made only while the string `key` holds `value`, or nothing; else `commit` answers `refused`. */
-  guardUnlessTaken (key: string, value: string, refused: Refused): this {
-    this.#guards.push([this.#index(key), false, this.#value(value), refused, true, false])
+  /** Made only while the string `key` holds nothing; else `commit` answers what it holds (Held). */
+  guardVacant (key: string): this {
+    this.#guards.push([this.#index(key), false, false, 0, true])
     return this
   }
 
@@ -195,8 +195,8 @@ export const commitScripts = {
   // A limited write script (writeScript) with as many KEYS as its change names after the limit's counter. ARGV: the
   // change's structure (Change.structure), taken off, then the values it names, each by its index in ARGV. The
   // structure: its guards, each a key's index, a hash's field (false: the key is a string), the value it must hold
-  // (false: none; true: any), what to answer when it does not, true when holding none will do too, and true when it
-  // answers {what it holds} instead (Change.guardAsRead); its commands, each a name, its key's index and its
+  // (false: none; true: any), what to answer when it does not, and true when it answers {what it
+  // holds} instead (Change.guardAsRead, Change.guardVacant); its commands, each a name, its key's index and its
   // arguments, a time by the store's clock written {at = ms}, one from the commit's time {after = ms}, what an earlier
   // command answered {command = its place}; its counts, each a key's index, a field, by how much, the most it may then
   // be (false: no bound), what to answer past it, whether that is checked once the write limit has counted, and
@@ -213,8 +213,8 @@ for _, guard in ipairs(guards) do
   else
     local held
     if field then held = redis.call('HGET', key, field) else held = redis.call('GET', key) end
-    if held ~= (expected and ARGV[expected]) and not (guard[5] and not held) then
-      if guard[6] then return refuse({held}) end
+    if held ~= (expected and ARGV[expected]) then
+      if guard[5] then return refuse({held}) end
       return refuse(guard[4])
     end
   end

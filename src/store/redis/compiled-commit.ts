@@ -14,11 +14,11 @@ export type ValueIndex = number
 /** What `commit` answers when a guard or a bound refused the change: 0 for stale, unless the guard names another. */
 export type Refused = number | string
 
-/** What `commit` answers when a guard of a field as read (Change.guardAsRead) refused the change: the field as it is, null for none. */
+/** What `commit` answers when a guard that answers what it finds (Change.guardAsRead, guardVacant) refused the change: that, null for none. */
 export type Held = [held: string | null]
 
 // A guard's expected `true` is PRESENT (commit.ts): any value. One `answersHeld` refuses with what the field holds.
-export type Guard = [key: number, field: ValueIndex | false, expected: ValueIndex | false | true, refused: Refused, orNone: boolean, answersHeld: boolean]
+export type Guard = [key: number, field: ValueIndex | false, expected: ValueIndex | false | true, refused: Refused, answersHeld: boolean]
 export type CommandArgument = ValueIndex | { at: ValueIndex } | { after: ValueIndex } | { command: number } | { score: [key: number, member: ValueIndex] }
 export type Command = [name: string, key: number, ...CommandArgument[]]
 export type Count = [key: number, field: ValueIndex, by: ValueIndex, most: ValueIndex | false, refused: Refused, afterLimit: boolean, rising: boolean]
@@ -79,13 +79,13 @@ export function compiledChange ({ guards, commands, counts, event }: ChangeParts
   const countedFields = new Set(counts.map(([countKey, field]) => `${countKey} ${field}`))
   if (countedFields.size < counts.length || commands.some(([, commandKey]) => countedKeys.has(commandKey))) return undefined
   const lines: string[] = []
-  for (const [guarded, field, expected, refused, orNone, answersHeld] of guards) {
+  for (const [guarded, field, expected, refused, answersHeld] of guards) {
     const [command, fieldArgument] = field === false ? ['GET', ''] : ['HGET', `, ${value(field)}`]
     const held = `redis.call('${command}', ${key(guarded)}${fieldArgument})`
     const refuse = `return refuse(${literal(refused)})`
     if (expected === true) lines.push(`if redis.call('HEXISTS', ${key(guarded)}${fieldArgument}) == 0 then ${refuse} end`)
+    else if (expected === false && answersHeld) lines.push(`do local held = ${held} if held then return refuse({held}) end end`)
     else if (expected === false) lines.push(`if ${held} then ${refuse} end`)
-    else if (orNone) lines.push(`do local held = ${held} if held and held ~= ${value(expected)} then ${refuse} end end`)
     else if (answersHeld) lines.push(`do local held = ${held} if held ~= ${value(expected)} then return refuse({held}) end end`)
     else lines.push(`if ${held} ~= ${value(expected)} then ${refuse} end`)
   }

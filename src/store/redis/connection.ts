@@ -188,14 +188,13 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  *   change they decide, guarded by what was read: commit.ts), and two more each time another instance changed what
  *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
  *   sweep: none (Redis expires keys);
- * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD);
+ * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD); a
+ *   keyed add sends forgetOldestKeys with its commit, in the same round trip;
  * - items.update, remove: one (the change committed guarded by the item as this instance's edit left it) when it
  *   edited it last, else two (the item read first); one more each time another instance changed the item in between
  *   (the refused commit answers the item as it is), and four more (expired records forgotten, the records and their
  *   bytes read, the change committed again) when the contributor's quota needs their own oldest records forgotten;
- * - idempotencyKeys.claim, release: one each (a keyed create is its claim and its add);
- * - a rate limit count: one; none for the item writes' limit, which the write's own script counts (a keyed
- *   create's, its claim's);
+ * - a rate limit count: one; none for the item writes' limit, which the write's own script counts;
  * - outbox.take, settle, pending: one each (take fans out new events first, in the same script); subscribe: none
  *   (the instance passes its subscribers to each take). The item writes append their event to the outbox stream in
  *   the step that makes the change, at no extra round trip.

@@ -1,13 +1,14 @@
 import type { Redis, Result } from 'ioredis'
 import { type ItemText, keptItemText, storedItem, TEXT } from '../../domain/serialized.js'
+import type { IdempotencyKeyBounds } from '../../domain/bounds.js'
 import type { Item } from '../../domain/index.js'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import type { RecentTexts } from '../../runtime/recent-texts.js'
 import { creation, edit, isItemRefusal, type ItemWrite, removal } from '../../domain/items.js'
-import { type Announcement, type IdempotencyClaim, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type OutboxEvent, type StoredItem, type WriteLimit } from '../store.js'
+import { type Announcement, type IdempotencyKey, type ItemFilter, type ItemPage, type ItemStore, itemRefused, type OutboxEvent, recordedCreate, type StoredItem, type WriteLimit } from '../store.js'
 import { call, type Script } from './commands.js'
 import { Change, commit, countedOnce, type Held, PRESENT, type Refused, retried, STALE } from './commit.js'
-import { createRecord, type CreateRecord, makeRoom, recordCreate } from './idempotency-keys.js'
+import { heldRecord, keyRecord, type KeyRecord, makeKeyRoom, makeRoom, recordCreate } from './idempotency-keys.js'
 import { itemListKey, itemListKeys, type RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
 import { countBytes, QUOTA_PASSED } from './quotas.js'
@@ -83,8 +84,8 @@ export async function indexItems (redis: Redis, keys: RedisKeys): Promise<void> 
 
 export interface RedisItemStoreOptions {
   maxPerContributor: number
-  /** How long a create recorded under an idempotency key is remembered. */
-  recordTtlMs: number
+  /** How long a create recorded under an idempotency key is remembered, and how many keys each user keeps. */
+  idempotencyKeys: IdempotencyKeyBounds
   /** Each account's quota (src/domain/quotas.ts). */
   quotaBytes: number
   /**
@@ -101,7 +102,7 @@ export class RedisItemStore implements ItemStore {
   readonly #keys: RedisKeys
   readonly #outbox: RedisOutbox
   readonly #maxPerContributor: number
-  readonly #recordTtlMs: number
+  readonly #idempotencyKeys: IdempotencyKeyBounds
   readonly #quotaBytes: number
   // The changes of one item that this instance has in progress run one after another, so that they never retry
   // against each other: only changes made by other instances can make one try again.
@@ -120,29 +121,32 @@ export class RedisItemStore implements ItemStore {
     this.#outbox = outbox
     this.#logger = options.logger
     this.#maxPerContributor = options.maxPerContributor
-    this.#recordTtlMs = options.recordTtlMs
+    this.#idempotencyKeys = options.idempotencyKeys
     this.#quotaBytes = options.quotaBytes
     this.#itemTexts = options.itemTexts
   }
 
-  async add (item: Item, announce?: Announcement, claim?: IdempotencyClaim, limit?: WriteLimit): Promise<StoredItem | undefined> {
-    const write = creation(item, claim !== undefined, this.#maxPerContributor)
+  async add (item: Item, announce?: Announcement, key?: IdempotencyKey, limit?: WriteLimit): Promise<StoredItem | undefined> {
+    const write = creation(item, key !== undefined, this.#maxPerContributor)
     const event = announce?.(write.item)
-    const record = claim === undefined ? undefined : createRecord(this.#keys, claim, write.item)
+    const record = key === undefined ? undefined : keyRecord(this.#keys, key, write.item)
+    if (record !== undefined) makeKeyRoom(this.#redis, this.#keys, item.contributorId, record, this.#idempotencyKeys.perUser)
     const counted = countedOnce(limit)
     const outcome = await retried(`item ${item.id}`, async () => {
       const outcome = await this.#counted(() => this.#change(write, event, undefined, record), write, counted())
       // A record read to make room and forgotten by another write meanwhile (0), or the room taken: decided again.
       return outcome === 0 || outcome === QUOTA_PASSED ? STALE : outcome
     })
-    if (isItemRefusal(outcome)) return itemRefused(outcome, item, claim?.key)
+    // What holds the key ('key recorded'): a vacant key's guard refuses only for one that holds something.
+    if (Array.isArray(outcome)) return recordedCreate(heldRecord(outcome[0]!), key!.fingerprint)
+    if (isItemRefusal(outcome)) return itemRefused(outcome, item)
     this.#outbox.recorded(event)
     return write.item
   }
 
   // The write as one change, made only while the item it replaces or removes is as decided on (`read`, its text), and
   // while no refusal the rule names holds, checked in its order; its bytes are counted by #counted.
-  #change (write: ItemWrite, event: OutboxEvent | undefined, read?: string, record?: CreateRecord): Change {
+  #change (write: ItemWrite, event: OutboxEvent | undefined, read?: string, record?: KeyRecord): Change {
     const keys = this.#keys
     const { item, current } = write
     const change = new Change()
@@ -150,8 +154,8 @@ export class RedisItemStore implements ItemStore {
     for (const refusal of write.refusals) {
       if (refusal === 'contributor removed') change.guard(keys.users, item.contributorId, PRESENT, refusal)
       else if (refusal === 'id taken') change.guard(keys.items, item.id, null, refusal)
-      // The rule lists 'claim lost' for a recorded create only, which has its record.
-      else recordCreate(change, keys, item.contributorId, this.#recordTtlMs, record!, refusal)
+      // The rule lists 'key recorded' for a create with a key only, which has its record.
+      else recordCreate(change, keys, item.contributorId, this.#idempotencyKeys.ttlMs, record!)
     }
     if (write.owned.by !== 0) change.count(keys.itemsOwned, item.contributorId, write.owned.by, write.owned.most, 'owns most')
     if (current === undefined) {

@@ -57,13 +57,13 @@ export interface RedisKeys {
    */
   readonly rateLimitKeys: string
   /**
-   * Family, + user id + ':' + an Idempotency-Key of theirs. String, JSON: a claim ({ token, fingerprint }, expiring
-   * with its lease) or a recorded create ({ fingerprint, item }, expiring after the keys' time to live).
+   * Family, + user id + ':' + an Idempotency-Key of theirs. String, JSON: a recorded create ({ fingerprint, item },
+   * expiring after the keys' time to live); a release before 1.2.0 wrote a claim there too ({ token, fingerprint },
+   * expiring within 60 s).
    */
   readonly idempotencyKey: string
   /**
-   * Family, + user id. Sorted set: the user's idempotencyKey names, claims and records, scored by when each was
-   * claimed or recorded.
+   * Family, + user id. Sorted set: the user's idempotencyKey names, scored by when each was recorded.
    */
   readonly idempotencyKeys: string
   /**

@@ -7,8 +7,8 @@ import type { Change } from './commit.js'
 import type { RedisKeys } from './keys.js'
 
 /**
- * Lua for the scripts that forget recorded idempotency keys (a claim past its user's count of keys, a record past its
- * time): each passes the keys of `recordKeys` from KEYS[index] on and calls `recordsAt(index)` first.
+ * Lua for the scripts that forget recorded idempotency keys (one past its user's count of keys, one past its time):
+ * each passes the keys of `recordKeys` from KEYS[index] on and calls `recordsAt(index)` first.
  * `forgetRecord(name)` gives the record's bytes back to its user's quota (src/domain/quotas.ts) and forgets its
  * entries; `forgetExpired(now, limit)` does so for the records Redis has expired, the oldest first: how many.
  */

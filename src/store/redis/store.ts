@@ -60,12 +60,12 @@ export function catalogueUnder ({ redis, logger }: RedisConnection, keys: RedisK
     sessions,
     items: new RedisItemStore(redis, writes, keys, outbox, {
       maxPerContributor: options.maxItemsPerContributor,
-      recordTtlMs: idempotencyKeys.ttlMs,
+      idempotencyKeys,
       quotaBytes: options.accounts.quotaBytes,
       itemTexts: new RecentTexts(options.itemTextCharacters),
       logger
     }),
-    idempotencyKeys: new RedisIdempotencyKeys(redis, writes, keys, idempotencyKeys),
+    idempotencyKeys: new RedisIdempotencyKeys(redis, keys),
     accounts: new RedisAccounts(redis, writes, keys, { users, sessions, tracked: options.sessions, quotaBytes: options.accounts.quotaBytes }),
     outbox,
     rateCounter: (name) => new RedisRateCounter(redis, () => writes.deadline(), keys, name, options.keysPerRateLimit),

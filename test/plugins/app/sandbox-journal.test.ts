@@ -42,7 +42,7 @@ async function waitsHeld (ops: string): Promise<number> {
 }
 
 onEachStore('a sandbox\'s journal has an entry for each request it served, with the event each caused, filtered and paged', async (t, store) => {
-  const { api, ops, create } = await withSandboxes(t, store)
+  const { api, ops, create } = await withSandboxes(t, store, { MAX_ITEMS_PER_USER: '1' })
   const sandbox = await create()
   const other = await create()
   const alice = await sandbox.register()
@@ -51,24 +51,26 @@ onEachStore('a sandbox\'s journal has an entry for each request it served, with 
   const item = created.json() as { id: string }
   const missing = await sandbox.call('getItem', { token: alice.accessToken, params: { itemId: randomUUID() } })
   const edited = await sandbox.call('updateItem', { token: alice.accessToken, params: { itemId: item.id }, body: { name: 'renamed' } })
+  const refused = await sandbox.call('createItem', { token: alice.accessToken, body: { name: 'one too many' } })
   await api.register()
 
   const { entries, next } = await journal(t, ops, sandbox)
   t.same(entries.map(({ operationId, status }) => [operationId, status]),
-    [['registerUser', 201], ['createItem', 201], ['createItem', 201], ['getItem', 404], ['updateItem', 200]], 'each request, in the order it was answered, the service\'s own not among them')
-  const [registered, create1, replay, get, edit] = entries
+    [['registerUser', 201], ['createItem', 201], ['createItem', 201], ['getItem', 404], ['updateItem', 200], ['createItem', 403]], 'each request, in the order it was answered, the service\'s own not among them')
+  const [registered, create1, replay, get, edit, refusal] = entries
   t.same([create1!.requestId, replay!.requestId, get!.requestId, edit!.requestId],
     ['rig-worker-7:test-3', replayed.headers['x-request-id'], missing.headers['x-request-id'], edited.headers['x-request-id']], 'named by its x-request-id, the caller\'s own when it sent one')
   t.same([registered!.accountId, create1!.accountId, create1!.idempotencyKey, replay!.idempotencyKey, get!.idempotencyKey], [null, alice.user.id, 'order-42', 'order-42', null],
     'with the acting account and its Idempotency-Key')
-  t.equal(next, edit!.position, 'the page says where the next begins')
+  t.equal(refused.json().code, 'ITEM_QUOTA_EXCEEDED')
+  t.equal(next, refusal!.position, 'the page says where the next begins')
   t.ok(entries.every(({ time }) => Math.abs(Date.parse(time) - Date.now()) < 3_600_000), 'each at its time on the sandbox\'s clock')
 
   const events = (await opsCall(t, ops, 'listSandboxEvents', 'GET', `${sandbox.base}/events`)).json as { events: Array<{ event: { id: string, type: string, requestid: string } }> }
   t.same(events.events.map(({ event }) => [event.type, event.requestid]), [['items.item.added', 'rig-worker-7:test-3'], ['items.item.edited', edit!.requestId]], 'each event names its request')
-  t.same([create1!.events, replay!.events, get!.events, edit!.events],
-    [[{ id: events.events[0]!.event.id, type: 'items.item.added' }], [], [], [{ id: events.events[1]!.event.id, type: 'items.item.edited' }]],
-    'and each entry its events: a replay and a refusal caused none')
+  t.same([create1!.events, replay!.events, get!.events, edit!.events, refusal!.events],
+    [[{ id: events.events[0]!.event.id, type: 'items.item.added' }], [], [], [{ id: events.events[1]!.event.id, type: 'items.item.edited' }], []],
+    'and each entry its events: a replay and a refusal caused none, though the store built a create\'s event to commit with it')
 
   t.same((await journal(t, ops, sandbox, '?requestId=rig-worker-7:test-3')).entries, [create1], 'by request id')
   t.same((await journal(t, ops, sandbox, '?idempotencyKey=order-42')).entries, [create1, replay], 'by Idempotency-Key')

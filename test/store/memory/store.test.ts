@@ -16,21 +16,20 @@ storeConformance(t, async (_t, { maxItemsPerContributor, maxPendingDeliveries, m
   pendingDeliveries: { deliveries: maxPendingDeliveries ?? PENDING_DELIVERIES, deliveryBytes: maxPendingDeliveryBytes ?? PENDING_DELIVERY_BYTES }
 }))
 
-t.test('a create whose item fits its quota but whose idempotency record does not keeps neither, and its claim holds its key until released', async (t) => {
+t.test('a create whose item fits its quota but whose idempotency record does not keeps neither, and records nothing under its key', async (t) => {
   const owner = user()
   const made = item(owner.id)
-  const claimed = { userId: owner.id, key: 'k', fingerprint: 'f', token: randomUUID() }
+  const key = { userId: owner.id, key: 'k', fingerprint: 'f' }
   // The item's text, and its record's, one byte short.
   const text = Buffer.byteLength(storedItem(made)[TEXT])
-  const { users, items, idempotencyKeys, usage } = createMemoryStore({ accounts: { accounts: 1, quotaBytes: 2 * text - 1 } })
+  const { users, items, usage } = createMemoryStore({ accounts: { accounts: 1, quotaBytes: 2 * text - 1 } })
   await users.add(owner)
-  t.equal((await idempotencyKeys.claim(claimed, 60_000)).status, 'claimed')
-  await t.rejects(items.add(made, undefined, claimed), { name: 'QuotaExceededError' })
+  await t.rejects(items.add(made, undefined, key), { name: 'QuotaExceededError' })
   t.equal(await items.get(made.id), undefined, 'no item')
   t.same(await usage(), { accounts: 1, heldBytes: 0 }, 'nothing counted')
-  t.equal((await idempotencyKeys.claim({ ...claimed, token: randomUUID() }, 60_000)).status, 'running', 'the claim still holds its key')
-  await idempotencyKeys.release(claimed)
   t.ok(await items.add(made), 'the item alone fits')
+  const other = item(owner.id)
+  await t.rejects(items.add(other, undefined, key), { name: 'QuotaExceededError' }, 'its key names nothing: a create under it runs again')
 })
 
 t.test('every user and live session is at hand from the moment it is added, with no read first', async (t) => {
@@ -50,20 +49,19 @@ t.test('an idempotency record keeps its item\'s fields, not its text: an item ed
   const collectGarbage = runInNewContext('gc') as () => void
   const store = createMemoryStore()
   const contributorId = (await store.users.add(user()))!.id
-  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID() }
-  t.equal((await store.idempotencyKeys.claim(claim, 60_000)).status, 'claimed')
+  const key = { userId: contributorId, key: 'k', fingerprint: 'f' }
   const at = '2026-11-27T00:00:00.000Z'
   // Only its id, its text and a weak reference outlive this call.
   const { id, createdText, asCreated } = await (async () => {
-    const added = (await store.items.add({ id: randomUUID(), name: 'n', description: 'd', status: 'active', contributorId, createdAt: at, updatedAt: at }, undefined, claim))!
+    const added = (await store.items.add({ id: randomUUID(), name: 'n', description: 'd', status: 'active', contributorId, createdAt: at, updatedAt: at }, undefined, key))!
     return { id: added.id, createdText: added[TEXT], asCreated: new WeakRef(added) }
   })()
   await store.items.update(id, (current) => ({ ...current, name: 'edited', updatedAt: '2026-11-27T00:00:01.000Z' }))
   await nextTurn()
   collectGarbage()
   t.equal(asCreated.deref(), undefined, 'the item as created, and its text, are no longer held')
-  const replay = await store.idempotencyKeys.claim({ ...claim, token: randomUUID() }, 60_000)
-  t.equal(replay.status === 'recorded' ? replay.item[TEXT] : replay.status, createdText, 'a replay still sends it as it was created')
+  const replay = await store.items.add({ id: randomUUID(), name: 'n', description: 'd', status: 'active', contributorId, createdAt: at, updatedAt: at }, undefined, key)
+  t.equal(replay?.[TEXT], createdText, 'a replay still sends it as it was created')
 })
 
 t.test('an outbox bounded in dead letters keeps its newest within them, and one unsubscribed keeps nothing more for its subscriber', async (t) => {

@@ -22,7 +22,7 @@ const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) =
   'every kind of step, made': {
     change: (k) => {
       const change = new Change().guard(k('hash'), 'held', 'value').guard(k('hash'), 'absent', null, 'taken').guard(k('hash'), 'held', PRESENT, 'gone').guardAsRead(k('hash'), 'held', 'value')
-        .guardUnlessTaken(k('claim'), 'mine', 'lost').guardUnlessTaken(k('mine'), 'mine', 'lost')
+        .guardVacant(k('claim'))
         .count(k('counts'), 'rising', 2, 5, 'full').count(k('counts'), 'quota', 3, 10, 'quota', true).count(k('counts'), 'falling', -1, 5, 'full')
         .write('INCR', k('sequence'))
       return change.write('ZADD', k('order'), change.answerOfLast(), 'first').write('ZADD', k('copy'), { key: k('order'), member: 'first' }, 'first')
@@ -38,7 +38,7 @@ const CHANGES: Readonly<Record<string, { change: (k: (name: string) => string) =
   'a field gone since it was read, answered as none': { change: (k) => new Change().guardAsRead(k('hash'), 'absent', 'value').write('SET', k('written'), 'x'), answer: [null] },
   'a field that must be absent held': { change: (k) => new Change().guard(k('hash'), 'held', null, 'taken').write('SET', k('written'), 'x'), answer: 'taken' },
   'a field that must be present absent': { change: (k) => new Change().guard(k('hash'), 'absent', PRESENT, 'gone').write('SET', k('written'), 'x'), answer: 'gone' },
-  'a string taken by another': { change: (k) => new Change().guardUnlessTaken(k('claimed'), 'other', 'lost').write('SET', k('written'), 'x'), answer: 'lost' },
+  'a string that must be vacant held, answered as it is': { change: (k) => new Change().guardVacant(k('claimed')).write('SET', k('written'), 'x'), answer: ['taken'] },
   'a count past its bound': { change: (k) => new Change().count(k('counts'), 'falling', 5, 5, 'full').write('SET', k('written'), 'x'), answer: 'full' },
   'a count past its bound once the limit counted': {
     change: (k) => new Change().count(k('counts'), 'falling', 5, 5, 'quota', true).write('SET', k('written'), 'x'),
@@ -77,7 +77,7 @@ t.test('the decoded commit and a compiled one make the same change, and refuse i
     const outcomes = await Promise.all(Object.entries(COMMIT_FORMS).map(async ([form, committed]) => {
       const prefix = `${redisKeyPrefix(t)}${form}:`
       const k = (key: string): string => `${prefix}${key}`
-      await redis.multi().hset(k('hash'), 'held', 'value').set(k('claimed'), 'taken').set(k('mine'), 'mine').hset(k('counts'), 'falling', '1').exec()
+      await redis.multi().hset(k('hash'), 'held', 'value').set(k('claimed'), 'taken').hset(k('counts'), 'falling', '1').exec()
       const [time] = await redis.time()
       const deadline = writeDeadline(Number(time) * 1000 + 60_000, 0)
       const [reply, counted] = await committed(redis, change(k), k('limit'), deadline, k('outcome'), limitMax, 60_000)

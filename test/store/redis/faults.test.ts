@@ -132,19 +132,6 @@ const cases: Readonly<Record<string, WriteCase>> = {
     count: async ({ raw, keys }) => (await raw.hvals(keys.items)).filter((json) => json.includes(item.description)).length,
     retried: 201
   },
-  'createItem (its Idempotency-Key claim)': {
-    script: scripts.claimIdempotencyKey,
-    status: 201,
-    prepare: async ({ api }) => {
-      const { accessToken } = await api.register({ role: 'contributor' })
-      return async () => await api.call('createItem', { token: accessToken, body: item, headers: { 'idempotency-key': 'the-create' } })
-    },
-    // The key, claimed or recorded.
-    count: async ({ raw, keys }) => (await raw.keys(`${keys.idempotencyKey}*`)).length,
-    // Claimed, by a request that could not tell whether it held the key and so made nothing: the key is freed once
-    // Redis answers again (src/pipeline/idempotency.ts), and the retry makes the item.
-    retried: 201
-  },
   updateItem: {
     script: ANY_COMMIT,
     status: 200,
@@ -198,13 +185,9 @@ async function faultCase (t: Test, name: string, write: WriteCase, fault: RedisF
     await f.up()
   }
   if (outcome === 'not made') t.equal(response.headers['retry-after'], '2', 'and when to try again')
-  const freed = outcome === 'unknown' && write.script === scripts.claimIdempotencyKey
-  if (freed) while (await write.count(f) !== 0) await sleep(20)
-  t.equal(await write.count(f), outcome === 'not made' || freed ? 0 : 1, outcome === 'not made' ? 'nothing was made' : freed ? 'the claim freed' : 'made once')
+  t.equal(await write.count(f), outcome === 'not made' ? 0 : 1, outcome === 'not made' ? 'nothing was made' : 'made once')
   const itemWrite = name.startsWith('createItem') || name === 'updateItem' || name === 'deleteItem'
-  // A claim whose outcome is unknown made the key's claim, and so no item.
-  const itemMade = outcome === 'made' || (outcome === 'unknown' && write.script !== scripts.claimIdempotencyKey)
-  if (itemWrite) t.equal(await f.raw.xlen(f.keys.outbox) - eventsBefore, itemMade ? 1 : 0, 'an event with each item write made, and none without')
+  if (itemWrite) t.equal(await f.raw.xlen(f.keys.outbox) - eventsBefore, outcome === 'not made' ? 0 : 1, 'an event with each item write made, and none without')
   // The client's next step: a retry of what was not made makes it once; of what was (or may have been), the
   // documented answer, and nothing made twice. A retry answered 503 did nothing, and is sent again once Redis is
   // reachable, as a client does: the connection a fault cut may not be made again yet.

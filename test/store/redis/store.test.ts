@@ -4,7 +4,6 @@ import { setImmediate as setImmediatePromise, setTimeout as sleep } from 'node:t
 import { Redis } from 'ioredis'
 import t, { type Test } from 'tap'
 import { connectRedisStore, scripts } from '../../../src/store/redis/connection.js'
-import { recordKeys } from '../../../src/store/redis/quotas.js'
 import { type WriteDeadline, writeDeadline } from '../../../src/store/redis/commands.js'
 import { Change, type Held, type Refused } from '../../../src/store/redis/commit.js'
 import { redisKeys } from '../../../src/store/redis/keys.js'
@@ -77,18 +76,17 @@ t.test('a write refused (over its limit, its key held, its item gone or changed,
   const outcomes = async (): Promise<number> => (await redis.keys(`${redisKeys(prefix).writeOutcome}*`)).length
   const contributorId = await account(store.users)
   const limit = writeLimit(contributorId, 1)
-  const claim = { userId: contributorId, key: 'k', fingerprint: 'f', token: randomUUID() }
-  t.same(await store.idempotencyKeys.claim(claim, 60_000), { status: 'claimed' })
-  const kept = (await store.items.add(item(contributorId), undefined, claim))!
+  const key = { userId: contributorId, key: 'k', fingerprint: 'f' }
+  const kept = (await store.items.add(item(contributorId), undefined, key))!
   const written = await outcomes()
-  t.equal(written, 3, 'each write that changed something recorded its reply: the account, the claim, the add')
-  t.same((await store.idempotencyKeys.claim({ ...claim, token: randomUUID() }, 60_000)).status, 'recorded', 'a claim of a held key')
+  t.equal(written, 2, 'each write that changed something recorded its reply: the account, the add')
+  t.same(await store.items.add(item(contributorId), undefined, key), kept, 'a create under a recorded key')
   t.equal(await store.items.add(item(contributorId)), undefined, 'an add over the quota')
   t.equal(await store.items.update(randomUUID(), (current) => current), undefined, 'an edit of no item')
   t.equal(await store.items.remove(randomUUID(), () => {}), undefined, 'a delete of no item')
   await store.items.update(kept.id, (current) => ({ ...current, name: 'counted' }), undefined, limit)
   await t.rejects(store.items.update(kept.id, (current) => ({ ...current, name: 'over' }), undefined, limit), { message: 'over, at 2' }, 'an edit over its limit')
-  await t.rejects(store.idempotencyKeys.claim({ ...claim, key: 'other' }, 60_000, limit), { message: 'over, at 3' }, 'a claim over its limit')
+  t.equal(await store.items.add(item(contributorId), undefined, { ...key, key: 'other' }, limit), undefined, 'a create with a key over the quota')
   t.equal(await outcomes(), written + 1, 'only the edit within its limit recorded one')
 })
 
@@ -105,7 +103,6 @@ for (const [form, committed] of Object.entries(COMMIT_FORMS)) {
     const outcome = (write: string): string => `${keys.writeOutcome}${write}`
     const late = { name: 'ReplyError', message: /^DEADLINE the write reached Redis after its deadline/ }
     const item = JSON.stringify({ id: 'i1', contributorId: 'u1', status: 'active' })
-    const records = recordKeys(keys)
     // A session's change as a rule commits it, and one decided on the session as it was then, which a late commit must
     // not make once it is stale.
     const opening = new Change().guard(keys.session + 's1', 'current', null).write('HSET', keys.session + 's1', 'user', 'u1', 'current', 'h1')
@@ -120,8 +117,6 @@ for (const [form, committed] of Object.entries(COMMIT_FORMS)) {
     const registering = new Change().guard(keys.users, 'u1', null).write('HSET', keys.users, 'u1', '{}').count(keys.capacity, 'accounts', 1, 10, 4)
     await t.rejects(commit(registering, past, 'user'), late)
     await t.rejects(commit(opening, past, 'open'), late)
-    await t.rejects(redis.claimIdempotencyKey(keys.rateLimit, `${keys.idempotencyKey}u1:k`, `${keys.idempotencyKeys}u1`, ...records, past, outcome('claim'), -1, 0, '{}', 60_000,
-      1000, 86_400_000), late)
     await t.rejects(redis.countHit(`${keys.rateLimit}a:k`, `${keys.rateLimitKeys}a`, past, 60_000, 100, 10), late)
     t.same(await redis.keys(`${prefix}*`), [], 'nothing was written, no reply recorded either')
     t.equal(await commit(registering, future, 'user'), 1)
@@ -452,10 +447,11 @@ t.test('a catalogue kept with the capacity ledger is served after the upgrade: e
   t.ok(Number(await redis.zscore(keys.recordExpiries, recordName)) > Date.now(), 'and expiring when it did')
   t.same(messages, ['the capacity ledger was replaced by quotas: each account\'s bytes counted again from its items and records, the ledger\'s keys deleted'], 'said once')
   // The quota holds on what was counted: 4 000 bytes, ada's record forgotten for a create that needs its room.
-  t.equal((await store.idempotencyKeys.claim({ userId: ada.id, key: 'k', fingerprint: 'f', token: randomUUID() }, 60_000)).status, 'recorded', 'the record still answers its retry')
+  const retry = item(ada.id)
+  t.not((await store.items.add(retry, undefined, { userId: ada.id, key: 'k', fingerprint: 'f' }))?.id, retry.id, 'the record still answers its retry')
   // An item of 100 bytes less than what ada's own item leaves: it fits only once her record is forgotten.
   t.ok(await store.items.add(item(ada.id, { description: 'd'.repeat(4000 - adaItem! - 100 - 230) })), 'the quota holds on what was counted')
-  t.equal((await store.idempotencyKeys.claim({ userId: ada.id, key: 'k', fingerprint: 'f', token: randomUUID() }, 60_000)).status, 'claimed', 'her record made room')
+  await t.rejects(store.items.add(item(ada.id), undefined, { userId: ada.id, key: 'k', fingerprint: 'f' }), { name: 'QuotaExceededError' }, 'her record made room: a create under its key runs again')
   await start()
   t.equal(messages.length, 1, 'a start after it finds nothing to replace')
 })
