@@ -5,7 +5,12 @@ import { serializedItemList, TEXT } from '../domain/serialized.js'
 import type { Item } from '../domain/index.js'
 import { isoTimestamp } from '../runtime/timestamps.js'
 import type { Handler } from './handler.js'
-import { entityTag, itemLocation } from './item-fields.js'
+
+/** An item's strong entity tag: updatedAt increases with every edit of an item, so it names each of its versions. */
+const entityTag = (item: Pick<Item, 'updatedAt'>): string => `"${item.updatedAt}"`
+
+/** Where an item is read: its getItem URL. */
+const itemLocation = (item: Item): string => `/v1/items/${item.id}`
 
 function assertOwner (caller: Principal, item: Item): void {
   if (item.contributorId !== caller.id) throw forbidden('Only the item\'s contributor may change it.')

@@ -51,16 +51,6 @@ redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('HSET', KEYS[7], ARGV[1], now)
 return 1`)
   },
-  // KEYS: sandboxes, sandboxUse. ARGV: sandbox id, now (ms). The sandbox's "<generation> <clock ahead>", noting it
-  // used now; nil when there is none.
-  useSandbox: {
-    numberOfKeys: 2,
-    lua: `
-local entry = redis.call('HGET', KEYS[1], ARGV[1])
-if not entry then return false end
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[1])
-return entry`
-  },
   // A write script. ARGV: sandbox id, its receiver (JSON, StoredReceiver; '' for none), then its generation's key
   // names (GENERATION_KEY_NAMES). The receiver's cursor starts at the events' end: it is sent what is recorded from
   // then on. {its generation, the receiver it had or ''}; nil when there is none.
@@ -138,7 +128,6 @@ export type RegistryKeys = [sandboxes: string, fixtures: string, use: string, le
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     createSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, fixtures: string, limit: number]): Result<0 | 1, Context>
-    useSandbox (sandboxes: string, use: string, id: string, now: number): Result<string | null, Context>
     setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string, ...names: GenerationKeyNames]): Result<[number, string] | null, Context>
     sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
     expireSooner (ms: number, ...keys: string[]): Result<number, Context>

@@ -138,7 +138,8 @@ export class RedisSandboxes implements Sandboxes {
   async #find (id: string, { used }: { used: boolean }): Promise<Generation | undefined> {
     const canonical = id.toLowerCase()
     const { redis, clock } = this.#connection
-    const entry = await call(used ? redis.useSandbox(this.#keys.sandboxes, this.#keys.sandboxUse, canonical, clock.now()) : redis.hget(this.#keys.sandboxes, canonical))
+    // Sent together, one round trip: a use noted of a sandbox that has no entry notes nothing (XX: only one listed).
+    const [entry] = await Promise.all([call(redis.hget(this.#keys.sandboxes, canonical)), used ? call(redis.zadd(this.#keys.sandboxUse, 'XX', clock.now(), canonical)) : undefined])
     if (entry === null) {
       this.#served.delete(canonical)
       return undefined

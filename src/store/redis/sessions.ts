@@ -30,17 +30,6 @@ local sessions = {}
 local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, tonumber(ARGV[7]) - 1, 'WITHSCORES')
 for index = 1, #listed, 2 do sessions[#sessions + 1] = {listed[index], listed[index + 1]} end
 return {sessionId, fields, userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('ZCARD', families.userSessions .. userId)}`
-  },
-  // ARGV: the session family, session ids. The token hashes of each: {current, previous, replaced}, '' for none.
-  readSessionTokens: {
-    numberOfKeys: 0,
-    lua: `
-local tokens = {}
-for index = 2, #ARGV do
-  local fields = redis.call('HMGET', ARGV[1] .. ARGV[index], 'current', 'previous', 'replaced')
-  tokens[index - 1] = {fields[1] or '', fields[2] or '', fields[3] or ''}
-end
-return tokens`
   }
 } as const satisfies Record<string, Script>
 
@@ -50,7 +39,6 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     readSessions (users: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string, tokenHash: string, sessionId: string, userId: string,
       listed: number): Result<ReadSessions, Context>
-    readSessionTokens (sessionFamily: string, ...ids: string[]): Result<Array<[current: string, previous: string, replaced: string]>, Context>
   }
 }
 
@@ -246,11 +234,9 @@ export class RedisSessionStore implements SessionStore {
 
   // The sessions of `ids` among the user's, as read, with their tokens, read now: only those a change ends are.
   async #tokensOf ({ sessions }: Read, ids: readonly string[]): Promise<ReadSession[]> {
-    const ended = sessions.filter(({ id }) => ids.includes(id))
-    if (ended.length === 0) return []
-    const tokens = await call(this.#redis.readSessionTokens(this.#keys.session, ...ended.map(({ id }) => id)))
-    // One answer for each session asked about.
-    return ended.map((listed, index) => withTokens(listed, ...tokens[index]!))
+    // Sent together, one round trip: the commit is guarded by each session's token as read, not by a read of them all at once.
+    return await Promise.all(sessions.filter(({ id }) => ids.includes(id)).map(async (listed) =>
+      withTokens(listed, ...await call(this.#redis.hmget(this.#keys.session + listed.id, 'current', 'previous', 'replaced')))))
   }
 
   // Forgets the sessions: their tokens, their records, their places among their user's sessions.
