@@ -14,14 +14,16 @@ const EXPIRED_RECORDS_PER_WRITE = 16
 
 export const idempotencyKeyScripts = {
   // Sent before a keyed create, on the same connection: makes room in the user's count of keys for the key the
-  // create records, forgetting their oldest past the most they keep (with its record's bytes), unless the key is
-  // recorded already (a replay makes no room). KEYS: the user's keys (idempotencyKeys), the key, the record keys
-  // (RECORDS). ARGV: the keys a user keeps at most. How many it forgot.
+  // create records, forgetting their oldest past the most they keep (with their records' bytes), unless the key is
+  // recorded already (a replay makes no room); a record of the key Redis has expired, whose bytes the sweep has not
+  // given back yet, goes first. KEYS: the user's keys (idempotencyKeys), the key, the record keys (RECORDS). ARGV:
+  // the keys a user keeps at most. How many it forgot past the bound.
   forgetOldestKeys: {
     numberOfKeys: 2 + RECORD_KEYS,
     lua: `${RECORDS}
 recordsAt(3)
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+forgetRecord(KEYS[2])
 local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[1]) + 1
 if over <= 0 then return 0 end
 local oldest = redis.call('ZPOPMIN', KEYS[1], over)
@@ -105,7 +107,8 @@ export function keyRecord (keys: RedisKeys, key: IdempotencyKey, item: StoredIte
 
 /**
  * Adds to `change` the record of `userId`'s create, while nothing holds its key (else `commit` answers what does),
- * for the time to live, the newest of the user's keys. Its bytes are counted by the caller, with its item's.
+ * for the time to live, the newest of the user's keys: its entry in recordBytes takes the place of an expired
+ * record's, which `makeKeyRoom`, run first, has given back. Its bytes are counted by the caller, with its item's.
  */
 export function recordCreate (change: Change, keys: RedisKeys, userId: string, ttlMs: number, { name, text, bytes }: KeyRecord): Change {
   const userKeys = `${keys.idempotencyKeys}${userId}`
@@ -116,11 +119,12 @@ export function recordCreate (change: Change, keys: RedisKeys, userId: string, t
 }
 
 /**
- * Sends, not waiting for its answer, what makes room in the user's count of keys for `record`'s (forgetOldestKeys):
- * sent before the create's commit, on the same connection, Redis runs it first, and the two take one round trip.
+ * Sends, not waiting for its answer, what makes room for `record` (forgetOldestKeys): sent before the create's
+ * commit, on the same connection, Redis runs it first, and the two take one round trip. What fails it (the
+ * connection lost, Redis out of memory) fails the commit sent after it.
  */
 export function makeKeyRoom (redis: Redis, keys: RedisKeys, userId: string, { name }: KeyRecord, perUser: number): void {
-  // What it forgot, or its failure, changes nothing of the create's answer: a key past the bound goes with the next.
+  // What it forgot, or its failure, changes nothing of the create's answer.
   redis.forgetOldestKeys(`${keys.idempotencyKeys}${userId}`, name, ...recordKeys(keys), perUser).catch(() => {})
 }
 

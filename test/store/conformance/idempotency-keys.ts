@@ -80,6 +80,18 @@ export function idempotencyKeysConformance (t: Test, fresh: FreshStore, open: Op
     t.same(await store.usage(), { accounts: 0, heldBytes: 0 }, 'nothing of it held, nothing given back twice')
   })
 
+  t.test('idempotency keys: a key used again once its record expired, before the sweep gave its bytes back, records anew and leaves none of the old bytes counted', async (t) => {
+    const store = await open(t, { maxItemsPerContributor: 10, idempotencyKeys: { ttlMs: 1 } })
+    const ada = await account(store.users)
+    for (let round = 0; round < 2; round += 1) {
+      const added = await store.items.add(item(ada), undefined, keyOf(ada))
+      await store.items.remove(added!.id, () => {})
+      await sleep(5)
+    }
+    await store.idempotencyKeys.sweep(Date.now(), 100)
+    t.same(await store.usage(), { accounts: 1, heldBytes: 0 }, 'each record\'s bytes given back once')
+  })
+
   const heldBy = async (store: Store): Promise<number> => (await store.usage()).heldBytes
   // An item whose text is `bytes` long (its JSON with an empty description is 230).
   const sized = (userId: string, bytes: number): Item => item(userId, { description: 'd'.repeat(bytes - 230) })
