@@ -1,7 +1,7 @@
-import type { Redis, Result } from 'ioredis'
+import type { Redis } from 'ioredis'
 import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
-import { call, type Script } from './commands.js'
+import { call, transaction } from './commands.js'
 import { Change, commit, retried, STALE } from './commit.js'
 import { forgetUserKeys } from './idempotency-keys.js'
 import type { RedisKeys } from './keys.js'
@@ -11,39 +11,7 @@ import type { TrackedSessions } from './tracking.js'
 import type { RedisUserStore } from './users.js'
 import type { StoreWrites } from './writes.js'
 
-export const accountScripts = {
-  // KEYS: user order, users, account bytes, items owned, user emails. ARGV: the highest place listed ('+inf', or '('
-  // and a place), how many, an email key ('' for every account). {ids, their places, then for each id: its user as
-  // JSON, its bytes, its items}, in one step, so that every id listed has its user.
-  listAccounts: {
-    numberOfKeys: 5,
-    lua: `
-local listed = {}
-if ARGV[3] == '' then
-  listed = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', 0, ARGV[2])
-else
-  local id = redis.call('HGET', KEYS[5], ARGV[3])
-  local place = id and redis.call('ZSCORE', KEYS[1], id)
-  if place and (ARGV[1] == '+inf' or tonumber(place) < tonumber(string.sub(ARGV[1], 2))) then listed = {id, place} end
-end
-local ids, places = {}, {}
-for index = 1, #listed, 2 do
-  ids[#ids + 1] = listed[index]
-  places[#places + 1] = listed[index + 1]
-end
-if #ids == 0 then return {{}, {}, {}, {}, {}} end
-return {ids, places, redis.call('HMGET', KEYS[2], unpack(ids)), redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids))}`
-  }
-} as const satisfies Record<string, Script>
-
 type Listed = Array<string | null>
-
-declare module 'ioredis' {
-  interface RedisCommander<Context> {
-    listAccounts (order: string, users: string, bytes: string, owned: string, emails: string, highest: string, count: number, emailKey: string
-    ): Result<[ids: string[], places: string[], users: Listed, bytes: Listed, owned: Listed], Context>
-  }
-}
 
 // Users put in the order of registration at a time, at a start that finds users without a place (those kept
 // before the order was).
@@ -94,13 +62,26 @@ export class RedisAccounts implements AccountStore {
 
   async list (before: number | undefined, limit: number, emailKey?: string): Promise<AccountPage> {
     const keys = this.#keys
-    // One more than the page, to tell whether another follows.
-    const [ids, places, users, bytes, owned] = await call(this.#redis.listAccounts(keys.userOrder, keys.users, keys.accountBytes,
-      keys.itemsOwned, keys.userEmails, before === undefined ? '+inf' : `(${before}`, limit + 1, emailKey ?? ''))
-    // Number(null) is 0: an account that keeps nothing, or has no items.
-    const accounts = ids.slice(0, limit).map((_id, index) =>
-      ({ user: JSON.parse(users[index]!) as User, heldBytes: Number(bytes[index]), items: Number(owned[index]) }))
-    return { accounts, next: ids.length > limit ? Number(places[limit - 1]) : undefined }
+    // One more than the page, to tell whether another follows: ids, each followed by its place.
+    const listed = emailKey === undefined
+      ? await call(this.#redis.zrevrangebyscore(keys.userOrder, before === undefined ? '+inf' : `(${before}`, '-inf', 'WITHSCORES', 'LIMIT', 0, limit + 1))
+      : await this.#placeOf(emailKey, before)
+    const ids = listed.filter((_entry, index) => index % 2 === 0)
+    const page = ids.slice(0, limit)
+    if (page.length === 0) return { accounts: [], next: undefined }
+    const [users, bytes, owned] = await transaction(this.#redis.multi().hmget(keys.users, ...page).hmget(keys.accountBytes, ...page).hmget(keys.itemsOwned, ...page)) as [Listed, Listed, Listed]
+    // An account removed since it was listed is left out. Number(null) is 0: an account that keeps nothing, or has no items.
+    const accounts = page.map((_id, index) => ({ json: users[index], heldBytes: Number(bytes[index]), items: Number(owned[index]) }))
+      .filter((account): account is { json: string, heldBytes: number, items: number } => typeof account.json === 'string')
+      .map(({ json, ...account }) => ({ user: JSON.parse(json) as User, ...account }))
+    return { accounts, next: ids.length > limit ? Number(listed[2 * limit - 1]) : undefined }
+  }
+
+  // The account of the email, with its place, when it is before `before`: [id, place], or none.
+  async #placeOf (emailKey: string, before: number | undefined): Promise<string[]> {
+    const id = await call(this.#redis.hget(this.#keys.userEmails, emailKey))
+    const place = id === null ? null : await call(this.#redis.zscore(this.#keys.userOrder, id))
+    return place !== null && (before === undefined || Number(place) < before) ? [id!, place] : []
   }
 
   async remove (userId: string): Promise<boolean> {

@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis'
+import type { ChainableCommander, Redis } from 'ioredis'
 import { StoreOutOfMemoryError, StoreUnavailableError } from '../store.js'
 
 // Lua scripts make each write atomic across every instance, in one round trip; each module keeps its scripts beside
@@ -80,6 +80,19 @@ export async function call<T> (command: Promise<T>): Promise<T> {
     return unavailable(error)
   }
 }
+
+/**
+ * The replies of reads sent as one transaction (MULTI … EXEC: read at one moment, in one round trip), or a
+ * StoreUnavailableError when Redis could not give them.
+ */
+export async function transaction (reads: ChainableCommander): Promise<unknown[]> {
+  // Null only when a WATCH aborts it, which no read sets.
+  return repliesOf((await call(reads.exec()))!)
+}
+
+/** A transaction's replies, or what one of its commands failed with (unavailable). */
+export const repliesOf = (replies: Array<[error: Error | null, reply: unknown]>): unknown[] =>
+  replies.map(([error, reply]) => error === null ? reply : unavailable(error))
 
 // Keys a SCAN asks for at a time (a sandbox's, to delete them or to move their expiries).
 const KEYS_PER_SCAN = 1000

@@ -4,7 +4,7 @@ import type { KeepsSandboxes } from '../sandboxes.js'
 import { type Store, StoreUnavailableError } from '../store.js'
 import { RedisClock } from './clock.js'
 import { type AccountBounds, UNBOUNDED_ACCOUNTS } from '../../domain/quotas.js'
-import { accountScripts, orderUsers } from './accounts.js'
+import { orderUsers } from './accounts.js'
 import { COMMAND_TIMEOUT_MS, timeCommands } from './commands.js'
 import { commitScripts } from './commit.js'
 import { idempotencyKeyScripts } from './idempotency-keys.js'
@@ -19,11 +19,10 @@ import { RedisSandboxes } from './sandboxes.js'
 import { sessionScripts } from './sessions.js'
 import { catalogueUnder } from './store.js'
 import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
-import { userScripts } from './users.js'
 import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...accountScripts, ...quotaScripts, ...userScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
+export const scripts = { ...quotaScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -183,7 +182,7 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * The store on Redis: any number of instances of the service share one catalogue, its users, sessions and rate
  * limits. Round trips per operation (one unless said):
  *
- * - users.add, users.get, users.findByEmailKey: one (a script for add and findByEmailKey);
+ * - users.add, users.get: one (add is a guarded commit: commit.ts); users.findByEmailKey: two (the email's user id, then the user);
  * - sessions.open, rotateRefreshToken, revoke: two each (what the rules of src/domain/sessions.ts read, then the
  *   change they decide, guarded by what was read: commit.ts), and two more each time another instance changed what
  *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;

@@ -1,6 +1,6 @@
 import type { Redis, Result } from 'ioredis'
 import type { Counted, RateCounter, WriteLimit } from '../store.js'
-import { type ArgumentPlace, call, type Script, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
+import { type ArgumentPlace, call, type Script, transaction, WRITE_DEADLINE, type WriteDeadline } from './commands.js'
 import type { RedisKeys } from './keys.js'
 
 // Counters under their limit a hit looks through, the oldest first, for those to let go past the limit's number.
@@ -79,14 +79,6 @@ end
 for _, oldest in ipairs(over > 0 and redis.call('ZPOPMIN', counters, over) or {}) do redis.call('DEL', oldest) end
 return counted`
   },
-  // KEYS: the counter. {count, ms until the window ends}, or nil when the window has no hit.
-  peekHits: {
-    numberOfKeys: 1,
-    lua: `
-local current = redis.call('GET', KEYS[1])
-if not current then return false end
-return {tonumber(current), redis.call('PTTL', KEYS[1])}`
-  },
   // KEYS: the counter. One hit less, unless its window has ended (the key is gone) or it counts none.
   refundHit: {
     numberOfKeys: 1,
@@ -99,7 +91,6 @@ return 1`
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     countHit (counter: string, counters: string, deadline: WriteDeadline, windowMs: number, most: number, max: number): Result<[number, number], Context>
-    peekHits (counter: string): Result<[number, number] | null, Context>
     refundHit (counter: string): Result<1, Context>
   }
 }
@@ -130,9 +121,7 @@ export class RedisRateCounter implements RateCounter {
   }
 
   peek (key: string, _windowMs: number, callback: (outcome: Counted | undefined | Error) => void): void {
-    call(this.#redis.peekHits(this.#prefix + key)).then((hits) => {
-      callback(hits === null ? undefined : { current: hits[0], ttl: hits[1] })
-    }, callback)
+    this.#peek(this.#prefix + key).then(callback, callback)
   }
 
   async refund (key: string): Promise<void> {
@@ -141,6 +130,12 @@ export class RedisRateCounter implements RateCounter {
 
   async reset (key: string): Promise<void> {
     await call(this.#redis.del(this.#prefix + key))
+  }
+
+  // A transaction, so that the count and its time to live are of the same window.
+  async #peek (counter: string): Promise<Counted | undefined> {
+    const [current, ttl] = await transaction(this.#redis.multi().get(counter).pttl(counter))
+    return current === null ? undefined : { current: Number(current), ttl: Number(ttl) }
   }
 
   async #count (key: string, windowMs: number, max: number): Promise<Counted> {

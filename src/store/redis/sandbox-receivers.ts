@@ -3,7 +3,7 @@ import type { SandboxWatcher } from '../sandboxes.js'
 import { call } from './commands.js'
 import type { RedisKeys } from './keys.js'
 import type { RedisOutbox } from './outbox.js'
-import type { StoredReceiver } from './sandbox-registry.js'
+import { registryEntry, type StoredReceiver } from './sandbox-registry.js'
 import type { RedisConnection } from './store.js'
 
 // How often an instance reads whether the sandboxes' receivers changed, to deliver each sandbox's events as well:
@@ -77,15 +77,21 @@ export class DeliveredReceivers {
     }
   }
 
-  // Delivers what the registry says each sandbox's receiver is now, when it changed since the last read.
+  // Delivers what the registry says each sandbox's receiver is now, when it changed since the last read. What
+  // changes after the version is read is read too, and read again at the next, whose version it changed.
   async #follow (): Promise<void> {
-    const [version, ...read] = await call(this.#connection.redis.sandboxReceivers(this.#keys.sandboxes, this.#keys.sandboxReceivers, this.#keys.sandboxReceiversVersion,
-      this.#version))
+    const { redis } = this.#connection
+    const keys = this.#keys
+    const version = await call(redis.get(keys.sandboxReceiversVersion)) ?? '0'
     if (version === this.#version) return
+    const receivers = Object.entries(await call(redis.hgetall(keys.sandboxReceivers)))
+    const entries = receivers.length === 0 ? [] : await call(redis.hmget(keys.sandboxes, ...receivers.map(([id]) => id)))
     const now = new Map<string, StoredReceiver & { generation: number }>()
-    for (let index = 0; index + 2 < read.length; index += 3) {
-      now.set(read[index]!, { ...JSON.parse(read[index + 2]!) as StoredReceiver, generation: Number(read[index + 1]) })
-    }
+    receivers.forEach(([id, receiver], index) => {
+      // A sandbox deleted since has none.
+      const entry = entries[index]
+      if (typeof entry === 'string') now.set(id, { ...JSON.parse(receiver) as StoredReceiver, generation: registryEntry(entry).generation })
+    })
     for (const id of [...this.#delivering.keys()]) if (!now.has(id)) this.stop(id)
     for (const [id, { generation, ...receiver }] of now) {
       if (this.#delivering.get(id) === `${generation} ${receiver.subscriber}`) continue

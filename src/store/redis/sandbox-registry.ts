@@ -7,8 +7,8 @@ import { writeScript } from './writes.js'
 
 // The sandboxes' registry, which every instance reads: each sandbox's entry, fixtures, last use, receiver and the
 // generations left over to be deleted (keys.ts); and the scripts of the sandboxes: those that change the registry
-// where a guarded commit cannot (a create counted against the limit, a receiver's cursor placed at its stream's end)
-// or read it in one step, and those that list a generation's events and move its keys' expiries.
+// where a guarded commit cannot (a create counted against the limit, a receiver's cursor placed at its stream's end),
+// and the one that moves a generation's keys' expiries.
 
 // KEYS of every registry script: sandboxes, sandboxFixtures, sandboxUse, sandboxLeftovers, sandboxReceivers,
 // sandboxReceiversVersion and sandboxCreated (keys.ts).
@@ -70,24 +70,6 @@ end
 redis.call('INCR', KEYS[6])
 return {generation, before}`)
   },
-  // KEYS: sandboxes, sandboxReceivers, sandboxReceiversVersion. ARGV: the version last read. {the version} when it
-  // is that one; else {the version, then for each receiver its sandbox's id, generation and the receiver (JSON)}.
-  sandboxReceivers: {
-    numberOfKeys: 3,
-    lua: `
-local read = {redis.call('GET', KEYS[3]) or '0'}
-if read[1] == ARGV[1] then return read end
-local receivers = redis.call('HGETALL', KEYS[2])
-for i = 1, #receivers, 2 do
-  local entry = redis.call('HGET', KEYS[1], receivers[i])
-  if entry then
-    read[#read + 1] = receivers[i]
-    read[#read + 1] = string.match(entry, '^(%d+)')
-    read[#read + 1] = receivers[i + 1]
-  end
-end
-return read`
-  },
   // ARGV: by how much (ms) the clock of a sandbox moved on, then keys of it, found by a SCAN (so named in ARGV, as a
   // script on one Redis server may). Each key Redis expires, it expires so much sooner; one whose time that leaves
   // none is deleted.
@@ -100,26 +82,6 @@ for i = 2, #ARGV do
   if ttl > by then redis.call('PEXPIRE', ARGV[i], ttl - by) elseif ttl >= 0 then redis.call('DEL', ARGV[i]) end
 end
 return #ARGV - 1`
-  },
-  // KEYS: a sandbox's outbox stream (APPEND_EVENT keeps it exactly, trimmed from its oldest). ARGV: after which place
-  // (from 1), how many at most. {the first one's place, the bodies, oldest first}; {} when there are none.
-  sandboxEvents: {
-    numberOfKeys: 1,
-    lua: `
-if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
-local info = redis.call('XINFO', 'STREAM', KEYS[1])
-local added, length
-for i = 1, #info, 2 do
-  if info[i] == 'entries-added' then added = info[i + 1] elseif info[i] == 'length' then length = info[i + 1] end
-end
-local first = added - length + 1
-local skip = math.max(0, tonumber(ARGV[1]) + 1 - first)
-if skip >= length then return {} end
-local listed = {first + skip}
-for i, entry in ipairs(redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', skip + tonumber(ARGV[2]))) do
-  if i > skip then listed[#listed + 1] = entry[2][6] end
-end
-return listed`
   }
 } as const satisfies Record<string, Script>
 
@@ -129,9 +91,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     createSandbox (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, fixtures: string, limit: number]): Result<0 | 1, Context>
     setSandboxReceiver (...args: [...RegistryKeys, deadline: WriteDeadline, outcomeKey: string, id: string, receiver: string, ...names: GenerationKeyNames]): Result<[number, string] | null, Context>
-    sandboxReceivers (sandboxes: string, receivers: string, version: string, read: string): Result<[string, ...string[]], Context>
     expireSooner (ms: number, ...keys: string[]): Result<number, Context>
-    sandboxEvents (outbox: string, after: number, limit: number): Result<[number, ...string[]] | [], Context>
   }
 }
 

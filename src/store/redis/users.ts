@@ -1,8 +1,8 @@
-import type { Redis, Result } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { FifoMap } from 'toad-cache'
 import type { User } from '../../domain/index.js'
 import { IdTakenError, StoreFullError, type UserStore } from '../store.js'
-import { call, type Script } from './commands.js'
+import { call } from './commands.js'
 import { Change, commit } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { StoreWrites } from './writes.js'
@@ -12,23 +12,6 @@ import type { StoreWrites } from './writes.js'
 const EMAIL_TAKEN = 2
 const ID_TAKEN = 3
 const ACCOUNTS_FULL = 4
-
-export const userScripts = {
-  // KEYS: users, user emails. ARGV: email key. The user as JSON, or nil.
-  findUserByEmailKey: {
-    numberOfKeys: 2,
-    lua: `
-local id = redis.call('HGET', KEYS[2], ARGV[1])
-if not id then return false end
-return redis.call('HGET', KEYS[1], id)`
-  }
-} as const satisfies Record<string, Script>
-
-declare module 'ioredis' {
-  interface RedisCommander<Context> {
-    findUserByEmailKey (users: string, emails: string, emailKey: string): Result<string | null, Context>
-  }
-}
 
 // Stored as the service wrote them; handed out frozen, as the memory store's are.
 const parseUser = (json: string): User => Object.freeze(JSON.parse(json) as User)
@@ -77,8 +60,10 @@ export class RedisUserStore implements UserStore {
     return user
   }
 
+  // Read from Redis, not from this instance's copies, which may hold a user removed since: sign-in must not find one.
   async findByEmailKey (emailKey: string): Promise<User | undefined> {
-    const json = await call(this.#redis.findUserByEmailKey(this.#keys.users, this.#keys.userEmails, emailKey))
+    const id = await call(this.#redis.hget(this.#keys.userEmails, emailKey))
+    const json = id === null ? null : await call(this.#redis.hget(this.#keys.users, id))
     return json === null ? undefined : parseUser(json)
   }
 

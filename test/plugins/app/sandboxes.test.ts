@@ -287,6 +287,9 @@ onEachStore('a sandbox\'s events are read back in order, as its webhooks would c
   const kept = (await events(sandbox, '?limit=1000')).events
   t.ok(kept.length < 64 && kept[0]!.sequence > 1, `its oldest events gave way to the newest within the bound (kept ${kept.length}, from ${kept[0]!.sequence})`)
   t.equal(kept.at(-1)!.sequence, 64, 'the newest is kept')
+  const oldest = kept[0]!.sequence
+  t.same((await events(sandbox, `?after=${oldest + 1}&limit=2`)).events.map(({ sequence }) => sequence), [oldest + 2, oldest + 3], 'a page after the oldest kept starts at its place')
+  t.same((await events(sandbox, '?after=1&limit=1')).events.map(({ sequence }) => sequence), [oldest], 'and one after a place given way starts at the oldest kept')
   t.equal((await opsCall(t, ops, 'listSandboxEvents', 'GET', `/sandboxes/${randomUUID()}/events`)).status, 404, 'a sandbox that does not exist has none')
 })
 

@@ -297,6 +297,8 @@ t.test('data Redis cannot read as the store wrote it is a bug (500), not an outa
   await other.hset(`${prefix}rate-limit:limit:key`, 'not', 'a counter')
   const outcome = await new Promise((resolve) => { store.rateCounter('limit').incr('key', 60_000, 1, resolve) })
   t.match(outcome, { name: 'ReplyError', message: /^WRONGTYPE/ }, 'a rate counter\'s too')
+  const peeked = await new Promise((resolve) => { store.rateCounter('limit').peek('key', 60_000, resolve) })
+  t.match(peeked, { name: 'ReplyError', message: /^WRONGTYPE/ }, 'and a read of one')
 })
 
 t.test('each instance keeps the users and sessions it read within its bounds, and hands out only what Redis holds', { skip }, async (t) => {
