@@ -2,7 +2,7 @@ import type { Redis, Result } from 'ioredis'
 import type { OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
-import { call, type Script } from './commands.js'
+import { call, repliesOf, type Script } from './commands.js'
 import { PENDING_ROOM, type StoredDeadLetter } from './dead-letters.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 import type { StoreWrites } from './writes.js'
@@ -46,6 +46,25 @@ local function listingEnd (stream)
   return fields['last-generated-id'] .. ' ' .. fields['entries-added']
 end
 `
+
+/** A number of XINFO STREAM's reply, a list of names each followed by its value. */
+const streamField = (info: unknown, name: string): number => {
+  const fields = info as unknown[]
+  return Number(fields[fields.indexOf(name) + 1])
+}
+
+/** A listing's events after the place `after` (from 1), at most `limit`, each with its place, the oldest first. */
+export async function listedAfter (redis: Redis, listing: string, after: number, limit: number): Promise<Array<{ sequence: number, body: string }>> {
+  // At one moment: whether the stream is there (XINFO fails on none), how many were ever added to it (its oldest's
+  // place follows, with its length), and its oldest `after + limit`, which hold the page (the oldest's place is 1 or more).
+  const [exists, ...replies] = (await call(redis.multi().exists(listing).xinfo('STREAM', listing).xrange(listing, '-', '+', 'COUNT', after + limit).exec()))!
+  if (exists![1] === 0) return []
+  const [info, oldest] = repliesOf(replies)
+  const first = streamField(info, 'entries-added') - streamField(info, 'length') + 1
+  const skip = Math.max(0, after + 1 - first)
+  // Each entry is [id, ['id', …, 'channel', …, 'body', <its body>, …]] (APPEND_EVENT).
+  return (oldest as Array<[string, string[]]>).slice(skip, skip + limit).map(([, fields], index) => ({ sequence: first + skip + index, body: fields[5]! }))
+}
 
 export const outboxScripts = {
   // KEYS: outbox, and this subscriber's due deliveries, events, attempts, dropped count, traceparents and cursor.

@@ -7,23 +7,17 @@ import {
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
-import { call, eachKeyBatch, repliesOf } from './commands.js'
+import { call, eachKeyBatch } from './commands.js'
 import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
-import type { RedisOutbox } from './outbox.js'
+import { listedAfter, type RedisOutbox } from './outbox.js'
 import { journalEmptied, RedisJournals } from './sandbox-journal.js'
 import { DeliveredReceivers } from './sandbox-receivers.js'
 import { generationKeyNames, generationKeys, type RegistryEntry, registryEntry, registryEntryText, type RegistryKeys, registryKeys, type StoredReceiver } from './sandbox-registry.js'
 import { catalogueUnder, type RedisConnection } from './store.js'
 import { TrackedSessions } from './tracking.js'
 import type { RedisWrites } from './writes.js'
-
-/** A number of XINFO STREAM's reply, a list of names each followed by its value. */
-const streamField = (info: unknown, name: string): number => {
-  const fields = info as unknown[]
-  return Number(fields[fields.indexOf(name) + 1])
-}
 
 // Idle sandboxes one sweep deletes at most.
 const IDLE_DELETED_PER_SWEEP = 100
@@ -240,16 +234,7 @@ export class RedisSandboxes implements Sandboxes {
   async events (id: string, after: number, limit: number): Promise<SandboxEvent[] | undefined> {
     const sandbox = await this.#find(id, { used: false })
     if (sandbox === undefined) return undefined
-    const { outbox } = generationKeys(this.#keys, sandbox.id, sandbox.generation).keys
-    // At one moment: whether the stream is there (XINFO fails on none), how many were ever added to it (its oldest's
-    // place follows, with its length), and its oldest `after + limit`, which hold the page (the oldest's place is 1 or more).
-    const [exists, ...replies] = (await call(this.#connection.redis.multi().exists(outbox).xinfo('STREAM', outbox).xrange(outbox, '-', '+', 'COUNT', after + limit).exec()))!
-    if (exists![1] === 0) return []
-    const [info, oldest] = repliesOf(replies)
-    const first = streamField(info, 'entries-added') - streamField(info, 'length') + 1
-    const skip = Math.max(0, after + 1 - first)
-    // Each entry is [id, ['id', …, 'channel', …, 'body', <its body>, …]] (APPEND_EVENT).
-    return (oldest as Array<[string, string[]]>).slice(skip, skip + limit).map(([, fields], index) => ({ sequence: first + skip + index, body: fields[5]! }))
+    return await listedAfter(this.#connection.redis, generationKeys(this.#keys, sandbox.id, sandbox.generation).keys.outbox, after, limit)
   }
 
   async note (id: string, record: JournalRecord): Promise<void> {
