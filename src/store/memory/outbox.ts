@@ -1,5 +1,6 @@
 import { deliveryBytes, hasRoom, type OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
+import { deadLetterPage } from '../../domain/dead-letters.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
 
 interface PendingDelivery {
@@ -196,22 +197,11 @@ export class MemoryOutbox implements Outbox {
   async deadLetters (subscriber: string, { after, limit, bodyBytes }: DeadLetterPage): Promise<DeadLetterList> {
     const kept = this.#queues.get(subscriber)?.deadLetters
     if (kept === undefined) return { deadLetters: [], total: 0 }
-    const deadLetters: DeadLetter[] = []
-    let budget = bodyBytes ?? 0
-    const page = (): DeadLetterList => ({ deadLetters, total: kept.size, next: deadLetters.at(-1)?.position ?? after })
     // At most DEAD_LETTERS to pass over, in the order of their positions.
-    for (const { listed, event } of kept.values()) {
-      if (listed.position <= after) continue
-      if (deadLetters.length === limit) return page()
-      if (bodyBytes === undefined) {
-        deadLetters.push(listed)
-        continue
-      }
-      if (listed.eventBytes > budget && deadLetters.length > 0) return page()
-      budget -= listed.eventBytes
-      deadLetters.push({ ...listed, body: event.body })
-    }
-    return { deadLetters, total: kept.size }
+    const candidates = [...kept.values()].filter(({ listed }) => listed.position > after).slice(0, limit + 1)
+    const { listed, more } = deadLetterPage(candidates.map(({ listed }) => listed.eventBytes), limit, bodyBytes)
+    const deadLetters = candidates.slice(0, listed).map(({ listed, event }) => bodyBytes === undefined ? listed : { ...listed, body: event.body })
+    return more ? { deadLetters, total: kept.size, next: deadLetters.at(-1)?.position ?? after } : { deadLetters, total: kept.size }
   }
 
   async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {

@@ -52,35 +52,6 @@ while kept > 1 and (kept > most or bytes > mostBytes) do
 end
 return pushedOut`
   },
-  // KEYS: a subscriber's dead letters, their events and their order. ARGV: the position to list after, most to list,
-  // most bytes of events to carry ('' for none). {total, 1 when more follow the page, then for each dead letter its
-  // event id, position, JSON, event's bytes, and event ('' when none is carried)}, oldest first.
-  listDeadLetters: {
-    numberOfKeys: 3,
-    lua: `
-local listed = {redis.call('ZCARD', KEYS[3]), 0}
-local limit, budget = tonumber(ARGV[2]), tonumber(ARGV[3])
-local page = redis.call('ZRANGE', KEYS[3], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, limit + 1, 'WITHSCORES')
-for i = 1, #page, 2 do
-  local eventId = page[i]
-  local bytes = redis.call('HSTRLEN', KEYS[2], eventId)
-  if i > 2 * limit or (budget and i > 1 and bytes > budget) then
-    listed[2] = 1
-    break
-  end
-  local body = ''
-  if budget then
-    budget = budget - bytes
-    body = redis.call('HGET', KEYS[2], eventId)
-  end
-  listed[#listed + 1] = eventId
-  listed[#listed + 1] = page[i + 1]
-  listed[#listed + 1] = redis.call('HGET', KEYS[1], eventId)
-  listed[#listed + 1] = bytes
-  listed[#listed + 1] = body
-end
-return listed`
-  },
   // A write script (writeScript), so that a redelivery whose reply is lost is answered as what it did. KEYS: a
   // subscriber's due deliveries, events, attempts, traceparents, pending bytes, and its dead letters, their events,
   // order and bytes. ARGV: now (ms), most deliveries a subscriber keeps, most bytes of their events, most to give
@@ -125,8 +96,6 @@ declare module 'ioredis' {
     deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...DeadLetterKeys,
       eventId: string, attemptsMade: number, failure: string, failedAt: number, most: number, mostBytes: number]): Result<number, Context>
     // The scripts change a dead letter, its event and its place in the order together: every id listed has both.
-    listDeadLetters (deadLetters: string, deadLetterEvents: string, deadLetterOrder: string, after: number, limit: number,
-      bodyBytes: number | ''): Result<[total: number, more: 0 | 1, ...listed: Array<string | number>], Context>
     redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
       deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, maxPendingBytes: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }

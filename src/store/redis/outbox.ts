@@ -1,8 +1,9 @@
 import type { Redis, Result } from 'ioredis'
 import type { OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
+import { deadLetterPage } from '../../domain/dead-letters.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
-import { call, repliesOf, type Script } from './commands.js'
+import { call, repliesOf, type Script, transaction } from './commands.js'
 import { PENDING_ROOM, type StoredDeadLetter } from './dead-letters.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 import type { StoreWrites } from './writes.js'
@@ -293,15 +294,23 @@ export class RedisOutbox implements Outbox {
 
   async deadLetters (subscriber: string, { after, limit, bodyBytes }: DeadLetterPage): Promise<DeadLetterList> {
     const keys = webhookKeys(this.#keys, subscriber)
-    const [total, more, ...listed] = await call(this.#redis.listDeadLetters(keys.deadLetters, keys.deadLetterEvents, keys.deadLetterOrder, after, limit,
-      bodyBytes ?? ''))
-    const deadLetters: DeadLetter[] = []
-    for (let index = 0; index + 4 < listed.length; index += 5) {
-      const { channel, attempts, failure, failedAt } = JSON.parse(String(listed[index + 2])) as StoredDeadLetter
-      const letter = { eventId: String(listed[index]), channel, attempts, failure, failedAt, position: Number(listed[index + 1]), eventBytes: Number(listed[index + 3]) }
-      deadLetters.push(bodyBytes === undefined ? letter : { ...letter, body: String(listed[index + 4]) })
-    }
-    return more === 1 ? { deadLetters, total, next: deadLetters.at(-1)?.position ?? after } : { deadLetters, total }
+    const [total, placed] = await transaction(this.#redis.multi().zcard(keys.deadLetterOrder)
+      .zrange(keys.deadLetterOrder, `(${after}`, '+inf', 'BYSCORE', 'LIMIT', 0, limit + 1, 'WITHSCORES')) as [number, string[]]
+    const ids = placed.filter((_entry, index) => index % 2 === 0)
+    if (ids.length === 0) return { deadLetters: [], total }
+    const [stored, ...sizes] = await transaction(ids.reduce((reads, id) => reads.hstrlen(keys.deadLetterEvents, id), this.#redis.multi().hmget(keys.deadLetters, ...ids))) as
+      [Array<string | null>, ...number[]]
+    const candidates = ids.map((eventId, index) => ({ eventId, position: Number(placed[2 * index + 1]), json: stored[index], eventBytes: sizes[index]! }))
+    const { listed, more } = deadLetterPage(candidates.map(({ eventBytes }) => eventBytes), limit, bodyBytes)
+    const page = candidates.slice(0, listed)
+    const bodies = bodyBytes === undefined ? [] : await call(this.#redis.hmget(keys.deadLetterEvents, ...page.map(({ eventId }) => eventId)))
+    // One given back to delivery while the page is read (its fields or its event gone) is left out.
+    const deadLetters = page.map((letter, index) => ({ ...letter, body: bodies[index] })).filter((letter): letter is typeof letter & { json: string, body: string | undefined } => letter.json !== null && letter.body !== null)
+      .map(({ json, body, ...letter }): DeadLetter => {
+        const { channel, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
+        return { ...letter, channel, attempts, failure, failedAt, ...(body === undefined ? {} : { body }) }
+      })
+    return more ? { deadLetters, total, next: deadLetters.at(-1)?.position ?? after } : { deadLetters, total }
   }
 
   async redeliver (subscriber: string, eventIds: readonly string[] | undefined, now: number): Promise<number> {
