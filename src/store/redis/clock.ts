@@ -5,6 +5,10 @@ import { COMMAND_TIMEOUT_MS } from './commands.js'
 // and for the error in reckoning Redis's clock (half a round trip), so that a write answered 503 was not applied.
 const DEADLINE_MARGIN_MS = 250
 
+/** TIME's reply, in milliseconds since the epoch. */
+export const timeMs = ([seconds, microseconds]: ReadonlyArray<string | number>): number =>
+  Number(seconds) * 1000 + Number(microseconds) / 1000
+
 /**
  * Redis's clock as this instance reckons it, from TIME, taking the reply to have been made half-way through the
  * round trip: as an offset from this process's wall clock (for `now`) and from its monotonic clock (for deadlines,
@@ -21,8 +25,7 @@ export class RedisClock {
 
   async check (): Promise<void> {
     const [sentAt, sentAtWall] = [performance.now(), Date.now()]
-    const [seconds, microseconds] = await this.#redis.time()
-    const redisTime = Number(seconds) * 1000 + Number(microseconds) / 1000
+    const redisTime = timeMs(await this.#redis.time())
     this.#monotonicOffsetMs = redisTime - (sentAt + performance.now()) / 2
     this.#wallOffsetMs = Math.round(redisTime - (sentAtWall + Date.now()) / 2)
   }

@@ -19,10 +19,10 @@ import { RedisSandboxes } from './sandboxes.js'
 import { sessionScripts } from './sessions.js'
 import { catalogueUnder } from './store.js'
 import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
-import { RedisWrites, replicationOf, writeOutcomeScripts } from './writes.js'
+import { RedisWrites, replicationOf } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...quotaScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...writeOutcomeScripts, ...sandboxScripts }
+export const scripts = { ...quotaScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {

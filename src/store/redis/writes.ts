@@ -1,10 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { Redis, Result } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { randomUuid } from '../../runtime/uuid.js'
 import { OutcomeUnknownError, StoreUnavailableError } from '../store.js'
-import type { RedisClock } from './clock.js'
+import { type RedisClock, timeMs } from './clock.js'
 import { writeLimitAt } from './rate-counter.js'
-import { type ArgumentPlace, type SandboxGeneration, type Script, unavailable, type WriteDeadline, writeDeadline, writeDeadlineAt } from './commands.js'
+import { type ArgumentPlace, type SandboxGeneration, transaction, unavailable, type WriteDeadline, writeDeadline, writeDeadlineAt } from './commands.js'
 
 // How long a write's outcome is kept in Redis: past the longest an instance can take to ask for it (its command
 // timeout, then OUTCOME_WITHIN_MS), with room for the two clocks to differ.
@@ -64,22 +64,6 @@ local outcome = ${limited ? '{write(), counted}' : 'write()'}
 if unchanged then return outcome end
 redis.call('SET', outcomeKey, cjson.encode({outcome}), 'PX', '${OUTCOME_TTL_MS}')
 return outcome`
-}
-
-export const writeOutcomeScripts = {
-  // KEYS: a write's outcome key. {Redis's time (ms), the write's reply as writeScript recorded it, or nil}.
-  writeOutcome: {
-    numberOfKeys: 1,
-    lua: `
-local time = redis.call('TIME')
-return {tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), redis.call('GET', KEYS[1])}`
-  }
-} as const satisfies Record<string, Script>
-
-declare module 'ioredis' {
-  interface RedisCommander<Context> {
-    writeOutcome (outcomeKey: string): Result<[number, string | null], Context>
-  }
 }
 
 // A reply as Redis would have sent it from what cjson recorded: false is nil. (No write replies with an empty table,
@@ -239,9 +223,11 @@ export class RedisWrites implements StoreWrites {
   async #outcome<T> (outcomeKey: string, deadline: number, lost: unknown): Promise<T> {
     const givesUpAt = performance.now() + this.#withinMs
     for (;;) {
-      const asked = this.#redis.status === 'ready' ? await this.#redis.writeOutcome(outcomeKey).catch(() => undefined) : undefined
+      // Redis's time and the write's recorded reply (writeScript), at one moment.
+      const asked = this.#redis.status === 'ready' ? await transaction(this.#redis.multi().time().get(outcomeKey)).catch(() => undefined) : undefined
       if (asked !== undefined) {
-        const [now, recorded] = asked
+        const [time, recorded] = asked as [[string, string], string | null]
+        const now = Math.floor(timeMs(time))
         // The reply as it was recorded: typed as the script's by the call that sent it.
         if (recorded !== null) return asReply((JSON.parse(recorded) as unknown[])[0]) as T
         if (now > deadline) throw new StoreUnavailableError(`Redis: ${String(lost)}; the write did not run`, { cause: lost })
