@@ -186,10 +186,12 @@ t.test('a key is forgotten IDEMPOTENCY_KEY_TTL_SECONDS after its create', async 
   const api = await build(t, { IDEMPOTENCY_KEY_TTL_SECONDS: '1' })
   const { accessToken } = await api.register()
   const create = async () => await api.call('createItem', { token: accessToken, body: { name: 'n' }, headers: { 'idempotency-key': 'k' } })
-  const expired = Date.now() + 1100
   t.equal((await create()).statusCode, 201)
-  await sleep(expired - Date.now())
-  t.same([(await create()).statusCode, (await create()).headers['idempotent-replayed']], [201, 'true'], 'created again, and kept again')
+  // Past the record's time to live, which began before the answer came.
+  await sleep(1100)
+  // That the key is kept again is asserted on a sandbox's clock (sandboxes.test.ts), with no second to beat.
+  const again = await create()
+  t.same([again.statusCode, again.headers['idempotent-replayed']], [201, undefined], 'created again')
   t.equal((await api.call('listItems', { token: accessToken })).json().pagination.total, 2)
 })
 

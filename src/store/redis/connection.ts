@@ -16,13 +16,12 @@ import { quotaScripts, quotasFromLedger, readStoreId, storeId } from './quotas.j
 import { rateCounterScripts } from './rate-counter.js'
 import { sandboxScripts } from './sandbox-registry.js'
 import { RedisSandboxes } from './sandboxes.js'
-import { sessionScripts } from './sessions.js'
 import { catalogueUnder } from './store.js'
 import { HEARTBEAT, type Heartbeat, serverOf, TrackedSessions, trackSessions } from './tracking.js'
 import { RedisWrites, replicationOf } from './writes.js'
 
 /** Every script the store runs, each defined beside the code that runs it; the client loads them by name. */
-export const scripts = { ...quotaScripts, ...sessionScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...sandboxScripts }
+export const scripts = { ...quotaScripts, ...commitScripts, ...itemScripts, ...idempotencyKeyScripts, ...outboxScripts, ...deadLetterScripts, ...rateCounterScripts, ...sandboxScripts }
 
 /** A deployment's sentinels, and the name they monitor the primary under. */
 export interface RedisSentinel {
@@ -183,9 +182,10 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * limits. Round trips per operation (one unless said):
  *
  * - users.add, users.get: one (add is a guarded commit: commit.ts); users.findByEmailKey: two (the email's user id, then the user);
- * - sessions.open, rotateRefreshToken, revoke: two each (what the rules of src/domain/sessions.ts read, then the
- *   change they decide, guarded by what was read: commit.ts), and two more each time another instance changed what
- *   was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
+ * - sessions.open, revoke, rotateRefreshToken: two, three and four (what the rules of src/domain/sessions.ts read,
+ *   in one round trip for the user given, one more for the session of an id, one more again for a token's, then the
+ *   change they decide, guarded by what was read: commit.ts), and as many again each time another instance changed
+ *   what was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
  *   sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD); a
  *   keyed add sends forgetOldestKeys with its commit, in the same round trip;

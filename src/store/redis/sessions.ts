@@ -1,46 +1,17 @@
-import type { Redis, Result } from 'ioredis'
+import type { ChainableCommander, Redis } from 'ioredis'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { isLive } from '../../domain/bounds.js'
 import type { Session } from '../../domain/index.js'
 import { endedByOpening, type HeldSession, type Rotation, rotation, type SessionRecord, type UserSessions } from '../../domain/sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { call, type Script } from './commands.js'
+import { call, transaction } from './commands.js'
 import { Change, commit, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
 import type { StoreWrites } from './writes.js'
 
-export const sessionScripts = {
-  // KEYS: users. ARGV: the session, refresh-token and user-sessions families (keys.ts), then a refresh token's hash, a
-  // session id and a user id, each '' when not given: the session is the token's, or the one of the id; the user,
-  // the one given or the session's; then how many of the user's sessions to list, the oldest first.
-  // {session id, its fields (user, expires, rotated, current, previous, replaced), user id, the user as JSON, the
-  // user's sessions listed (each {id, end}), how many sessions it has}; '' for what there is none of.
-  readSessions: {
-    numberOfKeys: 1,
-    lua: `
-local families = {session = ARGV[1], refreshToken = ARGV[2], userSessions = ARGV[3]}
-local sessionId, fields = ARGV[5], {}
-if ARGV[4] ~= '' then sessionId = redis.call('GET', families.refreshToken .. ARGV[4]) or '' end
-if sessionId ~= '' then fields = redis.call('HMGET', families.session .. sessionId, 'user', 'expires', 'rotated', 'current', 'previous', 'replaced') end
-local userId = ARGV[6]
-if userId == '' then userId = fields[1] or '' end
-if userId == '' then return {sessionId, fields, ''} end
-local sessions = {}
-local listed = redis.call('ZRANGE', families.userSessions .. userId, 0, tonumber(ARGV[7]) - 1, 'WITHSCORES')
-for index = 1, #listed, 2 do sessions[#sessions + 1] = {listed[index], listed[index + 1]} end
-return {sessionId, fields, userId, redis.call('HGET', KEYS[1], userId) or '', sessions, redis.call('ZCARD', families.userSessions .. userId)}`
-  }
-} as const satisfies Record<string, Script>
-
-type ReadSessions = [sessionId: string, fields: Array<string | null>, userId: string, user?: string, sessions?: Array<[id: string, end: string]>, count?: number]
-
-declare module 'ioredis' {
-  interface RedisCommander<Context> {
-    readSessions (users: string, sessionFamily: string, refreshTokenFamily: string, userSessionsFamily: string, tokenHash: string, sessionId: string, userId: string,
-      listed: number): Result<ReadSessions, Context>
-  }
-}
+// A session's fields (keys.ts, session), in the order the rules read them.
+const SESSION_FIELDS = ['user', 'expires', 'rotated', 'current', 'previous', 'replaced'] as const
 
 /** A session as read with what forgetting it takes: its tokens, and its `current` field (null: its record is gone), guarded. */
 interface ReadSession extends HeldSession {
@@ -73,7 +44,7 @@ const withTokens = (listed: HeldSession, ...tokens: Array<string | null | undefi
 const SESSIONS_LISTED = 16
 
 /**
- * The Redis store's sessions: each rule of src/domain/sessions.ts run on what one script read, and committed as a
+ * The Redis store's sessions: each rule of src/domain/sessions.ts run on what was read, and committed as a
  * Change guarded by what it read. A session's keys are laid out in keys.ts.
  */
 export class RedisSessionStore implements SessionStore {
@@ -216,20 +187,33 @@ export class RedisSessionStore implements SessionStore {
     }
   }
 
+  // The session is the token's, or the one of the id given ('' for none); the user, the one given or the session's.
+  // Read in as few round trips as what is given allows (a sign-in's one, a logout's two, a refresh's three): what
+  // changes between them is what the commit's guards catch, as they do what changes after.
   async #readListing (tokenHash: string, sessionId: string, userId: string, listed: number): Promise<Read> {
     const keys = this.#keys
-    const [id, fields, user, userRecord, sessions = [], count = 0] = await call(this.#redis.readSessions(keys.users, keys.session, keys.refreshToken, keys.userSessions,
-      tokenHash, sessionId, userId, listed))
-    const [owner, expires, rotatedAt, current, previous, replaced] = fields
+    const id = tokenHash === '' ? sessionId : await call(this.#redis.get(keys.refreshToken + tokenHash)) ?? ''
+    // With no id, the key read is one no session has.
+    const [fields, ...ofUser] = await transaction(this.#userReads(this.#redis.multi().hmget(keys.session + id, ...SESSION_FIELDS), userId, listed))
+    const [owner, expires, rotatedAt, current, previous, replaced] = fields as Array<string | null>
+    const user = userId === '' ? owner ?? '' : userId
+    const [listing = [], userRecord = null, count = 0] = (userId !== '' ? ofUser : user === '' ? [] : await transaction(this.#userReads(this.#redis.multi(), user, listed))) as
+      [string[]?, (string | null)?, number?]
     const target = id === '' || owner == null ? undefined : withTokens(listedSession(id, expires), current, previous, replaced)
     return {
       target,
       record: owner == null ? undefined : { session: { id, userId: owner, expiresAt: Number(expires) }, current: split(current), previous: split(previous), rotatedAt: Number(rotatedAt), replaced: split(replaced) },
       userId: orNull(user) ?? undefined,
-      user: orNull(userRecord),
-      sessions: sessions.map((listed) => listedSession(...listed)),
+      user: userRecord,
+      sessions: listing.filter((_entry, index) => index % 2 === 0).map((listedId, index) => listedSession(listedId, listing[2 * index + 1])),
       count
     }
+  }
+
+  // The user's record, and their sessions: the oldest `listed` (ids, each followed by its end), and how many.
+  #userReads (reads: ChainableCommander, userId: string, listed: number): ChainableCommander {
+    const userSessions = this.#keys.userSessions + userId
+    return reads.zrange(userSessions, '0', String(listed - 1), 'WITHSCORES').hget(this.#keys.users, userId).zcard(userSessions)
   }
 
   // The sessions of `ids` among the user's, as read, with their tokens, read now: only those a change ends are.

@@ -405,6 +405,8 @@ onEachStore('a sandbox\'s clock moves on: everything the sandbox times follows i
   const { accessToken: later, refreshToken: laterRefresh } = (await sandbox.call('refreshTokens', { body: { refreshToken: bob.refreshToken } })).json()
   const again = await sandbox.call('createItem', { ...bobsKey, token: later })
   t.same([again.statusCode, again.headers['idempotent-replayed'], again.json().id === bobsFirst.id], [201, undefined, false], 'an idempotency key lapses: the same key makes a new item')
+  const kept = await sandbox.call('createItem', { ...bobsKey, token: later })
+  t.same([kept.statusCode, kept.headers['idempotent-replayed'], kept.json().id], [201, 'true', again.json().id], 'and keeps it again')
 
   await advance(sandbox, 7 * 24 * hour)
   t.equal((await sandbox.call('refreshTokens', { body: { refreshToken: laterRefresh } })).statusCode, 401, 'a session reaches its lifetime')
