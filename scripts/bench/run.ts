@@ -9,8 +9,11 @@
 // takes per item are measured at 100 000 items. The create and the edit on Redis are compared with bare Fastify and
 // ioredis writing the item by one EVALSHA, and with the usual setup in front of it (@fastify/jwt, @fastify/rate-limit
 // counting in Redis), each with the CPU microseconds and the commands Redis spends per request and the first's ratio
-// to the bare anchor's; the edits on Redis spread over items, one a connection. The create also runs against an instance with one webhook subscriber (a receiver in this process),
+// to the bare anchor's; the edits on Redis spread over items, one a connection; the create on Redis runs again with
+// an Idempotency-Key of its own on each request, as the official client sends every create. The create also runs
+// against an instance with one webhook subscriber (a receiver in this process),
 // compared with the create with none, with the events it delivers a second.
+import { randomUUID } from 'node:crypto'
 import { mkdir, writeFile } from 'node:fs/promises'
 import autocannon from 'autocannon'
 import { Redis } from 'ioredis'
@@ -34,6 +37,8 @@ interface Load {
   connections?: number
   /** Each connection's own path in place of the url's (an edit of one item a connection), in turn. */
   paths?: readonly string[]
+  /** Each request with an `Idempotency-Key` of its own, as the official client sends every create. */
+  keyed?: boolean
 }
 
 interface Measurement {
@@ -62,6 +67,9 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
     let connection = 0
     Object.assign(options, { setupClient: (client: { setRequest: (request: object) => void }) => { client.setRequest({ ...options, path: paths[connection++ % paths.length] }) } })
   }
+  if (load.keyed === true) {
+    Object.assign(options, { requests: [{ setupRequest: (request: { headers: object }) => ({ ...request, headers: { ...request.headers, 'idempotency-key': randomUUID() } }) }] })
+  }
   const warmUp = await autocannon({ ...options, duration: 1 })
   const result = await autocannon({ ...options, duration })
   return {
@@ -74,7 +82,7 @@ async function measure (load: Load, duration = DURATION): Promise<Measurement> {
   }
 }
 
-const SCENARIOS = 31
+const SCENARIOS = 32
 // The usual Fastify setup of such a service: @fastify/jwt's request.jwtVerify() and @fastify/rate-limit with its
 // default headers, serving the same routes as the bare baseline.
 const USUAL = {
@@ -179,6 +187,7 @@ const edit: Load = { url: `${v1}/items/${itemId}`, method: 'PATCH', token, body:
 const listOnRedis: Load = { url: `${onRedis.url}/v1/items?pageSize=20`, token: seededOnRedis.token }
 const getOnRedis: Load = { url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token }
 const createOnRedis: Load = { ...create, url: `${onRedis.url}/v1/items`, token: seededOnRedis.token }
+const KEYED_CREATE_ON_REDIS = 'POST /v1/items with STORE=redis, each with an Idempotency-Key'
 const editOnRedis: Load = { ...edit, url: `${onRedis.url}/v1/items/${seededOnRedis.page.data[0]!.id}`, token: seededOnRedis.token, paths: spread(seededOnRedis.page.data) }
 const editOnRedisAnchor = (anchor: Server): Load => ({ ...edit, url: `${anchor.url}/v1/items/${anchorItems[0]!.id}`, paths: spread(anchorItems) })
 const createReplicated: Load = { ...create, url: `${onRedisReplicated.url}/v1/items`, token: seededReplicated.token }
@@ -214,6 +223,7 @@ const scenarios: Record<string, () => Promise<Measurement>> = {
   'PATCH /v1/items/{id}': async () => await measure(edit),
   [REDIS_WRITE.create]: async () => await measureRedisCpu(REDIS_WRITE.create, onRedisAnchor(createOnRedis, bareRedis)),
   'POST /v1/items with STORE=redis': async () => await measureRedisCpu('POST /v1/items with STORE=redis', createOnRedis),
+  [KEYED_CREATE_ON_REDIS]: async () => await measureRedisCpu(KEYED_CREATE_ON_REDIS, { ...createOnRedis, keyed: true }),
   'POST /v1/items with STORE=redis, a replica acknowledging': async () => await measure(createReplicated),
   [USUAL_REDIS_WRITE.create]: async () => await measureRedisCpu(USUAL_REDIS_WRITE.create, onRedisAnchor(createOnRedis, usualRedis)),
   [REDIS_WRITE.edit]: async () => await measureRedisCpu(REDIS_WRITE.edit, editOnRedisAnchor(bareRedis)),
@@ -243,6 +253,7 @@ const baselineOf: Record<string, string> = {
   'PATCH /v1/items/{id}': 'baseline: bare Fastify, PATCH /v1/items/{id}',
   [REDIS_WRITE.create]: 'baseline: bare Fastify, POST /v1/items',
   'POST /v1/items with STORE=redis': REDIS_WRITE.create,
+  [KEYED_CREATE_ON_REDIS]: REDIS_WRITE.create,
   'POST /v1/items with STORE=redis, a replica acknowledging': 'POST /v1/items with STORE=redis',
   [REDIS_WRITE.edit]: 'baseline: bare Fastify, PATCH /v1/items/{id}',
   [USUAL_REDIS_WRITE.create]: REDIS_WRITE.create,
@@ -261,6 +272,7 @@ const usualOf: Record<string, string> = {
   'POST /v1/items': USUAL.create,
   'PATCH /v1/items/{id}': USUAL.edit,
   'POST /v1/items with STORE=redis': USUAL_REDIS_WRITE.create,
+  [KEYED_CREATE_ON_REDIS]: USUAL_REDIS_WRITE.create,
   'PATCH /v1/items/{id} with STORE=redis': USUAL_REDIS_WRITE.edit
 }
 // A round takes the scenarios in the order above, which puts each one beside what it is compared with, and every

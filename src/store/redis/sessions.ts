@@ -1,4 +1,4 @@
-import type { ChainableCommander, Redis } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { PerKeyQueue } from '../../runtime/per-key-queue.js'
 import { isLive } from '../../domain/bounds.js'
 import type { Session } from '../../domain/index.js'
@@ -10,8 +10,10 @@ import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
 import type { StoreWrites } from './writes.js'
 
-// A session's fields (keys.ts, session), in the order the rules read them.
+// A session's fields (keys.ts, session), in the order the rules read them, and as HMGET answers them.
 const SESSION_FIELDS = ['user', 'expires', 'rotated', 'current', 'previous', 'replaced'] as const
+type Answered<Fields extends readonly string[]> = { -readonly [Index in keyof Fields]: string | null }
+type SessionFields = Answered<typeof SESSION_FIELDS>
 
 /** A session as read with what forgetting it takes: its tokens, and its `current` field (null: its record is gone), guarded. */
 interface ReadSession extends HeldSession {
@@ -25,19 +27,19 @@ interface Read {
   readonly target: ReadSession | undefined
   readonly record: SessionRecord | undefined
   readonly userId: string | undefined
-  /** The user's record, null when it has none (removed). */
+  /** The user's record, null when it has none (removed) or none was given to read. */
   readonly user: string | null
-  /** The oldest of the user's sessions, as many as were asked for. */
+  /** The oldest of the user's sessions, as many as were asked for, when a user was given to read. */
   readonly sessions: readonly HeldSession[]
   /** How many sessions the user has. */
   readonly count: number
 }
 
-const split = (text: string | null | undefined): string[] => text === null || text === undefined || text === '' ? [] : text.split(' ')
-const orNull = (text: string | null | undefined): string | null => text === '' || text === undefined ? null : text
+const split = (text: string | null): string[] => text === null || text === '' ? [] : text.split(' ')
 const listedSession = (id: string, end: string | null | undefined): HeldSession => ({ id, expiresAt: Number(end) })
-const withTokens = (listed: HeldSession, ...tokens: Array<string | null | undefined>): ReadSession =>
-  ({ ...listed, current: orNull(tokens[0]), tokenHashes: tokens.flatMap(split) })
+// A session's `current`, `previous` and `replaced` fields, as HMGET answers them.
+type TokenFields = [current: string | null, previous: string | null, replaced: string | null]
+const withTokens = (listed: HeldSession, ...tokens: TokenFields): ReadSession => ({ ...listed, current: tokens[0], tokenHashes: tokens.flatMap(split) })
 
 // The user's sessions a read lists first, the oldest: a rule that goes through them all has them read again, four
 // times as many, so that a sign-in costs what the sessions it ends cost, not every session its user holds.
@@ -188,39 +190,34 @@ export class RedisSessionStore implements SessionStore {
   }
 
   // The session is the token's, or the one of the id given ('' for none); the user, the one given or the session's.
-  // Read in as few round trips as what is given allows (a sign-in's one, a logout's two, a refresh's three): what
-  // changes between them is what the commit's guards catch, as they do what changes after.
+  // A user given has their record and sessions read with the session, in one transaction: the rules that name no
+  // user (a refresh, a logout) decide on the session alone. What changes between two reads is what the commit's
+  // guards catch, as they do what changes after.
   async #readListing (tokenHash: string, sessionId: string, userId: string, listed: number): Promise<Read> {
     const keys = this.#keys
     const id = tokenHash === '' ? sessionId : await call(this.#redis.get(keys.refreshToken + tokenHash)) ?? ''
     // With no id, the key read is one no session has.
-    const [fields, ...ofUser] = await transaction(this.#userReads(this.#redis.multi().hmget(keys.session + id, ...SESSION_FIELDS), userId, listed))
-    const [owner, expires, rotatedAt, current, previous, replaced] = fields as Array<string | null>
-    const user = userId === '' ? owner ?? '' : userId
-    const [listing = [], userRecord = null, count = 0] = (userId !== '' ? ofUser : user === '' ? [] : await transaction(this.#userReads(this.#redis.multi(), user, listed))) as
-      [string[]?, (string | null)?, number?]
+    const [fields, listing = [], userRecord = null, count = 0] = (userId === ''
+      ? [await call(this.#redis.hmget(keys.session + id, ...SESSION_FIELDS))]
+      : await transaction(this.#redis.multi().hmget(keys.session + id, ...SESSION_FIELDS).zrange(keys.userSessions + userId, '0', String(listed - 1), 'WITHSCORES')
+        .hget(keys.users, userId).zcard(keys.userSessions + userId))) as [SessionFields, string[]?, (string | null)?, number?]
+    const [owner, expires, rotatedAt, current, previous, replaced] = fields
     const target = id === '' || owner == null ? undefined : withTokens(listedSession(id, expires), current, previous, replaced)
     return {
       target,
       record: owner == null ? undefined : { session: { id, userId: owner, expiresAt: Number(expires) }, current: split(current), previous: split(previous), rotatedAt: Number(rotatedAt), replaced: split(replaced) },
-      userId: orNull(user) ?? undefined,
+      userId: userId === '' ? owner ?? undefined : userId,
       user: userRecord,
       sessions: listing.filter((_entry, index) => index % 2 === 0).map((listedId, index) => listedSession(listedId, listing[2 * index + 1])),
       count
     }
   }
 
-  // The user's record, and their sessions: the oldest `listed` (ids, each followed by its end), and how many.
-  #userReads (reads: ChainableCommander, userId: string, listed: number): ChainableCommander {
-    const userSessions = this.#keys.userSessions + userId
-    return reads.zrange(userSessions, '0', String(listed - 1), 'WITHSCORES').hget(this.#keys.users, userId).zcard(userSessions)
-  }
-
   // The sessions of `ids` among the user's, as read, with their tokens, read now: only those a change ends are.
   async #tokensOf ({ sessions }: Read, ids: readonly string[]): Promise<ReadSession[]> {
     // Sent together, one round trip: the commit is guarded by each session's token as read, not by a read of them all at once.
     return await Promise.all(sessions.filter(({ id }) => ids.includes(id)).map(async (listed) =>
-      withTokens(listed, ...await call(this.#redis.hmget(this.#keys.session + listed.id, 'current', 'previous', 'replaced')))))
+      withTokens(listed, ...await call(this.#redis.hmget(this.#keys.session + listed.id, 'current', 'previous', 'replaced')) as TokenFields)))
   }
 
   // Forgets the sessions: their tokens, their records, their places among their user's sessions.
