@@ -1,7 +1,7 @@
 import type { Redis } from 'ioredis'
 import type { User } from '../../domain/index.js'
 import type { AccountPage, AccountStore } from '../store.js'
-import { call, transaction } from './commands.js'
+import { call, scored, transaction } from './commands.js'
 import { Change, commit, retried, STALE } from './commit.js'
 import { forgetUserKeys } from './idempotency-keys.js'
 import type { RedisKeys } from './keys.js'
@@ -66,15 +66,15 @@ export class RedisAccounts implements AccountStore {
     const listed = emailKey === undefined
       ? await call(this.#redis.zrevrangebyscore(keys.userOrder, before === undefined ? '+inf' : `(${before}`, '-inf', 'WITHSCORES', 'LIMIT', 0, limit + 1))
       : await this.#placeOf(emailKey, before)
-    const ids = listed.filter((_entry, index) => index % 2 === 0)
-    const page = ids.slice(0, limit)
+    const placed = scored(listed)
+    const page = placed.slice(0, limit).map(({ member }) => member)
     if (page.length === 0) return { accounts: [], next: undefined }
     const [users, bytes, owned] = await transaction(this.#redis.multi().hmget(keys.users, ...page).hmget(keys.accountBytes, ...page).hmget(keys.itemsOwned, ...page)) as [Listed, Listed, Listed]
     // An account removed since it was listed is left out. Number(null) is 0: an account that keeps nothing, or has no items.
     const accounts = page.map((_id, index) => ({ json: users[index], heldBytes: Number(bytes[index]), items: Number(owned[index]) }))
       .filter((account): account is { json: string, heldBytes: number, items: number } => typeof account.json === 'string')
       .map(({ json, ...account }) => ({ user: JSON.parse(json) as User, ...account }))
-    return { accounts, next: ids.length > limit ? Number(listed[2 * limit - 1]) : undefined }
+    return { accounts, next: placed.length > limit ? placed[limit - 1]!.score : undefined }
   }
 
   // The account of the email, with its place, when it is before `before`: [id, place], or none.

@@ -94,6 +94,13 @@ export async function transaction (reads: ChainableCommander): Promise<unknown[]
 export const repliesOf = (replies: Array<[error: Error | null, reply: unknown]>): unknown[] =>
   replies.map(([error, reply]) => error === null ? reply : unavailable(error))
 
+/** A reply WITHSCORES (each member followed by its score), as its members with their scores, in its order. */
+export function scored (reply: readonly string[]): Array<{ member: string, score: number }> {
+  const members: Array<{ member: string, score: number }> = []
+  for (let index = 0; index + 1 < reply.length; index += 2) members.push({ member: reply[index]!, score: Number(reply[index + 1]) })
+  return members
+}
+
 // Keys a SCAN asks for at a time (a sandbox's, to delete them or to move their expiries).
 const KEYS_PER_SCAN = 1000
 

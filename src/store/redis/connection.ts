@@ -181,11 +181,12 @@ function keepPrepared (redis: Redis, keys: RedisKeys, options: RedisStoreOptions
  * The store on Redis: any number of instances of the service share one catalogue, its users, sessions and rate
  * limits. Round trips per operation (one unless said):
  *
- * - users.add, users.get: one (add is a guarded commit: commit.ts); users.findByEmailKey: two (the email's user id, then the user);
+ * - users.add, users.get: one (add is a guarded commit: commit.ts); users.findByEmailKey: two (the email's user id,
+ *   then the user);
  * - sessions.open, revoke: two each, rotateRefreshToken three (what the rules of src/domain/sessions.ts read, a
  *   refresh token's session after its id, then the change they decide, guarded by what was read: commit.ts), and as
- *   many again each time another instance changed what was read; get: none for a session this instance has read while Redis tracks it for the instance, one otherwise;
- *   sweep: none (Redis expires keys);
+ *   many again each time another instance changed what was read; get: none for a session this instance has read
+ *   while Redis tracks it for the instance, one otherwise; sweep: none (Redis expires keys);
  * - items.add, get, page: one (page is ZRANGE + HMGET in a script: O(log n + pageSize), its total is ZCARD); a
  *   keyed add sends forgetOldestKeys with its commit, in the same round trip;
  * - items.update, remove: one (the change committed guarded by the item as this instance's edit left it) when it

@@ -95,7 +95,7 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     deadLetterDelivery (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...DeadLetterKeys,
       eventId: string, attemptsMade: number, failure: string, failedAt: number, most: number, mostBytes: number]): Result<number, Context>
-    // The scripts change a dead letter, its event and its place in the order together: every id listed has both.
+    // The scripts change a dead letter, its event and its place in the order together.
     redeliverDeadLetters (due: string, events: string, attempts: string, traceparents: string, pendingBytes: string, ...deadLetterKeys: [...RedeliveryKeys,
       deadline: WriteDeadline, outcomeKey: string, now: number, maxPending: number, maxPendingBytes: number, batch: number, ...eventIds: string[]]): Result<[redelivered: number, full: 0 | 1], Context>
   }

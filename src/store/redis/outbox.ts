@@ -3,7 +3,7 @@ import type { OutboxBounds } from '../outbox.js'
 import { DEAD_LETTER_BYTES, DEAD_LETTERS } from '../../domain/bounds.js'
 import { deadLetterPage } from '../../domain/dead-letters.js'
 import type { DeadLetter, DeadLetterList, DeadLetterPage, Delivery, Outbox, OutboxEvent, Taken } from '../store.js'
-import { call, repliesOf, type Script, transaction } from './commands.js'
+import { call, repliesOf, type Script, scored, transaction } from './commands.js'
 import { PENDING_ROOM, type StoredDeadLetter } from './dead-letters.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
 import type { StoreWrites } from './writes.js'
@@ -58,7 +58,8 @@ const streamField = (info: unknown, name: string): number => {
 export async function listedAfter (redis: Redis, listing: string, after: number, limit: number): Promise<Array<{ sequence: number, body: string }>> {
   // At one moment: whether the stream is there (XINFO fails on none), how many were ever added to it (its oldest's
   // place follows, with its length), and its oldest `after + limit`, which hold the page (the oldest's place is 1 or more).
-  const [exists, ...replies] = (await call(redis.multi().exists(listing).xinfo('STREAM', listing).xrange(listing, '-', '+', 'COUNT', after + limit).exec()))!
+  const reads = redis.multi().exists(listing).xinfo('STREAM', listing).xrange(listing, '-', '+', 'COUNT', after + limit)
+  const [exists, ...replies] = (await call(reads.exec()))!
   if (exists![1] === 0) return []
   const [info, oldest] = repliesOf(replies)
   const first = streamField(info, 'entries-added') - streamField(info, 'length') + 1
@@ -296,16 +297,20 @@ export class RedisOutbox implements Outbox {
     const keys = webhookKeys(this.#keys, subscriber)
     const [total, placed] = await transaction(this.#redis.multi().zcard(keys.deadLetterOrder)
       .zrange(keys.deadLetterOrder, `(${after}`, '+inf', 'BYSCORE', 'LIMIT', 0, limit + 1, 'WITHSCORES')) as [number, string[]]
-    const ids = placed.filter((_entry, index) => index % 2 === 0)
+    const letters = scored(placed)
+    const ids = letters.map(({ member }) => member)
     if (ids.length === 0) return { deadLetters: [], total }
-    const [stored, ...sizes] = await transaction(ids.reduce((reads, id) => reads.hstrlen(keys.deadLetterEvents, id), this.#redis.multi().hmget(keys.deadLetters, ...ids))) as
-      [Array<string | null>, ...number[]]
-    const candidates = ids.map((eventId, index) => ({ eventId, position: Number(placed[2 * index + 1]), json: stored[index], eventBytes: sizes[index]! }))
+    // Each one's fields, and its event's size.
+    const reads = this.#redis.multi().hmget(keys.deadLetters, ...ids)
+    for (const eventId of ids) reads.hstrlen(keys.deadLetterEvents, eventId)
+    const [stored, ...sizes] = await transaction(reads) as [Array<string | null>, ...number[]]
+    const candidates = letters.map(({ member, score }, index) => ({ eventId: member, position: score, json: stored[index], eventBytes: sizes[index]! }))
     const { listed, more } = deadLetterPage(candidates.map(({ eventBytes }) => eventBytes), limit, bodyBytes)
     const page = candidates.slice(0, listed)
     const bodies = bodyBytes === undefined ? [] : await call(this.#redis.hmget(keys.deadLetterEvents, ...page.map(({ eventId }) => eventId)))
     // One given back to delivery while the page is read (its fields or its event gone) is left out.
-    const deadLetters = page.map((letter, index) => ({ ...letter, body: bodies[index] })).filter((letter): letter is typeof letter & { json: string, body: string | undefined } => letter.json !== null && letter.body !== null)
+    const deadLetters = page.map((letter, index) => ({ ...letter, body: bodies[index] }))
+      .filter((letter): letter is typeof letter & { json: string, body: string | undefined } => letter.json !== null && letter.body !== null)
       .map(({ json, body, ...letter }): DeadLetter => {
         const { channel, attempts, failure, failedAt } = JSON.parse(json) as StoredDeadLetter
         return { ...letter, channel, attempts, failure, failedAt, ...(body === undefined ? {} : { body }) }

@@ -7,7 +7,7 @@ import {
   type SandboxEvent, type SandboxPage, type SandboxReceiver, type Sandboxes, type SandboxStoreOptions, type SandboxWatcher
 } from '../sandboxes.js'
 import { OutcomeUnknownError } from '../store.js'
-import { call, eachKeyBatch } from './commands.js'
+import { call, eachKeyBatch, scored } from './commands.js'
 import { afterNow, Change, commit, retried, STALE } from './commit.js'
 import { indexItems } from './items.js'
 import { type RedisKeys, webhookKeys } from './keys.js'
@@ -88,8 +88,7 @@ export class RedisSandboxes implements Sandboxes {
   async list (after: string | undefined, limit: number): Promise<SandboxPage> {
     const { redis } = this.#connection
     const used = await call(redis.zrange(this.#keys.sandboxUse, '0', '-1', 'WITHSCORES'))
-    const usedAt = new Map<string, number>()
-    for (let index = 0; index < used.length; index += 2) usedAt.set(used[index]!, Number(used[index + 1]))
+    const usedAt = new Map(scored(used).map(({ member, score }) => [member, score]))
     const { listed, next } = pageById(usedAt.keys(), after, limit)
     const [entries, created] = listed.length === 0
       ? [[], []]

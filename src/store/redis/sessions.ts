@@ -4,7 +4,7 @@ import { isLive } from '../../domain/bounds.js'
 import type { Session } from '../../domain/index.js'
 import { endedByOpening, type HeldSession, type Rotation, rotation, type SessionRecord, type UserSessions } from '../../domain/sessions.js'
 import { type RefreshOutcome, type SessionStore, UserRemovedError } from '../store.js'
-import { call, transaction } from './commands.js'
+import { call, scored, transaction } from './commands.js'
 import { Change, commit, retried, STALE, storeTime } from './commit.js'
 import type { RedisKeys } from './keys.js'
 import type { TrackedSessions } from './tracking.js'
@@ -36,7 +36,6 @@ interface Read {
 }
 
 const split = (text: string | null): string[] => text === null || text === '' ? [] : text.split(' ')
-const listedSession = (id: string, end: string | null | undefined): HeldSession => ({ id, expiresAt: Number(end) })
 // A session's `current`, `previous` and `replaced` fields, as HMGET answers them.
 type TokenFields = [current: string | null, previous: string | null, replaced: string | null]
 const withTokens = (listed: HeldSession, ...tokens: TokenFields): ReadSession => ({ ...listed, current: tokens[0], tokenHashes: tokens.flatMap(split) })
@@ -202,13 +201,13 @@ export class RedisSessionStore implements SessionStore {
       : await transaction(this.#redis.multi().hmget(keys.session + id, ...SESSION_FIELDS).zrange(keys.userSessions + userId, '0', String(listed - 1), 'WITHSCORES')
         .hget(keys.users, userId).zcard(keys.userSessions + userId))) as [SessionFields, string[]?, (string | null)?, number?]
     const [owner, expires, rotatedAt, current, previous, replaced] = fields
-    const target = id === '' || owner == null ? undefined : withTokens(listedSession(id, expires), current, previous, replaced)
+    const target = id === '' || owner == null ? undefined : withTokens({ id, expiresAt: Number(expires) }, current, previous, replaced)
     return {
       target,
       record: owner == null ? undefined : { session: { id, userId: owner, expiresAt: Number(expires) }, current: split(current), previous: split(previous), rotatedAt: Number(rotatedAt), replaced: split(replaced) },
       userId: userId === '' ? owner ?? undefined : userId,
       user: userRecord,
-      sessions: listing.filter((_entry, index) => index % 2 === 0).map((listedId, index) => listedSession(listedId, listing[2 * index + 1])),
+      sessions: scored(listing).map(({ member, score }) => ({ id: member, expiresAt: score })),
       count
     }
   }
